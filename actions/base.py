@@ -1,0 +1,110 @@
+"""The contract between the worker and trusted adapters (SPEC §5).
+
+An adapter is trusted code registered under a name (`http.json`, `documents.verify`, ...). It is
+handed an `ActionContext` and the `Binding` that says which contract and route it serves, and it
+returns an `ActionResult`: it never touches the ORM and never raises for an expected failure; the
+worker persists what it returns. Every adapter bounds its own time below the lease.
+
+Outcome classes, and what the worker does with each:
+- SUCCEEDED: the output is validated against the contract's output schema and checkpointed.
+- TRANSIENT: the call certainly had no effect, or the effect is safe to repeat (READ_ONLY,
+  IDEMPOTENT_WRITE); retried with backoff within the contract's max_attempts.
+- PERMANENT: the provider refused (a 4xx); never retried.
+- UNKNOWN: the request may have reached the provider and its outcome is unknown (a timeout or a
+  dropped connection after sending). For a NON_IDEMPOTENT_WRITE this goes to reconciliation; for
+  the other effects it is retried like TRANSIENT.
+"""
+
+import enum
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class Outcome(enum.StrEnum):
+    SUCCEEDED = "SUCCEEDED"
+    TRANSIENT = "TRANSIENT"
+    PERMANENT = "PERMANENT"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What `capability@version` is: its effect, limits and schemas."""
+
+    capability: str
+    version: int
+    effect: str  # executions.models.Effect value
+    max_attempts: int = 3
+    timeout_seconds: float = 10.0  # seconds, the adapter's total budget for one call
+    input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    output_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+
+    @property
+    def key(self) -> str:
+        return f"{self.capability}@{self.version}"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Which trusted adapter serves a capability, and where it sends."""
+
+    capability: str
+    version: int
+    adapter: str
+    options: dict[str, Any] = field(default_factory=dict)  # url, method, lookup_url, ...
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    input: dict[str, Any]
+    request_id: str
+    execution_id: str
+    action_id: str
+    owner: str
+    scope: str
+    external_key: str  # "<executionId>:<actionId>", stable across attempts
+    attempt: int
+    # Set when this execution must stop (lease lost, shutdown past the drain). Adapters with long
+    # waits check it; an interruption never proves an external effect did not happen.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    outcome: Outcome
+    output: dict[str, Any] | None = None
+    error_code: str | None = None
+    error_detail: str | None = None  # safe text: never a raw provider response or a secret
+    retry_after: float | None = None  # seconds, as the provider asked (bounded by the worker)
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a provider says about a write, asked by its external key (SPEC §5)."""
+
+    happened: bool | None  # True: it happened; False: it did not; None: settles nothing
+    output: dict[str, Any] | None = None
+    detail: str = ""
+
+
+class Adapter(Protocol):
+    name: str
+    # The effect fixed in code, if any (documents.verify is always READ_ONLY); a contract that
+    # declares another effect for this adapter is refused at start.
+    fixed_effect: str | None
+
+    def call(self, ctx: ActionContext, binding: "Binding") -> ActionResult: ...
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A resolved capability: its contract, its route and the adapter that serves it."""
+
+    contract: Contract
+    route: Route
+    adapter: Adapter
+
+    @property
+    def effect(self) -> str:
+        return self.contract.effect

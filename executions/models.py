@@ -1,0 +1,283 @@
+"""The durable model of SPEC §2: flows, requests, executions, checkpoints and the audit trail.
+
+Invariants kept by the database itself, not only by Python:
+- statuses and effects are CHECK constraints;
+- a checkpoint is unique per (execution, action_id);
+- a RUNNING execution has a lease owner and expiry, and its `next_attempt_at` mirrors the lease
+  expiry, so one partial index serves the whole claim (due PENDING/RETRY_WAIT work and RUNNING
+  work whose lease expired), ordered `next_attempt_at, created_at, id`;
+- audit events are append-only (a trigger refuses UPDATE and DELETE for every role; the runtime
+  role additionally has no such privilege).
+
+Writes go through services and the queue SQL in `executions/sql.py`; lease times come from the
+database clock.
+"""
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class ExecutionStatus(models.TextChoices):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    RETRY_WAIT = "RETRY_WAIT"
+    SUSPENDED = "SUSPENDED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
+    CANCELLED = "CANCELLED"
+
+
+# Claimable: the statuses the claim looks at (RUNNING only once its lease expired).
+CLAIMABLE_STATUSES = (ExecutionStatus.PENDING, ExecutionStatus.RETRY_WAIT, ExecutionStatus.RUNNING)
+TERMINAL_STATUSES = (
+    ExecutionStatus.SUCCEEDED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.CANCELLED,
+)
+
+
+class CheckpointStatus(models.TextChoices):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+
+
+class Effect(models.TextChoices):
+    READ_ONLY = "READ_ONLY"
+    IDEMPOTENT_WRITE = "IDEMPOTENT_WRITE"
+    NON_IDEMPOTENT_WRITE = "NON_IDEMPOTENT_WRITE"
+
+
+class AuditType(models.TextChoices):
+    REQUEST_CREATED = "REQUEST_CREATED"
+    TRANSITION_ACCEPTED = "TRANSITION_ACCEPTED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    TRANSITION_COMPLETED = "TRANSITION_COMPLETED"
+    EXECUTION_FAILED = "EXECUTION_FAILED"
+    EXECUTION_SUSPENDED = "EXECUTION_SUSPENDED"
+    EXECUTION_RESUMED = "EXECUTION_RESUMED"
+    EXECUTION_CANCELLED = "EXECUTION_CANCELLED"
+    RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
+    RECONCILIATION_EVIDENCE = "RECONCILIATION_EVIDENCE"
+    RECONCILIATION_RESOLVED = "RECONCILIATION_RESOLVED"
+
+
+def _in(field: str, choices: type[models.TextChoices]) -> Q:
+    return Q(**{f"{field}__in": choices.values})
+
+
+class Flow(models.Model):
+    """An immutable, published flow version (SPEC §4)."""
+
+    key = models.CharField(max_length=100)
+    version = models.PositiveIntegerField()
+    definition = models.JSONField()
+    checksum = models.CharField(max_length=64, help_text="SHA-256 of the canonical JSON.")
+    published_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "flow"
+        constraints = [
+            models.UniqueConstraint(fields=["key", "version"], name="flow_key_version_uniq"),
+            models.CheckConstraint(condition=Q(version__gte=1), name="flow_version_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}@{self.version}"
+
+
+class Request(models.Model):
+    """A business request moving through its pinned flow version."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    flow = models.ForeignKey(Flow, on_delete=models.PROTECT, related_name="requests")
+    owner = models.CharField(max_length=255, help_text="Subject (JWT sub) that owns it.")
+    scope = models.CharField(max_length=255, help_text="Tenant (JWT tenant).")
+    data = models.JSONField(default=dict)
+    state = models.CharField(max_length=100)
+    revision = models.BigIntegerField(db_default=1, help_text="+1 on every accepted change.")
+    version = models.BigIntegerField(db_default=1, help_text="+1 on every row update.")
+    blocked_by = models.ForeignKey(
+        "Execution",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The execution that holds this request, if any.",
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "request"
+        indexes = [
+            models.Index(fields=["scope", "owner", "created_at"], name="request_scope_owner_idx"),
+            models.Index(
+                fields=["updated_at"],
+                name="request_blocked_idx",
+                condition=Q(blocked_by__isnull=False),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(revision__gte=1), name="request_revision_positive"),
+            models.CheckConstraint(condition=Q(version__gte=1), name="request_version_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+class Execution(models.Model):
+    """One accepted transition being run, claimed under a lease with a fencing token."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    request = models.ForeignKey(Request, on_delete=models.PROTECT, related_name="executions")
+    flow = models.ForeignKey(Flow, on_delete=models.PROTECT, related_name="executions")
+    transition_id = models.CharField(max_length=100)
+    status = models.CharField(
+        max_length=32, choices=ExecutionStatus.choices, db_default=ExecutionStatus.PENDING
+    )
+    accepted_revision = models.BigIntegerField(
+        help_text="The request revision right after the acceptance."
+    )
+    attempts = models.IntegerField(db_default=0)
+    fencing_token = models.BigIntegerField(db_default=0)
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(
+        db_default=Now(),
+        help_text="When the claim may take it: creation or backoff time; for RUNNING, the lease "
+        "expiry.",
+    )
+    result = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    error_detail = models.TextField(null=True, blank=True)  # noqa: DJ001
+    actor_snapshot = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    idempotency_fingerprint = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "execution"
+        indexes = [
+            # The claim's access path: live work only, in claim order. Finished executions are
+            # not in it, so history does not slow the claim.
+            models.Index(
+                fields=["next_attempt_at", "created_at", "id"],
+                name="execution_claim_idx",
+                condition=Q(status__in=CLAIMABLE_STATUSES),
+            ),
+            models.Index(fields=["request", "created_at"], name="execution_request_idx"),
+            models.Index(
+                fields=["created_at"],
+                name="execution_reconcile_idx",
+                condition=Q(status=ExecutionStatus.RECONCILIATION_REQUIRED),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=_in("status", ExecutionStatus), name="execution_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(attempts__gte=0), name="execution_attempts_nonneg"),
+            models.CheckConstraint(
+                condition=Q(fencing_token__gte=0), name="execution_token_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=ExecutionStatus.RUNNING)
+                | (
+                    Q(lease_owner__isnull=False)
+                    & Q(lease_expires_at__isnull=False)
+                    & Q(next_attempt_at=models.F("lease_expires_at"))
+                ),
+                name="execution_running_has_lease",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=TERMINAL_STATUSES) | Q(finished_at__isnull=False),
+                name="execution_terminal_has_finished_at",
+            ),
+            models.UniqueConstraint(
+                fields=["request", "idempotency_key"],
+                name="execution_idempotency_uniq",
+                condition=Q(idempotency_key__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.transition_id} {self.id}"
+
+
+class AuditEvent(models.Model):
+    """An append-only record of what happened to a request, by whom."""
+
+    request = models.ForeignKey(Request, on_delete=models.PROTECT, related_name="audit_events")
+    execution = models.ForeignKey(
+        Execution, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_events"
+    )
+    type = models.CharField(max_length=40, choices=AuditType.choices)
+    actor = models.CharField(max_length=255)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "audit_event"
+        indexes = [models.Index(fields=["request", "id"], name="audit_request_idx")]
+        constraints = [
+            models.CheckConstraint(condition=_in("type", AuditType), name="audit_type_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.request_id}"
+
+
+class ActionExecution(models.Model):
+    """A checkpoint: one action of one execution, written before and after its adapter call."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="checkpoints")
+    action_id = models.CharField(max_length=100)
+    sequence = models.IntegerField()
+    capability = models.CharField(max_length=200)
+    capability_version = models.IntegerField()
+    effect = models.CharField(
+        max_length=24,
+        choices=Effect.choices,
+        help_text="Declared by the trusted adapter or contract, never by the flow.",
+    )
+    status = models.CharField(max_length=16, choices=CheckpointStatus.choices)
+    input_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical input JSON.")
+    external_key = models.CharField(max_length=200, help_text="executionId:actionId")
+    attempt = models.IntegerField(db_default=1)
+    fencing_token = models.BigIntegerField(help_text="The token of the writer.")
+    output = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    error_detail = models.TextField(null=True, blank=True)  # noqa: DJ001
+    started_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "action_execution"
+        ordering = ["execution", "sequence"]
+        indexes = [models.Index(fields=["external_key"], name="action_execution_key_idx")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution", "action_id"], name="action_execution_action_uniq"
+            ),
+            models.CheckConstraint(
+                condition=_in("status", CheckpointStatus), name="action_execution_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt__gte=1), name="action_execution_attempt_pos"
+            ),
+            models.CheckConstraint(
+                condition=_in("effect", Effect), name="action_execution_effect_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}:{self.action_id}"

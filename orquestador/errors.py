@@ -1,0 +1,34 @@
+"""Stable error codes, shared by the API, the worker and the admin (SPEC §6).
+
+API errors render as `{"code", "detail"}`; execution error codes are stored in
+`execution.error_code` and shown to clients as `errorCode`. Details shown to clients are safe
+text: never raw provider responses, credentials or internal identifiers beyond the resource's own.
+"""
+
+# API error codes, with their HTTP status.
+UNAUTHENTICATED = "UNAUTHENTICATED"  # 401
+FORBIDDEN = "FORBIDDEN"  # 403: a permission missing from the token's scope
+NOT_FOUND = "NOT_FOUND"  # 404: missing, or not the caller's
+INVALID_BODY = "INVALID_BODY"  # 400
+DATA_INVALID = "DATA_INVALID"  # 422
+DATA_TOO_LARGE = "DATA_TOO_LARGE"  # 422
+UNKNOWN_TRANSITION = "UNKNOWN_TRANSITION"  # 422
+TRANSITION_NOT_ALLOWED = "TRANSITION_NOT_ALLOWED"  # 422
+REVISION_CONFLICT = "REVISION_CONFLICT"  # 409
+REQUEST_BLOCKED = "REQUEST_BLOCKED"  # 409
+
+# Execution error codes (execution.error_code / checkpoint.error_code).
+REQUEST_MODIFIED = "REQUEST_MODIFIED"
+INTEGRATION_UNAVAILABLE = "INTEGRATION_UNAVAILABLE"
+INPUT_INVALID = "INPUT_INVALID"
+OUTPUT_INVALID = "OUTPUT_INVALID"
+CONTRACT_MISMATCH = "CONTRACT_MISMATCH"
+DECISION_NO_MATCH = "DECISION_NO_MATCH"
+DECISION_AMBIGUOUS = "DECISION_AMBIGUOUS"
+RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
+PERMANENT_FAILURE = "PERMANENT_FAILURE"
+UNCERTAIN_WRITE = "UNCERTAIN_WRITE"
+TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, before retries run out
+
+# Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
+MAX_DATA_BYTES = 256 * 1024  # bytes

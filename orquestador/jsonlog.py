@@ -1,0 +1,26 @@
+"""One JSON object per log line, with the execution context the worker attaches."""
+
+import json
+import logging
+import time
+
+# Attributes every LogRecord has; anything else passed through `extra=` is event context.
+_STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    converter = time.gmtime
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                line[key] = value
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, separators=(",", ":"))

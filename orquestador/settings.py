@@ -1,0 +1,178 @@
+"""Settings, read from the environment (django-environ; a `.env` file is read when present).
+
+Secrets have no defaults: a missing one stops the process at start with its name.
+`.env.example` lists every variable with its default and what it does.
+"""
+
+import sys
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+
+def _required(name: str) -> str:
+    value = env.str(name, default="")
+    if not value:
+        raise environ.ImproperlyConfigured(
+            f"{name} is required and not set; see .env.example for what it does."
+        )
+    return value
+
+
+# ------------------------------------------------------------------------------
+# Core
+# ------------------------------------------------------------------------------
+SECRET_KEY = _required("SECRET_KEY")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "orquestador",
+    "executions",
+    "actions",
+    "reconciliation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "orquestador.urls"
+WSGI_APPLICATION = "orquestador.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ------------------------------------------------------------------------------
+# Database: two roles (SPEC §2)
+# ------------------------------------------------------------------------------
+# DATABASE_URL is the restricted runtime role (DML only). MIGRATION_DATABASE_URL owns the schema
+# and is used only by the commands below; every other command runs as the runtime role.
+MIGRATION_COMMANDS = frozenset({"migrate", "grantruntime"})
+DATABASE_URL = _required("DATABASE_URL")
+MIGRATION_DATABASE_URL = env.str("MIGRATION_DATABASE_URL", default="")
+
+_command = sys.argv[1] if len(sys.argv) > 1 and Path(sys.argv[0]).name == "manage.py" else ""
+USING_MIGRATION_ROLE = bool(MIGRATION_DATABASE_URL) and _command in MIGRATION_COMMANDS
+
+DATABASES = {
+    "default": env.db_url_config(MIGRATION_DATABASE_URL if USING_MIGRATION_ROLE else DATABASE_URL),
+}
+DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)  # seconds
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The role that grantruntime grants to: always the user named in DATABASE_URL.
+RUNTIME_DATABASE_USER = env.db_url_config(DATABASE_URL)["USER"]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# ------------------------------------------------------------------------------
+# Authentication, i18n, static
+# ------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".local" / "static"
+
+# ------------------------------------------------------------------------------
+# Feature switches (SPEC §3, §6, §9)
+# ------------------------------------------------------------------------------
+REQUEST_API_ENABLED = env.bool("REQUEST_API_ENABLED", default=False)
+FLOW_ADMIN_ENABLED = env.bool("FLOW_ADMIN_ENABLED", default=False)
+SIMULATION_MODE = env.bool("SIMULATION_MODE", default=False)
+INTEGRATIONS_FILE = env.str("INTEGRATIONS_FILE", default="")
+
+# JWT (SPEC §6): validated locally; HS256 with JWT_SECRET or RS256/ES256 with JWT_PUBLIC_KEY.
+JWT_SECRET = env.str("JWT_SECRET", default="")
+JWT_PUBLIC_KEY = env.str("JWT_PUBLIC_KEY", default="").replace("\\n", "\n")
+JWT_ISSUER = env.str("JWT_ISSUER", default="orquestador")
+JWT_AUDIENCE = env.str("JWT_AUDIENCE", default="orquestador-api")
+
+# Worker (SPEC §3). Raw strings here: orquestador/workerconfig.py validates them once, at start,
+# with messages that name the variable.
+WORKER_ENV = {
+    name: env.str(name, default=default)
+    for name, default in {
+        "WORKER_ENABLED": "false",
+        "WORKER_CONCURRENCY": "10",
+        "WORKER_BATCH": "10",
+        "WORKER_POLL_MS": "500",
+        "WORKER_LEASE_SECONDS": "60",
+        "WORKER_RENEW_SECONDS": "15",
+        "WORKER_DRAIN_SECONDS": "20",
+        "WORKER_RETRY_BASE_SECONDS": "1",
+        "WORKER_RETRY_MAX_SECONDS": "300",
+        "WORKER_RETRY_AFTER_MAX_SECONDS": "600",
+    }.items()
+}
+
+# ------------------------------------------------------------------------------
+# REST framework
+# ------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "orquestador API",
+    "DESCRIPTION": "Submit transitions on requests and poll their executions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# ------------------------------------------------------------------------------
+# Logging: one JSON object per line (orquestador/logging.py)
+# ------------------------------------------------------------------------------
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "orquestador.jsonlog.JsonFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,22 @@
+"""Settings for the test suite.
+
+The suite drives the schema as the migration role (pytest-django creates, migrates and flushes the
+test database with it). What the runtime role may and may not do is tested through connections
+made with DATABASE_URL's credentials against the test database, and through real `runworker` and
+web processes, which run as the runtime role exactly as in production.
+"""
+
+from .settings import *  # noqa: F403
+from .settings import DATABASES, MIGRATION_DATABASE_URL, env
+
+if not MIGRATION_DATABASE_URL:
+    raise environ.ImproperlyConfigured(  # noqa: F405
+        "MIGRATION_DATABASE_URL is required by the test suite; run the README's test command."
+    )
+
+DATABASES["default"] = {
+    **env.db_url_config(MIGRATION_DATABASE_URL),
+    "ENGINE": "django.db.backends.postgresql",
+    "CONN_MAX_AGE": 0,
+}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
