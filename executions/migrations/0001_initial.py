@@ -135,7 +135,10 @@ class Migration(migrations.Migration):
                     "revision",
                     models.BigIntegerField(db_default=1, help_text="+1 on every accepted change."),
                 ),
-                ("version", models.BigIntegerField(db_default=1, help_text="+1 on every row update.")),
+                (
+                    "version",
+                    models.BigIntegerField(db_default=1, help_text="+1 on every row update."),
+                ),
                 (
                     "created_at",
                     models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
