@@ -29,6 +29,10 @@ RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
 PERMANENT_FAILURE = "PERMANENT_FAILURE"
 UNCERTAIN_WRITE = "UNCERTAIN_WRITE"
 TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, before retries run out
+# On a checkpoint: an operator established that this write did not happen and authorised one
+# replay with the same external key (RECONCILIATION.md). The worker runs that one attempt even
+# past the contract's max_attempts.
+REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
 
 # Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
 MAX_DATA_BYTES = 256 * 1024  # bytes
