@@ -1,0 +1,510 @@
+"""Flow definitions (SPEC §4): whole-definition validation, data validation and publication.
+
+A definition is JSON with exactly these top-level keys: `key`, `version`, `initialState`,
+`states`, `dataSchema` (JSON Schema, Draft 2020-12) and `transitions`. A transition has `id`,
+`from`, `actions` (may be empty), `decision` and, optionally, `updates` (default none). An action
+has `id`, `capability`, `version` and `input` (an object of values). A rule has `id`, `when` (a
+condition), `target` and `outcome`. An update has `path` (a pointer into the data) and exactly one
+of `from` (a pointer into the context) or `value` (a literal, taken as is). Unknown keys are
+refused at every level, so a misspelt key never silently means "absent".
+
+Pointers in values start with `/data` or `/actions/<actionId>`. An action's input may read only
+actions that run before it in the same transition; rules and updates may read any action of the
+transition. Problems are reported all at once, each with a JSON-path-like location such as
+`$.transitions[0].actions[1].input.amount.from`.
+
+Published versions are immutable: `flow_publish` stores a new key/version once, treats identical
+content as a no-op and refuses different content. It owns its transaction; the unique constraint
+on (key, version) settles concurrent publishers.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from django.db import IntegrityError, transaction
+from jsonschema.exceptions import best_match
+
+from orquestador import errors
+
+from . import pointer
+from .canonical import canonical_json, compact_size, sha256_hex
+from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
+from .models import Flow
+
+DRAFT = jsonschema.Draft202012Validator
+TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
+TRANSITION_KEYS = ("id", "from", "actions", "decision")
+ACTION_KEYS = ("id", "capability", "version", "input")
+DECISION_KEYS = ("hitPolicy", "rules")
+RULE_KEYS = ("id", "when", "target", "outcome")
+MAX_NAME_LENGTH = 100  # characters: keys, ids and states fit the model's columns
+MAX_VERSION = 2**31 - 1  # PostgreSQL integer
+MAX_NESTING = 32  # levels of conditions or values; deeper is a mistake, not a flow
+MAX_DETAIL = 300  # characters of a schema error message shown back
+
+FLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
+IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_PLAIN_MEMBER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class FlowProblem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class FlowInvalid(Exception):
+    """The definition breaks SPEC §4; `problems` lists every problem found."""
+
+    def __init__(self, problems: list[FlowProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid flow definition: " + "; ".join(map(str, self.problems)))
+
+
+class FlowConflict(Exception):
+    """This key and version is already published with different content."""
+
+
+class DataError(Exception):
+    """Request data refused by the flow's dataSchema or the size limit."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code, self.detail = code, detail
+        super().__init__(f"{code}: {detail}")
+
+
+def member(path: str, name: str) -> str:
+    """The location of member `name` under `path`, written as jsonschema writes JSON paths."""
+    if _PLAIN_MEMBER.fullmatch(name):
+        return f"{path}.{name}"
+    return "{}['{}']".format(path, name.replace("\\", "\\\\").replace("'", "\\'"))
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+class _Checker:
+    """Walks one definition and collects every problem."""
+
+    def __init__(self) -> None:
+        self.problems: list[FlowProblem] = []
+        self.states: set[str] = set()
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(FlowProblem(path, message))
+
+    def object(self, value: Any, path: str, required: tuple, optional: tuple = ()) -> bool:
+        """Check `value` is an object with the required keys and no unknown ones."""
+        if not isinstance(value, dict):
+            self.problem(path, f"must be an object, not {_type_name(value)}")
+            return False
+        for name in required:
+            if name not in value:
+                self.problem(member(path, name), "is required")
+        for name in value:
+            if name not in required and name not in optional:
+                allowed = ", ".join((*required, *optional))
+                self.problem(member(path, name), f"unknown key (allowed: {allowed})")
+        return True
+
+    def name(
+        self, value: Any, path: str, pattern: re.Pattern | None = None, what: str = ""
+    ) -> bool:
+        if not isinstance(value, str) or not value:
+            self.problem(path, f"must be a non-empty string, not {_type_name(value)}")
+            return False
+        if len(value) > MAX_NAME_LENGTH:
+            self.problem(path, f"must be at most {MAX_NAME_LENGTH} characters")
+            return False
+        if pattern is not None and not pattern.fullmatch(value):
+            self.problem(path, f"{value!r} is not {what}")
+            return False
+        return True
+
+    def version(self, value: Any, path: str) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.problem(path, f"must be an integer, not {_type_name(value)}")
+        elif not 1 <= value <= MAX_VERSION:
+            self.problem(path, f"must be between 1 and {MAX_VERSION}")
+
+    # -- the definition ---------------------------------------------------------------------
+
+    def definition(self, definition: Any) -> None:
+        if not self.object(definition, "$", TOP_LEVEL_KEYS):
+            return
+        if "key" in definition:
+            self.name(
+                definition["key"],
+                "$.key",
+                FLOW_KEY,
+                "slug-like (lowercase letters, digits, '-' and '_', starting with a letter "
+                "or digit)",
+            )
+        if "version" in definition:
+            self.version(definition["version"], "$.version")
+        self.state_list(definition.get("states"), "states" in definition)
+        if "initialState" in definition:
+            initial = definition["initialState"]
+            if self.name(initial, "$.initialState") and self.states and initial not in self.states:
+                self.problem("$.initialState", f"{initial!r} is not one of the states")
+        if "dataSchema" in definition:
+            self.data_schema(definition["dataSchema"], "$.dataSchema")
+        if "transitions" in definition:
+            self.transitions(definition["transitions"], "$.transitions")
+
+    def state_list(self, states: Any, present: bool) -> None:
+        if not present:
+            return
+        if not isinstance(states, list) or not states:
+            self.problem("$.states", "must be a non-empty array of state names")
+            return
+        for index, state in enumerate(states):
+            path = f"$.states[{index}]"
+            if self.name(state, path):
+                if state in self.states:
+                    self.problem(path, f"duplicate state {state!r}")
+                self.states.add(state)
+
+    def data_schema(self, schema: Any, path: str) -> None:
+        if not isinstance(schema, dict):
+            self.problem(path, f"must be a JSON Schema object, not {_type_name(schema)}")
+            return
+        declared = schema.get("$schema")
+        if declared is not None and declared != DRAFT.META_SCHEMA["$id"]:
+            self.problem(
+                member(path, "$schema"),
+                f"only JSON Schema Draft 2020-12 ({DRAFT.META_SCHEMA['$id']}) is supported",
+            )
+            return
+        meta = DRAFT(DRAFT.META_SCHEMA, format_checker=DRAFT.FORMAT_CHECKER)
+        for error in meta.iter_errors(schema):
+            self.problem(path + error.json_path[1:], _short(error.message))
+
+    def transitions(self, transitions: Any, path: str) -> None:
+        if not isinstance(transitions, list):
+            self.problem(path, f"must be an array of transitions, not {_type_name(transitions)}")
+            return
+        seen: set[str] = set()
+        for index, transition in enumerate(transitions):
+            tpath = f"{path}[{index}]"
+            if not self.object(transition, tpath, TRANSITION_KEYS, ("updates",)):
+                continue
+            tid = transition.get("id")
+            if "id" in transition and self.name(tid, f"{tpath}.id", IDENTIFIER, "an identifier"):
+                if tid in seen:
+                    self.problem(f"{tpath}.id", f"duplicate transition id {tid!r}")
+                seen.add(tid)
+            if "from" in transition:
+                self.sources(transition["from"], f"{tpath}.from")
+            action_ids = self.actions(transition.get("actions", []), f"{tpath}.actions")
+            if "decision" in transition:
+                self.decision(transition["decision"], f"{tpath}.decision", action_ids)
+            if "updates" in transition:
+                self.updates(transition["updates"], f"{tpath}.updates", action_ids)
+
+    def sources(self, sources: Any, path: str) -> None:
+        if not isinstance(sources, list) or not sources:
+            self.problem(path, "must be a non-empty array of states")
+            return
+        seen: set[str] = set()
+        for index, state in enumerate(sources):
+            spath = f"{path}[{index}]"
+            if not self.name(state, spath):
+                continue
+            if self.states and state not in self.states:
+                self.problem(spath, f"unknown state {state!r}")
+            elif state in seen:
+                self.problem(spath, f"state {state!r} is listed twice")
+            seen.add(state)
+
+    def actions(self, actions: Any, path: str) -> set[str]:
+        """Check the actions; return the ids of all of them (for rules and updates)."""
+        if not isinstance(actions, list):
+            self.problem(path, f"must be an array of actions, not {_type_name(actions)}")
+            return set()
+        earlier: set[str] = set()
+        for index, action in enumerate(actions):
+            apath = f"{path}[{index}]"
+            if not self.object(action, apath, ACTION_KEYS):
+                continue
+            if "capability" in action:
+                self.name(action["capability"], f"{apath}.capability")
+            if "version" in action:
+                self.version(action["version"], f"{apath}.version")
+            if "input" in action:
+                self.input(action["input"], f"{apath}.input", earlier)
+            aid = action.get("id")
+            if "id" in action and self.name(aid, f"{apath}.id", IDENTIFIER, "an identifier"):
+                if aid in earlier:
+                    self.problem(f"{apath}.id", f"duplicate action id {aid!r}")
+                earlier.add(aid)
+        return earlier
+
+    def input(self, mapping: Any, path: str, earlier: set[str]) -> None:
+        if not isinstance(mapping, dict):
+            self.problem(path, f"must be an object of values, not {_type_name(mapping)}")
+            return
+        for name, value in mapping.items():
+            self.value(value, member(path, name), earlier, "earlier actions of this transition")
+
+    # -- values and pointers -----------------------------------------------------------------
+
+    def value(self, value: Any, path: str, actions: set[str], scope: str, depth: int = 0) -> None:
+        if depth > MAX_NESTING:
+            self.problem(path, f"nested more than {MAX_NESTING} levels deep")
+            return
+        if isinstance(value, dict) and len(value) == 1 and "from" in value:
+            self.context_pointer(value["from"], f"{path}.from", actions, scope)
+        elif isinstance(value, dict):
+            for name, inner in value.items():
+                self.value(inner, member(path, name), actions, scope, depth + 1)
+        elif isinstance(value, list):
+            for index, inner in enumerate(value):
+                self.value(inner, f"{path}[{index}]", actions, scope, depth + 1)
+
+    def context_pointer(self, value: Any, path: str, actions: set[str], scope: str) -> None:
+        """A pointer into the context: `/data...` or `/actions/<known action>...`."""
+        try:
+            tokens = pointer.parse(value)
+        except pointer.PointerError as exc:
+            self.problem(path, exc.problem)
+            return
+        if tokens[:1] == ["data"]:
+            return
+        if tokens[:1] == ["actions"] and len(tokens) >= 2:
+            if tokens[1] not in actions:
+                self.problem(path, f"action {tokens[1]!r} is not one of the {scope}")
+            return
+        self.problem(path, f'{value!r} must start with "/data" or "/actions/<actionId>"')
+
+    # -- decision ----------------------------------------------------------------------------
+
+    def decision(self, decision: Any, path: str, actions: set[str]) -> None:
+        if not self.object(decision, path, DECISION_KEYS):
+            return
+        if "hitPolicy" in decision and decision["hitPolicy"] not in HIT_POLICIES:
+            self.problem(f"{path}.hitPolicy", f"must be one of {', '.join(HIT_POLICIES)}")
+        if "rules" not in decision:
+            return
+        rules = decision["rules"]
+        if not isinstance(rules, list) or not rules:
+            self.problem(f"{path}.rules", "must be a non-empty array of rules")
+            return
+        seen: set[str] = set()
+        for index, rule in enumerate(rules):
+            rpath = f"{path}.rules[{index}]"
+            if not self.object(rule, rpath, RULE_KEYS):
+                continue
+            rid = rule.get("id")
+            if "id" in rule and self.name(rid, f"{rpath}.id", IDENTIFIER, "an identifier"):
+                if rid in seen:
+                    self.problem(f"{rpath}.id", f"duplicate rule id {rid!r}")
+                seen.add(rid)
+            if "when" in rule:
+                self.condition(rule["when"], f"{rpath}.when", actions)
+            if "target" in rule:
+                target = rule["target"]
+                if self.name(target, f"{rpath}.target") and self.states:
+                    if target not in self.states:
+                        self.problem(f"{rpath}.target", f"unknown state {target!r}")
+            if "outcome" in rule:
+                self.name(rule["outcome"], f"{rpath}.outcome")
+
+    def condition(self, condition: Any, path: str, actions: set[str], depth: int = 0) -> None:
+        scope = "actions of this transition"
+        if depth > MAX_NESTING:
+            self.problem(path, f"nested more than {MAX_NESTING} levels deep")
+            return
+        if isinstance(condition, bool):
+            return
+        if not isinstance(condition, dict) or len(condition) != 1:
+            self.problem(
+                path,
+                "a condition is true, false or an object with exactly one operator ("
+                + ", ".join(OPERATORS)
+                + ")",
+            )
+            return
+        ((op, operand),) = condition.items()
+        opath = member(path, op)
+        if op in (*COMPARISONS, "in"):
+            if not isinstance(operand, list) or len(operand) != 2:
+                self.problem(opath, f"{op} takes an array of exactly 2 operands")
+                return
+            self.value(operand[0], f"{opath}[0]", actions, scope, depth + 1)
+            second = operand[1]
+            if op == "in" and not (isinstance(second, list) or _is_mapping(second)):
+                self.problem(
+                    f"{opath}[1]", 'must be an array or a {"from": POINTER} mapping to one'
+                )
+                return
+            self.value(second, f"{opath}[1]", actions, scope, depth + 1)
+        elif op == "exists":
+            self.context_pointer(operand, opath, actions, scope)
+        elif op in ("all", "any"):
+            if not isinstance(operand, list) or not operand:
+                self.problem(opath, f"{op} takes a non-empty array of conditions")
+                return
+            for index, inner in enumerate(operand):
+                self.condition(inner, f"{opath}[{index}]", actions, depth + 1)
+        elif op == "not":
+            self.condition(operand, opath, actions, depth + 1)
+        else:
+            self.problem(opath, f"unknown operator (known: {', '.join(OPERATORS)})")
+
+    # -- updates -----------------------------------------------------------------------------
+
+    def updates(self, updates: Any, path: str, actions: set[str]) -> None:
+        if not isinstance(updates, list):
+            self.problem(path, f"must be an array of updates, not {_type_name(updates)}")
+            return
+        for index, update in enumerate(updates):
+            upath = f"{path}[{index}]"
+            if not self.object(update, upath, ("path",), ("from", "value")):
+                continue
+            if "path" in update:
+                self.data_pointer(update["path"], f"{upath}.path")
+            has_from, has_value = "from" in update, "value" in update
+            if has_from == has_value:
+                self.problem(upath, 'needs exactly one of "from" and "value"')
+            elif has_from:
+                self.context_pointer(
+                    update["from"], f"{upath}.from", actions, "actions of this transition"
+                )
+
+    def data_pointer(self, value: Any, path: str) -> None:
+        try:
+            tokens = pointer.parse(value)
+        except pointer.PointerError as exc:
+            self.problem(path, exc.problem)
+            return
+        if not tokens:
+            self.problem(path, "must point inside the data, not at its root")
+        elif "-" in tokens:
+            self.problem(path, 'the append token "-" is not supported')
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and "from" in value
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= MAX_DETAIL else message[: MAX_DETAIL - 3] + "..."
+
+
+# -- public interface ----------------------------------------------------------------------------
+
+
+def validate_definition(definition: Any) -> list[FlowProblem]:
+    """Return every problem of `definition` against SPEC §4; empty when it is valid."""
+    try:
+        canonical_json(definition)
+    except (TypeError, ValueError) as exc:
+        return [FlowProblem("$", f"is not JSON: {exc}")]
+    except RecursionError:
+        return [FlowProblem("$", "is nested too deeply")]
+    checker = _Checker()
+    try:
+        checker.definition(definition)
+    except RecursionError:
+        checker.problem("$", "is nested too deeply")
+    return checker.problems
+
+
+def definition_from_json(text: str | bytes) -> Any:
+    """Parse flow JSON text; refuse duplicate keys and NaN/Infinity (FlowInvalid at `$`)."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+        result: dict = {}
+        for name, value in pairs:
+            if name in result:
+                raise ValueError(f"duplicate key {name!r} in an object")
+            result[name] = value
+        return result
+
+    def no_constant(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        detail = f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        raise FlowInvalid([FlowProblem("$", detail)]) from exc
+    except (ValueError, RecursionError) as exc:
+        raise FlowInvalid([FlowProblem("$", f"invalid JSON: {exc}")]) from exc
+
+
+def validate_data(definition: dict, data: Any) -> None:
+    """Check request data against the size limit and the flow's dataSchema, or raise DataError."""
+    try:
+        size = compact_size(data)
+    except (TypeError, ValueError) as exc:
+        raise DataError(errors.DATA_INVALID, f"$: is not JSON ({exc})") from exc
+    if size > errors.MAX_DATA_BYTES:
+        raise DataError(
+            errors.DATA_TOO_LARGE,
+            f"data is {size} bytes as compact JSON; the limit is {errors.MAX_DATA_BYTES}",
+        )
+    error = best_match(DRAFT(definition["dataSchema"]).iter_errors(data))
+    if error is not None:
+        raise DataError(errors.DATA_INVALID, f"{error.json_path}: {_short(error.message)}")
+
+
+def find_transition(definition: dict, transition_id: str) -> dict | None:
+    """Return the transition with this id, or None."""
+    for transition in definition.get("transitions", []):
+        if transition.get("id") == transition_id:
+            return transition
+    return None
+
+
+def flow_publish(*, definition: dict) -> tuple[Flow, bool]:
+    """Publish a flow version; return (flow, created). Identical content is a no-op."""
+    problems = validate_definition(definition)
+    if problems:
+        raise FlowInvalid(problems)
+    key, version = definition["key"], definition["version"]
+    checksum = sha256_hex(definition)
+    existing = Flow.objects.filter(key=key, version=version).first()
+    if existing is None:
+        try:
+            with transaction.atomic():
+                flow = Flow.objects.create(
+                    key=key, version=version, definition=definition, checksum=checksum
+                )
+            return flow, True
+        except IntegrityError:
+            # Another publisher committed the same key and version first: compare with theirs.
+            existing = Flow.objects.filter(key=key, version=version).first()
+            if existing is None:
+                raise
+    if existing.checksum != checksum:
+        raise FlowConflict(
+            f"{key}@{version} is already published with different content; "
+            "publish a new version instead"
+        )
+    return existing, False
+
+
+def flow_latest(*, key: str) -> Flow | None:
+    """Return the highest published version of the flow `key`, or None."""
+    return Flow.objects.filter(key=key).order_by("-version").first()

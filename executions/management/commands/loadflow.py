@@ -1,0 +1,26 @@
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from executions.flows import FlowConflict, FlowInvalid, definition_from_json, flow_publish
+
+
+class Command(BaseCommand):
+    help = "Publish the flow version in a JSON file (SPEC §4); identical content is a no-op."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("file", help="a flow definition, as JSON")
+
+    def handle(self, *args, file: str, **options) -> None:
+        try:
+            text = Path(file).read_bytes()
+        except OSError as exc:
+            raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from exc
+        try:
+            flow, created = flow_publish(definition=definition_from_json(text))
+        except FlowInvalid as exc:
+            lines = "\n".join(f"  {problem}" for problem in exc.problems)
+            raise CommandError(f"{file}: invalid flow definition:\n{lines}") from exc
+        except FlowConflict as exc:
+            raise CommandError(f"{file}: {exc}") from exc
+        self.stdout.write(f"{'published' if created else 'unchanged'} {flow}")
