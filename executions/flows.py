@@ -20,12 +20,16 @@ on (key, version) settles concurrent publishers.
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 from django.db import IntegrityError, transaction
 from jsonschema.exceptions import best_match
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from orquestador import errors
 
@@ -196,8 +200,30 @@ class _Checker:
             )
             return
         meta = DRAFT(DRAFT.META_SCHEMA, format_checker=DRAFT.FORMAT_CHECKER)
+        valid = True
         for error in meta.iter_errors(schema):
+            valid = False
             self.problem(path + error.json_path[1:], _short(error.message))
+        if valid:
+            self.schema_references(schema, path)
+
+    def schema_references(self, schema: dict, path: str) -> None:
+        """References must stay inside dataSchema and resolve there.
+
+        Validating data must never fetch anything (the evaluator and the API do no I/O), and a
+        reference that does not resolve would only fail later, on somebody's request.
+        """
+        resource = DRAFT202012.create_resource(schema)
+        uri = resource.id() or "urn:orquestador:dataSchema"
+        resolver = Registry().with_resource(uri, resource).crawl().resolver(base_uri=uri)
+        for where, ref in _references(schema, path):
+            if not ref.startswith("#"):
+                self.problem(where, f"{ref!r} is not a local reference (#...) inside dataSchema")
+                continue
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                self.problem(where, f"{ref!r} does not resolve inside dataSchema")
 
     def transitions(self, transitions: Any, path: str) -> None:
         if not isinstance(transitions, list):
@@ -401,6 +427,20 @@ class _Checker:
             self.problem(path, "must point inside the data, not at its root")
         elif "-" in tokens:
             self.problem(path, 'the append token "-" is not supported')
+
+
+def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Yield (location, reference) for every `$ref` and `$dynamicRef` under `node`."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            where = member(path, name)
+            if name in ("$ref", "$dynamicRef") and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _references(value, where)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _references(value, f"{path}[{index}]")
 
 
 def _is_mapping(value: Any) -> bool:

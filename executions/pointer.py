@@ -95,12 +95,12 @@ def _kind(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "boolean"
+        return "a boolean"
     if isinstance(value, int | float):
-        return "number"
+        return "a number"
     if isinstance(value, str):
-        return "string"
-    return type(value).__name__
+        return "a string"
+    return f"a {type(value).__name__}"
 
 
 def _where(prefix: str) -> str:
@@ -140,7 +140,7 @@ def set_value(doc: Any, pointer: str, value: Any) -> None:
             current = current[_array_position(pointer, prefix, current, token)]
         else:
             raise PointerError(
-                pointer, f"cannot write under {_where(prefix)}, which is a {_kind(current)}"
+                pointer, f"cannot write under {_where(prefix)}, which is {_kind(current)}"
             )
         prefix += "/" + escape(token)
     last = tokens[-1]
@@ -150,5 +150,5 @@ def set_value(doc: Any, pointer: str, value: Any) -> None:
         current[_array_position(pointer, prefix, current, last)] = value
     else:
         raise PointerError(
-            pointer, f"cannot write under {_where(prefix)}, which is a {_kind(current)}"
+            pointer, f"cannot write under {_where(prefix)}, which is {_kind(current)}"
         )
