@@ -1,0 +1,245 @@
+"""JWT validation (orquestador/auth.py): what a token must be, and every way one is refused."""
+
+import io
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+
+from orquestador.auth import (
+    LEEWAY_SECONDS,
+    MAX_TOKEN_BYTES,
+    Principal,
+    TokenInvalid,
+    principal_from_token,
+    token_encode,
+)
+from tests.support import tokens
+
+
+@pytest.fixture
+def hs256(settings):
+    settings.JWT_SECRET = tokens.SECRET
+    settings.JWT_PUBLIC_KEY = ""
+    settings.JWT_ISSUER = tokens.ISSUER
+    settings.JWT_AUDIENCE = tokens.AUDIENCE
+    return settings
+
+
+@pytest.fixture
+def rs256(settings):
+    private, public = tokens.rsa_pair()
+    settings.JWT_SECRET = ""
+    settings.JWT_PUBLIC_KEY = public
+    settings.JWT_ISSUER = tokens.ISSUER
+    settings.JWT_AUDIENCE = tokens.AUDIENCE
+    return private, public
+
+
+@pytest.fixture
+def es256(settings):
+    private, public = tokens.ec_pair()
+    settings.JWT_SECRET = ""
+    settings.JWT_PUBLIC_KEY = public
+    settings.JWT_ISSUER = tokens.ISSUER
+    settings.JWT_AUDIENCE = tokens.AUDIENCE
+    return private, public
+
+
+def refused(token: str) -> str:
+    with pytest.raises(TokenInvalid) as caught:
+        principal_from_token(token)
+    return str(caught.value)
+
+
+def test_principal__from_a_valid_hs256_token(hs256):
+    principal = principal_from_token(
+        tokens.token(sub="alice", tenant="acme", scope="requests:write  flows:admin")
+    )
+    assert principal == Principal(
+        subject="alice", tenant="acme", permissions=frozenset({"requests:write", "flows:admin"})
+    )
+    assert principal.snapshot() == {
+        "subject": "alice",
+        "scope": "acme",
+        "roles": ["flows:admin", "requests:write"],
+    }
+
+
+def test_principal__without_scope_has_no_permissions(hs256):
+    assert principal_from_token(tokens.token(scope=None)).permissions == frozenset()
+
+
+def test_principal__audience_list_containing_ours_is_accepted(hs256):
+    principal = principal_from_token(tokens.token(aud=["elsewhere", tokens.AUDIENCE]))
+    assert principal.subject == "alice"
+
+
+def test_refused__expired(hs256):
+    assert "expired" in refused(tokens.token(exp_in=-(LEEWAY_SECONDS + 30)))
+
+
+def test_accepted__expired_within_the_leeway(hs256):
+    assert principal_from_token(tokens.token(exp_in=-5)).subject == "alice"
+
+
+def test_refused__not_valid_yet(hs256):
+    assert "not valid yet" in refused(tokens.token(nbf_in=LEEWAY_SECONDS + 60))
+
+
+def test_accepted__nbf_within_the_leeway(hs256):
+    assert principal_from_token(tokens.token(nbf_in=5)).subject == "alice"
+
+
+def test_refused__wrong_issuer(hs256):
+    assert "issuer" in refused(tokens.token(iss="someone-else"))
+
+
+def test_refused__wrong_audience(hs256):
+    assert "audience" in refused(tokens.token(aud="another-api"))
+
+
+def test_refused__forged_with_another_secret(hs256):
+    assert "signature" in refused(tokens.token(key=tokens.OTHER_SECRET))
+
+
+def test_refused__tampered_payload(hs256):
+    header, _payload, signature = tokens.token(tenant="acme").split(".")
+    other_payload = tokens.token(tenant="globex").split(".")[1]
+    assert "signature" in refused(f"{header}.{other_payload}.{signature}")
+
+
+def test_refused__alg_none(hs256):
+    assert "'none' is not accepted" in refused(tokens.unsigned())
+
+
+@pytest.mark.parametrize("claim", ["exp", "iss", "aud", "sub", "tenant"])
+def test_refused__missing_claim(hs256, claim):
+    overrides = {"exp_in": None} if claim == "exp" else {claim: None}
+    assert f"no '{claim}' claim" in refused(tokens.token(**overrides))
+
+
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [("sub", 42), ("sub", ""), ("tenant", "   "), ("tenant", ["acme"]), ("sub", "x" * 256)],
+)
+def test_refused__identity_claim_of_the_wrong_shape(hs256, claim, value):
+    assert f"'{claim}' claim must be" in refused(tokens.token(**{claim: value}))
+
+
+def test_refused__scope_that_is_not_a_string(hs256):
+    assert "'scope' claim" in refused(tokens.token(scope=["requests:write"]))
+
+
+@pytest.mark.parametrize("value", ["", "abc", "a.b.c", "not a token at all", "e30"])
+def test_refused__malformed(hs256, value):
+    assert "JWT" in refused(value)
+
+
+def test_refused__header_without_alg(hs256):
+    assert "no algorithm" in refused("e30.e30.")
+
+
+def test_refused__oversized_token_is_not_parsed(hs256):
+    assert str(MAX_TOKEN_BYTES) in refused("a" * (MAX_TOKEN_BYTES + 1))
+
+
+def test_rs256__accepted_with_the_configured_public_key(rs256):
+    private, _public = rs256
+    token = tokens.token(key=private, algorithm="RS256", sub="bob")
+    assert principal_from_token(token).subject == "bob"
+
+
+def test_rs256__refuses_a_token_signed_by_another_key(rs256):
+    other, _ = tokens.rsa_pair()
+    assert "signature" in refused(tokens.token(key=other, algorithm="RS256"))
+
+
+def test_rs256__refuses_hs256_keyed_with_the_public_key(rs256):
+    # Algorithm confusion: an attacker who knows the public key signs HS256 with it.
+    _private, public = rs256
+    assert "'HS256' is not accepted" in refused(tokens.hmac_signed(public.encode()))
+
+
+def test_rs256__refuses_es256_and_none(rs256):
+    other, _ = tokens.ec_pair()
+    assert "'ES256' is not accepted" in refused(tokens.token(key=other, algorithm="ES256"))
+    assert "'none' is not accepted" in refused(tokens.unsigned())
+
+
+def test_es256__accepted_with_the_configured_public_key(es256):
+    private, _public = es256
+    token = tokens.token(key=private, algorithm="ES256", tenant="globex")
+    assert principal_from_token(token).tenant == "globex"
+
+
+def test_es256__refuses_rs256_and_hs256(es256):
+    _private, public = es256
+    other, _ = tokens.rsa_pair()
+    assert "'RS256' is not accepted" in refused(tokens.token(key=other, algorithm="RS256"))
+    assert "'HS256' is not accepted" in refused(tokens.hmac_signed(public.encode()))
+
+
+@pytest.mark.parametrize(
+    ("secret", "public_key", "message"),
+    [
+        (tokens.SECRET, "pem", "only one of JWT_SECRET"),
+        ("short", "", "at least 32 bytes"),
+        ("", "", "Neither JWT_SECRET"),
+        ("", "-----BEGIN PUBLIC KEY-----\nnot a key\n-----END PUBLIC KEY-----\n", "not a PEM"),
+    ],
+)
+def test_configuration__refused_keys(settings, secret, public_key, message):
+    settings.JWT_SECRET = secret
+    settings.JWT_PUBLIC_KEY = public_key
+    with pytest.raises(ImproperlyConfigured, match=message):
+        principal_from_token(tokens.token())
+
+
+def test_configuration__refuses_weak_rsa_and_other_curves(settings):
+    # A deliberately weak key: the server must refuse it.
+    weak = tokens.public_pem(rsa.generate_private_key(public_exponent=65537, key_size=1024))  # noqa: S505
+    p384 = tokens.public_pem(ec.generate_private_key(ec.SECP384R1()))
+    settings.JWT_SECRET = ""
+    settings.JWT_PUBLIC_KEY = weak
+    with pytest.raises(ImproperlyConfigured, match="2048"):
+        principal_from_token(tokens.token())
+    settings.JWT_PUBLIC_KEY = p384
+    with pytest.raises(ImproperlyConfigured, match="P-256"):
+        principal_from_token(tokens.token())
+
+
+def test_token_encode__round_trips(hs256):
+    token = token_encode(subject="carol", tenant="acme", scope="flows:admin", ttl_seconds=60)
+    assert jwt.get_unverified_header(token)["alg"] == "HS256"
+    principal = principal_from_token(token)
+    assert (principal.subject, principal.tenant) == ("carol", "acme")
+    assert principal.permissions == frozenset({"flows:admin"})
+
+
+def test_minttoken__prints_a_token_the_api_accepts(hs256):
+    out = io.StringIO()
+    call_command(
+        "minttoken", "--sub", "alice", "--tenant", "acme", "--scope", "requests:read", stdout=out
+    )
+    principal = principal_from_token(out.getvalue().strip())
+    assert principal == Principal("alice", "acme", frozenset({"requests:read"}))
+
+
+def test_minttoken__ttl_sets_the_expiry(hs256):
+    out = io.StringIO()
+    call_command("minttoken", "--sub", "a", "--tenant", "t", "--ttl", "120", stdout=out)
+    payload = jwt.decode(out.getvalue().strip(), options={"verify_signature": False})
+    assert payload["exp"] - payload["iat"] == 120
+
+
+def test_minttoken__refuses_without_jwt_secret(rs256):
+    with pytest.raises(CommandError, match="JWT_SECRET is not set"):
+        call_command("minttoken", "--sub", "alice", "--tenant", "acme", stdout=io.StringIO())
+
+
+def test_minttoken__refuses_a_bad_ttl(hs256):
+    with pytest.raises(CommandError, match="--ttl"):
+        call_command("minttoken", "--sub", "a", "--tenant", "t", "--ttl", "0")
