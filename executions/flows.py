@@ -51,6 +51,7 @@ MAX_DETAIL = 300  # characters of a schema error message shown back
 
 FLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+IDENTIFIER_RULE = "an identifier (letters, digits, '_', '.' and '-', not starting with '.' or '-')"
 _PLAIN_MEMBER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
@@ -133,8 +134,11 @@ class _Checker:
     def name(
         self, value: Any, path: str, pattern: re.Pattern | None = None, what: str = ""
     ) -> bool:
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str):
             self.problem(path, f"must be a non-empty string, not {_type_name(value)}")
+            return False
+        if not value:
+            self.problem(path, "must not be empty")
             return False
         if len(value) > MAX_NAME_LENGTH:
             self.problem(path, f"must be at most {MAX_NAME_LENGTH} characters")
@@ -235,13 +239,17 @@ class _Checker:
             if not self.object(transition, tpath, TRANSITION_KEYS, ("updates",)):
                 continue
             tid = transition.get("id")
-            if "id" in transition and self.name(tid, f"{tpath}.id", IDENTIFIER, "an identifier"):
+            if "id" in transition and self.name(tid, f"{tpath}.id", IDENTIFIER, IDENTIFIER_RULE):
                 if tid in seen:
                     self.problem(f"{tpath}.id", f"duplicate transition id {tid!r}")
                 seen.add(tid)
             if "from" in transition:
                 self.sources(transition["from"], f"{tpath}.from")
-            action_ids = self.actions(transition.get("actions", []), f"{tpath}.actions")
+            action_ids = (
+                self.actions(transition["actions"], f"{tpath}.actions")
+                if "actions" in transition
+                else None
+            )
             if "decision" in transition:
                 self.decision(transition["decision"], f"{tpath}.decision", action_ids)
             if "updates" in transition:
@@ -262,39 +270,48 @@ class _Checker:
                 self.problem(spath, f"state {state!r} is listed twice")
             seen.add(state)
 
-    def actions(self, actions: Any, path: str) -> set[str]:
-        """Check the actions; return the ids of all of them (for rules and updates)."""
+    def actions(self, actions: Any, path: str) -> set[str] | None:
+        """Check the actions; return the ids of all of them, or None when they are unknowable."""
         if not isinstance(actions, list):
             self.problem(path, f"must be an array of actions, not {_type_name(actions)}")
-            return set()
+            return None
         earlier: set[str] = set()
+        complete = True  # False once an action has no usable id: references become unknowable
         for index, action in enumerate(actions):
             apath = f"{path}[{index}]"
             if not self.object(action, apath, ACTION_KEYS):
+                complete = False
                 continue
             if "capability" in action:
                 self.name(action["capability"], f"{apath}.capability")
             if "version" in action:
                 self.version(action["version"], f"{apath}.version")
             if "input" in action:
-                self.input(action["input"], f"{apath}.input", earlier)
+                scope = "earlier actions of this transition"
+                self.input(action["input"], f"{apath}.input", earlier if complete else None, scope)
             aid = action.get("id")
-            if "id" in action and self.name(aid, f"{apath}.id", IDENTIFIER, "an identifier"):
+            if "id" in action and self.name(aid, f"{apath}.id", IDENTIFIER, IDENTIFIER_RULE):
                 if aid in earlier:
                     self.problem(f"{apath}.id", f"duplicate action id {aid!r}")
+            if isinstance(aid, str):
+                # Even a malformed id is declared: pointers to it are not a second problem.
                 earlier.add(aid)
-        return earlier
+            else:
+                complete = False
+        return earlier if complete else None
 
-    def input(self, mapping: Any, path: str, earlier: set[str]) -> None:
+    def input(self, mapping: Any, path: str, earlier: set[str] | None, scope: str) -> None:
         if not isinstance(mapping, dict):
             self.problem(path, f"must be an object of values, not {_type_name(mapping)}")
             return
         for name, value in mapping.items():
-            self.value(value, member(path, name), earlier, "earlier actions of this transition")
+            self.value(value, member(path, name), earlier, scope)
 
     # -- values and pointers -----------------------------------------------------------------
 
-    def value(self, value: Any, path: str, actions: set[str], scope: str, depth: int = 0) -> None:
+    def value(
+        self, value: Any, path: str, actions: set[str] | None, scope: str, depth: int = 0
+    ) -> None:
         if depth > MAX_NESTING:
             self.problem(path, f"nested more than {MAX_NESTING} levels deep")
             return
@@ -307,7 +324,7 @@ class _Checker:
             for index, inner in enumerate(value):
                 self.value(inner, f"{path}[{index}]", actions, scope, depth + 1)
 
-    def context_pointer(self, value: Any, path: str, actions: set[str], scope: str) -> None:
+    def context_pointer(self, value: Any, path: str, actions: set[str] | None, scope: str) -> None:
         """A pointer into the context: `/data...` or `/actions/<known action>...`."""
         try:
             tokens = pointer.parse(value)
@@ -317,14 +334,15 @@ class _Checker:
         if tokens[:1] == ["data"]:
             return
         if tokens[:1] == ["actions"] and len(tokens) >= 2:
-            if tokens[1] not in actions:
+            # With the actions themselves broken, an unknown id would only repeat that problem.
+            if actions is not None and tokens[1] not in actions:
                 self.problem(path, f"action {tokens[1]!r} is not one of the {scope}")
             return
         self.problem(path, f'{value!r} must start with "/data" or "/actions/<actionId>"')
 
     # -- decision ----------------------------------------------------------------------------
 
-    def decision(self, decision: Any, path: str, actions: set[str]) -> None:
+    def decision(self, decision: Any, path: str, actions: set[str] | None) -> None:
         if not self.object(decision, path, DECISION_KEYS):
             return
         if "hitPolicy" in decision and decision["hitPolicy"] not in HIT_POLICIES:
@@ -341,7 +359,7 @@ class _Checker:
             if not self.object(rule, rpath, RULE_KEYS):
                 continue
             rid = rule.get("id")
-            if "id" in rule and self.name(rid, f"{rpath}.id", IDENTIFIER, "an identifier"):
+            if "id" in rule and self.name(rid, f"{rpath}.id", IDENTIFIER, IDENTIFIER_RULE):
                 if rid in seen:
                     self.problem(f"{rpath}.id", f"duplicate rule id {rid!r}")
                 seen.add(rid)
@@ -355,7 +373,9 @@ class _Checker:
             if "outcome" in rule:
                 self.name(rule["outcome"], f"{rpath}.outcome")
 
-    def condition(self, condition: Any, path: str, actions: set[str], depth: int = 0) -> None:
+    def condition(
+        self, condition: Any, path: str, actions: set[str] | None, depth: int = 0
+    ) -> None:
         scope = "actions of this transition"
         if depth > MAX_NESTING:
             self.problem(path, f"nested more than {MAX_NESTING} levels deep")
@@ -399,7 +419,7 @@ class _Checker:
 
     # -- updates -----------------------------------------------------------------------------
 
-    def updates(self, updates: Any, path: str, actions: set[str]) -> None:
+    def updates(self, updates: Any, path: str, actions: set[str] | None) -> None:
         if not isinstance(updates, list):
             self.problem(path, f"must be an array of updates, not {_type_name(updates)}")
             return
