@@ -17,6 +17,7 @@ Outcome classes, and what the worker does with each:
 
 import enum
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,6 +96,33 @@ class Adapter(Protocol):
     fixed_effect: str | None
 
     def call(self, ctx: ActionContext, binding: "Binding") -> ActionResult: ...
+
+
+class RoutableAdapter(Adapter, Protocol):
+    """An adapter that the catalog may route to (INTEGRATIONS_FILE), and what it accepts there.
+
+    `route_options` maps each adapter-specific route key to its `actions.options.Option`; the
+    catalog refuses any other key. Schemas declared here are part of every contract the adapter
+    serves: a contract's own schemas are added to them (allOf), never replace them.
+    """
+
+    route_options: "Mapping[str, Any]"
+    input_schema: dict[str, Any] | None
+    output_schema: dict[str, Any] | None
+
+
+class LookupAdapter(Protocol):
+    """An adapter that can ask its provider whether a write happened, by its external key."""
+
+    def lookup(self, external_key: str, binding: "Binding") -> LookupResult: ...
+
+
+class IntegrationConfigError(Exception):
+    """INTEGRATIONS_FILE is not acceptable; `key` names the TOML key at fault."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key, self.reason = key, reason
+        super().__init__(f"{key}: {reason}")
 
 
 @dataclass(frozen=True)

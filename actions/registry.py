@@ -5,7 +5,10 @@ action, or raises `IntegrationUnavailable` before any call is made. Adapters are
 code; contracts and routes come from the trusted catalog (INTEGRATIONS_FILE, empty by default).
 Simulation capabilities (NO_OP) resolve only when SIMULATION_MODE is true.
 
-Tests that need adapters of their own install a registry with `use_registry`.
+The process registry is built once: the worker calls `load_registry()` at start, so a bad
+INTEGRATIONS_FILE stops it with an `IntegrationConfigError` naming the TOML key; anything else
+that resolves first builds it the same way. Tests that need adapters of their own install a
+registry with `use_registry`.
 """
 
 import contextlib
@@ -14,7 +17,25 @@ from collections.abc import Iterator
 
 from django.conf import settings
 
-from .base import ActionContext, ActionResult, Adapter, Binding, Contract, Outcome, Route
+from .base import (
+    ActionContext,
+    ActionResult,
+    Adapter,
+    Binding,
+    Contract,
+    IntegrationConfigError,
+    Outcome,
+    RoutableAdapter,
+    Route,
+)
+from .catalog import Catalog, load_catalog
+from .http_json import HttpJsonAdapter
+
+DEFAULT_LEASE_SECONDS = 60  # seconds, as WORKER_LEASE_SECONDS defaults
+
+# The trusted adapters a route in INTEGRATIONS_FILE may name. Simulation adapters are not here:
+# they are never routable, and resolve only in simulation mode.
+ADAPTERS: dict[str, RoutableAdapter] = {adapter.name: adapter for adapter in (HttpJsonAdapter(),)}
 
 
 class IntegrationUnavailable(Exception):
@@ -40,6 +61,9 @@ NO_OP = Binding(
     route=Route(capability="NO_OP", version=1, adapter=NoOpAdapter.name),
     adapter=NoOpAdapter(),
 )
+
+# Names of the simulation capabilities: the catalog may not configure them.
+SIMULATION_KEYS = frozenset({"NO_OP@1"})
 
 
 class Registry:
@@ -71,9 +95,51 @@ class Registry:
         return sorted(self._bindings)
 
 
-def build_registry() -> Registry:
-    """The registry for this process: trusted catalog plus, in simulation mode, NO_OP."""
-    return Registry({}, simulation={"NO_OP@1": NO_OP}, simulation_mode=settings.SIMULATION_MODE)
+def lease_seconds() -> float:
+    """WORKER_LEASE_SECONDS as configured; the worker's own check reports a bad value."""
+    try:
+        value = float(settings.WORKER_ENV["WORKER_LEASE_SECONDS"])
+    except (KeyError, ValueError):
+        return DEFAULT_LEASE_SECONDS
+    return value if value > 0 else DEFAULT_LEASE_SECONDS
+
+
+def load_configured_catalog() -> Catalog:
+    """The catalog from INTEGRATIONS_FILE (empty when unset), validated."""
+    return load_catalog(
+        settings.INTEGRATIONS_FILE or None,
+        adapters=ADAPTERS,
+        lease_seconds=lease_seconds(),
+        reserved=SIMULATION_KEYS,
+    )
+
+
+def build_registry(catalog: Catalog | None = None) -> Registry:
+    """The registry for this process: trusted catalog plus, in simulation mode, NO_OP.
+
+    Raises IntegrationConfigError when INTEGRATIONS_FILE is not acceptable.
+    """
+    if catalog is None:
+        catalog = load_configured_catalog()
+    bindings = {
+        key: Binding(contract=catalog.contracts[key], route=route, adapter=ADAPTERS[route.adapter])
+        for key, route in catalog.routes.items()
+    }
+    return Registry(
+        bindings, simulation={"NO_OP@1": NO_OP}, simulation_mode=settings.SIMULATION_MODE
+    )
+
+
+def load_registry() -> Registry:
+    """Validate INTEGRATIONS_FILE and install the process registry (the worker calls this at start).
+
+    Raises IntegrationConfigError, whose message names the TOML key at fault.
+    """
+    global _current
+    registry = build_registry()
+    with _lock:
+        _current = registry
+    return registry
 
 
 _lock = threading.Lock()
@@ -105,4 +171,15 @@ def use_registry(registry: Registry) -> Iterator[Registry]:
             _current = previous
 
 
-__all__ = ["Adapter", "Binding", "IntegrationUnavailable", "Registry", "get_registry", "resolve"]
+__all__ = [
+    "Adapter",
+    "Binding",
+    "IntegrationConfigError",
+    "IntegrationUnavailable",
+    "Registry",
+    "build_registry",
+    "get_registry",
+    "load_registry",
+    "resolve",
+    "use_registry",
+]

@@ -1,0 +1,361 @@
+"""The trusted integration catalog: contracts and routes from INTEGRATIONS_FILE (SPEC §5).
+
+The file is read and validated once, when a process starts; the first problem stops it with an
+`IntegrationConfigError` that names the TOML key (`contracts."payments.charge@1".effect`) and
+says why. No file means an empty catalog. The file never holds credentials: a route names
+environment variables in `headers_from_env`; they must be set when the catalog loads and are read
+again at each call, so their values never reach the catalog, the database or the logs.
+
+Every contract needs a route and every route a contract. Schemas an adapter declares in code are
+part of every contract it serves (a contract's own schemas are added with allOf).
+"""
+
+import datetime as dt
+import math
+import os
+import re
+import tomllib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+
+from .base import Contract, IntegrationConfigError, RoutableAdapter, Route
+from .options import Option, integer, one_of, show_value
+
+EFFECTS = ("READ_ONLY", "IDEMPOTENT_WRITE", "NON_IDEMPOTENT_WRITE")
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_ATTEMPTS_LIMIT = 100
+DEFAULT_TIMEOUT_SECONDS = 10.0  # seconds
+DEFAULT_SCHEMA: dict[str, Any] = {"type": "object"}
+
+# capability@version; the capability fits ActionExecution.capability (200 characters).
+_NAME = re.compile(r"(?P<capability>[A-Za-z][A-Za-z0-9_.-]{0,199})@(?P<version>[1-9][0-9]{0,8})")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Headers the adapters set themselves, and hop-by-hop headers: never from the file.
+RESERVED_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "idempotency-key",
+        "keep-alive",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "user-agent",
+    }
+)
+COMMON_ROUTE_KEYS = ("adapter", "headers_from_env")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    contracts: dict[str, Contract] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
+
+
+def load_catalog(
+    path: str | os.PathLike[str] | None,
+    *,
+    adapters: Mapping[str, RoutableAdapter],
+    lease_seconds: float,
+    environ: Mapping[str, str] | None = None,
+    reserved: Collection[str] = (),
+) -> Catalog:
+    """Read and validate the catalog file; no path means an empty catalog."""
+    if not path:
+        return Catalog()
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise IntegrationConfigError(
+            "INTEGRATIONS_FILE", f"cannot read {os.fspath(path)!r}: {exc.strerror}"
+        ) from None
+    except UnicodeDecodeError:
+        raise IntegrationConfigError("INTEGRATIONS_FILE", "the file is not UTF-8") from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise IntegrationConfigError("INTEGRATIONS_FILE", f"not valid TOML: {exc}") from None
+    return parse_catalog(
+        document,
+        adapters=adapters,
+        lease_seconds=lease_seconds,
+        environ=os.environ if environ is None else environ,
+        reserved=reserved,
+    )
+
+
+def parse_catalog(
+    document: Mapping[str, Any],
+    *,
+    adapters: Mapping[str, RoutableAdapter],
+    lease_seconds: float,
+    environ: Mapping[str, str],
+    reserved: Collection[str] = (),
+) -> Catalog:
+    """Validate a parsed catalog document and build its contracts and routes."""
+    _only_keys("", document, ("contracts", "routes"))
+    contract_tables = _table("contracts", document.get("contracts", {}))
+    route_tables = _table("routes", document.get("routes", {}))
+
+    contracts: dict[str, Contract] = {}
+    for name, table in contract_tables.items():
+        key = _key("contracts", name)
+        capability, version = _name(key, name, reserved)
+        contracts[name] = _contract(key, capability, version, table, lease_seconds)
+
+    routes: dict[str, Route] = {}
+    for name, table in route_tables.items():
+        key = _key("routes", name)
+        capability, version = _name(key, name, reserved)
+        routes[name] = _route(key, capability, version, table, adapters, environ)
+
+    for name in route_tables:
+        if name not in contract_tables:
+            raise IntegrationConfigError(
+                _key("routes", name), f"has no contract: add [{_key('contracts', name)}]"
+            )
+    for name in contract_tables:
+        if name not in route_tables:
+            raise IntegrationConfigError(
+                _key("contracts", name), f"has no route: add [{_key('routes', name)}]"
+            )
+
+    for name, route in routes.items():
+        adapter = adapters[route.adapter]
+        contract = contracts[name]
+        fixed = adapter.fixed_effect
+        if fixed is not None and contract.effect != fixed:
+            raise IntegrationConfigError(
+                _key("contracts", name, "effect"),
+                f"adapter {route.adapter} always has effect {fixed}; "
+                f"this contract declares {contract.effect}",
+            )
+        contracts[name] = _with_adapter_schemas(contract, adapter)
+    return Catalog(contracts=contracts, routes=routes)
+
+
+# ------------------------------------------------------------------------------
+# Contracts
+# ------------------------------------------------------------------------------
+def _contract(
+    key: str, capability: str, version: int, table: Any, lease_seconds: float
+) -> Contract:
+    table = _table(key, table)
+    _only_keys(
+        key, table, ("effect", "max_attempts", "timeout_seconds", "input_schema", "output_schema")
+    )
+    if "effect" not in table:
+        raise IntegrationConfigError(f"{key}.effect", f"is required ({' | '.join(EFFECTS)})")
+    effect = one_of(*EFFECTS)(f"{key}.effect", table["effect"])
+    max_attempts = integer(minimum=1, maximum=MAX_ATTEMPTS_LIMIT)(
+        f"{key}.max_attempts", table.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+    )
+    timeout = _timeout(f"{key}.timeout_seconds", table, lease_seconds)
+    return Contract(
+        capability=capability,
+        version=version,
+        effect=effect,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout,
+        input_schema=_schema(f"{key}.input_schema", table.get("input_schema", DEFAULT_SCHEMA)),
+        output_schema=_schema(f"{key}.output_schema", table.get("output_schema", DEFAULT_SCHEMA)),
+    )
+
+
+def _timeout(key: str, table: Mapping[str, Any], lease_seconds: float) -> float:
+    # Renewals run strictly more often than every half lease, so a call that takes at most half
+    # the lease ends before the lease it started under can expire, even if renewals stop.
+    limit = lease_seconds / 2
+    value = table.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, limit))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise IntegrationConfigError(key, f"must be a number of seconds, got {show_value(value)}")
+    if value <= 0:
+        raise IntegrationConfigError(key, "must be more than 0")
+    if value > limit:
+        raise IntegrationConfigError(
+            key,
+            f"{value:g} does not leave room under WORKER_LEASE_SECONDS={lease_seconds:g}: "
+            f"it must be at most half the lease ({limit:g})",
+        )
+    return float(value)
+
+
+def _schema(key: str, value: Any) -> dict[str, Any]:
+    schema = _table(key, value)
+    _json_only(key, schema)
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        at = f" at {where}" if where else ""
+        raise IntegrationConfigError(
+            key, f"is not a valid JSON Schema{at}: {exc.message}"
+        ) from None
+    return schema
+
+
+def _json_only(key: str, value: Any) -> None:
+    """TOML has dates and times; JSON (and so a schema) does not."""
+    if isinstance(value, dt.date | dt.time):
+        raise IntegrationConfigError(key, "TOML dates and times are not JSON values")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise IntegrationConfigError(key, "inf and nan are not JSON values")
+    if isinstance(value, dict):
+        for item in value.values():
+            _json_only(key, item)
+    elif isinstance(value, list):
+        for item in value:
+            _json_only(key, item)
+
+
+def _with_adapter_schemas(contract: Contract, adapter: RoutableAdapter) -> Contract:
+    def combine(own: dict[str, Any], declared: dict[str, Any] | None) -> dict[str, Any]:
+        if declared is None:
+            return own
+        if own == DEFAULT_SCHEMA:
+            return declared
+        return {"allOf": [declared, own]}
+
+    return Contract(
+        capability=contract.capability,
+        version=contract.version,
+        effect=contract.effect,
+        max_attempts=contract.max_attempts,
+        timeout_seconds=contract.timeout_seconds,
+        input_schema=combine(contract.input_schema, getattr(adapter, "input_schema", None)),
+        output_schema=combine(contract.output_schema, getattr(adapter, "output_schema", None)),
+    )
+
+
+# ------------------------------------------------------------------------------
+# Routes
+# ------------------------------------------------------------------------------
+def _route(
+    key: str,
+    capability: str,
+    version: int,
+    table: Any,
+    adapters: Mapping[str, RoutableAdapter],
+    environ: Mapping[str, str],
+) -> Route:
+    table = _table(key, table)
+    if "adapter" not in table:
+        raise IntegrationConfigError(f"{key}.adapter", "is required")
+    adapter_name = one_of(*sorted(adapters))(f"{key}.adapter", table["adapter"])
+    specs: Mapping[str, Option] = adapters[adapter_name].route_options
+    _only_keys(key, table, (*COMMON_ROUTE_KEYS, *specs))
+    options: dict[str, Any] = {}
+    for option, spec in specs.items():
+        if option in table:
+            options[option] = spec.validate(f"{key}.{option}", table[option])
+        elif spec.required:
+            raise IntegrationConfigError(f"{key}.{option}", f"is required by {adapter_name}")
+        elif spec.default is not None:
+            options[option] = spec.default
+    options["headers_from_env"] = _headers_from_env(
+        f"{key}.headers_from_env", table.get("headers_from_env", {}), environ
+    )
+    return Route(capability=capability, version=version, adapter=adapter_name, options=options)
+
+
+def _headers_from_env(key: str, value: Any, environ: Mapping[str, str]) -> dict[str, str]:
+    """Header name -> environment variable name; every variable must be set, now."""
+    table = _table(key, value)
+    seen: set[str] = set()
+    headers: dict[str, str] = {}
+    for header, variable in table.items():
+        where = f"{key}.{_quote(header)}"
+        if not _HEADER_NAME.fullmatch(header):
+            raise IntegrationConfigError(where, "is not a valid HTTP header name")
+        if header.lower() in RESERVED_HEADERS:
+            raise IntegrationConfigError(where, "is set by the adapter and cannot be configured")
+        if header.lower() in seen:
+            raise IntegrationConfigError(where, "is configured twice (header names ignore case)")
+        seen.add(header.lower())
+        if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
+            raise IntegrationConfigError(
+                where,
+                "must be the name of an environment variable (the value is never written here)",
+            )
+        secret = environ.get(variable, "")
+        if not secret:
+            raise IntegrationConfigError(where, f"environment variable {variable} is not set")
+        # The value is never shown; only whether it can be sent as a header at all.
+        if not header_value_ok(secret):
+            raise IntegrationConfigError(
+                where, f"environment variable {variable} holds characters a header cannot carry"
+            )
+        headers[header] = variable
+    return headers
+
+
+def header_value_ok(value: str) -> bool:
+    """Whether `value` can travel as an HTTP header value (no line breaks, latin-1)."""
+    if any(ch in value for ch in "\r\n\0"):
+        return False
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return value == value.strip()
+
+
+# ------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------
+def _name(key: str, name: str, reserved: Collection[str]) -> tuple[str, int]:
+    match = _NAME.fullmatch(name)
+    if not match:
+        raise IntegrationConfigError(
+            key, "must be written capability@version, e.g. documents.verify@1"
+        )
+    if name in reserved:
+        raise IntegrationConfigError(key, "is reserved for a simulation capability")
+    return match["capability"], int(match["version"])
+
+
+def _table(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise IntegrationConfigError(key, f"must be a table, got {show_value(value)}")
+    return value
+
+
+def _only_keys(key: str, table: Mapping[str, Any], allowed: Collection[str]) -> None:
+    for name in table:
+        if name not in allowed:
+            where = f"{key}.{_quote(name)}" if key else _quote(name)
+            raise IntegrationConfigError(
+                where, f"unknown key (allowed: {', '.join(sorted(allowed))})"
+            )
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _quote(name: str) -> str:
+    """A TOML key as written in the file: bare when it can be, quoted otherwise."""
+    if _BARE_KEY.fullmatch(name):
+        return name
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def _key(section: str, name: str, option: str | None = None) -> str:
+    # capability@version always needs quotes in TOML ('@' and '.' are not bare-key characters).
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    key = f'{section}."{escaped}"'
+    return f"{key}.{option}" if option else key

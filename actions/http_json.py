@@ -1,0 +1,178 @@
+"""`http.json`: a generic JSON-over-HTTP call to the route's URL (SPEC §5).
+
+It sends the resolved input as the JSON body and the external key as `Idempotency-Key`, and
+takes the JSON object it gets back as the output. The route's contract declares the effect of
+the endpoint; `actions.outcomes` turns what happened into an outcome class for that effect.
+
+A 2xx whose body is not a JSON object (not JSON, not an object, over `max_response_bytes`) is
+OUTPUT_INVALID: PERMANENT for a read; for a write the provider acted, so it is UNKNOWN — the
+worker retries an IDEMPOTENT_WRITE with the same key and sends a NON_IDEMPOTENT_WRITE to
+reconciliation, where the lookup by key or an operator supplies the output.
+
+Credentials come only from the environment variables named in `headers_from_env`, read at each
+call; they are never logged, stored or put in a result.
+"""
+
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import quote
+
+from orquestador import errors
+
+from . import outcomes
+from .base import ActionContext, ActionResult, Binding, LookupResult, Outcome
+from .credentials import MissingCredential, credential_headers
+from .options import Option, http_url, integer, one_of, seconds
+from .transport import (
+    DEFAULT_CONNECT_TIMEOUT,
+    USER_AGENT,
+    Deadline,
+    Reply,
+    TransportError,
+    exchange,
+)
+
+DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024  # bytes
+MAX_RESPONSE_BYTES_LIMIT = 16 * 1024 * 1024  # bytes
+METHODS = ("POST", "PUT", "PATCH")
+
+logger = logging.getLogger(__name__)
+
+
+def parse_json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when it is not one (NaN and Infinity are not JSON)."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=refuse)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class HttpJsonAdapter:
+    name = "http.json"
+    fixed_effect = None  # the contract declares the effect of the endpoint
+    input_schema = None
+    output_schema = None
+    route_options = {
+        "url": Option(http_url(), required=True),
+        "method": Option(one_of(*METHODS), default="POST"),
+        "lookup_url": Option(http_url(placeholders=("key",), required=("key",))),
+        "max_response_bytes": Option(
+            integer(minimum=1, maximum=MAX_RESPONSE_BYTES_LIMIT), default=DEFAULT_MAX_RESPONSE_BYTES
+        ),
+        "connect_timeout_seconds": Option(seconds(maximum=60), default=DEFAULT_CONNECT_TIMEOUT),
+    }
+
+    def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
+        options = binding.route.options
+        effect = binding.effect
+        started = time.monotonic()
+        try:
+            headers = self._headers(options, ctx.external_key)
+        except MissingCredential as exc:
+            return outcomes.permanent(
+                f"{exc}; nothing was sent", code=errors.INTEGRATION_UNAVAILABLE
+            )
+        body = json.dumps(ctx.input, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        try:
+            reply = exchange(
+                method=options["method"],
+                url=options["url"],
+                headers=headers,
+                body=body,
+                deadline=Deadline.after(binding.contract.timeout_seconds),
+                connect_timeout=options["connect_timeout_seconds"],
+                max_bytes=options["max_response_bytes"],
+                want_body=lambda status: 200 <= status < 300,
+                cancelled=ctx.cancelled,
+            )
+        except TransportError as exc:
+            result = outcomes.from_transport_error(exc, effect)
+        else:
+            result = self._classify(reply, effect)
+        logger.info(
+            "integration call",
+            extra={
+                "capability": binding.contract.key,
+                "adapter": self.name,
+                "execution_id": ctx.execution_id,
+                "action_id": ctx.action_id,
+                "attempt": ctx.attempt,
+                "outcome": str(result.outcome),
+                "error_code": result.error_code,
+                "elapsed_ms": round((time.monotonic() - started) * 1000),
+            },
+        )
+        return result
+
+    def lookup(self, external_key: str, binding: Binding) -> LookupResult:
+        """Ask the provider whether the write with this key happened (SPEC §5).
+
+        200 with a JSON object: it happened, and that object is its output (offered only when it
+        passes the contract's output schema); 404: it did not; anything else settles nothing.
+        """
+        template = binding.route.options.get("lookup_url")
+        if not template:
+            return LookupResult(happened=None, detail="the route has no lookup_url")
+        options = binding.route.options
+        try:
+            headers = self._headers(options, external_key, body=False)
+        except MissingCredential as exc:
+            return LookupResult(happened=None, detail=str(exc))
+        try:
+            reply = exchange(
+                method="GET",
+                url=template.replace("{key}", quote(external_key, safe="")),
+                headers=headers,
+                body=None,
+                deadline=Deadline.after(binding.contract.timeout_seconds),
+                connect_timeout=options["connect_timeout_seconds"],
+                max_bytes=options["max_response_bytes"],
+                want_body=lambda status: status == 200,
+            )
+        except TransportError as exc:
+            return LookupResult(happened=None, detail=f"lookup failed: {exc.reason}")
+        if reply.status == 404:
+            return LookupResult(happened=False, detail="provider has no write with this key")
+        if reply.status != 200:
+            return LookupResult(happened=None, detail=f"lookup answered HTTP {reply.status}")
+        output = parse_json_object(reply.body or b"")
+        if output is None:
+            return LookupResult(happened=None, detail="lookup answered 200 without a JSON object")
+        return LookupResult(
+            happened=True, output=output, detail="provider has a write with this key"
+        )
+
+    def _headers(self, options: dict[str, Any], key: str, *, body: bool = True) -> dict[str, str]:
+        headers = {
+            "Accept": "application/json",
+            # Ask for an uncompressed body: the size limit then bounds what crosses the wire too.
+            "Accept-Encoding": "identity",
+            "User-Agent": USER_AGENT,
+        }
+        if body:
+            headers["Content-Type"] = "application/json"
+            headers["Idempotency-Key"] = key
+        return {**credential_headers(options.get("headers_from_env", {})), **headers}
+
+    def _classify(self, reply: Reply, effect: str) -> ActionResult:
+        failed = outcomes.from_status(reply.status, effect, reply.retry_after)
+        if failed is not None:
+            return failed
+        if reply.status == 204:
+            return ActionResult(outcome=Outcome.SUCCEEDED, output={})
+        output = parse_json_object(reply.body or b"")
+        if output is not None:
+            return ActionResult(outcome=Outcome.SUCCEEDED, output=output)
+        detail = f"provider answered HTTP {reply.status} without a JSON object"
+        if effect == outcomes.READ_ONLY:
+            return outcomes.permanent(detail, errors.OUTPUT_INVALID)
+        return outcomes.unknown(
+            f"{detail}; the write was applied and its output is unknown", errors.OUTPUT_INVALID
+        )

@@ -1,0 +1,330 @@
+"""HTTP transport shared by the trusted adapters.
+
+Every classification an adapter makes hangs on one question: could the request have reached the
+provider? This module answers it with `Stage` and keeps these invariants:
+- one pooled `requests.Session` per thread, with no automatic retries, no redirects followed and
+  nothing taken from the environment (`trust_env` off: no proxies, netrc or CA overrides), so a
+  call goes to the route's URL and nowhere else;
+- every call has connect and read timeouts, and a total budget: waiting for the status line is
+  bounded by the budget left, and reading the body by a watchdog that shuts the socket at the
+  deadline, so a provider dripping bytes cannot hold a worker thread past it;
+- a body is read only up to a byte limit;
+- failures are `TransportError` values with a fixed, safe reason: no exception text from the
+  network stack, no header, no byte of the provider's body ever leaves this module in an error.
+"""
+
+import contextlib
+import email.utils
+import enum
+import math
+import re
+import socket
+import ssl
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import requests
+import requests.adapters
+import urllib3
+import urllib3.exceptions
+
+DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds, capped by the contract's timeout_seconds
+CHUNK_BYTES = 64 * 1024  # bytes per read while streaming a body
+POOL_SIZE = 4  # connections kept per host by each thread's session
+MAX_RETRY_AFTER_SECONDS = 86_400  # seconds; the worker applies its own, smaller cap
+USER_AGENT = "orquestador"
+
+_MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]{1,64}/[a-z0-9!#$&^_.+-]{1,64}")
+
+
+class Stage(enum.StrEnum):
+    NOT_SENT = "NOT_SENT"  # failed before any byte of the request could reach the provider
+    SENT = "SENT"  # the request was (or may have been) sent; no status came back
+    BODY = "BODY"  # a status came back; its body could not be read in full
+
+
+class TransportError(Exception):
+    """A call that did not produce a complete response. `reason` is safe to store and show."""
+
+    def __init__(
+        self, stage: Stage, reason: str, *, status: int | None = None, final: bool = False
+    ) -> None:
+        self.stage, self.reason, self.status = stage, reason, status
+        # final: retrying cannot help (the request could not even be built, or the body is over
+        # its limit); the adapter decides what that means for its effect.
+        self.final = final
+        super().__init__(f"{stage}: {reason}")
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The total budget of one call, on the monotonic clock."""
+
+    at: float
+
+    @classmethod
+    def after(cls, seconds: float) -> "Deadline":
+        return cls(time.monotonic() + seconds)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    media_type: str  # lower-cased type/subtype from Content-Type, or "" when absent or odd
+    retry_after: float | None  # seconds, parsed and bounded; None when absent or unparseable
+    body: bytes | None  # None when the caller did not want it (or streamed it to a sink)
+    size: int  # bytes of body read
+
+
+# ------------------------------------------------------------------------------
+# Sessions: one per thread, closed when the thread ends
+# ------------------------------------------------------------------------------
+_local = threading.local()
+_finalizers: set[weakref.finalize] = set()  # one per live session, to close them all
+_finalizers_lock = threading.Lock()
+
+
+class _Holder:
+    """Kept in thread-local storage; freed when its thread ends, which closes the session."""
+
+    __slots__ = ("__weakref__", "session")
+
+    def __init__(self, session: requests.Session) -> None:
+        self.session = session
+
+
+def session() -> requests.Session:
+    """This thread's session, created on first use."""
+    holder = getattr(_local, "holder", None)
+    if holder is None:
+        s = requests.Session()
+        s.trust_env = False
+        adapter = requests.adapters.HTTPAdapter(
+            pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE, max_retries=0
+        )
+        s.mount("http://", adapter)
+        s.mount("https://", adapter)
+        holder = _Holder(s)
+        with _finalizers_lock:
+            _finalizers.difference_update([f for f in _finalizers if not f.alive])
+            _finalizers.add(weakref.finalize(holder, s.close))
+        _local.holder = holder
+    return holder.session
+
+
+def close_all_sessions() -> None:
+    """Close every thread's pooled connections (tests, shutdown). Sessions stay usable."""
+    with _finalizers_lock:
+        finalizers = list(_finalizers)
+        _finalizers.clear()
+    for finalizer in finalizers:
+        finalizer()
+    with contextlib.suppress(AttributeError):
+        del _local.holder
+
+
+# ------------------------------------------------------------------------------
+# One exchange
+# ------------------------------------------------------------------------------
+def exchange(
+    *,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    deadline: Deadline,
+    connect_timeout: float,
+    max_bytes: int,
+    want_body: Callable[[int], bool],
+    sink: Callable[[bytes], None] | None = None,
+    cancelled: threading.Event | None = None,
+) -> Reply:
+    """Send one request and read its reply within `deadline`.
+
+    The body is read only when `want_body(status)` is true; it goes to `sink` chunk by chunk
+    when one is given (then `Reply.body` is None), otherwise it is returned.
+    """
+    if cancelled is not None and cancelled.is_set():
+        raise TransportError(Stage.NOT_SENT, "the execution was stopped before the call")
+    remaining = deadline.remaining()
+    if remaining <= 0:
+        raise TransportError(Stage.NOT_SENT, "no time left in the budget before the call")
+    # total bounds connect plus the wait for the status line; read bounds each socket read.
+    timeout = urllib3.Timeout(
+        connect=min(connect_timeout, remaining), read=remaining, total=remaining
+    )
+    try:
+        response = session().request(
+            method,
+            url,
+            headers=dict(headers),
+            data=body,
+            timeout=timeout,
+            stream=True,
+            allow_redirects=False,
+        )
+    except requests.exceptions.ConnectTimeout:
+        raise TransportError(Stage.NOT_SENT, "timed out connecting") from None
+    except requests.exceptions.ReadTimeout:
+        raise TransportError(Stage.SENT, "timed out waiting for the response") from None
+    except requests.exceptions.SSLError as exc:
+        if _certificate_refused(exc):
+            raise TransportError(Stage.NOT_SENT, "TLS certificate refused") from None
+        raise TransportError(Stage.SENT, "TLS failure during the call") from None
+    except requests.exceptions.ConnectionError as exc:
+        if _before_sending(exc):
+            raise TransportError(Stage.NOT_SENT, "could not connect") from None
+        raise TransportError(Stage.SENT, "connection lost after sending") from None
+    except (
+        requests.exceptions.InvalidURL,
+        requests.exceptions.InvalidSchema,
+        requests.exceptions.MissingSchema,
+        requests.exceptions.InvalidHeader,
+    ):
+        raise TransportError(Stage.NOT_SENT, "the request could not be built", final=True) from None
+    except requests.RequestException:
+        raise TransportError(Stage.SENT, "the call failed after sending") from None
+
+    with response:
+        status = response.status_code
+        reply = Reply(
+            status=status,
+            media_type=_media_type(response.headers.get("Content-Type")),
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            body=None,
+            size=0,
+        )
+        if not want_body(status):
+            return reply
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise TransportError(
+                Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
+            )
+        content, size = _read_body(response, deadline, max_bytes, sink, cancelled)
+        return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
+
+
+def _read_body(
+    response: requests.Response,
+    deadline: Deadline,
+    max_bytes: int,
+    sink: Callable[[bytes], None] | None,
+    cancelled: threading.Event | None,
+) -> tuple[bytes | None, int]:
+    status = response.status_code
+    sock = _socket_of(response)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        if sock is not None:
+            # shutdown (not close) wakes a recv blocked in the reading thread; the base-class
+            # call avoids SSLSocket.shutdown, which would also drop its TLS state under it.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(max(0.0, deadline.remaining()), expire)
+    watchdog.daemon = True
+    watchdog.start()
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for chunk in response.iter_content(CHUNK_BYTES):
+            if expired.is_set():
+                break
+            if cancelled is not None and cancelled.is_set():
+                raise TransportError(Stage.BODY, "the execution was stopped", status=status)
+            size += len(chunk)
+            if size > max_bytes:
+                raise TransportError(
+                    Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
+                )
+            if sink is not None:
+                sink(chunk)
+            else:
+                chunks.append(chunk)
+    except TransportError:
+        raise
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError):
+        if not expired.is_set():
+            raise TransportError(
+                Stage.BODY, "connection lost reading the body", status=status
+            ) from None
+    finally:
+        watchdog.cancel()
+    # A body delimited by the connection closing just ends early when the watchdog fires.
+    if expired.is_set():
+        raise TransportError(Stage.BODY, "the time budget ran out reading the body", status=status)
+    return (None if sink is not None else b"".join(chunks)), size
+
+
+def _socket_of(response: requests.Response) -> socket.socket | None:
+    connection = getattr(response.raw, "connection", None)
+    sock = getattr(connection, "sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _before_sending(exc: requests.exceptions.ConnectionError) -> bool:
+    """Whether a connection error happened while connecting, before anything was written.
+
+    urllib3 reports connect failures as MaxRetryError(NewConnectionError or
+    ConnectTimeoutError); anything else (a reset, an early close) may come after the request was
+    written, so it is treated as sent.
+    """
+    cause = exc.args[0] if exc.args else None
+    if isinstance(cause, urllib3.exceptions.MaxRetryError):
+        return isinstance(cause.reason, urllib3.exceptions.ConnectTimeoutError)
+    return False
+
+
+def _certificate_refused(exc: requests.exceptions.SSLError) -> bool:
+    """Certificate verification happens in the handshake, before any request byte is sent."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError | ssl.CertificateError):
+            return True
+        stack.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
+        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
+    return False
+
+
+def _media_type(value: str | None) -> str:
+    if not value:
+        return ""
+    media_type = value.split(";", 1)[0].strip().lower()
+    return media_type if _MEDIA_TYPE.fullmatch(media_type) else ""
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delay-seconds or HTTP-date), bounded.
+
+    A date in the past means 0; anything unparseable means None (the worker's own backoff).
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(min(int(value), MAX_RETRY_AFTER_SECONDS))
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates: RFC 9110 dates are always GMT
+        when = when.replace(tzinfo=UTC)
+    delta = (when - (now or datetime.now(UTC))).total_seconds()
+    if math.isnan(delta):
+        return None
+    return float(min(max(0.0, math.ceil(delta)), MAX_RETRY_AFTER_SECONDS))

@@ -1,0 +1,79 @@
+"""Fixtures for the adapter tests: loopback providers, bindings built through the real catalog."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actions.base import ActionContext, Binding
+from actions.catalog import parse_catalog
+from actions.registry import ADAPTERS, Registry
+from actions.transport import close_all_sessions
+from tests.support.providers import DocumentStore, JsonProvider
+
+LEASE_SECONDS = 60  # seconds
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> Iterator[None]:
+    # Pooled connections to servers that are about to stop would otherwise leak sockets.
+    yield
+    close_all_sessions()
+
+
+@pytest.fixture
+def provider() -> Iterator[JsonProvider]:
+    with JsonProvider() as server:
+        yield server
+
+
+@pytest.fixture
+def store() -> Iterator[DocumentStore]:
+    with DocumentStore() as server:
+        yield server
+
+
+def catalog_registry(document: dict[str, Any], environ: dict[str, str] | None = None) -> Registry:
+    catalog = parse_catalog(
+        document, adapters=ADAPTERS, lease_seconds=LEASE_SECONDS, environ=environ or {}
+    )
+    return Registry(
+        {
+            key: Binding(catalog.contracts[key], route, ADAPTERS[route.adapter])
+            for key, route in catalog.routes.items()
+        }
+    )
+
+
+def binding(
+    capability: str = "provider.write",
+    *,
+    effect: str = "NON_IDEMPOTENT_WRITE",
+    timeout: float = 2.0,
+    environ: dict[str, str] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    **route: Any,
+) -> Binding:
+    """One capability@1 configured through the catalog, as INTEGRATIONS_FILE would."""
+    contract: dict[str, Any] = {"effect": effect, "timeout_seconds": timeout}
+    if output_schema is not None:
+        contract["output_schema"] = output_schema
+    route.setdefault("adapter", "http.json")
+    document = {"contracts": {f"{capability}@1": contract}, "routes": {f"{capability}@1": route}}
+    return catalog_registry(document, environ).resolve(capability, 1)
+
+
+def context(
+    data: dict[str, Any] | None = None, *, key: str = "exec-1:charge", attempt: int = 1
+) -> ActionContext:
+    execution_id, _, action_id = key.partition(":")
+    return ActionContext(
+        input={"amount": 10} if data is None else data,
+        request_id="req-1",
+        execution_id=execution_id,
+        action_id=action_id,
+        owner="alice",
+        scope="acme",
+        external_key=key,
+        attempt=attempt,
+    )

@@ -1,0 +1,382 @@
+"""http.json against a real loopback provider: what is sent, and how each fate is classified."""
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from actions.base import Outcome
+from actions.transport import session
+from orquestador import errors
+from tests.support.providers import (
+    Reply,
+    drop,
+    non_json,
+    non_object,
+    ok,
+    oversized,
+    raw,
+    retry_after_date,
+    slow,
+    slow_body,
+    status,
+)
+
+from .conftest import binding, context
+
+WRITES = ("IDEMPOTENT_WRITE", "NON_IDEMPOTENT_WRITE")
+SECRET_MARK = "provider-secret-detail"
+
+
+def call(b, ctx=None):
+    return b.adapter.call(ctx or context(), b)
+
+
+def _no_leak(result) -> None:
+    assert SECRET_MARK not in repr(result)
+
+
+# ------------------------------------------------------------------------------
+# What is sent
+# ------------------------------------------------------------------------------
+def test_call__sends_input_as_json_with_the_external_key(provider):
+    b = binding(url=provider.url("/charges"))
+
+    result = call(b, context({"amount": 12, "note": "ñ"}, key="e-7:charge"))
+
+    assert result.outcome is Outcome.SUCCEEDED
+    assert result.output == {"id": "op-1", "status": "done"}
+    (seen,) = provider.requests("/charges")
+    assert seen.method == "POST"
+    assert seen.json() == {"amount": 12, "note": "ñ"}
+    assert seen.headers["idempotency-key"] == "e-7:charge"
+    assert seen.headers["content-type"] == "application/json"
+
+
+def test_call__same_key_twice__provider_applies_once(provider):
+    b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
+
+    first, second = call(b), call(b)
+
+    assert first.output == second.output
+    assert provider.calls("/charges") == 2
+    assert len(provider.effects("/charges")) == 1
+
+
+def test_call__uses_the_configured_method(provider):
+    b = binding(url=provider.url("/items/1"), method="PUT", effect="IDEMPOTENT_WRITE")
+
+    assert call(b).outcome is Outcome.SUCCEEDED
+    assert provider.requests()[0].method == "PUT"
+
+
+def test_session__pooled_per_thread(provider):
+    b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
+    call(b, context(key="e:1"))
+    call(b, context(key="e:2"))
+    sessions = []
+    worker = threading.Thread(target=lambda: sessions.append(session()))
+    worker.start()
+    worker.join()
+
+    first, second = provider.requests("/charges")
+    assert first.client == second.client  # the second call reused the pooled connection
+    assert sessions[0] is not session()
+
+
+# ------------------------------------------------------------------------------
+# Time
+# ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("effect", "outcome"),
+    [
+        ("NON_IDEMPOTENT_WRITE", Outcome.UNKNOWN),
+        ("IDEMPOTENT_WRITE", Outcome.UNKNOWN),
+        ("READ_ONLY", Outcome.TRANSIENT),
+    ],
+)
+def test_call__slow_response__read_timeout(provider, effect, outcome):
+    provider.plan("/charges", slow(30))
+    b = binding(url=provider.url("/charges"), effect=effect, timeout=0.5)
+
+    started = time.monotonic()
+    result = call(b)
+
+    assert time.monotonic() - started < 3
+    assert result.outcome is outcome
+    if outcome is Outcome.UNKNOWN:
+        assert result.error_code == errors.UNCERTAIN_WRITE
+
+
+def test_call__body_dripping_past_the_budget__stopped_at_the_deadline(provider):
+    provider.plan("/charges", slow_body(30))
+    b = binding(url=provider.url("/charges"), timeout=1.0)
+
+    started = time.monotonic()
+    result = call(b)
+
+    assert time.monotonic() - started < 2.5
+    assert result.outcome is Outcome.UNKNOWN  # the provider answered 200: the write happened
+    assert "budget" in result.error_detail
+
+
+def test_call__cancelled_before_sending__nothing_sent(provider):
+    b = binding(url=provider.url("/charges"))
+    ctx = context()
+    ctx.cancelled.set()
+
+    result = call(b, ctx)
+
+    assert result.outcome is Outcome.TRANSIENT
+    assert provider.calls() == 0
+
+
+# ------------------------------------------------------------------------------
+# Connections
+# ------------------------------------------------------------------------------
+def test_call__connection_refused__transient_even_for_a_non_idempotent_write():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    b = binding(url=f"http://127.0.0.1:{port}/charges")
+
+    result = call(b)
+
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.error_code == errors.TRANSIENT_FAILURE
+    assert "nothing was sent" in result.error_detail
+
+
+def test_call__dropped_after_body__non_idempotent_write_is_unknown(provider):
+    provider.plan("/charges", drop())
+    b = binding(url=provider.url("/charges"))
+
+    result = call(b)
+
+    assert result.outcome is Outcome.UNKNOWN
+    assert result.error_code == errors.UNCERTAIN_WRITE
+    assert len(provider.effects("/charges")) == 1  # the provider did act
+
+
+def test_call__dropped_after_body__idempotent_retry_with_same_key_applies_once(provider):
+    provider.plan("/charges", drop())
+    b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
+
+    first = call(b, context(attempt=1))
+    second = call(b, context(attempt=2))
+
+    assert first.outcome is Outcome.UNKNOWN
+    assert second.outcome is Outcome.SUCCEEDED
+    keys = {r.headers["idempotency-key"] for r in provider.requests("/charges")}
+    assert keys == {"exec-1:charge"}
+    assert provider.calls("/charges") == 2
+    assert len(provider.effects("/charges")) == 1
+
+
+def test_call__dropped__read_is_transient(provider):
+    provider.plan("/search", drop(apply=False))
+    b = binding(url=provider.url("/search"), effect="READ_ONLY")
+
+    assert call(b).outcome is Outcome.TRANSIENT
+
+
+# ------------------------------------------------------------------------------
+# Status codes
+# ------------------------------------------------------------------------------
+@pytest.mark.parametrize("effect", ["READ_ONLY", *WRITES])
+def test_call__429_with_retry_after_seconds__transient(provider, effect):
+    provider.plan("/charges", status(429, retry_after=7))
+    b = binding(url=provider.url("/charges"), effect=effect)
+
+    result = call(b)
+
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.retry_after == 7
+    _no_leak(result)
+
+
+def test_call__503_with_retry_after_date__transient_for_idempotent_write(provider):
+    provider.plan("/charges", status(503, retry_after=retry_after_date(120)))
+    b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
+
+    result = call(b)
+
+    assert result.outcome is Outcome.TRANSIENT
+    assert 115 <= result.retry_after <= 121
+
+
+@pytest.mark.parametrize("code", [500, 502, 503, 504])
+def test_call__5xx__unknown_for_non_idempotent_write(provider, code):
+    provider.plan("/charges", status(code, retry_after=3))
+    b = binding(url=provider.url("/charges"))
+
+    result = call(b)
+
+    assert result.outcome is Outcome.UNKNOWN
+    assert result.error_code == errors.UNCERTAIN_WRITE
+    _no_leak(result)
+
+
+@pytest.mark.parametrize("effect", ["READ_ONLY", "IDEMPOTENT_WRITE"])
+def test_call__5xx__transient_for_reads_and_idempotent_writes(provider, effect):
+    provider.plan("/charges", status(500))
+    b = binding(url=provider.url("/charges"), effect=effect)
+
+    result = call(b)
+
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.retry_after is None
+
+
+def test_call__408__transient(provider):
+    provider.plan("/charges", status(408))
+
+    assert call(binding(url=provider.url("/charges"))).outcome is Outcome.TRANSIENT
+
+
+@pytest.mark.parametrize("code", [400, 401, 404, 409, 422])
+def test_call__4xx__permanent(provider, code):
+    provider.plan("/charges", status(code))
+    b = binding(url=provider.url("/charges"))
+
+    result = call(b)
+
+    assert result.outcome is Outcome.PERMANENT
+    assert result.error_code == errors.PERMANENT_FAILURE
+    assert str(code) in result.error_detail
+    _no_leak(result)
+
+
+@pytest.mark.parametrize(
+    ("effect", "outcome"),
+    [("READ_ONLY", Outcome.PERMANENT), ("NON_IDEMPOTENT_WRITE", Outcome.UNKNOWN)],
+)
+def test_call__redirect__not_followed(provider, effect, outcome):
+    target = provider.url("/elsewhere")
+    provider.plan(
+        "/charges", Reply(kind="status", status=303, body=b"", headers=(("Location", target),))
+    )
+    b = binding(url=provider.url("/charges"), effect=effect)
+
+    result = call(b)
+
+    assert result.outcome is outcome
+    assert provider.calls("/elsewhere") == 0
+
+
+# ------------------------------------------------------------------------------
+# Bodies
+# ------------------------------------------------------------------------------
+@pytest.mark.parametrize("declared", [True, False])
+@pytest.mark.parametrize(
+    ("effect", "outcome"),
+    [
+        ("READ_ONLY", Outcome.PERMANENT),
+        ("IDEMPOTENT_WRITE", Outcome.UNKNOWN),
+        ("NON_IDEMPOTENT_WRITE", Outcome.UNKNOWN),
+    ],
+)
+def test_call__oversized_body__output_invalid(provider, effect, outcome, declared):
+    provider.plan("/charges", oversized(4096, declare_length=declared))
+    b = binding(url=provider.url("/charges"), effect=effect, max_response_bytes=1024)
+
+    result = call(b)
+
+    assert result.outcome is outcome
+    assert result.error_code == errors.OUTPUT_INVALID
+    assert "1024 bytes" in result.error_detail
+    assert result.output is None
+
+
+def test_call__body_just_under_the_limit__accepted(provider):
+    provider.plan("/charges", oversized(1024))
+    b = binding(url=provider.url("/charges"), max_response_bytes=1024)
+
+    assert call(b).outcome is Outcome.SUCCEEDED
+
+
+@pytest.mark.parametrize("reply", [non_json, non_object])
+@pytest.mark.parametrize(
+    ("effect", "outcome"),
+    [("READ_ONLY", Outcome.PERMANENT), ("NON_IDEMPOTENT_WRITE", Outcome.UNKNOWN)],
+)
+def test_call__2xx_without_a_json_object__output_invalid(provider, reply, effect, outcome):
+    provider.plan("/charges", reply())
+    b = binding(url=provider.url("/charges"), effect=effect)
+
+    result = call(b)
+
+    assert result.outcome is outcome
+    assert result.error_code == errors.OUTPUT_INVALID
+    _no_leak(result)
+
+
+@pytest.mark.parametrize("body", [b'{"a": NaN}', b'{"a": 1', '{"a": "\xff"}'.encode("latin-1")])
+def test_call__2xx_with_invalid_json__output_invalid(provider, body):
+    provider.plan("/charges", raw(body))
+
+    result = call(binding(url=provider.url("/charges"), effect="READ_ONLY"))
+
+    assert result.error_code == errors.OUTPUT_INVALID
+
+
+def test_call__204__empty_output(provider):
+    provider.plan("/charges", raw(b"", code=204))
+
+    result = call(binding(url=provider.url("/charges")))
+
+    assert result.outcome is Outcome.SUCCEEDED
+    assert result.output == {}
+
+
+# ------------------------------------------------------------------------------
+# Credentials
+# ------------------------------------------------------------------------------
+SECRET = "Bearer s3cr3t-token-value"
+
+
+def test_credentials__sent_from_env_and_never_logged_or_returned(provider, monkeypatch, caplog):
+    monkeypatch.setenv("PAYMENTS_AUTH", SECRET)
+    provider.plan("/charges", ok(), status(500), drop())
+    b = binding(
+        url=provider.url("/charges"),
+        headers_from_env={"Authorization": "PAYMENTS_AUTH"},
+        environ={"PAYMENTS_AUTH": SECRET},
+    )
+    caplog.set_level("DEBUG")
+
+    results = [call(b, context(key=f"e:{n}")) for n in range(3)]
+
+    assert [r.outcome for r in results] == [Outcome.SUCCEEDED, Outcome.UNKNOWN, Outcome.UNKNOWN]
+    assert {r.headers["authorization"] for r in provider.requests()} == {SECRET}
+    assert SECRET not in caplog.text
+    assert "s3cr3t" not in repr(results) + repr(b)
+    assert any(r.message == "integration call" for r in caplog.records)
+
+
+def test_credentials__variable_unset_at_call_time__nothing_sent(provider, monkeypatch):
+    monkeypatch.delenv("PAYMENTS_AUTH", raising=False)
+    b = binding(
+        url=provider.url("/charges"),
+        headers_from_env={"Authorization": "PAYMENTS_AUTH"},
+        environ={"PAYMENTS_AUTH": SECRET},
+    )
+
+    result = call(b)
+
+    assert result.outcome is Outcome.PERMANENT
+    assert result.error_code == errors.INTEGRATION_UNAVAILABLE
+    assert "PAYMENTS_AUTH" in result.error_detail
+    assert provider.calls() == 0
+
+
+def test_log_line__carries_no_body(provider, caplog):
+    provider.plan("/charges", status(422))
+    caplog.set_level("DEBUG")
+
+    call(binding(url=provider.url("/charges")), context({"iban": "ES00-private"}))
+
+    lines = [json.dumps(vars(r), default=str) for r in caplog.records]
+    assert not any("ES00-private" in line or SECRET_MARK in line for line in lines)
