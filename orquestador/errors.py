@@ -16,6 +16,12 @@ UNKNOWN_TRANSITION = "UNKNOWN_TRANSITION"  # 422
 TRANSITION_NOT_ALLOWED = "TRANSITION_NOT_ALLOWED"  # 422
 REVISION_CONFLICT = "REVISION_CONFLICT"  # 409
 REQUEST_BLOCKED = "REQUEST_BLOCKED"  # 409
+# An Idempotency-Key already used on this request with a different body.
+IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"  # 422
+FLOW_INVALID = "FLOW_INVALID"  # 422: a flow definition with problems, each with its path
+FLOW_CONFLICT = "FLOW_CONFLICT"  # 409: this key and version is published with other content
+METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"  # 405
+INTERNAL_ERROR = "INTERNAL_ERROR"  # 500: a fault of ours, logged; the detail says nothing more
 
 # Execution error codes (execution.error_code / checkpoint.error_code).
 REQUEST_MODIFIED = "REQUEST_MODIFIED"
@@ -36,3 +42,12 @@ REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
 
 # Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
 MAX_DATA_BYTES = 256 * 1024  # bytes
+
+
+class CodedError(Exception):
+    """An expected refusal, as a value: a stable `code` from this module and safe `detail` text."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail

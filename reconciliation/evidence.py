@@ -1,0 +1,109 @@
+"""What an operator sees, and what a resolution records, about an uncertain write.
+
+Evidence is a JSON-ready snapshot of facts the system already holds (a checkpoint's effect,
+status, attempt, external key, input hash, timestamps and error code) plus, where the route has
+one, the provider's answer to a lookup by external key. It never carries a checkpoint's input, a
+raw provider response or a credential: error details are the adapters' safe text, and even that
+is cut short, because an audit event lives forever.
+"""
+
+import json
+from datetime import datetime
+from typing import Any
+
+import jsonschema
+
+from actions.base import LookupResult
+from executions.models import ActionExecution, CheckpointStatus
+
+# A checkpoint in one of these statuses may or may not have had its effect.
+UNCERTAIN_STATUSES = (CheckpointStatus.RUNNING, CheckpointStatus.UNKNOWN)
+SAFE_DETAIL_CHARS = 300  # characters of an error detail shown or recorded
+LOOKUP_DETAIL_CHARS = 500  # characters of a lookup's detail recorded
+MAX_OUTPUT_BYTES = 64 * 1024  # bytes of compact JSON, for an output recorded by an operator
+
+
+def is_uncertain(checkpoint: ActionExecution) -> bool:
+    return checkpoint.status in UNCERTAIN_STATUSES
+
+
+def clip(text: str | None, limit: int) -> str:
+    """One line of at most `limit` characters."""
+    if not text:
+        return ""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def safe_error(checkpoint: ActionExecution) -> str:
+    """The checkpoint's error as an operator may read it: the code, then a short safe detail."""
+    if not checkpoint.error_code and not checkpoint.error_detail:
+        return ""
+    detail = clip(checkpoint.error_detail, SAFE_DETAIL_CHARS)
+    return f"{checkpoint.error_code or 'ERROR'}: {detail}" if detail else checkpoint.error_code
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def checkpoint_evidence(checkpoint: ActionExecution) -> dict[str, Any]:
+    """A JSON-ready snapshot of a checkpoint, without its input or output."""
+    return {
+        "actionId": checkpoint.action_id,
+        "sequence": checkpoint.sequence,
+        "capability": checkpoint.capability,
+        "capabilityVersion": checkpoint.capability_version,
+        "effect": checkpoint.effect,
+        "status": checkpoint.status,
+        "attempt": checkpoint.attempt,
+        "externalKey": checkpoint.external_key,
+        "inputHash": checkpoint.input_hash,
+        "fencingToken": checkpoint.fencing_token,
+        "errorCode": checkpoint.error_code,
+        "error": safe_error(checkpoint),
+        "startedAt": _iso(checkpoint.started_at),
+        "finishedAt": _iso(checkpoint.finished_at),
+    }
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as compact UTF-8 JSON."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def output_errors(output: Any, schema: dict[str, Any]) -> list[str]:
+    """Why `output` is not a valid output for `schema`; empty when it is."""
+    if not isinstance(output, dict):
+        return ["the output must be a JSON object"]
+    if json_size(output) > MAX_OUTPUT_BYTES:
+        return [f"the output is larger than {MAX_OUTPUT_BYTES} bytes"]
+    validator_class = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator
+    )
+    validator = validator_class(schema)
+    return [
+        clip(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}", 200)
+        for e in sorted(validator.iter_errors(output), key=lambda e: list(e.absolute_path))
+    ][:5]
+
+
+def lookup_evidence(
+    result: LookupResult, checkpoint: ActionExecution, output_schema: dict[str, Any]
+) -> dict[str, Any]:
+    """The provider's answer about one checkpoint's write, as recorded in the audit trail."""
+    output = result.output if result.happened else None
+    problems = output_errors(output, output_schema) if output is not None else []
+    too_large = output is not None and json_size(output) > MAX_OUTPUT_BYTES
+    return {
+        "actionId": checkpoint.action_id,
+        "capability": checkpoint.capability,
+        "capabilityVersion": checkpoint.capability_version,
+        "externalKey": checkpoint.external_key,
+        "happened": result.happened,
+        # The provider's output object, only when it says the write happened and it fits.
+        "output": None if too_large else output,
+        "outputValid": None if output is None else not problems,
+        "outputProblems": problems,
+        "detail": clip(result.detail, LOOKUP_DETAIL_CHARS),
+    }

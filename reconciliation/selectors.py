@@ -1,0 +1,199 @@
+"""Reads for the reconciliation admin: the queue, one case with its evidence, the audit timeline.
+
+Read-only; no locks. The queue of open cases is ordered `created_at, id`, the order of the
+partial index `execution_reconcile_idx` (status = RECONCILIATION_REQUIRED), so the oldest case
+comes first and the order is total, as keyset pagination needs.
+"""
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from executions.models import (
+    ActionExecution,
+    AuditEvent,
+    AuditType,
+    Execution,
+    ExecutionStatus,
+    Request,
+)
+
+from .evidence import checkpoint_evidence, is_uncertain, safe_error
+from .models import BlockedRequest, ReconciliationCase
+
+QUEUE_ORDER = ("created_at", "id")
+TIMELINE_PAYLOAD_CHARS = 4000  # characters of an audit payload shown on the case page
+
+
+def cases() -> QuerySet[ReconciliationCase]:
+    """Executions awaiting an operator, and those an operator has resolved."""
+    resolved = AuditEvent.objects.filter(
+        execution=OuterRef("pk"), type=AuditType.RECONCILIATION_RESOLVED
+    )
+    return (
+        ReconciliationCase.objects.filter(
+            Q(status=ExecutionStatus.RECONCILIATION_REQUIRED) | Q(Exists(resolved))
+        )
+        .select_related("request", "flow")
+        .order_by(*QUEUE_ORDER)
+    )
+
+
+def open_cases() -> QuerySet[ReconciliationCase]:
+    """Executions awaiting an operator, oldest first (served by execution_reconcile_idx)."""
+    return (
+        ReconciliationCase.objects.filter(status=ExecutionStatus.RECONCILIATION_REQUIRED)
+        .select_related("request", "flow")
+        .order_by(*QUEUE_ORDER)
+    )
+
+
+def blocked_requests() -> QuerySet[BlockedRequest]:
+    """Requests held by an execution, longest-held first (served by request_blocked_idx)."""
+    return (
+        BlockedRequest.objects.filter(blocked_by__isnull=False)
+        .select_related("flow", "blocked_by")
+        .order_by("updated_at", "id")
+    )
+
+
+def with_external_key(queryset: QuerySet, key: str, *, execution_field: str) -> QuerySet:
+    """Narrow to rows whose execution has a checkpoint with this external key."""
+    match = ActionExecution.objects.filter(execution=OuterRef(execution_field), external_key=key)
+    return queryset.filter(Exists(match))
+
+
+def with_capability(queryset: QuerySet, capability: str, *, execution_field: str) -> QuerySet:
+    """Narrow to rows whose execution has a checkpoint of `capability@version`."""
+    name, _, version = capability.rpartition("@")
+    match = ActionExecution.objects.filter(
+        execution=OuterRef(execution_field), capability=name, capability_version=version
+    )
+    return queryset.filter(Exists(match))
+
+
+def capabilities(*, statuses: tuple[str, ...] | None = None) -> list[str]:
+    """The `capability@version` names used by checkpoints of executions in these statuses."""
+    rows = ActionExecution.objects.all()
+    if statuses is not None:
+        rows = rows.filter(execution__status__in=statuses)
+    pairs = rows.values_list("capability", "capability_version").distinct()
+    return sorted(f"{name}@{version}" for name, version in pairs)
+
+
+def as_uuid(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text.strip())
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    checkpoint: ActionExecution
+    evidence: dict[str, Any]
+    uncertain: bool
+    error: str
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    event: AuditEvent
+    payload: str  # pretty JSON, cut short
+
+
+@dataclass(frozen=True)
+class LookupView:
+    event: AuditEvent
+    output: str  # pretty JSON of the provider's output, or "" when it gave none
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.event.payload
+
+
+@dataclass(frozen=True)
+class CaseDetail:
+    execution: Execution
+    request: Request
+    checkpoints: list[CheckpointView]
+    lookups: list[LookupView]
+    timeline: list[TimelineEntry]
+
+    @property
+    def is_open(self) -> bool:
+        return self.execution.status == ExecutionStatus.RECONCILIATION_REQUIRED
+
+    @property
+    def uncertain(self) -> list[CheckpointView]:
+        return [view for view in self.checkpoints if view.uncertain]
+
+    def latest_lookup(self, action_id: str) -> dict[str, Any] | None:
+        for view in reversed(self.lookups):
+            if view.payload.get("actionId") == action_id:
+                return view.payload
+        return None
+
+
+def _pretty(payload: Any) -> str:
+    text = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False)
+    if len(text) <= TIMELINE_PAYLOAD_CHARS:
+        return text
+    return text[: TIMELINE_PAYLOAD_CHARS - 1] + "…"
+
+
+def case_detail(*, execution_id: uuid.UUID | str) -> CaseDetail:
+    """Everything the case page shows about one execution. Raises Execution.DoesNotExist."""
+    execution = Execution.objects.select_related("request", "request__flow", "flow").get(
+        pk=execution_id
+    )
+    checkpoints = [
+        CheckpointView(
+            checkpoint=checkpoint,
+            evidence=checkpoint_evidence(checkpoint),
+            uncertain=is_uncertain(checkpoint),
+            error=safe_error(checkpoint) or "",
+        )
+        for checkpoint in ActionExecution.objects.filter(execution=execution).order_by(
+            "sequence", "id"
+        )
+    ]
+    lookups = [
+        LookupView(
+            event=event,
+            output="" if event.payload.get("output") is None else _pretty(event.payload["output"]),
+        )
+        for event in AuditEvent.objects.filter(
+            execution=execution, type=AuditType.RECONCILIATION_EVIDENCE
+        ).order_by("id")
+    ]
+    timeline = [
+        TimelineEntry(event=event, payload=_pretty(event.payload))
+        for event in AuditEvent.objects.filter(request_id=execution.request_id).order_by("id")
+    ]
+    return CaseDetail(
+        execution=execution,
+        request=execution.request,
+        checkpoints=checkpoints,
+        lookups=lookups,
+        timeline=timeline,
+    )
+
+
+def latest_lookup(*, execution_id: uuid.UUID | str, action_id: str) -> dict[str, Any] | None:
+    """The last lookup recorded for one action of an execution, with its audit event id."""
+    event = (
+        AuditEvent.objects.filter(
+            execution_id=execution_id,
+            type=AuditType.RECONCILIATION_EVIDENCE,
+            payload__actionId=action_id,
+        )
+        .order_by("-id")
+        .first()
+    )
+    if event is None:
+        return None
+    return {**event.payload, "auditEventId": event.pk, "recordedAt": event.created_at.isoformat()}
