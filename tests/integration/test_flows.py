@@ -3,6 +3,7 @@
 import copy
 import io
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from executions.flows import (
     validate_data,
 )
 from executions.models import Flow
+from tests.conftest import manage
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEADLINE = 10  # seconds to wait for a condition before failing
@@ -374,3 +376,28 @@ def test_onboarding_example__uses_only_the_simulation_capability():
         for action in transition["actions"]
     }
     assert capabilities == {("NO_OP", 1)}
+
+
+@pytest.mark.process
+@pytest.mark.django_db(transaction=True)
+def test_loadflow__as_a_real_process_on_the_runtime_role(process_env, tmp_path):
+    def run(path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            manage("loadflow", str(path)),
+            env=process_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    first = run(EXAMPLES / "onboarding.json")
+    assert (first.returncode, first.stdout) == (0, "published onboarding@1\n"), first.stderr
+    again = run(EXAMPLES / "onboarding.json")
+    assert (again.returncode, again.stdout) == (0, "unchanged onboarding@1\n"), again.stderr
+
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({**example("onboarding"), "version": 2, "initialState": "X"}))
+    refused = run(broken)
+    assert refused.returncode != 0
+    assert "$.initialState: 'X' is not one of the states" in refused.stderr
+    assert list(Flow.objects.values_list("key", "version")) == [("onboarding", 1)]
