@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from executions.canonical import canonical_json, compact_size, sha256_hex
 from executions.flows import (
     DataError,
     FlowInvalid,
@@ -790,3 +791,24 @@ def test_find_transition():
     definition = example("onboarding")
     assert find_transition(definition, "approve")["from"] == ["SUBMITTED"]
     assert find_transition(definition, "nope") is None
+
+
+# -- canonical JSON (checksums and size limits) --------------------------------------------------
+
+
+def test_canonical_json__sorted_compact_utf8():
+    assert canonical_json({"b": [1, {"d": 1, "c": "é"}], "a": None}) == (
+        '{"a":null,"b":[1,{"c":"é","d":1}]}'
+    )
+
+
+def test_sha256_hex__ignores_key_order_but_not_values():
+    assert sha256_hex({"a": 1, "b": 2}) == sha256_hex({"b": 2, "a": 1})
+    assert sha256_hex({"a": 1}) != sha256_hex({"a": "1"})
+    assert sha256_hex({}) == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+
+
+def test_compact_size__counts_utf8_bytes():
+    assert compact_size({"a": "é"}) == len('{"a":"é"}'.encode()) == 10
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        compact_size(float("nan"))
