@@ -127,6 +127,12 @@ JWT_SECRET = env.str("JWT_SECRET", default="")
 JWT_PUBLIC_KEY = env.str("JWT_PUBLIC_KEY", default="").replace("\\n", "\n")
 JWT_ISSUER = env.str("JWT_ISSUER", default="orquestador")
 JWT_AUDIENCE = env.str("JWT_AUDIENCE", default="orquestador-api")
+# The API must not start unable to authenticate anyone (orquestador/auth.py checks the key itself).
+if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC_KEY):
+    raise environ.ImproperlyConfigured(
+        "REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED is true, but neither JWT_SECRET (HS256) nor "
+        "JWT_PUBLIC_KEY (RS256/ES256) is set; set one of them (see .env.example)."
+    )
 
 # Worker (SPEC §3). Raw strings here: orquestador/workerconfig.py validates them once, at start,
 # with messages that name the variable.
@@ -156,6 +162,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "orquestador.api_errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "orquestador API",

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from . import health
 
@@ -7,4 +7,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
+    path("api/", include("executions.api.urls")),
 ]
+
+handler500 = "orquestador.api_errors.server_error"

@@ -1,0 +1,1 @@
+"""The REST API of SPEC §6: requests, transitions, executions and, for admins, flows."""

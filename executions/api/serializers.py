@@ -1,0 +1,194 @@
+"""The API's JSON shapes, in camelCase: bodies it accepts (strict) and views it returns.
+
+Input serializers refuse what they do not know: an unknown field, a string where an integer is
+expected (no "5" for 5, no true for 1), a non-object body. Each refusal names the field.
+"""
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..flows import MAX_NAME_LENGTH, MAX_VERSION
+from ..models import Execution, ExecutionStatus, Request
+
+MAX_REVISION = 2**63 - 1  # PostgreSQL bigint
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, taken as sent (no coercion from numbers, no trimming)."""
+
+    default_error_messages = {"invalid": "must be a string"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer (no strings, booleans or fractions)."""
+
+    default_error_messages = {"invalid": "must be an integer"}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JsonObjectField(serializers.Field):
+    """A JSON object, taken as sent."""
+
+    default_error_messages = {"invalid": "must be a JSON object"}
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class StrictSerializer(serializers.Serializer):
+    """A body that must be a JSON object holding only the declared fields."""
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["the body must be a JSON object"]}
+            )
+        return super().run_validation(data)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        unknown = [name for name in data if name not in self.fields]
+        if unknown:
+            allowed = ", ".join(self.fields)
+            raise serializers.ValidationError(
+                {name[:100]: [f"unknown field (allowed: {allowed})"] for name in unknown}
+            )
+        return super().to_internal_value(data)
+
+
+def _messages(**extra: str) -> dict[str, str]:
+    return {"required": "is required", "null": "must not be null", **extra}
+
+
+class RequestCreateSerializer(StrictSerializer):
+    flowKey = StrictCharField(
+        max_length=MAX_NAME_LENGTH,
+        error_messages=_messages(
+            blank="must not be empty", max_length=f"must be at most {MAX_NAME_LENGTH} characters"
+        ),
+        help_text="The key of a published flow.",
+    )
+    flowVersion = StrictIntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_VERSION,
+        error_messages=_messages(
+            min_value="must be at least 1", max_value=f"must be at most {MAX_VERSION}"
+        ),
+        help_text="A published version of the flow; without it, the highest one.",
+    )
+    data = JsonObjectField(
+        error_messages=_messages(),
+        help_text="The request's data: validated against the flow's dataSchema, and at most "
+        "256 KiB as compact UTF-8 JSON.",
+    )
+
+
+class TransitionAcceptSerializer(StrictSerializer):
+    transitionId = StrictCharField(
+        max_length=MAX_NAME_LENGTH,
+        error_messages=_messages(
+            blank="must not be empty", max_length=f"must be at most {MAX_NAME_LENGTH} characters"
+        ),
+        help_text="The id of a transition of the request's flow.",
+    )
+    expectedRevision = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_REVISION,
+        error_messages=_messages(
+            min_value="must be at least 1", max_value=f"must be at most {MAX_REVISION}"
+        ),
+        help_text="The request revision the caller saw; a different current one is a conflict.",
+    )
+
+
+class RequestViewSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    flowKey = serializers.CharField(source="flow.key")
+    flowVersion = serializers.IntegerField(source="flow.version")
+    state = serializers.CharField()
+    revision = serializers.IntegerField()
+    data = JsonObjectField()
+    blocked = serializers.SerializerMethodField(
+        help_text="True while an execution holds the request."
+    )
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+    def get_blocked(self, request: Request) -> bool:
+        return request.blocked_by_id is not None
+
+
+class ExecutionViewSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    requestId = serializers.UUIDField(source="request_id")
+    transitionId = serializers.CharField(source="transition_id")
+    status = serializers.ChoiceField(choices=ExecutionStatus.choices)
+    outcome = serializers.SerializerMethodField(help_text="The business outcome, once decided.")
+    targetState = serializers.SerializerMethodField(
+        method_name="get_target_state", help_text="The state the request moves to."
+    )
+    errorCode = serializers.CharField(
+        source="error_code", allow_null=True, help_text="A stable error code, when it failed."
+    )
+    attempts = serializers.IntegerField()
+    createdAt = serializers.DateTimeField(source="created_at")
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+
+    def get_outcome(self, execution: Execution) -> str | None:
+        return (execution.result or {}).get("outcome")
+
+    def get_target_state(self, execution: Execution) -> str | None:
+        return (execution.result or {}).get("targetState")
+
+
+class FlowViewSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    version = serializers.IntegerField()
+    checksum = serializers.CharField(help_text="SHA-256 of the definition's canonical JSON.")
+    publishedAt = serializers.DateTimeField(source="published_at")
+
+
+class FlowDefinitionSerializer(serializers.Serializer):
+    """Documentation only: a flow definition as SPEC §4 describes it."""
+
+    key = serializers.CharField()
+    version = serializers.IntegerField()
+    initialState = serializers.CharField()
+    states = serializers.ListField(child=serializers.CharField())
+    dataSchema = JsonObjectField()
+    transitions = serializers.ListField(child=JsonObjectField())
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="A stable error code.")
+    detail = serializers.CharField(help_text="What is wrong, for people.")
+
+
+class FlowProblemSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="Where in the definition, e.g. $.transitions[0].id")
+    message = serializers.CharField()
+
+
+class FlowInvalidSerializer(ErrorSerializer):
+    problems = FlowProblemSerializer(many=True)

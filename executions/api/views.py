@@ -1,0 +1,342 @@
+"""The API's HTTP interface: authenticate, parse, call one selector or service, render.
+
+Views hold no business rules. Every error leaves as a value (`CodedError` or a DRF exception) and
+is rendered by `orquestador.api_errors.exception_handler` as `{"code", "detail"}`. The OpenAPI
+description of each operation lists every status it can answer with.
+"""
+
+import re
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request as DrfRequest
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orquestador import errors
+from orquestador.auth import (
+    FLOWS_ADMIN,
+    REQUESTS_READ,
+    REQUESTS_READ_TENANT,
+    REQUESTS_WRITE,
+    BearerAuthentication,
+    HasPermission,
+)
+from orquestador.errors import CodedError
+
+from .. import selectors, services
+from ..flows import flow_publish
+from .parsers import StrictJSONParser
+from .serializers import (
+    ErrorSerializer,
+    ExecutionViewSerializer,
+    FlowDefinitionSerializer,
+    FlowInvalidSerializer,
+    FlowViewSerializer,
+    RequestCreateSerializer,
+    RequestViewSerializer,
+    TransitionAcceptSerializer,
+)
+
+READ = (REQUESTS_READ, REQUESTS_READ_TENANT)
+# Idempotency-Key: 1 to 255 visible ASCII characters, spaces allowed inside.
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
+
+
+class BearerScheme(OpenApiAuthenticationExtension):
+    target_class = BearerAuthentication
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+
+
+class JsonOnly(DefaultContentNegotiation):
+    """Answer JSON whatever the Accept header says: there is no other representation."""
+
+    def select_renderer(
+        self, request: DrfRequest, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class ApiView(APIView):
+    authentication_classes = [BearerAuthentication]
+    permission_classes = [HasPermission]
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonOnly
+    metadata_class = None  # OPTIONS is not served: 405
+    # Permissions by HTTP method; holding any one of a method's permissions is enough.
+    required_permissions: dict[str, tuple[str, ...]] = {}
+
+
+def json_body(request: DrfRequest) -> Any:
+    """The parsed JSON body, or INVALID_BODY when it is missing or not sent as JSON."""
+    if request.stream is None:
+        raise CodedError(errors.INVALID_BODY, "the body is empty; send a JSON object")
+    media_type = request.content_type.split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise CodedError(
+            errors.INVALID_BODY, "the body must be JSON, sent with Content-Type: application/json"
+        )
+    return request.data
+
+
+def validated(serializer_class: type[serializers.Serializer], request: DrfRequest) -> dict:
+    serializer = serializer_class(data=json_body(request))
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def idempotency_key(request: DrfRequest) -> str | None:
+    value = request.headers.get("Idempotency-Key")
+    if value is None:
+        return None
+    if not IDEMPOTENCY_KEY.fullmatch(value):
+        raise CodedError(
+            errors.INVALID_BODY,
+            "Idempotency-Key header: must be 1 to 255 visible ASCII characters",
+        )
+    return value
+
+
+# -- OpenAPI: the errors each operation can answer with -----------------------------------------
+
+
+def _error(description: str, serializer: type = ErrorSerializer) -> OpenApiResponse:
+    return OpenApiResponse(response=serializer, description=description)
+
+
+INVALID_BODY = _error(
+    "INVALID_BODY: malformed JSON, a body that is not a JSON object or not sent as "
+    "application/json, an unknown field, a missing field or one of the wrong type (the detail "
+    "names it), or a body over 1 MiB."
+)
+UNAUTHENTICATED = _error(
+    "UNAUTHENTICATED: no bearer token, or one that is malformed, expired, not yet valid, forged, "
+    "for another issuer or audience, signed with another algorithm, or missing a claim. "
+    "Answered with WWW-Authenticate: Bearer."
+)
+FORBIDDEN = _error("FORBIDDEN: the token's scope lacks the permission this call needs.")
+METHOD_NOT_ALLOWED = _error("METHOD_NOT_ALLOWED: the path does not serve this method.")
+WWW_AUTHENTICATE = OpenApiParameter(
+    "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401]
+)
+
+
+def _path_id(name: str, what: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        OpenApiTypes.UUID,
+        OpenApiParameter.PATH,
+        description=f"The {what}'s id. Anything that is not one of the caller's is a 404.",
+    )
+
+
+# -- endpoints --------------------------------------------------------------------------------
+
+
+class RequestCollectionView(ApiView):
+    required_permissions = {"POST": (REQUESTS_WRITE,)}
+
+    @extend_schema(
+        operation_id="requests_create",
+        summary="Create a request on a published flow",
+        description="The request starts in the flow's initialState, owned by the token's sub in "
+        "its tenant. Without flowVersion, the highest published version. Needs requests:write.",
+        request=RequestCreateSerializer,
+        parameters=[
+            WWW_AUTHENTICATE,
+            OpenApiParameter("Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[201]),
+        ],
+        responses={
+            201: RequestViewSerializer,
+            400: INVALID_BODY,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: _error("NOT_FOUND: no published flow has this flowKey (and flowVersion)."),
+            405: METHOD_NOT_ALLOWED,
+            422: _error(
+                "DATA_INVALID: data does not satisfy the flow's dataSchema (the detail names "
+                "the path); DATA_TOO_LARGE: data is over 256 KiB as compact UTF-8 JSON."
+            ),
+        },
+    )
+    def post(self, request: DrfRequest) -> Response:
+        body = validated(RequestCreateSerializer, request)
+        created = services.request_create(
+            principal=request.user,
+            flow_key=body["flowKey"],
+            flow_version=body.get("flowVersion"),
+            data=body["data"],
+        )
+        return Response(
+            RequestViewSerializer(created).data,
+            status=status.HTTP_201_CREATED,
+            headers={"Location": f"/api/v1/requests/{created.id}"},
+        )
+
+
+class RequestDetailView(ApiView):
+    required_permissions = {"GET": READ}
+
+    @extend_schema(
+        operation_id="requests_retrieve",
+        summary="Read a request",
+        description="Needs requests:read (the caller's own requests) or requests:read:tenant "
+        "(every request of the caller's tenant).",
+        parameters=[_path_id("request_id", "request"), WWW_AUTHENTICATE],
+        responses={
+            200: RequestViewSerializer,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: _error("NOT_FOUND: no such request, or not one the caller may read."),
+            405: METHOD_NOT_ALLOWED,
+        },
+    )
+    def get(self, request: DrfRequest, request_id: str) -> Response:
+        found = selectors.request_get(principal=request.user, request_id=request_id)
+        return Response(RequestViewSerializer(found).data)
+
+
+class TransitionCollectionView(ApiView):
+    required_permissions = {"POST": (REQUESTS_WRITE,)}
+
+    @extend_schema(
+        operation_id="requests_transitions_create",
+        summary="Accept a transition on a request",
+        description="In one transaction: checks the transition exists and the request's state "
+        "allows it, that the request is not blocked and is at expectedRevision; then increments "
+        "the revision, blocks the request and creates a PENDING execution for the workers. "
+        "With an Idempotency-Key, a retry of the same body on the same request returns the "
+        "same execution (202), even after the request has moved on. Needs requests:write.",
+        request=TransitionAcceptSerializer,
+        parameters=[
+            _path_id("request_id", "request"),
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="1 to 255 visible ASCII characters, unique per acceptance you mean.",
+            ),
+            WWW_AUTHENTICATE,
+            OpenApiParameter(
+                "Location",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                response=[202],
+                description="/api/v1/executions/{executionId}",
+            ),
+        ],
+        responses={
+            202: ExecutionViewSerializer,
+            400: INVALID_BODY,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: _error("NOT_FOUND: no such request, or not one of the caller's."),
+            405: METHOD_NOT_ALLOWED,
+            409: _error(
+                "REVISION_CONFLICT: expectedRevision is not the request's revision; "
+                "REQUEST_BLOCKED: an execution holds the request until it finishes."
+            ),
+            422: _error(
+                "UNKNOWN_TRANSITION: the flow has no such transition; TRANSITION_NOT_ALLOWED: "
+                "the request's state is not one the transition starts from; "
+                "IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used on this request with a "
+                "different body."
+            ),
+        },
+    )
+    def post(self, request: DrfRequest, request_id: str) -> Response:
+        body = validated(TransitionAcceptSerializer, request)
+        execution, _created = services.transition_accept(
+            principal=request.user,
+            request_id=request_id,
+            transition_id=body["transitionId"],
+            expected_revision=body["expectedRevision"],
+            idempotency_key=idempotency_key(request),
+        )
+        return Response(
+            ExecutionViewSerializer(execution).data,
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": f"/api/v1/executions/{execution.id}"},
+        )
+
+
+class ExecutionDetailView(ApiView):
+    required_permissions = {"GET": READ}
+
+    @extend_schema(
+        operation_id="executions_retrieve",
+        summary="Read an execution",
+        description="Its status and, once decided, the business outcome and target state; a "
+        "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
+        parameters=[_path_id("execution_id", "execution"), WWW_AUTHENTICATE],
+        responses={
+            200: ExecutionViewSerializer,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: _error("NOT_FOUND: no such execution, or not one the caller may read."),
+            405: METHOD_NOT_ALLOWED,
+        },
+    )
+    def get(self, request: DrfRequest, execution_id: str) -> Response:
+        found = selectors.execution_get(principal=request.user, execution_id=execution_id)
+        return Response(ExecutionViewSerializer(found).data)
+
+
+class FlowCollectionView(ApiView):
+    required_permissions = {"GET": (FLOWS_ADMIN,), "POST": (FLOWS_ADMIN,)}
+
+    @extend_schema(
+        operation_id="flows_list",
+        summary="List published flow versions",
+        description="Every published version, by key then version. Needs flows:admin.",
+        parameters=[WWW_AUTHENTICATE],
+        responses={
+            200: FlowViewSerializer(many=True),
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            405: METHOD_NOT_ALLOWED,
+        },
+    )
+    def get(self, request: DrfRequest) -> Response:
+        return Response(FlowViewSerializer(selectors.flow_list(), many=True).data)
+
+    @extend_schema(
+        operation_id="flows_publish",
+        summary="Publish a flow version",
+        description="The body is a flow definition (SPEC §4). A new key and version is stored "
+        "(201); the same content again changes nothing (200). Needs flows:admin.",
+        request=FlowDefinitionSerializer,
+        parameters=[WWW_AUTHENTICATE],
+        responses={
+            200: OpenApiResponse(FlowViewSerializer, description="Already published as sent."),
+            201: OpenApiResponse(FlowViewSerializer, description="Published."),
+            400: INVALID_BODY,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            405: METHOD_NOT_ALLOWED,
+            409: _error("FLOW_CONFLICT: this key and version is published with other content."),
+            422: _error(
+                "FLOW_INVALID: the definition breaks SPEC §4; `problems` lists every problem "
+                "with its path. Nothing is stored.",
+                FlowInvalidSerializer,
+            ),
+        },
+    )
+    def post(self, request: DrfRequest) -> Response:
+        definition = json_body(request)
+        if not isinstance(definition, dict):
+            raise CodedError(errors.INVALID_BODY, "the body must be a JSON object (a flow)")
+        flow, created = flow_publish(definition=definition)
+        return Response(
+            FlowViewSerializer(flow).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )

@@ -1,0 +1,58 @@
+"""Who may see and change which requests and executions, as SQL filters (SPEC §6).
+
+Invariants:
+- every query for a request or an execution on behalf of a caller starts from one of the
+  querysets below, so the caller's tenant, and the owner unless the caller may read the whole
+  tenant, are in its WHERE clause: nothing is fetched first and checked afterwards;
+- writes always need both owner and tenant; `requests:read:tenant` widens reads only;
+- a resource outside the filter is indistinguishable from a missing one (the caller gets 404).
+"""
+
+import uuid
+
+from django.db.models import Q, QuerySet
+
+from executions.models import Execution, Request
+
+from .auth import REQUESTS_READ_TENANT, Principal
+
+
+def _request_filter(principal: Principal, *, prefix: str = "", whole_tenant: bool) -> Q:
+    condition = Q(**{f"{prefix}scope": principal.tenant})
+    if not whole_tenant:
+        condition &= Q(**{f"{prefix}owner": principal.subject})
+    return condition
+
+
+def requests_readable(principal: Principal) -> QuerySet[Request]:
+    """The requests `principal` may read: its own, or its tenant's with requests:read:tenant."""
+    whole_tenant = principal.has(REQUESTS_READ_TENANT)
+    return Request.objects.filter(_request_filter(principal, whole_tenant=whole_tenant))
+
+
+def requests_writable(principal: Principal) -> QuerySet[Request]:
+    """The requests `principal` may change: its own, in its tenant."""
+    return Request.objects.filter(_request_filter(principal, whole_tenant=False))
+
+
+def executions_readable(principal: Principal) -> QuerySet[Execution]:
+    """The executions of the requests `principal` may read (a join on the request)."""
+    whole_tenant = principal.has(REQUESTS_READ_TENANT)
+    return Execution.objects.filter(
+        _request_filter(principal, prefix="request__", whole_tenant=whole_tenant)
+    )
+
+
+def executions_writable(principal: Principal) -> QuerySet[Execution]:
+    """The executions of the requests `principal` may change."""
+    return Execution.objects.filter(
+        _request_filter(principal, prefix="request__", whole_tenant=False)
+    )
+
+
+def parse_id(value: str) -> uuid.UUID | None:
+    """The UUID in a path segment, or None when it is not one (which callers answer as 404)."""
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""The REST API over HTTP, with real signed tokens, against PostgreSQL."""
