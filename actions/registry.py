@@ -29,13 +29,17 @@ from .base import (
     Route,
 )
 from .catalog import Catalog, load_catalog
+from .documents import DocumentsVerifyAdapter
 from .http_json import HttpJsonAdapter
+from .simulation import SIMULATION_BINDINGS
 
 DEFAULT_LEASE_SECONDS = 60  # seconds, as WORKER_LEASE_SECONDS defaults
 
 # The trusted adapters a route in INTEGRATIONS_FILE may name. Simulation adapters are not here:
 # they are never routable, and resolve only in simulation mode.
-ADAPTERS: dict[str, RoutableAdapter] = {adapter.name: adapter for adapter in (HttpJsonAdapter(),)}
+ADAPTERS: dict[str, RoutableAdapter] = {
+    adapter.name: adapter for adapter in (HttpJsonAdapter(), DocumentsVerifyAdapter())
+}
 
 
 class IntegrationUnavailable(Exception):
@@ -63,7 +67,7 @@ NO_OP = Binding(
 )
 
 # Names of the simulation capabilities: the catalog may not configure them.
-SIMULATION_KEYS = frozenset({"NO_OP@1"})
+SIMULATION_KEYS = frozenset({"NO_OP@1", *SIMULATION_BINDINGS})
 
 
 class Registry:
@@ -126,7 +130,9 @@ def build_registry(catalog: Catalog | None = None) -> Registry:
         for key, route in catalog.routes.items()
     }
     return Registry(
-        bindings, simulation={"NO_OP@1": NO_OP}, simulation_mode=settings.SIMULATION_MODE
+        bindings,
+        simulation={"NO_OP@1": NO_OP, **SIMULATION_BINDINGS},
+        simulation_mode=settings.SIMULATION_MODE,
     )
 
 

@@ -1,0 +1,35 @@
+"""Lookup by external key: ask the provider whether a write happened (SPEC §5, §7).
+
+Reconciliation calls `lookup_by_key` to gather evidence about an uncertain write. The answer
+never settles anything by itself; an operator decides, and the output they record is validated
+again. Nothing here touches the database.
+"""
+
+from .base import LookupResult
+from .registry import IntegrationUnavailable, Registry, get_registry
+
+
+def lookup_by_key(
+    capability: str, version: int, external_key: str, *, registry: Registry | None = None
+) -> LookupResult:
+    """What the provider says about the write with `external_key`.
+
+    Raises IntegrationUnavailable when the capability is not configured, or its adapter or route
+    offers no lookup (for http.json: no `lookup_url`). A `happened=True` answer carries the
+    provider's record as `output`, not yet validated: the caller checks it against the
+    contract's output schema before anyone may record it.
+    """
+    binding = (registry or get_registry()).resolve(capability, version)
+    lookup = getattr(binding.adapter, "lookup", None)
+    if lookup is None or not binding.route.options.get("lookup_url"):
+        raise IntegrationUnavailable(capability, version, "no lookup by key is configured")
+    return lookup(external_key, binding)
+
+
+def supports_lookup(capability: str, version: int, *, registry: Registry | None = None) -> bool:
+    """Whether `lookup_by_key` can ask about this capability (for showing the option at all)."""
+    try:
+        binding = (registry or get_registry()).resolve(capability, version)
+    except IntegrationUnavailable:
+        return False
+    return hasattr(binding.adapter, "lookup") and bool(binding.route.options.get("lookup_url"))

@@ -1,0 +1,150 @@
+"""documents.verify against a real loopback document store."""
+
+import hashlib
+import time
+
+import pytest
+
+from actions.base import Outcome
+from orquestador import errors
+from tests.support.providers import drop, slow, slow_body, status
+
+from .conftest import binding, context
+
+PDF = b"%PDF-1.7 example document\n" * 40
+PDF_SHA = hashlib.sha256(PDF).hexdigest()
+
+
+def verify(store, data, **route):
+    route.setdefault("url", store.url("/documents/{documentId}"))
+    b = binding(
+        "documents.verify", effect="READ_ONLY", adapter="documents.verify", timeout=2.0, **route
+    )
+    return b.adapter.call(context(data, key="e:verify"), b)
+
+
+def test_verify__matching_hash__verified(store):
+    store.put("doc-1", PDF, "application/pdf")
+
+    result = verify(store, {"documentId": "doc-1", "sha256": PDF_SHA.upper()})
+
+    assert result.outcome is Outcome.SUCCEEDED
+    assert result.output == {
+        "verified": True,
+        "sha256": PDF_SHA,
+        "size": len(PDF),
+        "mediaType": "application/pdf",
+    }
+
+
+def test_verify__other_hash__not_verified(store):
+    store.put("doc-1", PDF)
+
+    result = verify(store, {"documentId": "doc-1", "sha256": "0" * 64})
+
+    assert result.outcome is Outcome.SUCCEEDED
+    assert result.output["verified"] is False
+    assert result.output["sha256"] == PDF_SHA
+
+
+@pytest.mark.parametrize(("media_type", "verified"), [("image/png", True), ("text/html", False)])
+def test_verify__media_type_allow_list(store, media_type, verified):
+    store.put("doc-1", PDF, media_type)
+
+    result = verify(
+        store,
+        {"documentId": "doc-1", "sha256": PDF_SHA},
+        allowed_media_types=["application/pdf", "image/png"],
+    )
+
+    assert result.output["verified"] is verified
+    assert result.output["mediaType"] == media_type
+
+
+def test_verify__id_is_quoted_into_the_path(store):
+    store.put("a:b~c.d", PDF)
+
+    result = verify(store, {"documentId": "a:b~c.d", "sha256": PDF_SHA})
+
+    assert result.output["verified"] is True
+    assert store.requests()[0].path == "/documents/a%3Ab~c.d"
+
+
+@pytest.mark.parametrize("document_id", ["../admin", "..", "a/b", "a?x=1", "", "x" * 201])
+def test_verify__unsafe_id__refused_before_any_call(store, document_id):
+    result = verify(store, {"documentId": document_id, "sha256": PDF_SHA})
+
+    assert result.outcome is Outcome.PERMANENT
+    assert result.error_code == errors.INPUT_INVALID
+    assert store.calls() == 0
+
+
+def test_verify__input_schema_is_the_adapters():
+    b = binding(
+        "documents.verify",
+        effect="READ_ONLY",
+        adapter="documents.verify",
+        url="http://127.0.0.1:9/documents/{documentId}",
+    )
+
+    assert b.contract.input_schema["required"] == ["documentId", "sha256"]
+    assert b.contract.output_schema["required"] == ["verified", "sha256", "size", "mediaType"]
+    assert b.effect == "READ_ONLY"
+
+
+def test_verify__missing_document__permanent(store):
+    result = verify(store, {"documentId": "nope", "sha256": PDF_SHA})
+
+    assert result.outcome is Outcome.PERMANENT
+    assert result.error_code == errors.PERMANENT_FAILURE
+    assert "not found" in result.error_detail
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_verify__over_max_bytes__permanent(store, declared):
+    store.put("big", PDF)
+    if not declared:
+        from tests.support.providers import raw
+
+        store.plan("/documents/big", raw(PDF, content_type="application/pdf", declare_length=False))
+
+    result = verify(store, {"documentId": "big", "sha256": PDF_SHA}, max_bytes=100)
+
+    assert result.outcome is Outcome.PERMANENT
+    assert "max_bytes" in result.error_detail
+
+
+@pytest.mark.parametrize(
+    "reply", [status(503, retry_after=4), status(429, retry_after=4), drop(), slow(30)]
+)
+def test_verify__store_trouble__transient(store, reply):
+    store.put("doc-1", PDF)
+    store.plan("/documents/doc-1", reply)
+
+    started = time.monotonic()
+    result = verify(store, {"documentId": "doc-1", "sha256": PDF_SHA})
+
+    assert time.monotonic() - started < 4
+    assert result.outcome is Outcome.TRANSIENT
+    if reply.kind == "status":
+        assert result.retry_after == 4
+
+
+def test_verify__body_dripping_past_the_budget__transient(store):
+    store.put("doc-1", PDF)
+    store.plan("/documents/doc-1", slow_body(30))
+
+    started = time.monotonic()
+    result = verify(store, {"documentId": "doc-1", "sha256": PDF_SHA})
+
+    assert time.monotonic() - started < 3.5
+    assert result.outcome is Outcome.TRANSIENT
+
+
+def test_verify__forbidden__permanent(store):
+    store.plan("/documents/doc-1", status(403))
+
+    result = verify(store, {"documentId": "doc-1", "sha256": PDF_SHA})
+
+    assert result.outcome is Outcome.PERMANENT
+    assert "403" in result.error_detail

@@ -1,0 +1,52 @@
+"""The shared HTTP transport: Retry-After parsing and the sessions' lifetime."""
+
+import gc
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from actions import transport
+from actions.transport import MAX_RETRY_AFTER_SECONDS, parse_retry_after
+
+NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("120", 120.0),
+        (" 0 ", 0.0),
+        ("Sat, 10 Jan 2026 12:01:30 GMT", 90.0),
+        ("Sat, 10 Jan 2026 11:00:00 GMT", 0.0),  # in the past
+        ("Saturday, 10-Jan-26 12:00:10 GMT", 10.0),  # RFC 850, still an HTTP-date
+        ("99999999", float(MAX_RETRY_AFTER_SECONDS)),
+        ("Tue, 10 Jan 2040 12:00:00 GMT", float(MAX_RETRY_AFTER_SECONDS)),
+        ("-5", None),
+        ("1.5", None),
+        ("soon", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_parse_retry_after(header, seconds):
+    assert parse_retry_after(header, now=NOW) == seconds
+
+
+def test_session__closed_when_its_thread_ends(provider):
+    seen = {}
+
+    def work() -> None:
+        session = transport.session()
+        session.get(provider.url("/ping"), timeout=2).close()
+        seen["session"] = session
+        seen["pools_while_alive"] = len(session.get_adapter("http://").poolmanager.pools)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    gc.collect()
+
+    assert seen["pools_while_alive"] == 1
+    # The thread's holder is gone, so its finalizer closed the session's pools.
+    assert len(seen["session"].get_adapter("http://").poolmanager.pools) == 0
