@@ -11,3 +11,464 @@ NOTIFY_CHANNEL = "orquestador_executions"
 # Announce new due work. Sent inside the transaction that creates or requeues the execution, so
 # PostgreSQL delivers it only if, and right after, that transaction commits. Locks nothing.
 NOTIFY_WORK = "SELECT pg_notify('orquestador_executions', %(execution_id)s::text)"
+
+# Subscribe this session to NOTIFY_WORK (the worker's listening connection). Locks nothing.
+LISTEN_WORK = "LISTEN orquestador_executions"
+
+# --- Worker: claim, lease, load, checkpoints, retry, failure, finalisation --------------------
+# Every statement below that writes after a claim is fenced: it names the execution by id and
+# request, and requires the exact fencing token, status RUNNING, the lease owner and a lease that
+# has not expired by database time:
+#     e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+#     AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+#     AND e.lease_expires_at > clock_timestamp()
+# When it matches no row the caller raises ExecutionSuperseded (executions/leases.py); nothing
+# here is ever a silent no-op. Lock order everywhere: request, then execution, then checkpoints.
+# A RUNNING execution's next_attempt_at always equals its lease_expires_at (a CHECK), so the one
+# partial index execution_claim_idx serves due work and expired leases alike.
+
+# Claim up to %(limit)s due executions for %(owner)s, in one statement and one transaction.
+# `due` walks execution_claim_idx (next_attempt_at, created_at, id, partial on the three claimable
+# statuses) in claim order and locks each row FOR UPDATE SKIP LOCKED, so concurrent claimers pass
+# each other's rows instead of waiting and never take the same one. A PENDING or RETRY_WAIT row
+# is due once next_attempt_at has passed; a RUNNING row once its lease has expired (its
+# next_attempt_at is the lease expiry). The UPDATE then takes each locked row: attempts + 1,
+# fencing token + 1 (fencing out any earlier holder), owner and lease from one reading of the
+# database clock. Committed by itself (autocommit) before any evaluation or adapter call.
+CLAIM_EXECUTIONS = """
+WITH clock AS MATERIALIZED (
+    SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
+               AS lease_until
+      FROM (SELECT clock_timestamp() AS now_at) AS t
+),
+due AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')
+       AND e.next_attempt_at <= (SELECT now_at FROM clock)
+     ORDER BY e.next_attempt_at, e.created_at, e.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE execution AS e
+   SET status = 'RUNNING',
+       attempts = e.attempts + 1,
+       fencing_token = e.fencing_token + 1,
+       lease_owner = %(owner)s,
+       lease_expires_at = clock.lease_until,
+       next_attempt_at = clock.lease_until,
+       started_at = COALESCE(e.started_at, clock.now_at)
+  FROM due, clock
+ WHERE e.id = due.id
+RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
+          e.actor_snapshot
+"""
+
+# Renew the leases of every execution this process holds, in one statement. Each entry of the
+# three arrays is one held execution (id, request id, token); a row is renewed only with its
+# exact id, request, token and owner, status RUNNING and a lease that has not expired yet, so an
+# expired lease never revives: reclaiming it is the only way back, and that takes a new token.
+# The rows it returns are the renewed ones; any held execution missing from them has lost its
+# lease. Locks the renewed execution rows by primary key. It cannot deadlock with a claim (SKIP
+# LOCKED) nor with another renewal (only this owner's rows match), and takes no request lock.
+RENEW_LEASES = """
+WITH clock AS MATERIALIZED (
+    SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
+               AS lease_until
+      FROM (SELECT clock_timestamp() AS now_at) AS t
+),
+held AS (
+    SELECT h.execution_id, h.request_id, h.token
+      FROM unnest(%(execution_ids)s::uuid[], %(request_ids)s::uuid[], %(tokens)s::bigint[])
+           AS h(execution_id, request_id, token)
+)
+UPDATE execution AS e
+   SET lease_expires_at = clock.lease_until,
+       next_attempt_at = clock.lease_until
+  FROM held, clock
+ WHERE e.id = held.execution_id
+   AND e.request_id = held.request_id
+   AND e.fencing_token = held.token
+   AND e.status = 'RUNNING'
+   AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock.now_at
+RETURNING e.id, e.fencing_token
+"""
+
+# Is this holder's lease still valid? A fenced read used to tell "superseded" apart from another
+# reason a fenced write matched nothing. Locks nothing; one row by primary key.
+LEASE_PROBE = """
+SELECT e.lease_expires_at
+  FROM execution AS e
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+"""
+
+# Load what a holder needs to run its execution: the accepted request snapshot and every
+# checkpoint already written. Fenced, so a stale holder loads nothing. Locks nothing (the request
+# is blocked by this execution, so nothing else writes it); one execution and one request row by
+# primary key, checkpoints through action_execution_action_uniq (execution_id, action_id).
+LOAD_EXECUTION = """
+SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revision,
+       COALESCE(
+           (SELECT jsonb_agg(jsonb_build_object(
+                       'action_id', c.action_id, 'sequence', c.sequence,
+                       'capability', c.capability, 'capability_version', c.capability_version,
+                       'effect', c.effect, 'status', c.status, 'input_hash', c.input_hash,
+                       'external_key', c.external_key, 'attempt', c.attempt,
+                       'output', c.output, 'error_code', c.error_code)
+                       ORDER BY c.sequence)
+              FROM action_execution AS c
+             WHERE c.execution_id = e.id),
+           '[]'::jsonb) AS checkpoints
+  FROM execution AS e
+  JOIN request AS r ON r.id = e.request_id
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+"""
+
+# The pinned flow's definition (immutable once published, so workers cache it by id). Locks
+# nothing; one row by primary key.
+FLOW_DEFINITION = "SELECT definition FROM flow WHERE id = %(flow_id)s"
+
+# Start an attempt of one action: commit its RUNNING checkpoint before the adapter is called.
+# `holder` locks the execution row (FOR NO KEY UPDATE) and checks the fence against the database
+# clock at the start; the insert or update runs under that lock and commits with the statement,
+# so no other holder can claim the row in between. A first attempt inserts attempt 1; a later one
+# updates the same row (action_execution_action_uniq) to attempt + 1, only if it is still what
+# the holder loaded (same attempt, hash, key and effect, and not SUCCEEDED). Returns the attempt
+# number; no row means the holder was superseded or the checkpoint changed under it.
+CHECKPOINT_START = """
+WITH holder AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s
+       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+       AND e.lease_expires_at > clock_timestamp()
+       FOR NO KEY UPDATE
+)
+INSERT INTO action_execution AS c
+       (execution_id, action_id, sequence, capability, capability_version, effect, status,
+        input_hash, external_key, attempt, fencing_token, started_at)
+SELECT holder.id, %(action_id)s, %(sequence)s, %(capability)s, %(capability_version)s,
+       %(effect)s, 'RUNNING', %(input_hash)s, %(external_key)s, 1, %(token)s, clock_timestamp()
+  FROM holder
+    ON CONFLICT (execution_id, action_id) DO UPDATE
+   SET status = 'RUNNING',
+       attempt = c.attempt + 1,
+       fencing_token = EXCLUDED.fencing_token,
+       started_at = EXCLUDED.started_at,
+       finished_at = NULL,
+       output = NULL,
+       error_code = NULL,
+       error_detail = NULL
+ WHERE c.status <> 'SUCCEEDED'
+   AND c.attempt = %(previous_attempt)s
+   AND c.input_hash = EXCLUDED.input_hash
+   AND c.external_key = EXCLUDED.external_key
+   AND c.effect = EXCLUDED.effect
+RETURNING c.attempt
+"""
+
+# Record an action's validated output: its RUNNING checkpoint becomes SUCCEEDED. Same lock and
+# fence as CHECKPOINT_START, checked by database time inside the statement that commits; updates
+# one checkpoint (action_execution_action_uniq) only if it is this holder's attempt.
+CHECKPOINT_SUCCEED = """
+WITH holder AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s
+       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+       AND e.lease_expires_at > clock_timestamp()
+       FOR NO KEY UPDATE
+)
+UPDATE action_execution AS c
+   SET status = 'SUCCEEDED',
+       output = %(output)s,
+       error_code = NULL,
+       error_detail = NULL,
+       finished_at = clock_timestamp()
+  FROM holder
+ WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
+   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
+RETURNING c.id
+"""
+
+# Settle an attempt that did not succeed: FAILED (it certainly had no effect, or the effect is
+# safe to repeat) or UNKNOWN (it may have had one), with a safe error code and detail; `output`
+# keeps what a write returned when it cannot be trusted (null otherwise). Runs as the first
+# statement of the retry and failure transactions: locks the execution row and checks the fence
+# at the start of the transaction; the transaction's last write checks it again.
+CHECKPOINT_SETTLE = """
+WITH holder AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s
+       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+       AND e.lease_expires_at > clock_timestamp()
+       FOR NO KEY UPDATE
+)
+UPDATE action_execution AS c
+   SET status = %(status)s,
+       output = %(output)s,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s,
+       finished_at = clock_timestamp()
+  FROM holder
+ WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
+   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
+RETURNING c.id
+"""
+
+# Schedule a retry: RETRY_WAIT, due after %(delay_seconds)s by the database clock, lease cleared,
+# the attempt's error kept for the execution view. Fenced; one row by primary key, still locked
+# from CHECKPOINT_SETTLE in the same transaction. The row stays in execution_claim_idx, keyed by
+# its new next_attempt_at, where a claim finds it once due.
+EXECUTION_SCHEDULE_RETRY = """
+UPDATE execution AS e
+   SET status = 'RETRY_WAIT',
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       next_attempt_at = clock_timestamp()
+                         + make_interval(secs => %(delay_seconds)s::double precision),
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+RETURNING e.next_attempt_at
+"""
+
+# Append one audit event. Insert only (the table is append-only); its foreign keys take KEY
+# SHARE locks on the request and execution rows, which the writer already holds.
+AUDIT_APPEND = """
+INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
+VALUES (%(request_id)s, %(execution_id)s, %(type)s, %(actor)s, %(payload)s)
+"""
+
+# Lock a request before its execution, for failure and cancellation (the lock order of
+# finalisation). Locks one request row by primary key; returns the execution that blocks it.
+REQUEST_LOCK = "SELECT blocked_by_id FROM request WHERE id = %(request_id)s FOR NO KEY UPDATE"
+
+# Which writes of an execution are outstanding: a write effect (IDEMPOTENT_WRITE or
+# NON_IDEMPOTENT_WRITE) whose checkpoint is SUCCEEDED (it happened) or RUNNING/UNKNOWN (it may
+# have). Either one means the request must not be released as FAILED. Locks nothing; reads the
+# execution's checkpoints through action_execution_action_uniq.
+WRITES_OUTSTANDING = """
+SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN')), false) AS uncertain,
+       COALESCE(bool_or(c.status = 'SUCCEEDED'), false) AS succeeded,
+       (array_agg(c.action_id ORDER BY c.sequence DESC))[1] AS last_action_id
+  FROM action_execution AS c
+ WHERE c.execution_id = %(execution_id)s
+   AND c.effect IN ('IDEMPOTENT_WRITE', 'NON_IDEMPOTENT_WRITE')
+   AND c.status IN ('SUCCEEDED', 'RUNNING', 'UNKNOWN')
+"""
+
+# End an execution FAILED (nothing outstanding): lease cleared, safe error recorded. Fenced; one
+# row by primary key, locked after its request. REQUEST_RELEASE follows in the same transaction.
+EXECUTION_FAIL = """
+UPDATE execution AS e
+   SET status = 'FAILED',
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s,
+       finished_at = clock_timestamp()
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+RETURNING e.id
+"""
+
+# Hand an execution to an operator: RECONCILIATION_REQUIRED, lease cleared, the request stays
+# blocked. Fenced; one row by primary key, locked after its request. The row leaves
+# execution_claim_idx and enters execution_reconcile_idx.
+EXECUTION_REQUIRE_RECONCILIATION = """
+UPDATE execution AS e
+   SET status = 'RECONCILIATION_REQUIRED',
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+RETURNING e.id
+"""
+
+# Release the request an execution held, leaving its data, state and revision as they were
+# (version + 1: the row changed). Runs under the request lock; one row by primary key, only while
+# this execution holds it.
+REQUEST_RELEASE = """
+UPDATE request
+   SET blocked_by_id = NULL,
+       version = version + 1,
+       updated_at = clock_timestamp()
+ WHERE id = %(request_id)s
+   AND blocked_by_id = %(execution_id)s
+RETURNING version
+"""
+
+# Finalise a successful execution in one statement, hence one transaction: all of it commits or
+# none of it does, and the checkpoints stay as they were.
+# - `req` locks the request first (FOR NO KEY UPDATE), only if it is still the accepted snapshot
+#   (blocked by this execution, same state, revision and version as loaded);
+# - `done` then updates the execution under the fence (locking it second), only if every
+#   expected action (%(action_ids)s) has a SUCCEEDED checkpoint and no checkpoint is anything
+#   else: the execution becomes SUCCEEDED with its business result, lease cleared;
+# - `moved` writes the request's new data and state, revision + 1, version + 1, unblocked;
+# - `audit` appends TRANSITION_COMPLETED.
+# No row back: superseded, or the request or checkpoints changed (LEASE_PROBE tells which). One
+# request and one execution row by primary key; checkpoints through action_execution_action_uniq.
+EXECUTION_FINALIZE = """
+WITH req AS (
+    SELECT r.id
+      FROM request AS r
+     WHERE r.id = %(request_id)s AND r.blocked_by_id = %(execution_id)s
+       AND r.state = %(from_state)s AND r.revision = %(accepted_revision)s
+       AND r.version = %(request_version)s
+       FOR NO KEY UPDATE
+),
+done AS (
+    UPDATE execution AS e
+       SET status = 'SUCCEEDED',
+           result = %(result)s,
+           lease_owner = NULL,
+           lease_expires_at = NULL,
+           error_code = NULL,
+           error_detail = NULL,
+           finished_at = clock_timestamp()
+      FROM req
+     WHERE e.id = %(execution_id)s AND e.request_id = req.id
+       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+       AND e.lease_expires_at > clock_timestamp()
+       AND NOT EXISTS (SELECT 1 FROM action_execution AS c
+                        WHERE c.execution_id = e.id AND c.status <> 'SUCCEEDED')
+       AND (SELECT count(*) FROM action_execution AS c
+             WHERE c.execution_id = e.id AND c.action_id = ANY(%(action_ids)s::text[]))
+           = cardinality(%(action_ids)s::text[])
+    RETURNING e.id, e.request_id
+),
+moved AS (
+    UPDATE request AS r
+       SET data = %(data)s,
+           state = %(target_state)s,
+           revision = r.revision + 1,
+           version = r.version + 1,
+           blocked_by_id = NULL,
+           updated_at = clock_timestamp()
+      FROM done
+     WHERE r.id = done.request_id
+    RETURNING r.revision
+),
+audit AS (
+    INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
+    SELECT done.request_id, done.id, 'TRANSITION_COMPLETED', %(actor)s, %(payload)s
+      FROM done
+)
+SELECT moved.revision FROM moved
+"""
+
+# --- Cancellation (executions/cancel.py) ---------------------------------------------------------
+# One transaction: find the request, lock it, then lock the execution, then write with the token
+# read under the lock and bump it, so whoever holds the lease is fenced out of every later write.
+
+# The request an execution belongs to, read before taking any lock. Locks nothing.
+EXECUTION_REQUEST_OF = "SELECT request_id FROM execution WHERE id = %(execution_id)s"
+
+# Lock the execution after its request. Locks one execution row by primary key.
+EXECUTION_LOCK = """
+SELECT request_id, status, fencing_token
+  FROM execution
+ WHERE id = %(execution_id)s
+   FOR NO KEY UPDATE
+"""
+
+# Cancel: CANCELLED under a new token, lease cleared. Guards on the status and token read under
+# the lock; one row by primary key, which leaves execution_claim_idx.
+EXECUTION_CANCEL = """
+UPDATE execution
+   SET status = 'CANCELLED',
+       fencing_token = fencing_token + 1,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       error_code = NULL,
+       error_detail = %(error_detail)s,
+       finished_at = clock_timestamp()
+ WHERE id = %(execution_id)s AND status = %(status)s AND fencing_token = %(token)s
+RETURNING fencing_token
+"""
+
+# Cancel an execution whose writes are outstanding: it cannot simply stop, so it goes to an
+# operator (RECONCILIATION_REQUIRED) under a new token, lease cleared, request still blocked.
+# Same guard and row as EXECUTION_CANCEL.
+EXECUTION_CANCEL_TO_RECONCILIATION = """
+UPDATE execution
+   SET status = 'RECONCILIATION_REQUIRED',
+       fencing_token = fencing_token + 1,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s
+ WHERE id = %(execution_id)s AND status = %(status)s AND fencing_token = %(token)s
+RETURNING fencing_token
+"""
+
+# --- Reconciliation: an operator's resolution (reconciliation/services.py) ---------------------
+# One transaction per resolution: EXECUTION_REQUEST_OF, then REQUEST_LOCK and EXECUTION_LOCK
+# (request before execution, as everywhere), require RECONCILIATION_REQUIRED, then write with the
+# token read under the lock and bump it, so a worker still holding an earlier lease is fenced out
+# of every later write. Abandoning releases the request with REQUEST_RELEASE in the same
+# transaction.
+
+# Settle an uncertain checkpoint (RUNNING or UNKNOWN) as the operator established: SUCCEEDED with
+# the output they recorded, or FAILED with REPLAY_AUTHORIZED, written under the new token. Runs
+# under the execution lock; one row through action_execution_action_uniq (execution_id, action_id).
+RECONCILE_SETTLE_CHECKPOINT = """
+UPDATE action_execution
+   SET status = %(status)s,
+       output = %(output)s,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s,
+       fencing_token = %(token)s,
+       finished_at = clock_timestamp()
+ WHERE execution_id = %(execution_id)s
+   AND action_id = %(action_id)s
+   AND status IN ('RUNNING', 'UNKNOWN')
+RETURNING id
+"""
+
+# Requeue a resolved execution: PENDING and due now under a new token, lease and error cleared.
+# Guards on the status and token read under the lock (no row: another resolution won). One row by
+# primary key; it leaves execution_reconcile_idx for execution_claim_idx, where the next claim
+# finds it.
+RECONCILE_REQUEUE = """
+UPDATE execution
+   SET status = 'PENDING',
+       fencing_token = fencing_token + 1,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       next_attempt_at = clock_timestamp(),
+       error_code = NULL,
+       error_detail = NULL,
+       finished_at = NULL
+ WHERE id = %(execution_id)s AND status = 'RECONCILIATION_REQUIRED' AND fencing_token = %(token)s
+RETURNING fencing_token
+"""
+
+# Abandon an execution in reconciliation: FAILED under a new token, lease cleared, with the error
+# code that says so. Same guard and row as RECONCILE_REQUEUE; it leaves execution_reconcile_idx.
+RECONCILE_ABANDON = """
+UPDATE execution
+   SET status = 'FAILED',
+       fencing_token = fencing_token + 1,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s,
+       finished_at = clock_timestamp()
+ WHERE id = %(execution_id)s AND status = 'RECONCILIATION_REQUIRED' AND fencing_token = %(token)s
+RETURNING fencing_token
+"""

@@ -39,6 +39,11 @@ TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, befo
 # replay with the same external key (RECONCILIATION.md). The worker runs that one attempt even
 # past the contract's max_attempts.
 REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
+# On an execution: cancelled after one of its writes had happened (executions/cancel.py); the
+# request stays blocked and an operator decides what that write means.
+CANCELLED_AFTER_WRITE = "CANCELLED_AFTER_WRITE"
+# Why a cancellation is refused: the execution already ended (executions/cancel.py).
+NOT_CANCELLABLE = "NOT_CANCELLABLE"
 
 # Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
 MAX_DATA_BYTES = 256 * 1024  # bytes

@@ -1,0 +1,117 @@
+"""Claiming executions and loading what a holder needs to run one.
+
+Invariants and transaction boundaries:
+- `executions_claim` is one statement, hence one transaction, committed (autocommit) before any
+  evaluation or adapter call: it takes only due rows (PENDING, due RETRY_WAIT, RUNNING with an
+  expired lease) with FOR UPDATE SKIP LOCKED, in (next_attempt_at, created_at, id) order, at most
+  `limit` (the caller's free slots), and gives each attempts + 1, token + 1, this owner and a
+  lease from the database clock;
+- `execution_load` is a fenced read: a stale holder gets `ExecutionSuperseded`, never data;
+- flows are immutable once published, so their definitions are read once per process and cached.
+"""
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from . import sql
+from .leases import ExecutionSuperseded, Fence
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One execution this process has just claimed."""
+
+    execution_id: uuid.UUID
+    request_id: uuid.UUID
+    flow_id: int
+    transition_id: str
+    attempts: int
+    token: int
+    actor_snapshot: dict[str, Any]
+
+    def fence(self, owner: str) -> Fence:
+        return Fence(self.execution_id, self.request_id, self.token, owner)
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """A checkpoint as loaded at the start of a run."""
+
+    action_id: str
+    sequence: int
+    capability: str
+    capability_version: int
+    effect: str
+    status: str
+    input_hash: str
+    external_key: str
+    attempt: int
+    output: dict[str, Any] | None
+    error_code: str | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The accepted request snapshot and the checkpoints of one execution."""
+
+    data: dict[str, Any]
+    state: str
+    revision: int
+    version: int
+    owner: str
+    scope: str
+    accepted_revision: int
+    checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
+
+
+def executions_claim(
+    *, conn: psycopg.Connection, owner: str, limit: int, lease_seconds: float
+) -> list[Claim]:
+    """Claim up to `limit` due executions for `owner` (one statement, committed on return)."""
+    if limit <= 0:
+        return []
+    rows = conn.execute(
+        sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": limit, "lease_seconds": lease_seconds}
+    ).fetchall()
+    return [Claim(*row) for row in rows]
+
+
+def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:
+    """Load the request snapshot and checkpoints, as this holder (fenced read)."""
+    row = conn.execute(sql.LOAD_EXECUTION, fence.params()).fetchone()
+    if row is None:
+        raise ExecutionSuperseded(fence.execution_id, step="load", token=fence.token)
+    data, state, revision, version, owner, scope, accepted_revision, checkpoints = row
+    return Snapshot(
+        data=data,
+        state=state,
+        revision=revision,
+        version=version,
+        owner=owner,
+        scope=scope,
+        accepted_revision=accepted_revision,
+        checkpoints={c["action_id"]: CheckpointRecord(**c) for c in checkpoints},
+    )
+
+
+class FlowCache:
+    """Flow definitions by id. Published flows never change, so an entry never goes stale."""
+
+    def __init__(self) -> None:
+        self._definitions: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, *, conn: psycopg.Connection, flow_id: int) -> dict[str, Any]:
+        with self._lock:
+            found = self._definitions.get(flow_id)
+        if found is not None:
+            return found
+        row = conn.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
+        if row is None:  # impossible: executions reference their flow (PROTECT)
+            raise LookupError(f"flow {flow_id} not found")
+        with self._lock:
+            return self._definitions.setdefault(flow_id, row[0])

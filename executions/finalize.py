@@ -1,0 +1,213 @@
+"""How a run ends: completed, retry scheduled, failed, or handed to an operator.
+
+Invariants and transaction boundaries (each function is exactly one transaction):
+- `execution_finalize` is one statement: lock the request (still the accepted snapshot), then
+  the execution (fenced), check every expected checkpoint is SUCCEEDED, write the request's new
+  data, state, revision and version and release it, mark the execution SUCCEEDED with its
+  result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and leaves the
+  execution RUNNING with its checkpoints, for recovery by lease;
+- `execution_schedule_retry`: the attempt's checkpoint (FAILED or UNKNOWN), RETRY_WAIT with its
+  next_attempt_at from the database clock, and RETRY_SCHEDULED commit together; earlier
+  SUCCEEDED checkpoints are untouched;
+- `execution_fail`: lock the request, then settle the attempt's checkpoint and the execution.
+  With any write outstanding (a write effect SUCCEEDED, RUNNING or UNKNOWN), or when asked, the
+  execution becomes RECONCILIATION_REQUIRED and the request stays blocked
+  (RECONCILIATION_REQUIRED audit); otherwise FAILED, the request released (EXECUTION_FAILED);
+- every write is fenced; a write that matches nothing raises `ExecutionSuperseded` and the
+  transaction rolls back.
+"""
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from executions.models import AuditType, ExecutionStatus
+
+from . import sql
+from .checkpoints import checkpoint_settle
+from .leases import ExecutionSuperseded, Fence, lease_is_held
+
+
+class FinalizeRefused(Exception):
+    """The holder still holds its lease, but the request or checkpoints changed since loading."""
+
+
+@dataclass(frozen=True)
+class AttemptSettlement:
+    """How to settle the checkpoint of the attempt that just ended without success."""
+
+    action_id: str
+    attempt: int
+    status: str  # CheckpointStatus.FAILED or CheckpointStatus.UNKNOWN
+    error_code: str
+    error_detail: str | None
+    output: dict[str, Any] | None = None
+
+
+def _audit(
+    conn: psycopg.Connection, fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
+) -> None:
+    conn.execute(
+        sql.AUDIT_APPEND,
+        {
+            "request_id": fence.request_id,
+            "execution_id": fence.execution_id,
+            "type": type,
+            "actor": actor,
+            "payload": Jsonb(payload),
+        },
+    )
+
+
+def execution_finalize(
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    from_state: str,
+    accepted_revision: int,
+    request_version: int,
+    action_ids: list[str],
+    data: dict[str, Any],
+    target_state: str,
+    result: dict[str, Any],
+    payload: dict[str, Any],
+    actor: str,
+) -> int:
+    """Commit the execution's success in one statement; return the request's new revision."""
+    row = conn.execute(
+        sql.EXECUTION_FINALIZE,
+        {
+            **fence.params(),
+            "from_state": from_state,
+            "accepted_revision": accepted_revision,
+            "request_version": request_version,
+            "action_ids": action_ids,
+            "data": Jsonb(data),
+            "target_state": target_state,
+            "result": Jsonb(result),
+            "payload": Jsonb(payload),
+            "actor": actor,
+        },
+    ).fetchone()
+    if row is not None:
+        return row[0]
+    if lease_is_held(conn=conn, fence=fence):
+        raise FinalizeRefused(
+            "the request or the checkpoints changed since the execution was loaded"
+        )
+    raise ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
+
+
+def execution_schedule_retry(
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    settlement: AttemptSettlement,
+    delay_seconds: float,
+    actor: str,
+    payload: dict[str, Any],
+) -> datetime.datetime:
+    """Settle the attempt and schedule the next one, in one transaction; return when it is due."""
+    with conn.transaction():
+        checkpoint_settle(
+            conn=conn,
+            fence=fence,
+            action_id=settlement.action_id,
+            attempt=settlement.attempt,
+            status=settlement.status,
+            error_code=settlement.error_code,
+            error_detail=settlement.error_detail,
+            output=settlement.output,
+        )
+        row = conn.execute(
+            sql.EXECUTION_SCHEDULE_RETRY,
+            {
+                **fence.params(),
+                "delay_seconds": delay_seconds,
+                "error_code": settlement.error_code,
+                "error_detail": settlement.error_detail,
+            },
+        ).fetchone()
+        if row is None:
+            raise ExecutionSuperseded(fence.execution_id, step="schedule retry", token=fence.token)
+        due = row[0]
+        _audit(
+            conn,
+            fence,
+            type=AuditType.RETRY_SCHEDULED,
+            actor=actor,
+            payload={**payload, "nextAttemptAt": due.isoformat()},
+        )
+    return due
+
+
+def execution_fail(
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    error_code: str,
+    error_detail: str | None,
+    settlement: AttemptSettlement | None,
+    reconcile: bool,
+    actor: str,
+    payload: dict[str, Any],
+) -> str:
+    """End the run without success, in one transaction; return the execution's new status.
+
+    RECONCILIATION_REQUIRED (request stays blocked) when `reconcile` is asked or any write is
+    outstanding; otherwise FAILED with the request released.
+    """
+    with conn.transaction():
+        conn.execute(sql.REQUEST_LOCK, {"request_id": fence.request_id})
+        if settlement is not None:
+            checkpoint_settle(
+                conn=conn,
+                fence=fence,
+                action_id=settlement.action_id,
+                attempt=settlement.attempt,
+                status=settlement.status,
+                error_code=settlement.error_code,
+                error_detail=settlement.error_detail,
+                output=settlement.output,
+            )
+        uncertain, succeeded, last_write = conn.execute(
+            sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id}
+        ).fetchone()
+        params = {**fence.params(), "error_code": error_code, "error_detail": error_detail}
+        if reconcile or uncertain or succeeded:
+            if conn.execute(sql.EXECUTION_REQUIRE_RECONCILIATION, params).fetchone() is None:
+                raise ExecutionSuperseded(fence.execution_id, step="reconcile", token=fence.token)
+            action_id = settlement.action_id if settlement is not None else None
+            _audit(
+                conn,
+                fence,
+                type=AuditType.RECONCILIATION_REQUIRED,
+                actor=actor,
+                payload={
+                    **payload,
+                    "actionId": action_id or last_write,
+                    "errorCode": error_code,
+                },
+            )
+            return ExecutionStatus.RECONCILIATION_REQUIRED
+        if conn.execute(sql.EXECUTION_FAIL, params).fetchone() is None:
+            raise ExecutionSuperseded(fence.execution_id, step="fail", token=fence.token)
+        conn.execute(
+            sql.REQUEST_RELEASE,
+            {"request_id": fence.request_id, "execution_id": fence.execution_id},
+        )
+        _audit(
+            conn,
+            fence,
+            type=AuditType.EXECUTION_FAILED,
+            actor=actor,
+            payload={
+                **payload,
+                "actionId": settlement.action_id if settlement is not None else None,
+                "errorCode": error_code,
+            },
+        )
+        return ExecutionStatus.FAILED

@@ -1,0 +1,45 @@
+import signal
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from actions.registry import IntegrationConfigError, load_registry
+from executions.runtime import LocalWorkerRuntime
+from executions.scheduler import Scheduler, database_conninfo
+from executions.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
+from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+
+
+class Command(BaseCommand):
+    help = "Claim and run executions until SIGTERM or SIGINT (WORKER_* settings, SPEC §3)."
+
+    # The database role check below is the one that matters here, and it runs before any claim.
+    requires_system_checks = []
+
+    def handle(self, *args, **options) -> None:
+        try:
+            config = worker_config(settings.WORKER_ENV)
+        except (WorkerConfigError, WorkerDisabled) as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            load_registry()
+        except IntegrationConfigError as exc:
+            raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
+        reasons = unrestricted_reasons(connection=connection)
+        if reasons:
+            raise CommandError(restricted_role_message(reasons))
+        conninfo = database_conninfo(settings.DATABASES["default"])
+        connection.close()
+
+        with LocalWorkerRuntime(conninfo=conninfo, config=config) as runtime:
+            scheduler = Scheduler(config=config, conninfo=conninfo, runtime=runtime)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: scheduler.request_stop())
+            self.stdout.write(
+                f"worker {scheduler.owner} running {config.concurrency} slots; "
+                "SIGTERM or Ctrl-C drains and stops it"
+            )
+            self.stdout.flush()
+            scheduler.run()
+        self.stdout.write("worker stopped")

@@ -1,0 +1,304 @@
+"""The worker runtime SPI of SPEC §8: where and how one claimed execution runs.
+
+The dispatcher (executions/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
+`allocate(request) -> lease` (carrying the fencing token), `execute(lease, package) -> result`,
+`release(lease)`, and a best-effort `cancel(execution_id, ...)`. `dispatch_once` is that whole
+exchange. The `ExecutionPackage` is JSON and carries identity and resume coordinates only, never
+code: the runtime resolves the pinned flow by id and rebuilds the run from the database.
+
+Invariants:
+- a refusal because another holder owns the execution is *superseded*, not failed:
+  `is_superseded_refusal(err, execution_id)` is true only for an `ExecutionSuperseded` naming
+  this very execution; the dispatcher settles it and never retries it;
+- `cancel` is best effort: the durable cancellation is a fenced write in the database
+  (executions/cancel.py) that never depends on reaching a worker. In the local runtime it sets
+  the per-execution `threading.Event` the adapters watch (`ActionContext.cancelled`), and only
+  for the exact holder (execution id and token) it names;
+- `LocalWorkerRuntime` keeps one persistent database connection per execution slot (autocommit;
+  each write is its own short transaction) and runs principal-less packages as the worker's
+  system identity (`runs_as_system`).
+"""
+
+import json
+import logging
+import random
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from psycopg_pool import ConnectionPool
+
+from actions.registry import resolve as registry_resolve
+
+from .claims import FlowCache
+from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from .models import ExecutionStatus
+from .runner import Resolver, RunnerDeps, RunOutcome, execution_run
+from .workerconfig import WorkerConfig
+
+logger = logging.getLogger("executions.worker")
+
+POOL_OPEN_TIMEOUT = 30.0  # seconds to open the runtime's connections at start
+POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (never, with one per slot)
+POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own threads when closing
+
+
+@dataclass(frozen=True)
+class ExecutionPackage:
+    """What crosses the runtime boundary: identity and resume coordinates, as JSON."""
+
+    execution_id: str
+    request_id: str
+    flow_id: int
+    transition_id: str
+    fencing_token: int
+    lease_owner: str
+    attempts: int = 1
+    principal: dict[str, Any] | None = None
+    resume_event: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "executionId": self.execution_id,
+                "requestId": self.request_id,
+                "flowId": self.flow_id,
+                "transitionId": self.transition_id,
+                "fencingToken": self.fencing_token,
+                "leaseOwner": self.lease_owner,
+                "attempts": self.attempts,
+                "principal": self.principal,
+                "resumeEvent": self.resume_event,
+                "metadata": self.metadata,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "ExecutionPackage":
+        raw = json.loads(text)
+        return cls(
+            execution_id=str(raw["executionId"]),
+            request_id=str(raw["requestId"]),
+            flow_id=int(raw["flowId"]),
+            transition_id=str(raw["transitionId"]),
+            fencing_token=int(raw["fencingToken"]),
+            lease_owner=str(raw["leaseOwner"]),
+            attempts=int(raw.get("attempts", 1)),
+            principal=raw.get("principal"),
+            resume_event=raw.get("resumeEvent"),
+            metadata=dict(raw.get("metadata") or {}),
+        )
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(
+            uuid.UUID(self.execution_id),
+            uuid.UUID(self.request_id),
+            self.fencing_token,
+            self.lease_owner,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    execution_id: str
+    fence: int
+    # In-process only (never serialised): the per-execution stop signal adapters watch.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerLease:
+    lease_id: str
+    execution_id: str
+    fence: int
+    cancelled: threading.Event
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+ExecutionOutcome = Literal["completed", "suspended", "failed"]
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """Where this dispatch left the execution, with its folded state."""
+
+    execution_id: str
+    status: ExecutionOutcome
+    state: dict[str, Any]
+    output: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    suspended_on: dict[str, Any] | None = None
+
+
+def is_superseded_refusal(err: BaseException, execution_id: str | uuid.UUID) -> bool:
+    """Does `err` mean another holder owns *this* execution (settle, never retry)?"""
+    return isinstance(err, ExecutionSuperseded) and err.execution_id == str(execution_id)
+
+
+class WorkerRuntime(Protocol):
+    runs_as_system: bool
+
+    def allocate(self, request: WorkerRequest) -> WorkerLease: ...
+
+    def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult: ...
+
+    def release(self, lease: WorkerLease) -> None: ...
+
+    def cancel(
+        self, execution_id: str, reason: str | None = None, *, fence: int | None = None
+    ) -> bool: ...
+
+
+def result_of(execution_id: str, outcome: RunOutcome) -> ExecutionResult:
+    """Fold a run's outcome into the SPI's result."""
+    state = {
+        "executionStatus": str(outcome.status),
+        "errorCode": outcome.error_code,
+        "targetState": outcome.target_state,
+        "outcome": outcome.outcome,
+    }
+    if outcome.status == ExecutionStatus.SUCCEEDED:
+        return ExecutionResult(
+            execution_id,
+            "completed",
+            state,
+            output={"outcome": outcome.outcome, "targetState": outcome.target_state},
+        )
+    if outcome.status == ExecutionStatus.RETRY_WAIT:
+        # Not failed: it rests until its retry is due, then any worker resumes it.
+        due = outcome.next_attempt_at
+        return ExecutionResult(
+            execution_id,
+            "suspended",
+            state,
+            suspended_on={"retryAt": due.isoformat() if due is not None else None},
+        )
+    return ExecutionResult(execution_id, "failed", state, error={"code": outcome.error_code})
+
+
+class LocalWorkerRuntime:
+    """Runs executions in the calling thread, one persistent connection per slot."""
+
+    runs_as_system = True
+
+    def __init__(
+        self,
+        *,
+        conninfo: str,
+        config: WorkerConfig,
+        resolve: Resolver | None = None,
+        slots: int | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        size = slots if slots is not None else config.concurrency
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=size,
+            max_size=size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="worker-runtime",
+            timeout=POOL_GET_TIMEOUT,
+        )
+        self._deps = RunnerDeps(
+            config=config,
+            resolve=resolve or registry_resolve,
+            flows=FlowCache(),
+            rng=rng or random.SystemRandom(),
+        )
+        self._leases: dict[str, WorkerLease] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> "LocalWorkerRuntime":
+        self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
+        return self
+
+    def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
+        self._pool.close(timeout=timeout)
+
+    def __enter__(self) -> "LocalWorkerRuntime":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def allocate(self, request: WorkerRequest) -> WorkerLease:
+        lease = WorkerLease(
+            lease_id=uuid.uuid4().hex,
+            execution_id=request.execution_id,
+            fence=request.fence,
+            cancelled=request.cancelled,
+            metadata=dict(request.metadata),
+        )
+        with self._lock:
+            self._leases[request.execution_id] = lease
+        return lease
+
+    def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
+        if package.execution_id != lease.execution_id or package.fencing_token != lease.fence:
+            raise ExecutionSuperseded(
+                package.execution_id, step="execute", token=package.fencing_token
+            )
+        if package.resume_event is not None:
+            raise ValueError("resume events are not supported by flows of this version")
+        # The pool checks a returned connection: one left broken by a failed run is replaced.
+        with self._pool.connection() as conn:
+            outcome = execution_run(
+                conn=conn,
+                fence=package.fence,
+                flow_id=package.flow_id,
+                transition_id=package.transition_id,
+                attempts=package.attempts,
+                deps=self._deps,
+                cancelled=lease.cancelled,
+            )
+        return result_of(package.execution_id, outcome)
+
+    def release(self, lease: WorkerLease) -> None:
+        with self._lock:
+            if self._leases.get(lease.execution_id) is lease:
+                del self._leases[lease.execution_id]
+
+    def cancel(
+        self, execution_id: str, reason: str | None = None, *, fence: int | None = None
+    ) -> bool:
+        with self._lock:
+            lease = self._leases.get(str(execution_id))
+        if lease is None or (fence is not None and lease.fence != fence):
+            return False
+        lease.cancelled.set()
+        logger.info(
+            "execution cancel signalled",
+            extra={"execution_id": str(execution_id), "token": lease.fence, "reason": reason},
+        )
+        return True
+
+
+def dispatch_once(
+    runtime: WorkerRuntime, package: ExecutionPackage, request: WorkerRequest
+) -> ExecutionResult | Literal["superseded", "interrupted"]:
+    """Allocate, execute and always release; settle a superseded refusal instead of failing."""
+    lease = runtime.allocate(request)
+    try:
+        return runtime.execute(lease, package)
+    except ExecutionSuperseded as err:
+        if not is_superseded_refusal(err, package.execution_id):
+            raise
+        logger.info(
+            "execution superseded",
+            extra={**package.fence.log_extra(attempt=package.attempts), "step": err.step},
+        )
+        return "superseded"
+    except ExecutionInterrupted as err:
+        logger.info(
+            "execution interrupted",
+            extra={**package.fence.log_extra(attempt=package.attempts), "step": err.step},
+        )
+        return "interrupted"
+    finally:
+        runtime.release(lease)

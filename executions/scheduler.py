@@ -1,0 +1,353 @@
+"""The dispatcher of `runworker`: claim loop, LISTEN/NOTIFY wake-ups, heartbeat and shutdown.
+
+Invariants:
+- it claims only free capacity: a claim asks for at most min(WORKER_BATCH, free slots) rows, and
+  every claimed execution goes straight to a waiting slot thread, so no claimed work waits in a
+  local backlog while its lease ticks away;
+- idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
+  WORKER_POLL_MS (due retries, expired leases, lost notifications);
+- the heartbeat renews every held lease in one statement every WORKER_RENEW_SECONDS. A lease that
+  comes back lost cancels exactly that holder (execution id and token): its per-execution
+  `threading.Event`, never a thread, so a renewal that returns late cannot disturb a different
+  execution now running on the same thread. If renewals cannot reach the database for a whole
+  lease, the holders are cancelled too: their leases have expired;
+- SIGTERM/SIGINT (`request_stop`): stop claiming at once; keep renewing while running work
+  drains for up to WORKER_DRAIN_SECONDS (a second signal ends the drain); then signal the
+  remaining work to stop, stop renewing and return. Abandoned work keeps its lease and
+  checkpoints; another worker recovers it once the lease expires;
+- a superseded refusal is settled (logged, slot released), never retried.
+
+Connections: one per slot (the runtime's), one for the heartbeat, and one that LISTENs and also
+runs the claim statement (notifications that arrive meanwhile are buffered, not lost). All
+autocommit; no transaction spans more than one short write.
+"""
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from . import sql
+from .claims import Claim, executions_claim
+from .leases import Fence, lease_owner_name, leases_renew
+from .runtime import ExecutionPackage, WorkerRequest, WorkerRuntime, dispatch_once
+from .workerconfig import WorkerConfig
+
+logger = logging.getLogger("executions.worker")
+
+WAKE_CHECK_SECONDS = 0.25  # seconds: longest an idle wait goes without checking for shutdown
+REFILL_WAIT_SECONDS = 0.002  # seconds: under load, wait this long for more slots to free up so
+#                               one claim fills several (fewer, larger claims); never when idle
+STOP_GRACE_SECONDS = 1.0  # seconds after the drain for signalled work to notice and stop
+RECONNECT_WAIT_SECONDS = 1.0  # seconds between attempts to reach a database that went away
+LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
+
+
+def database_conninfo(db: dict[str, Any], *, application_name: str = "orquestador-worker") -> str:
+    """A libpq connection string for a Django DATABASES entry (the worker's own connections)."""
+    options = {k: v for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_OPTIONS}
+    params = {
+        "dbname": db.get("NAME"),
+        "user": db.get("USER"),
+        "password": db.get("PASSWORD"),
+        "host": db.get("HOST"),
+        "port": db.get("PORT"),
+        "application_name": application_name,
+        **options,
+    }
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v not in (None, "")})
+
+
+@dataclass
+class Holding:
+    """One execution this process holds: its holder coordinates and its stop signal."""
+
+    claim: Claim
+    fence: Fence
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
+    lost: bool = False
+
+
+class Scheduler:
+    """Claims executions and runs them through a `WorkerRuntime` until told to stop."""
+
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        conninfo: str,
+        runtime: WorkerRuntime,
+        owner: str | None = None,
+    ) -> None:
+        self.config = config
+        self.conninfo = conninfo
+        self.runtime = runtime
+        self.owner = owner or lease_owner_name()
+        self._stop_claiming = threading.Event()
+        self._end_drain = threading.Event()
+        self._stop_heartbeat = threading.Event()
+        self._slots = threading.Condition()
+        self._busy = 0
+        self._held: dict[uuid.UUID, Holding] = {}
+        self._work: queue.SimpleQueue[tuple[Claim, Holding] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self.claimed = 0  # executions claimed by this scheduler, for tests and logs
+        self.running = threading.Event()  # set once it listens and claims
+        self.finished = threading.Event()  # set when run() has returned
+
+    # -- control ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming now and drain (signal-safe: only sets events). Twice: end the drain."""
+        # No locks here: a signal handler may run while this thread holds one. Every wait in
+        # this module is bounded by WAKE_CHECK_SECONDS, so the events are seen promptly.
+        if self._stop_claiming.is_set():
+            self._end_drain.set()
+        self._stop_claiming.set()
+
+    @property
+    def busy(self) -> int:
+        with self._slots:
+            return self._busy
+
+    def holdings(self) -> list[Holding]:
+        with self._slots:
+            return list(self._held.values())
+
+    def run(self) -> None:
+        """Claim and run until `request_stop`, then drain and return."""
+        for index in range(self.config.concurrency):
+            self._start(self._slot, f"worker-slot-{index}")
+        self._start(self._heartbeat, "worker-heartbeat")
+        logger.info(
+            "worker started",
+            extra={
+                "owner": self.owner,
+                "concurrency": self.config.concurrency,
+                "batch": self.config.batch,
+                "lease_seconds": self.config.lease_seconds,
+            },
+        )
+        try:
+            self._claim_loop()
+        finally:
+            self._shutdown()
+            self.finished.set()
+
+    def _start(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def _listen(self) -> psycopg.Connection:
+        conn = psycopg.connect(self.conninfo, autocommit=True)
+        conn.execute(sql.LISTEN_WORK)
+        return conn
+
+    def _claim_loop(self) -> None:
+        conn: psycopg.Connection | None = None
+        try:
+            while not self._stop_claiming.is_set():
+                try:
+                    if conn is None:
+                        conn = self._listen()
+                        self.running.set()
+                    limit = self._free_slots()
+                    if limit == 0:
+                        continue
+                    claims = executions_claim(
+                        conn=conn,
+                        owner=self.owner,
+                        limit=limit,
+                        lease_seconds=self.config.lease_seconds,
+                    )
+                    for claim in claims:
+                        self._dispatch(claim)
+                    if len(claims) < limit:
+                        self._wait_for_work(conn)
+                except psycopg.OperationalError:
+                    logger.exception("claim failed; reconnecting", extra={"owner": self.owner})
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    self._stop_claiming.wait(RECONNECT_WAIT_SECONDS)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _free_slots(self) -> int:
+        """Wait for a free slot; return how many to claim (0 when stopping or still full)."""
+        config = self.config
+        target = min(config.batch, config.concurrency)
+        with self._slots:
+            self._slots.wait_for(
+                lambda: self._busy < config.concurrency or self._stop_claiming.is_set(),
+                timeout=WAKE_CHECK_SECONDS,
+            )
+            if self._busy and config.concurrency - self._busy < target:
+                self._slots.wait_for(
+                    lambda: (
+                        config.concurrency - self._busy >= target or self._stop_claiming.is_set()
+                    ),
+                    timeout=REFILL_WAIT_SECONDS,
+                )
+            if self._stop_claiming.is_set():
+                return 0
+            return min(config.batch, config.concurrency - self._busy)
+
+    def _wait_for_work(self, conn: psycopg.Connection) -> None:
+        """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
+        deadline = time.monotonic() + self.config.poll_seconds
+        while not self._stop_claiming.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for _ in conn.notifies(timeout=min(remaining, WAKE_CHECK_SECONDS), stop_after=1):
+                return
+
+    def _dispatch(self, claim: Claim) -> None:
+        holding = Holding(claim=claim, fence=claim.fence(self.owner))
+        with self._slots:
+            self._busy += 1
+            self._held[claim.execution_id] = holding
+        self.claimed += 1
+        logger.info("execution claimed", extra=holding.fence.log_extra(attempt=claim.attempts))
+        self._work.put((claim, holding))
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _slot(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            claim, holding = item
+            package = ExecutionPackage(
+                execution_id=str(claim.execution_id),
+                request_id=str(claim.request_id),
+                flow_id=claim.flow_id,
+                transition_id=claim.transition_id,
+                fencing_token=claim.token,
+                lease_owner=self.owner,
+                attempts=claim.attempts,
+                principal=claim.actor_snapshot or None,
+            )
+            try:
+                dispatch_once(
+                    self.runtime,
+                    package,
+                    WorkerRequest(
+                        execution_id=package.execution_id,
+                        fence=claim.token,
+                        cancelled=holding.cancelled,
+                    ),
+                )
+            except Exception:
+                # Left RUNNING with its checkpoints: another claim recovers it once the lease
+                # expires, and the recovery rules decide what may be repeated.
+                logger.exception(
+                    "execution run failed; left for recovery by lease",
+                    extra=holding.fence.log_extra(attempt=claim.attempts),
+                )
+            finally:
+                with self._slots:
+                    self._busy -= 1
+                    if self._held.get(claim.execution_id) is holding:
+                        del self._held[claim.execution_id]
+                    self._slots.notify_all()
+
+    # -- heartbeat -------------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        conn: psycopg.Connection | None = None
+        try:
+            while not self._stop_heartbeat.wait(self.config.renew_seconds):
+                conn = self._renew(conn)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        holdings = [h for h in self.holdings() if not h.lost]
+        if not holdings:
+            return conn
+        sent_at = time.monotonic()
+        try:
+            if conn is None:
+                conn = psycopg.connect(self.conninfo, autocommit=True)
+            renewed = leases_renew(
+                conn=conn,
+                owner=self.owner,
+                held=[h.fence for h in holdings],
+                lease_seconds=self.config.lease_seconds,
+            )
+        except psycopg.Error:
+            logger.exception("lease renewal failed", extra={"owner": self.owner})
+            if conn is not None:
+                conn.close()
+            for holding in holdings:
+                if sent_at - holding.renewed_at >= self.config.lease_seconds:
+                    self._lease_lost(holding, reason="renewals failed for a whole lease")
+            return None
+        for holding in holdings:
+            if (holding.fence.execution_id, holding.fence.token) in renewed:
+                holding.renewed_at = sent_at
+            else:
+                self._lease_lost(holding, reason="lease lost")
+        return conn
+
+    def _lease_lost(self, holding: Holding, *, reason: str) -> None:
+        """Cancel exactly this holder: its execution id and token, never a thread."""
+        with self._slots:
+            still_held = self._held.get(holding.fence.execution_id) is holding
+        if not still_held:
+            return  # it finished while the renewal was in flight: nothing to stop
+        holding.lost = True
+        holding.cancelled.set()
+        self.runtime.cancel(str(holding.fence.execution_id), reason, fence=holding.fence.token)
+        logger.warning(
+            "lease lost",
+            extra=holding.fence.log_extra(attempt=holding.claim.attempts, reason=reason),
+        )
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.config.drain_seconds
+        logger.info("worker draining", extra={"owner": self.owner, "running": self.busy})
+        with self._slots:
+            while self._busy and not self._end_drain.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._slots.wait(min(remaining, WAKE_CHECK_SECONDS))
+        abandoned = self.holdings()
+        for holding in abandoned:
+            holding.cancelled.set()
+            self.runtime.cancel(
+                str(holding.fence.execution_id), "shutdown", fence=holding.fence.token
+            )
+            logger.warning(
+                "execution abandoned at shutdown",
+                extra=holding.fence.log_extra(attempt=holding.claim.attempts),
+            )
+        self._stop_heartbeat.set()
+        with self._slots:
+            self._slots.wait_for(lambda: self._busy == 0, timeout=STOP_GRACE_SECONDS)
+        for _ in range(self.config.concurrency):
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join(timeout=0.1 if abandoned else STOP_GRACE_SECONDS)
+        logger.info(
+            "worker stopped",
+            extra={"owner": self.owner, "claimed": self.claimed, "abandoned": len(abandoned)},
+        )

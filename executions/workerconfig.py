@@ -1,0 +1,126 @@
+"""The worker's configuration (SPEC §3), validated once, at start, from the raw WORKER_* strings.
+
+`worker_config(settings.WORKER_ENV)` returns a `WorkerConfig` or raises `WorkerConfigError` whose
+message names the variable and the rule it breaks; `WorkerDisabled` when WORKER_ENABLED is false.
+Nothing is claimed before this has passed.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Defaults, as documented in .env.example.
+DEFAULT_CONCURRENCY = 10  # executions run at once by one process
+DEFAULT_BATCH = 10  # executions claimed by one claim statement, at most
+DEFAULT_POLL_MS = 500  # milliseconds between fallback polls
+DEFAULT_LEASE_SECONDS = 60.0  # seconds
+DEFAULT_RENEW_SECONDS = 15.0  # seconds
+DEFAULT_DRAIN_SECONDS = 20.0  # seconds
+DEFAULT_RETRY_BASE_SECONDS = 1.0  # seconds
+DEFAULT_RETRY_MAX_SECONDS = 300.0  # seconds
+DEFAULT_RETRY_AFTER_MAX_SECONDS = 600.0  # seconds
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off", ""})
+
+
+class WorkerConfigError(Exception):
+    """A WORKER_* variable is invalid; the message names it and the rule."""
+
+
+class WorkerDisabled(Exception):
+    """WORKER_ENABLED is false: this process must not run the worker."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    concurrency: int = DEFAULT_CONCURRENCY
+    batch: int = DEFAULT_BATCH
+    poll_ms: int = DEFAULT_POLL_MS
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    renew_seconds: float = DEFAULT_RENEW_SECONDS
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
+    retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
+    retry_after_max_seconds: float = DEFAULT_RETRY_AFTER_MAX_SECONDS
+
+    def __post_init__(self) -> None:
+        # The same rules whether built from the environment or in code (tests, benchmarks).
+        for name, value in (
+            ("WORKER_CONCURRENCY", self.concurrency),
+            ("WORKER_BATCH", self.batch),
+            ("WORKER_POLL_MS", self.poll_ms),
+            ("WORKER_LEASE_SECONDS", self.lease_seconds),
+            ("WORKER_RENEW_SECONDS", self.renew_seconds),
+            ("WORKER_DRAIN_SECONDS", self.drain_seconds),
+            ("WORKER_RETRY_BASE_SECONDS", self.retry_base_seconds),
+            ("WORKER_RETRY_MAX_SECONDS", self.retry_max_seconds),
+            ("WORKER_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds),
+        ):
+            if not value > 0:
+                raise WorkerConfigError(f"{name} must be positive, got {value!r}")
+        if not self.renew_seconds < self.lease_seconds / 2:
+            raise WorkerConfigError(
+                f"WORKER_RENEW_SECONDS must be strictly less than half of WORKER_LEASE_SECONDS "
+                f"(got renewal {self.renew_seconds:g}s for a {self.lease_seconds:g}s lease), so "
+                "a lease survives one missed renewal"
+            )
+        if self.retry_max_seconds < self.retry_base_seconds:
+            raise WorkerConfigError(
+                "WORKER_RETRY_MAX_SECONDS must be at least WORKER_RETRY_BASE_SECONDS "
+                f"(got {self.retry_max_seconds:g}s < {self.retry_base_seconds:g}s)"
+            )
+
+    @property
+    def poll_seconds(self) -> float:
+        return self.poll_ms / 1000
+
+
+def _integer(raw: Mapping[str, str], name: str) -> int:
+    text = raw[name].strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise WorkerConfigError(f"{name} must be a positive integer, got {text!r}") from None
+
+
+def _seconds(raw: Mapping[str, str], name: str) -> float:
+    text = raw[name].strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise WorkerConfigError(
+            f"{name} must be a positive number of seconds, got {text!r}"
+        ) from None
+    if value != value or value in (float("inf"), float("-inf")):  # NaN or infinite
+        raise WorkerConfigError(f"{name} must be a finite number of seconds, got {text!r}")
+    return value
+
+
+def worker_enabled(raw: Mapping[str, str]) -> bool:
+    text = raw.get("WORKER_ENABLED", "false").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise WorkerConfigError(f"WORKER_ENABLED must be true or false, got {text!r}")
+
+
+def worker_config(raw: Mapping[str, str]) -> WorkerConfig:
+    """Validate the raw WORKER_* strings (settings.WORKER_ENV) and return the configuration."""
+    config = WorkerConfig(
+        concurrency=_integer(raw, "WORKER_CONCURRENCY"),
+        batch=_integer(raw, "WORKER_BATCH"),
+        poll_ms=_integer(raw, "WORKER_POLL_MS"),
+        lease_seconds=_seconds(raw, "WORKER_LEASE_SECONDS"),
+        renew_seconds=_seconds(raw, "WORKER_RENEW_SECONDS"),
+        drain_seconds=_seconds(raw, "WORKER_DRAIN_SECONDS"),
+        retry_base_seconds=_seconds(raw, "WORKER_RETRY_BASE_SECONDS"),
+        retry_max_seconds=_seconds(raw, "WORKER_RETRY_MAX_SECONDS"),
+        retry_after_max_seconds=_seconds(raw, "WORKER_RETRY_AFTER_MAX_SECONDS"),
+    )
+    if not worker_enabled(raw):
+        raise WorkerDisabled(
+            "WORKER_ENABLED is false: this process does not run the worker. Set "
+            "WORKER_ENABLED=true to claim and run executions."
+        )
+    return config

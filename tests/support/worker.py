@@ -1,0 +1,421 @@
+"""Helpers for worker tests: flows, accepted executions, scripted adapters, waits and row readers.
+
+Executions are created the way an acceptance leaves them (request blocked, revision + 1, PENDING
+execution with its accepted revision, TRANSITION_ACCEPTED, NOTIFY), with plain SQL on a
+runtime-role connection, so a test can create hundreds without the API.
+
+Adapters here are test-only trusted code: they record every call (input, external key, attempt)
+and answer from a script, or wait on events a test controls. `SimulatedCrash` is a
+BaseException: raised from an adapter it abandons the attempt without any result being saved,
+the way a process dies mid-call.
+"""
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome, Route
+from actions.registry import NO_OP, Registry
+from actions.simulation import SIMULATION_BINDINGS
+from executions import sql
+from executions.canonical import sha256_hex
+from executions.claims import Claim, executions_claim
+from executions.runtime import (
+    ExecutionPackage,
+    ExecutionResult,
+    LocalWorkerRuntime,
+    WorkerRequest,
+    dispatch_once,
+)
+from executions.workerconfig import WorkerConfig
+
+DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
+
+# Short leases so expiry-driven tests finish quickly; every wait is on a condition.
+FAST = WorkerConfig(
+    concurrency=2,
+    batch=2,
+    poll_ms=50,
+    lease_seconds=2.0,
+    renew_seconds=0.5,
+    drain_seconds=2.0,
+    retry_base_seconds=0.01,
+    retry_max_seconds=0.05,
+    retry_after_max_seconds=0.2,
+)
+
+
+class SimulatedCrash(BaseException):
+    """Raised by an adapter: the process 'dies' mid-call and nothing after it runs."""
+
+
+def wait_until(
+    predicate: Callable[[], Any], *, timeout: float = DEFAULT_TIMEOUT, what: str = "condition"
+) -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------
+# Flows and accepted executions
+# ------------------------------------------------------------------------------
+def action(
+    action_id: str, capability: str, *, version: int = 1, input: dict | None = None
+) -> dict[str, Any]:
+    return {"id": action_id, "capability": capability, "version": version, "input": input or {}}
+
+
+def flow_definition(
+    actions: list[dict[str, Any]],
+    *,
+    key: str = "test-flow",
+    version: int = 1,
+    rules: list[dict[str, Any]] | None = None,
+    hit_policy: str = "FIRST",
+    updates: list[dict[str, Any]] | None = None,
+    data_schema: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A flow with one transition `go` from DRAFT, running `actions`."""
+    return {
+        "key": key,
+        "version": version,
+        "initialState": "DRAFT",
+        "states": ["DRAFT", "DONE", "OTHER"],
+        "dataSchema": data_schema or {"type": "object"},
+        "transitions": [
+            {
+                "id": "go",
+                "from": ["DRAFT"],
+                "actions": actions,
+                "decision": {
+                    "hitPolicy": hit_policy,
+                    "rules": rules
+                    or [{"id": "always", "when": True, "target": "DONE", "outcome": "OK"}],
+                },
+                "updates": updates if updates is not None else [{"path": "/done", "value": True}],
+            }
+        ],
+    }
+
+
+def create_flow(conn: psycopg.Connection, definition: dict[str, Any]) -> int:
+    return conn.execute(
+        "INSERT INTO flow (key, version, definition, checksum) VALUES (%s, %s, %s, %s) "
+        "RETURNING id",
+        [definition["key"], definition["version"], Jsonb(definition), sha256_hex(definition)],
+    ).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    request_id: uuid.UUID
+    execution_id: uuid.UUID
+
+
+def enqueue(
+    conn: psycopg.Connection,
+    flow_id: int,
+    *,
+    data: dict[str, Any] | None = None,
+    transition_id: str = "go",
+    state: str = "DRAFT",
+    owner: str = "alice",
+    scope: str = "acme",
+    notify: bool = True,
+) -> Accepted:
+    """Create a request and accept `transition_id` on it, as the API does, in one transaction."""
+    request_id, execution_id = uuid.uuid4(), uuid.uuid4()
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO request (id, flow_id, owner, scope, data, state, revision, version) "
+            "VALUES (%s, %s, %s, %s, %s, %s, 2, 2)",
+            [request_id, flow_id, owner, scope, Jsonb(data or {}), state],
+        )
+        conn.execute(
+            "INSERT INTO execution (id, request_id, flow_id, transition_id, accepted_revision, "
+            "actor_snapshot) VALUES (%s, %s, %s, %s, 2, %s)",
+            [
+                execution_id,
+                request_id,
+                flow_id,
+                transition_id,
+                Jsonb({"subject": owner, "tenant": scope}),
+            ],
+        )
+        conn.execute(
+            "UPDATE request SET blocked_by_id = %s WHERE id = %s", [execution_id, request_id]
+        )
+        conn.execute(
+            "INSERT INTO audit_event (request_id, execution_id, type, actor, payload) "
+            "VALUES (%s, %s, 'TRANSITION_ACCEPTED', %s, %s)",
+            [request_id, execution_id, owner, Jsonb({"transitionId": transition_id})],
+        )
+        if notify:
+            conn.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
+    return Accepted(request_id, execution_id)
+
+
+# ------------------------------------------------------------------------------
+# Row readers
+# ------------------------------------------------------------------------------
+def execution_row(conn: psycopg.Connection, execution_id: uuid.UUID) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT *, lease_expires_at > clock_timestamp() AS lease_valid FROM execution "
+            "WHERE id = %s",
+            [execution_id],
+        ).fetchone()
+
+
+def request_row(conn: psycopg.Connection, request_id: uuid.UUID) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute("SELECT * FROM request WHERE id = %s", [request_id]).fetchone()
+
+
+def checkpoint_rows(conn: psycopg.Connection, execution_id: uuid.UUID) -> dict[str, dict]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT * FROM action_execution WHERE execution_id = %s ORDER BY sequence",
+            [execution_id],
+        ).fetchall()
+    return {row["action_id"]: row for row in rows}
+
+
+def audit_events(conn: psycopg.Connection, request_id: uuid.UUID) -> list[tuple[str, dict]]:
+    rows = conn.execute(
+        "SELECT type, payload FROM audit_event WHERE request_id = %s ORDER BY id", [request_id]
+    ).fetchall()
+    return [(row[0], row[1]) for row in rows]
+
+
+def expire_lease(conn: psycopg.Connection, execution_id: uuid.UUID) -> None:
+    """Wait, by the database clock, until the execution's current lease has expired."""
+    wait_until(
+        lambda: conn.execute(
+            "SELECT lease_expires_at <= clock_timestamp() FROM execution WHERE id = %s",
+            [execution_id],
+        ).fetchone()[0],
+        what="the lease to expire",
+    )
+
+
+# ------------------------------------------------------------------------------
+# Adapters
+# ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Call:
+    input: dict[str, Any]
+    external_key: str
+    attempt: int
+    execution_id: str
+    action_id: str
+
+
+Step = ActionResult | BaseException | Callable[[ActionContext], ActionResult]
+
+
+@dataclass
+class ScriptedAdapter:
+    """Answers each call with the next step of its script (then `default`), recording calls."""
+
+    script: list[Step] = field(default_factory=list)
+    default: ActionResult = field(
+        default_factory=lambda: ActionResult(outcome=Outcome.SUCCEEDED, output={"ok": True})
+    )
+    name: str = "test.scripted"
+    fixed_effect: str | None = None
+    calls: list[Call] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._script = list(self.script)
+
+    def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
+        with self._lock:
+            self.calls.append(
+                Call(
+                    dict(ctx.input), ctx.external_key, ctx.attempt, ctx.execution_id, ctx.action_id
+                )
+            )
+            step = self._script.pop(0) if self._script else self.default
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step(ctx)
+        return step
+
+
+class GateAdapter:
+    """Blocks each call until the test opens the gate (or the execution is cancelled).
+
+    `entered` is set when a call is inside the adapter; `cancelled_seen` when a call saw its
+    execution's cancellation. Records calls like ScriptedAdapter.
+    """
+
+    name = "test.gate"
+    fixed_effect = None
+
+    def __init__(self, result: ActionResult | None = None, *, watch_cancel: bool = True) -> None:
+        self.result = result or ActionResult(outcome=Outcome.SUCCEEDED, output={"ok": True})
+        self.watch_cancel = watch_cancel
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.cancelled_seen = threading.Event()
+        self.calls: list[Call] = []
+        self.contexts: list[ActionContext] = []
+        self._lock = threading.Lock()
+
+    def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
+        with self._lock:
+            self.calls.append(
+                Call(
+                    dict(ctx.input), ctx.external_key, ctx.attempt, ctx.execution_id, ctx.action_id
+                )
+            )
+            self.contexts.append(ctx)
+        self.entered.set()
+        deadline = time.monotonic() + DEFAULT_TIMEOUT * 2
+        while not self.gate.wait(0.01):
+            if self.watch_cancel and ctx.cancelled.is_set():
+                self.cancelled_seen.set()
+                return ActionResult(outcome=Outcome.TRANSIENT, error_code="INTERRUPTED")
+            if time.monotonic() > deadline:
+                return ActionResult(outcome=Outcome.TRANSIENT, error_code="GATE_TIMEOUT")
+        return self.result
+
+
+def ok(output: dict[str, Any] | None = None) -> ActionResult:
+    return ActionResult(outcome=Outcome.SUCCEEDED, output=output if output is not None else {})
+
+
+def transient(code: str = "HTTP_503", retry_after: float | None = None) -> ActionResult:
+    return ActionResult(
+        outcome=Outcome.TRANSIENT,
+        error_code=code,
+        error_detail="try later",
+        retry_after=retry_after,
+    )
+
+
+def permanent(code: str = "HTTP_422") -> ActionResult:
+    return ActionResult(outcome=Outcome.PERMANENT, error_code=code, error_detail="refused")
+
+
+def unknown(code: str = "TIMEOUT_AFTER_SEND") -> ActionResult:
+    return ActionResult(outcome=Outcome.UNKNOWN, error_code=code, error_detail="no answer")
+
+
+def binding(
+    capability: str,
+    adapter: Any,
+    *,
+    effect: str = "READ_ONLY",
+    version: int = 1,
+    max_attempts: int = 3,
+    input_schema: dict | None = None,
+    output_schema: dict | None = None,
+) -> Binding:
+    return Binding(
+        contract=Contract(
+            capability=capability,
+            version=version,
+            effect=effect,
+            max_attempts=max_attempts,
+            timeout_seconds=5,
+            input_schema=input_schema or {"type": "object"},
+            output_schema=output_schema or {"type": "object"},
+        ),
+        route=Route(capability=capability, version=version, adapter=adapter.name),
+        adapter=adapter,
+    )
+
+
+def registry(*bindings: Binding) -> Registry:
+    """A registry with these bindings, plus the simulation capabilities, in simulation mode."""
+    return Registry(
+        {b.contract.key: b for b in bindings},
+        simulation={"NO_OP@1": NO_OP, **SIMULATION_BINDINGS},
+        simulation_mode=True,
+    )
+
+
+# ------------------------------------------------------------------------------
+# Running one claim by hand
+# ------------------------------------------------------------------------------
+def runtime_for(
+    dsn: str, reg: Registry, *, config: WorkerConfig = FAST, slots: int = 1
+) -> LocalWorkerRuntime:
+    """An opened LocalWorkerRuntime on `dsn` resolving through `reg` (close it when done)."""
+    return LocalWorkerRuntime(
+        conninfo=dsn, config=config, resolve=reg.resolve, slots=slots, rng=random.Random(7)
+    ).open()
+
+
+def claim(
+    conn: psycopg.Connection, owner: str, *, limit: int = 1, lease_seconds: float = 2.0
+) -> list[Claim]:
+    return executions_claim(conn=conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
+
+
+def package_of(found: Claim, owner: str) -> ExecutionPackage:
+    return ExecutionPackage(
+        execution_id=str(found.execution_id),
+        request_id=str(found.request_id),
+        flow_id=found.flow_id,
+        transition_id=found.transition_id,
+        fencing_token=found.token,
+        lease_owner=owner,
+        attempts=found.attempts,
+    )
+
+
+def run_claim(
+    runtime: LocalWorkerRuntime,
+    found: Claim,
+    owner: str,
+    *,
+    cancelled: threading.Event | None = None,
+) -> ExecutionResult | str:
+    """Run one claimed execution through the SPI, as a scheduler slot does."""
+    return dispatch_once(
+        runtime,
+        package_of(found, owner),
+        WorkerRequest(
+            execution_id=str(found.execution_id),
+            fence=found.token,
+            cancelled=cancelled or threading.Event(),
+        ),
+    )
+
+
+def run_next(
+    conn: psycopg.Connection, runtime: LocalWorkerRuntime, owner: str = "worker-a", **kwargs: Any
+) -> ExecutionResult | str:
+    """Claim exactly one due execution and run it."""
+    found = claim(conn, owner, lease_seconds=kwargs.pop("lease_seconds", 2.0))
+    assert len(found) == 1, f"expected one due execution, claimed {len(found)}"
+    return run_claim(runtime, found[0], owner, **kwargs)
+
+
+def make_due(conn: psycopg.Connection, execution_ids: Iterable[uuid.UUID]) -> None:
+    """Make RETRY_WAIT executions due now (instead of waiting out their backoff)."""
+    conn.execute(
+        "UPDATE execution SET next_attempt_at = clock_timestamp() "
+        "WHERE id = ANY(%s) AND status = 'RETRY_WAIT'",
+        [list(execution_ids)],
+    )
