@@ -1,0 +1,121 @@
+"""Access is filtered in SQL: every query for a request or an execution made on a caller's
+behalf carries the caller's tenant, and its owner unless it reads with requests:read:tenant.
+
+Each endpoint is called while capturing the SQL it executes. A resource that exists but belongs
+to someone else is answered 404 by the same filtered query that would have found it: nothing is
+fetched and checked afterwards.
+"""
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from executions.models import Request
+
+from .conftest import assert_error
+
+pytestmark = pytest.mark.django_db
+
+_TOUCHES = re.compile(r'(FROM|JOIN|UPDATE) "(request|execution)"')
+
+
+def scoped_queries(captured: CaptureQueriesContext) -> list[str]:
+    """The SELECTs and UPDATEs that read or change requests or executions."""
+    return [
+        q["sql"]
+        for q in captured.captured_queries
+        if q["sql"].lstrip().upper().startswith(("SELECT", "UPDATE")) and _TOUCHES.search(q["sql"])
+    ]
+
+
+def assert_filtered(queries: list[str], *, tenant: str, owner: str | None) -> None:
+    assert queries, "expected at least one query on requests or executions"
+    for sql in queries:
+        assert " WHERE " in sql, sql
+        where = sql.split(" WHERE ", 1)[1]
+        assert f'"request"."scope" = \'{tenant}\'' in where, sql
+        if owner is None:
+            assert '"request"."owner"' not in where, sql
+        else:
+            assert f'"request"."owner" = \'{owner}\'' in where, sql
+
+
+def call(caller, method: str, path: str, body=None):
+    with CaptureQueriesContext(connection) as captured:
+        response = caller.get(path) if method == "GET" else caller.post(path, body)
+    return response, scoped_queries(captured)
+
+
+@pytest.fixture
+def setup(alice, flow):
+    created = alice.create()
+    accepted = alice.accept(created["id"], "submit", 1).json()
+    return created["id"], accepted["id"]
+
+
+def endpoints(request_id: str, execution_id: str) -> list[tuple[str, str, dict | None]]:
+    return [
+        ("GET", f"/api/v1/requests/{request_id}", None),
+        ("GET", f"/api/v1/executions/{execution_id}", None),
+        (
+            "POST",
+            f"/api/v1/requests/{request_id}/transitions",
+            {"transitionId": "submit", "expectedRevision": 2},
+        ),
+    ]
+
+
+def test_owner_and_tenant_are_in_every_query__for_the_owner(alice, setup):
+    for method, path, body in endpoints(*setup):
+        response, queries = call(alice, method, path, body)
+        assert response.status_code in (200, 409), (path, response.content)
+        assert_filtered(queries, tenant="acme", owner="alice")
+
+
+@pytest.mark.parametrize("who", ["bob", "alice_elsewhere"])
+def test_another_owner_or_tenant__gets_404_from_the_filtered_query(request, setup, who):
+    other = request.getfixturevalue(who)
+    tenant = "globex" if who == "alice_elsewhere" else "acme"
+    owner = "alice" if who == "alice_elsewhere" else "bob"
+    for method, path, body in endpoints(*setup):
+        response, queries = call(other, method, path, body)
+        assert_error(response, 404, "NOT_FOUND")
+        assert_filtered(queries, tenant=tenant, owner=owner)
+        # The one query that looked for it was the filtered one: no unfiltered fetch happened.
+        assert len(queries) == 1, queries
+
+
+def test_tenant_reader__filters_by_tenant_alone(auditor, setup):
+    request_id, execution_id = setup
+    for path in (f"/api/v1/requests/{request_id}", f"/api/v1/executions/{execution_id}"):
+        response, queries = call(auditor, "GET", path)
+        assert response.status_code == 200
+        assert_filtered(queries, tenant="acme", owner=None)
+
+
+def test_tenant_reader__another_tenants_request_is_404_in_sql(auditor, flow):
+    elsewhere = Request.objects.create(
+        flow=flow, owner="carol", scope="globex", data={"applicant": "A"}, state="DRAFT"
+    )
+    response, queries = call(auditor, "GET", f"/api/v1/requests/{elsewhere.id}")
+    assert_error(response, 404, "NOT_FOUND")
+    assert_filtered(queries, tenant="acme", owner=None)
+
+
+def test_transition__locks_the_row_with_owner_and_tenant_in_the_where(alice, flow):
+    created = alice.create()
+    with CaptureQueriesContext(connection) as captured:
+        response = alice.accept(created["id"], "submit", 1, HTTP_IDEMPOTENCY_KEY="k")
+    assert response.status_code == 202
+    queries = scoped_queries(captured)
+    locks = [sql for sql in queries if "FOR UPDATE" in sql]
+    assert len(locks) == 1
+    assert 'FOR UPDATE OF "request"' in locks[0]
+    assert_filtered(queries, tenant="acme", owner="alice")
+    assert any(sql.startswith('UPDATE "request"') for sql in queries)
+    # The Idempotency-Key lookup is made after the lock and under the same filter.
+    assert queries.index(locks[0]) < next(
+        i for i, sql in enumerate(queries) if '"execution"."idempotency_key"' in sql
+    )

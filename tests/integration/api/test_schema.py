@@ -1,0 +1,111 @@
+"""The OpenAPI 3 schema at /api/schema/ lists every endpoint with every status it answers."""
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+EXPECTED = {
+    ("/api/v1/requests", "post"): {"201", "400", "401", "403", "404", "405", "422"},
+    ("/api/v1/requests/{request_id}", "get"): {"200", "401", "403", "404", "405"},
+    ("/api/v1/requests/{request_id}/transitions", "post"): {
+        "202",
+        "400",
+        "401",
+        "403",
+        "404",
+        "405",
+        "409",
+        "422",
+    },
+    ("/api/v1/executions/{execution_id}", "get"): {"200", "401", "403", "404", "405"},
+    ("/api/v1/flows", "get"): {"200", "401", "403", "405"},
+    ("/api/v1/flows", "post"): {"200", "201", "400", "401", "403", "405", "409", "422"},
+}
+
+
+@pytest.fixture
+def schema(api) -> dict:
+    response = Client().get("/api/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_schema__is_openapi_3_with_bearer_auth(schema):
+    assert schema["openapi"].startswith("3.")
+    assert schema["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+    }
+
+
+def test_schema__every_endpoint_with_its_error_statuses(schema):
+    found = {
+        (path, method): set(operation["responses"])
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+    }
+    assert found == EXPECTED
+    for (path, method), statuses in EXPECTED.items():
+        operation = schema["paths"][path][method]
+        assert operation["security"] == [{"bearerAuth": []}]
+        for status in statuses - {"200", "201", "202"}:
+            response = operation["responses"][status]
+            assert response["description"], (path, method, status)
+            ref = response["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith(("/Error", "/FlowInvalid")), ref
+        assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+
+
+def test_schema__error_descriptions_name_the_codes(schema):
+    transitions = schema["paths"]["/api/v1/requests/{request_id}/transitions"]["post"]
+    responses = transitions["responses"]
+    assert "REVISION_CONFLICT" in responses["409"]["description"]
+    assert "REQUEST_BLOCKED" in responses["409"]["description"]
+    for code in ("UNKNOWN_TRANSITION", "TRANSITION_NOT_ALLOWED", "IDEMPOTENCY_KEY_REUSED"):
+        assert code in responses["422"]["description"]
+    assert "Location" in responses["202"]["headers"]
+    assert any(p["name"] == "Idempotency-Key" for p in transitions["parameters"])
+    create = schema["paths"]["/api/v1/requests"]["post"]["responses"]
+    assert "DATA_TOO_LARGE" in create["422"]["description"]
+    assert "NOT_FOUND" in create["404"]["description"]
+
+
+def test_schema__views_have_exactly_the_public_fields(schema):
+    components = schema["components"]["schemas"]
+    assert set(components["ExecutionView"]["properties"]) == {
+        "id",
+        "requestId",
+        "transitionId",
+        "status",
+        "outcome",
+        "targetState",
+        "errorCode",
+        "attempts",
+        "createdAt",
+        "finishedAt",
+    }
+    assert set(components["RequestView"]["properties"]) == {
+        "id",
+        "flowKey",
+        "flowVersion",
+        "state",
+        "revision",
+        "data",
+        "blocked",
+        "createdAt",
+        "updatedAt",
+    }
+    assert set(components["FlowInvalid"]["properties"]) == {"code", "detail", "problems"}
+
+
+def test_schema__generates_without_warnings_and_validates(api):
+    out = io.StringIO()
+    call_command(
+        "spectacular", "--validate", "--fail-on-warn", "--format", "openapi-json", stdout=out
+    )
+    assert '"openapi"' in out.getvalue()
