@@ -44,6 +44,14 @@ REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
 CANCELLED_AFTER_WRITE = "CANCELLED_AFTER_WRITE"
 # Why a cancellation is refused: the execution already ended (executions/cancel.py).
 NOT_CANCELLABLE = "NOT_CANCELLABLE"
+# On an execution: an operator abandoned it in reconciliation; it ended FAILED and released its
+# request without knowing whether the uncertain write happened (RECONCILIATION.md).
+RECONCILIATION_ABANDONED = "RECONCILIATION_ABANDONED"
+
+# Why the admin refuses an operator's resolution (reconciliation/services.py).
+NOT_IN_RECONCILIATION = "NOT_IN_RECONCILIATION"  # nothing to resolve, or already resolved
+NO_UNCERTAIN_CHECKPOINT = "NO_UNCERTAIN_CHECKPOINT"  # no RUNNING/UNKNOWN action to settle
+REASON_REQUIRED = "REASON_REQUIRED"  # blank, or longer than the limit
 
 # Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
 MAX_DATA_BYTES = 256 * 1024  # bytes

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from actions.lookup import supports_lookup
 from executions.models import (
     ActionExecution,
     AuditEvent,
@@ -97,6 +98,7 @@ class CheckpointView:
     evidence: dict[str, Any]
     uncertain: bool
     error: str
+    lookup_available: bool  # the route offers a lookup by external key
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ def case_detail(*, execution_id: uuid.UUID | str) -> CaseDetail:
             evidence=checkpoint_evidence(checkpoint),
             uncertain=is_uncertain(checkpoint),
             error=safe_error(checkpoint) or "",
+            lookup_available=is_uncertain(checkpoint)
+            and supports_lookup(checkpoint.capability, checkpoint.capability_version),
         )
         for checkpoint in ActionExecution.objects.filter(execution=execution).order_by(
             "sequence", "id"

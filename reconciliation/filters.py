@@ -1,0 +1,138 @@
+"""Changelist filters of the reconciliation queues: status, flow, capability, age."""
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from executions.models import ExecutionStatus, Flow
+
+from .selectors import capabilities, with_capability
+
+ALL = "all"
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """Execution status; the queue opens on `default` rather than on everything."""
+
+    title = "status"
+    parameter_name = "status"
+    field = "status"
+    default: str | None = ExecutionStatus.RECONCILIATION_REQUIRED
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(status.value, status.value) for status in ExecutionStatus] + [(ALL, "All")]
+
+    def current(self) -> str:
+        return self.value() or self.default or ALL
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.current()
+        if value == ALL:
+            return queryset
+        if value not in ExecutionStatus.values:
+            return queryset.none()
+        return queryset.filter(**{self.field: value})
+
+    def choices(self, changelist: Any):
+        current = self.current()
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": current == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+
+class BlockingStatusFilter(StatusFilter):
+    title = "status of the blocking execution"
+    field = "blocked_by__status"
+    default = None
+
+
+class FlowFilter(admin.SimpleListFilter):
+    title = "flow"
+    parameter_name = "flow"
+    field = "flow_id"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(str(flow.pk), str(flow)) for flow in Flow.objects.order_by("key", "version")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if not value:
+            return queryset
+        if not value.isdigit():
+            return queryset.none()
+        return queryset.filter(**{self.field: int(value)})
+
+
+class CapabilityFilter(admin.SimpleListFilter):
+    """Executions with a checkpoint of this `capability@version`."""
+
+    title = "capability"
+    parameter_name = "capability"
+    execution_field = "pk"
+    statuses: tuple[str, ...] = (ExecutionStatus.RECONCILIATION_REQUIRED,)
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in capabilities(statuses=self.statuses)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if not value:
+            return queryset
+        if "@" not in value or not value.rpartition("@")[2].isdigit():
+            return queryset.none()
+        return with_capability(queryset, value, execution_field=self.execution_field)
+
+
+class BlockingCapabilityFilter(CapabilityFilter):
+    execution_field = "blocked_by_id"
+    statuses = tuple(
+        status
+        for status in ExecutionStatus.values
+        if status
+        not in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+    )
+
+
+AGES = {
+    "lt1h": ("less than an hour", None, timedelta(hours=1)),
+    "1h-1d": ("1 hour to 1 day", timedelta(hours=1), timedelta(days=1)),
+    "1d-7d": ("1 to 7 days", timedelta(days=1), timedelta(days=7)),
+    "gt7d": ("more than 7 days", timedelta(days=7), None),
+}
+
+
+class AgeFilter(admin.SimpleListFilter):
+    """How long ago the execution was created (or, for a blocked request, last changed)."""
+
+    title = "age"
+    parameter_name = "age"
+    field = "created_at"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(key, label) for key, (label, _, _) in AGES.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if not value:
+            return queryset
+        if value not in AGES:
+            return queryset.none()
+        _, at_least, less_than = AGES[value]
+        now = timezone.now()
+        if at_least is not None:
+            queryset = queryset.filter(**{f"{self.field}__lte": now - at_least})
+        if less_than is not None:
+            queryset = queryset.filter(**{f"{self.field}__gt": now - less_than})
+        return queryset
+
+
+class BlockedAgeFilter(AgeFilter):
+    title = "blocked for (since last change)"
+    field = "updated_at"

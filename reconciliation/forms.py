@@ -1,0 +1,50 @@
+"""The operator's forms: a written reason, the action to settle, and (write happened) its output.
+
+The services check all of this again; the forms exist to tell the operator what is wrong before
+anything is attempted.
+"""
+
+import json
+from typing import Any
+
+from django import forms
+
+from .services import MAX_REASON_CHARS
+
+
+class ResolutionForm(forms.Form):
+    """A resolution of one or more cases. `action_id` and `output` apply to one case only."""
+
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        max_length=MAX_REASON_CHARS,
+        strip=True,
+        help_text="Required. Say what you checked and why this resolution is right; it is kept "
+        "in the audit trail for good.",
+    )
+
+    def __init__(self, *args: Any, action_ids: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if action_ids is not None:
+            self.fields["action_id"] = forms.ChoiceField(
+                choices=[(action_id, action_id) for action_id in action_ids],
+                initial=action_ids[0] if len(action_ids) == 1 else None,
+                label="Uncertain action",
+            )
+
+
+class WriteHappenedForm(ResolutionForm):
+    output = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 80, "spellcheck": "false"}),
+        help_text="The action's output as a JSON object, as the provider reports it. It must "
+        "validate against the capability's output schema.",
+    )
+
+    def clean_output(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.cleaned_data["output"])
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc.msg} at line {exc.lineno}.") from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The output must be a JSON object.")
+        return value
