@@ -1,0 +1,83 @@
+"""An operator settles a case in a real browser: logs in to the admin, opens the case the worker
+handed over, asks the provider, resolves with a written reason, and the request moves on."""
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+from executions.models import AuditEvent, AuditType
+from tests.integration.reconciliation.worker import (
+    CHARGES,
+    accept_charge,
+    charged,
+    registry_from,
+    request_of,
+    runworker,
+    wait_for_finish,
+    wait_for_reconciliation,
+    write_catalog,
+)
+from tests.support.providers import JsonProvider, drop
+
+from .conftest import WAIT_SECONDS
+
+pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
+
+REASON = "Provider lookup by key found no charge; the dropped call never arrived."
+
+
+def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
+    browser, live_server, operator, process_env, tmp_path
+):
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    with JsonProvider(respond=charged) as provider:
+        catalog = write_catalog(tmp_path, provider)
+        provider.plan(CHARGES, drop(apply=False))
+        execution = accept_charge()
+        log = tmp_path / "worker.log"
+        with registry_from(catalog), runworker(process_env, catalog, log) as worker:
+            wait_for_reconciliation(execution, worker, log)
+
+            # Log in to the admin and open the queue.
+            browser.get(f"{live_server.url}/admin/login/?next=/admin/reconciliation/")
+            browser.find_element(By.ID, "id_username").send_keys("olga")
+            browser.find_element(By.ID, "id_password").send_keys("pw-olga")
+            browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+            wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Reconciliation cases"))).click()
+
+            # The case is in the queue; open it and read the evidence.
+            wait.until(ec.element_to_be_clickable((By.LINK_TEXT, str(execution.pk)))).click()
+            wait.until(ec.text_to_be_present_in_element((By.ID, "case-status"), "RECONCILIATION"))
+            row = browser.find_element(By.ID, "checkpoint-charge").text
+            assert f"{execution.pk}:charge" in row and "NON_IDEMPOTENT_WRITE" in row
+
+            # Ask the provider; its answer is stored as evidence and shown.
+            browser.find_element(By.ID, "lookup-charge").click()
+            wait.until(
+                ec.text_to_be_present_in_element(
+                    (By.ID, "case-lookups"), "the write did not happen"
+                )
+            )
+
+            # Resolve: the write did not happen, with a reason.
+            browser.find_element(By.ID, "not_happened_reason").send_keys(REASON)
+            browser.find_element(By.ID, "submit-not-happened").click()
+            wait.until(
+                ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1")
+            )
+
+            # The worker replays the charge once and the request moves on.
+            assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
+            browser.refresh()
+            wait.until(ec.text_to_be_present_in_element((By.ID, "request-state"), "CHARGED"))
+            assert browser.find_element(By.ID, "case-status").text == "SUCCEEDED"
+            assert "RECONCILIATION_RESOLVED" in browser.find_element(By.ID, "case-timeline").text
+
+    request = request_of(execution)
+    assert request.state == "CHARGED" and request.blocked_by_id is None
+    resolved = AuditEvent.objects.get(execution=execution, type=AuditType.RECONCILIATION_RESOLVED)
+    assert (resolved.actor, resolved.payload["reason"]) == ("olga", REASON)
+    assert resolved.payload["evidence"]["lookup"]["happened"] is False
+    key = f"{execution.pk}:charge"
+    assert [r.headers.get("idempotency-key") for r in provider.requests(CHARGES)] == [key, key]
