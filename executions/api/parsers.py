@@ -1,12 +1,14 @@
 """Request bodies: bounded, strict JSON that PostgreSQL can store as it was sent.
 
 Refused with INVALID_BODY, saying why: bodies over MAX_BODY_BYTES, text that is not UTF-8 JSON,
-NaN and infinities, duplicate object keys (which would silently drop a value), nesting deeper
-than MAX_DEPTH, and strings holding NUL or an unpaired surrogate (jsonb and UTF-8 cannot hold
-them, and would otherwise fail deep inside the database).
+NaN and infinities (and numbers such as 1e400 that would become one), duplicate object keys
+(which would silently drop a value), nesting deeper than MAX_DEPTH, and strings holding NUL or an
+unpaired surrogate (jsonb and UTF-8 cannot hold them, and would otherwise fail deep inside the
+database).
 """
 
 import json
+import math
 import re
 from typing import Any
 
@@ -37,6 +39,13 @@ def _no_constants(name: str) -> None:
     raise _invalid(f"the body is not valid JSON: {name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _invalid(f"the body has a number too large to represent: {text[:40]}")
+    return value
+
+
 def loads(raw: bytes) -> Any:
     """Parse a request body, or raise CodedError(INVALID_BODY) saying what is wrong with it."""
     if len(raw) > MAX_BODY_BYTES:
@@ -46,7 +55,12 @@ def loads(raw: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise _invalid("the body is not UTF-8 text") from exc
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        value = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+            parse_float=_finite_float,
+        )
     except json.JSONDecodeError as exc:
         raise _invalid(
             f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

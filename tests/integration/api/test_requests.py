@@ -139,6 +139,7 @@ def test_create__bad_body_is_invalid_and_names_the_field(alice, flow, body, frag
         (b"", "application/json", "the body is empty"),
         (b"\xff\xfe{}", "application/json", "not UTF-8"),
         (b'{"flowKey": "claims", "data": {"amount": NaN}}', "application/json", "NaN"),
+        (b'{"flowKey": "claims", "data": {"amount": 1e400}}', "application/json", "too large"),
         (b'{"flowKey": "a", "flowKey": "b", "data": {}}', "application/json", "repeats the key"),
         (b'{"flowKey": "claims", "data": {"a": "\\u0000"}}', "application/json", "NUL"),
         (b'{"flowKey": "claims", "data": {"a": "\\ud800"}}', "application/json", "surrogate"),
