@@ -143,7 +143,8 @@ class ReconciliationCaseAdmin(admin.ModelAdmin):
         prefill = {}
         if len(action_ids) == 1:
             lookup = case.latest_lookup(action_ids[0])
-            if lookup and lookup.get("happened") and lookup.get("output") is not None:
+            # Offer the provider's record only when it would pass the output schema.
+            if lookup and lookup.get("happened") and lookup.get("outputValid"):
                 prefill["output"] = _json(lookup["output"])
         context = {
             **self.admin_site.each_context(request),

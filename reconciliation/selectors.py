@@ -130,6 +130,18 @@ class CaseDetail:
         return self.execution.status == ExecutionStatus.RECONCILIATION_REQUIRED
 
     @property
+    def cancellation(self) -> AuditEvent | None:
+        """The cancellation of this execution, if a client or operator asked for one."""
+        for entry in self.timeline:
+            event = entry.event
+            if (
+                event.type == AuditType.EXECUTION_CANCELLED
+                and event.execution_id == self.execution.pk
+            ):
+                return event
+        return None
+
+    @property
     def uncertain(self) -> list[CheckpointView]:
         return [view for view in self.checkpoints if view.uncertain]
 

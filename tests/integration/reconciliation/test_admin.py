@@ -22,7 +22,7 @@ from executions.models import (
 from reconciliation import services
 from tests.support.providers import JsonProvider, drop
 
-from .factories import ExecutionFactory, FlowFactory, reconciliation_case, row
+from .factories import ExecutionFactory, FlowFactory, audit, reconciliation_case, row
 from .worker import CHARGES, charged, registry_from, write_catalog
 
 pytestmark = pytest.mark.django_db
@@ -142,6 +142,15 @@ def test_case_page__a_viewer_sees_the_case_but_no_resolution(viewer, charge_regi
     assert 'id="no-resolution-permission"' in page
     assert "resolve-happened" not in page and "resolve-abandon" not in page
     assert "lookup-charge" not in page
+
+
+def test_case_page__warns_that_resolving_a_cancelled_execution_resumes_it(operator):
+    case = reconciliation_case()
+    page = _client(operator).get(_case_url(case)).content.decode()
+    assert "case-cancelled" not in page
+    audit(case.request, case, AuditType.EXECUTION_CANCELLED, reason="customer asked")
+    page = _client(operator).get(_case_url(case)).content.decode()
+    assert 'id="case-cancelled"' in page and "customer asked" in page
 
 
 def test_case_page__staff_without_view_permission_get_403(make_user):
