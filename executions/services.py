@@ -15,6 +15,7 @@ Invariants and transaction boundaries:
 """
 
 from typing import Any
+from uuid import UUID
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
@@ -62,7 +63,7 @@ def request_create(
 def transition_accept(
     *,
     principal: Principal,
-    request_id: str,
+    request_id: str | UUID,
     transition_id: str,
     expected_revision: int,
     idempotency_key: str | None = None,
@@ -109,7 +110,7 @@ def transition_accept(
 def _accept(
     *,
     principal: Principal,
-    request_id: Any,
+    request_id: UUID,
     transition_id: str,
     expected_revision: int,
     idempotency_key: str | None,

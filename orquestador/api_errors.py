@@ -36,6 +36,7 @@ STATUS_BY_CODE = {
     errors.REVISION_CONFLICT: status.HTTP_409_CONFLICT,
     errors.REQUEST_BLOCKED: status.HTTP_409_CONFLICT,
     errors.FLOW_CONFLICT: status.HTTP_409_CONFLICT,
+    errors.NOT_CANCELLABLE: status.HTTP_409_CONFLICT,
     errors.INTERNAL_ERROR: status.HTTP_500_INTERNAL_SERVER_ERROR,
 }
 
@@ -88,7 +89,12 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
                 headers["Allow"] = ", ".join(view.allowed_methods)
     else:
         return None
-    return Response(error_body(code, detail, **extra), status=STATUS_BY_CODE[code], headers=headers)
+    status_code = STATUS_BY_CODE.get(code)
+    if status_code is None:
+        # A refusal whose code has no status here yet: still the caller's 4xx, and our note.
+        logger.error("error code %s has no HTTP status in STATUS_BY_CODE", code)
+        status_code = status.HTTP_400_BAD_REQUEST
+    return Response(error_body(code, detail, **extra), status=status_code, headers=headers)
 
 
 def _drf_detail(exc: exceptions.APIException) -> str:
