@@ -2,7 +2,6 @@
 own fenced writes on runtime-role connections) and leaves every earlier holder locked out."""
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,7 @@ from executions.models import (
 )
 from orquestador import errors
 from reconciliation import services
+from tests.support.worker import expire_lease
 
 from .factories import ExecutionFactory, RequestFactory
 
@@ -33,14 +33,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 DEADLINE = 15.0  # seconds, for any wait on a condition
 OUTPUT = {"chargeId": "ch_1", "status": "paid"}
-
-
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _pending_case() -> Execution:
@@ -70,13 +62,7 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
         input_hash="0" * 64,
         previous_attempt=0,
     )
-    _wait_until(
-        lambda: conn_b.execute(
-            "SELECT lease_expires_at < clock_timestamp() FROM execution WHERE id = %s",
-            [execution.pk],
-        ).fetchone()[0],
-        "worker A's lease to expire by database time",
-    )
+    expire_lease(conn_b, execution.pk)
     (claim_b,) = executions_claim(conn=conn_b, owner="worker-b", limit=1, lease_seconds=60)
     assert claim_b.token == fence_a.token + 1
     status = execution_fail(

@@ -8,8 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from executions.services import request_create, transition_accept
 from orquestador.auth import Principal
 from tests.conftest import manage
 from tests.support.providers import JsonProvider
+from tests.support.worker import wait_until
 
 from .factories import DEFINITION
 
@@ -58,17 +58,6 @@ lookup_url = "{base}/by-key/{{key}}"
 """
     )
     return path
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def status_of(execution_id: Any) -> str:
@@ -127,7 +116,7 @@ def wait_for_reconciliation(execution: Execution, process: subprocess.Popen, log
             raise AssertionError(f"runworker exited {process.returncode}:\n{log.read_text()}")
         return status_of(execution.pk) == "RECONCILIATION_REQUIRED"
 
-    wait_until(reached, "the worker to hand the execution to an operator")
+    wait_until(reached, timeout=DEADLINE, what="the worker to hand the execution to an operator")
 
 
 def wait_for_finish(execution: Execution, process: subprocess.Popen, log: Path) -> str:
@@ -137,7 +126,9 @@ def wait_for_finish(execution: Execution, process: subprocess.Popen, log: Path) 
         status = status_of(execution.pk)
         return status if status in ("SUCCEEDED", "FAILED", "RECONCILIATION_REQUIRED") else None
 
-    return wait_until(finished, "the worker to finish the requeued execution")
+    return wait_until(
+        finished, timeout=DEADLINE, what="the worker to finish the requeued execution"
+    )
 
 
 def request_of(execution: Execution) -> Request:
