@@ -100,6 +100,7 @@ class Scheduler:
         self._threads: list[threading.Thread] = []
         self.claimed = 0  # executions claimed by this scheduler, for tests and logs
         self.running = threading.Event()  # set once it listens and claims
+        self.idle = threading.Event()  # set while it waits for a notification or the poll
         self.finished = threading.Event()  # set when run() has returned
 
     # -- control ---------------------------------------------------------------------------
@@ -207,12 +208,16 @@ class Scheduler:
     def _wait_for_work(self, conn: psycopg.Connection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
-        while not self._stop_claiming.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            for _ in conn.notifies(timeout=min(remaining, WAKE_CHECK_SECONDS), stop_after=1):
-                return
+        self.idle.set()
+        try:
+            while not self._stop_claiming.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                for _ in conn.notifies(timeout=min(remaining, WAKE_CHECK_SECONDS), stop_after=1):
+                    return
+        finally:
+            self.idle.clear()
 
     def _dispatch(self, claim: Claim) -> None:
         holding = Holding(claim=claim, fence=claim.fence(self.owner))
@@ -298,12 +303,18 @@ class Scheduler:
                 if sent_at - holding.renewed_at >= self.config.lease_seconds:
                     self._lease_lost(holding, reason="renewals failed for a whole lease")
             return None
-        for holding in holdings:
+        self._apply_renewal(holdings, renewed, sent_at=sent_at)
+        return conn
+
+    def _apply_renewal(
+        self, sent: list[Holding], renewed: set[tuple[uuid.UUID, int]], *, sent_at: float
+    ) -> None:
+        """Act on a renewal's answer, which may come back after the holders it names finished."""
+        for holding in sent:
             if (holding.fence.execution_id, holding.fence.token) in renewed:
                 holding.renewed_at = sent_at
             else:
                 self._lease_lost(holding, reason="lease lost")
-        return conn
 
     def _lease_lost(self, holding: Holding, *, reason: str) -> None:
         """Cancel exactly this holder: its execution id and token, never a thread."""

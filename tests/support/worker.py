@@ -419,3 +419,43 @@ def make_due(conn: psycopg.Connection, execution_ids: Iterable[uuid.UUID]) -> No
         "WHERE id = ANY(%s) AND status = 'RETRY_WAIT'",
         [list(execution_ids)],
     )
+
+
+def operator_resolves(
+    conn: psycopg.Connection,
+    execution_id: uuid.UUID,
+    *,
+    action_id: str,
+    happened: bool,
+    output: dict[str, Any] | None = None,
+) -> int:
+    """What an operator's "write happened" / "did not happen" does (reconciliation/services.py):
+    lock request then execution, settle the uncertain checkpoint under token + 1, requeue under
+    token + 2 and notify. Returns the execution's new token."""
+    with conn.transaction():
+        (request_id,) = conn.execute(
+            sql.EXECUTION_REQUEST_OF, {"execution_id": execution_id}
+        ).fetchone()
+        conn.execute(sql.REQUEST_LOCK, {"request_id": request_id})
+        _, status, token = conn.execute(
+            sql.EXECUTION_LOCK, {"execution_id": execution_id}
+        ).fetchone()
+        assert status == "RECONCILIATION_REQUIRED", status
+        settled = conn.execute(
+            sql.RECONCILE_SETTLE_CHECKPOINT,
+            {
+                "status": "SUCCEEDED" if happened else "FAILED",
+                "output": Jsonb(output) if happened else None,
+                "error_code": None if happened else "REPLAY_AUTHORIZED",
+                "error_detail": None,
+                "token": token + 1,
+                "execution_id": execution_id,
+                "action_id": action_id,
+            },
+        ).fetchone()
+        assert settled is not None
+        (new_token,) = conn.execute(
+            sql.RECONCILE_REQUEUE, {"execution_id": execution_id, "token": token}
+        ).fetchone()
+        conn.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
+    return new_token

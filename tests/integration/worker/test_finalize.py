@@ -1,0 +1,111 @@
+"""The final transaction: all of it or none of it, and recovery by lease when it fails."""
+
+import psycopg
+import pytest
+
+from orquestador import errors
+from tests.support.worker import (
+    ScriptedAdapter,
+    action,
+    audit_events,
+    binding,
+    checkpoint_rows,
+    claim,
+    enqueue,
+    execution_row,
+    expire_lease,
+    ok,
+    registry,
+    request_row,
+    run_claim,
+    run_next,
+    runtime_for,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Installed by the schema owner for one test: the last step of the final transaction (appending
+# TRANSITION_COMPLETED) fails, after the request and the execution were already written.
+FAIL_COMPLETION = """
+CREATE FUNCTION test_fail_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.type = 'TRANSITION_COMPLETED' THEN
+        RAISE EXCEPTION 'injected failure of the final transaction';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_fail_completion BEFORE INSERT ON audit_event
+    FOR EACH ROW EXECUTE FUNCTION test_fail_completion();
+"""
+UNDO_FAIL_COMPLETION = """
+DROP TRIGGER test_fail_completion ON audit_event;
+DROP FUNCTION test_fail_completion();
+"""
+
+
+@pytest.fixture
+def failing_completion(migration_dsn):
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute(FAIL_COMPLETION)
+        try:
+            yield lambda: owner.execute(UNDO_FAIL_COMPLETION)
+        finally:
+            owner.execute("DROP TRIGGER IF EXISTS test_fail_completion ON audit_event")
+            owner.execute("DROP FUNCTION IF EXISTS test_fail_completion()")
+
+
+def test_finalize__rolls_back_as_a_whole_and_recovers_by_lease(
+    conn, make_flow, runtime_dsn, failing_completion
+):
+    adapter = ScriptedAdapter(default=ok({"v": 7}))
+    flow_id = make_flow([action("a", "A")], updates=[{"path": "/v", "from": "/actions/a/v"}])
+    accepted = enqueue(conn, flow_id, data={"before": True})
+
+    with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
+        (found,) = claim(conn, "worker-a", lease_seconds=0.5)
+        with pytest.raises(psycopg.errors.RaiseException, match="injected failure"):
+            run_claim(runtime, found, "worker-a")
+
+    # Nothing of the final transaction stuck; the checkpoint did.
+    request = request_row(conn, accepted.request_id)
+    assert request["data"] == {"before": True}
+    assert (request["state"], request["revision"], request["version"]) == ("DRAFT", 2, 2)
+    assert request["blocked_by_id"] == accepted.execution_id
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["result"], execution["finished_at"]) == (
+        "RUNNING",
+        None,
+        None,
+    )
+    assert checkpoint_rows(conn, accepted.execution_id)["a"]["status"] == "SUCCEEDED"
+    assert [t for t, _ in audit_events(conn, accepted.request_id)] == ["TRANSITION_ACCEPTED"]
+
+    failing_completion()  # the fault is gone; the lease runs out; another claim resumes it
+    expire_lease(conn, accepted.execution_id)
+    with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
+        assert run_next(conn, runtime, owner="worker-b").status == "completed"
+
+    assert len(adapter.calls) == 1  # the SUCCEEDED action was not repeated
+    request = request_row(conn, accepted.request_id)
+    assert request["data"] == {"before": True, "v": 7}
+    assert (request["state"], request["revision"], request["blocked_by_id"]) == ("DONE", 3, None)
+
+
+def test_finalize__refuses_a_request_that_changed_during_the_run(conn, make_flow, runtime_dsn):
+    accepted = None
+
+    def meddle(ctx):
+        # Someone writes the request behind the block while the action runs.
+        conn.execute(
+            "UPDATE request SET version = version + 1 WHERE id = %s", [accepted.request_id]
+        )
+        return ok()
+
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    with runtime_for(runtime_dsn, registry(binding("A", ScriptedAdapter(script=[meddle])))) as rt:
+        assert run_next(conn, rt).status == "failed"
+
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["error_code"]) == ("FAILED", errors.REQUEST_MODIFIED)
+    request = request_row(conn, accepted.request_id)
+    assert (request["state"], request["data"], request["blocked_by_id"]) == ("DRAFT", {}, None)
