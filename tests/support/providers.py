@@ -9,8 +9,9 @@ that write was applied, 404 when not.
 
 It can be told to misbehave, one request at a time (`plan(path, *replies)`, or
 `plan("<path>/by-key/", ...)` for lookups; requests beyond the plan get `ok()`): answer slowly,
-drop the connection after reading the request body, answer 429 or 503 with Retry-After (seconds
-or an HTTP-date), send an oversized, non-JSON or non-object body, or any status.
+drip the body byte by byte, drop the connection after reading the request body, answer 429 or
+503 with Retry-After (seconds or an HTTP-date), send an oversized, non-JSON or non-object body,
+or any status.
 `DocumentStore` serves documents by id at `GET /documents/<id>`, with the same plans.
 
 Both listen on 127.0.0.1 on a free port, serve from daemon threads, and on `close()` release any
@@ -48,6 +49,7 @@ class Reply:
     apply: bool = True  # whether a write takes effect (for ok, drop and status)
     delay: float = 0.0  # seconds held before the status line (released early by close)
     body_delay: float = 0.0  # seconds held after the first half of the body
+    drip: float = 0.0  # seconds between single bytes of the body (0: send it at once)
     declare_length: bool = True  # False: no Content-Length, the body ends when the socket closes
 
 
@@ -63,6 +65,11 @@ def slow(seconds: float, *, apply: bool = True) -> Reply:
 def slow_body(seconds: float, *, apply: bool = True) -> Reply:
     """Send the status and half the body at once, the rest after `seconds`."""
     return Reply(body_delay=seconds, apply=apply)
+
+
+def drip(every: float, *, apply: bool = True) -> Reply:
+    """Send the status at once, then the body one byte every `every` seconds."""
+    return Reply(drip=every, apply=apply)
 
 
 def drop(*, apply: bool = True) -> Reply:
@@ -129,6 +136,7 @@ class Received:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     client: tuple[str, int]  # the caller's address: one per connection
+    at: float  # time.monotonic() when the request had been read
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -236,6 +244,7 @@ class LoopbackServer:
             headers={k.lower(): v for k, v in handler.headers.items()},
             body=body,
             client=handler.client_address,
+            at=time.monotonic(),
         )
         with self.state.lock:
             self.state.received.append(received)
@@ -273,7 +282,13 @@ class LoopbackServer:
             handler.send_header("Connection", "close")
             handler.close_connection = True
         handler.end_headers()
-        if reply.body_delay > 0:
+        if reply.drip > 0:
+            for offset in range(len(body)):
+                handler.wfile.write(body[offset : offset + 1])
+                handler.wfile.flush()
+                if self._released.wait(reply.drip):
+                    return
+        elif reply.body_delay > 0:
             half = len(body) // 2
             handler.wfile.write(body[:half])
             handler.wfile.flush()

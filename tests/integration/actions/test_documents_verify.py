@@ -7,7 +7,7 @@ import pytest
 
 from actions.base import Outcome
 from orquestador import errors
-from tests.support.providers import drop, slow, slow_body, status
+from tests.support.providers import drip, drop, slow, slow_body, status
 
 from .conftest import binding, context
 
@@ -139,6 +139,18 @@ def test_verify__body_dripping_past_the_budget__transient(store):
 
     assert time.monotonic() - started < 3.5
     assert result.outcome is Outcome.TRANSIENT
+
+
+def test_verify__document_dripping_byte_by_byte__transient_at_the_deadline(store):
+    store.put("doc-1", PDF)
+    store.plan("/documents/doc-1", drip(0.02))
+
+    started = time.monotonic()
+    result = verify(store, {"documentId": "doc-1", "sha256": PDF_SHA})
+
+    assert time.monotonic() - started < 3.5
+    assert result.outcome is Outcome.TRANSIENT
+    assert "budget" in result.error_detail
 
 
 def test_verify__forbidden__permanent(store):

@@ -1,5 +1,6 @@
 """http.json against a real loopback provider: what is sent, and how each fate is classified."""
 
+import dataclasses
 import json
 import socket
 import threading
@@ -119,6 +120,19 @@ def test_call__body_dripping_past_the_budget__stopped_at_the_deadline(provider):
 
     assert time.monotonic() - started < 2.5
     assert result.outcome is Outcome.UNKNOWN  # the provider answered 200: the write happened
+    assert "budget" in result.error_detail
+
+
+def test_call__body_dripping_byte_by_byte__stopped_at_the_deadline(provider):
+    # Every byte arrives well within the read timeout: only the total budget can stop this.
+    provider.plan("/charges", dataclasses.replace(oversized(200), drip=0.05))  # 10 s of bytes
+    b = binding(url=provider.url("/charges"), effect="READ_ONLY", timeout=1.0)
+
+    started = time.monotonic()
+    result = call(b)
+
+    assert time.monotonic() - started < 2
+    assert result.outcome is Outcome.TRANSIENT
     assert "budget" in result.error_detail
 
 
