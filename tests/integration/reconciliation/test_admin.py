@@ -330,6 +330,9 @@ def test_forged_post__with_another_resolutions_permission__is_refused(make_user)
     user = make_user("ann", "view_reconciliationcase", "abandon_execution")
     forged = _resolve_post(case, "resolve_write_not_happened", action_id="charge", reason="x")
     assert _client(user).post(reverse(QUEUE), forged).status_code == 403
+    # Hidden behind a permitted action, picked by index as the changelist's action bar does.
+    smuggled = {**forged, "action": ["resolve_write_not_happened", "abandon_execution"]}
+    assert _client(user).post(reverse(QUEUE), {**smuggled, "index": "0"}).status_code == 403
     assert row(case.pk) == before
 
 
