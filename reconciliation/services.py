@@ -389,7 +389,6 @@ def checkpoint_record_lookup(
             errors.NOT_IN_RECONCILIATION, "Evidence is gathered for open cases only."
         )
     checkpoint = _uncertain_checkpoint(execution_id, action_id)
-    schema = _output_schema(checkpoint)
     try:
         result = lookup_by_key(
             checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
@@ -400,6 +399,8 @@ def checkpoint_record_lookup(
             f"{checkpoint.capability}@{checkpoint.capability_version} has no provider lookup "
             f"({exc.reason}); gather the evidence with the provider directly.",
         ) from exc
+    # Resolvable: lookup_by_key just resolved the same capability.
+    schema = resolve(checkpoint.capability, checkpoint.capability_version).contract.output_schema
     username = _username(operator)
     return AuditEvent.objects.create(
         request_id=execution.request_id,

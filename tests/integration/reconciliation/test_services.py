@@ -294,3 +294,14 @@ def _post(base: str, key: str) -> None:
         requests.post(base, json={"amount": 42}, headers={"Idempotency-Key": key}, timeout=5)
     except requests.ConnectionError:
         pass
+
+
+def test_lookup__where_the_capability_has_no_route__says_so_and_records_nothing(operator):
+    case = reconciliation_case()  # the default catalog is empty
+    with pytest.raises(services.ResolutionRefused) as refused:
+        services.checkpoint_record_lookup(
+            execution_id=case.pk, action_id="charge", operator=operator
+        )
+    assert refused.value.code == errors.INTEGRATION_UNAVAILABLE
+    assert "has no provider lookup" in refused.value.message
+    assert not AuditEvent.objects.filter(type=AuditType.RECONCILIATION_EVIDENCE).exists()
