@@ -5,9 +5,9 @@ provider? This module answers it with `Stage` and keeps these invariants:
 - one pooled `requests.Session` per thread, with no automatic retries, no redirects followed and
   nothing taken from the environment (`trust_env` off: no proxies, netrc or CA overrides), so a
   call goes to the route's URL and nowhere else;
-- every call has connect and read timeouts, and a total budget: waiting for the status line is
-  bounded by the budget left, and reading the body by a watchdog that shuts the socket at the
-  deadline, so a provider dripping bytes cannot hold a worker thread past it;
+- every call has connect and read timeouts, and a total budget: once the request is written, a
+  watchdog shuts the socket at the deadline, so a provider dripping its headers or body byte by
+  byte cannot hold a worker thread past it;
 - a body is read only up to a byte limit;
 - failures are `TransportError` values with a fixed, safe reason: no exception text from the
   network stack, no header, no byte of the provider's body ever leaves this module in an error.
@@ -26,10 +26,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import requests
 import requests.adapters
 import urllib3
+import urllib3.connection
 import urllib3.exceptions
 
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds, capped by the contract's timeout_seconds
@@ -100,15 +102,85 @@ class _Holder:
         self.session = session
 
 
+class _Watchdog:
+    """Shuts the call's socket at the deadline, which wakes a read blocked on it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._timer = threading.Timer(max(0.0, seconds), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.expired.is_set():
+                _shutdown(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired.set()
+            _shutdown(self._sock)
+
+
+def _shutdown(sock: socket.socket | None) -> None:
+    if sock is None:
+        return
+    # shutdown (not close) wakes a recv blocked in another thread; the base-class call avoids
+    # SSLSocket.shutdown, which would also drop the TLS state from under that thread.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _watch_current(sock: socket.socket | None) -> None:
+    watchdog = getattr(_local, "watchdog", None)
+    if watchdog is not None:
+        watchdog.watch(sock)
+
+
+# The request has been written when a connection starts reading the response; from then on the
+# socket belongs to this call's watchdog, for the status line, the headers and the body.
+class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+    def getresponse(self) -> urllib3.HTTPResponse:
+        _watch_current(self.sock)
+        return super().getresponse()
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def getresponse(self) -> urllib3.HTTPResponse:
+        _watch_current(self.sock)
+        return super().getresponse()
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _WatchedAdapter(requests.adapters.HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPPool,
+            "https": _WatchedHTTPSPool,
+        }
+
+
 def session() -> requests.Session:
     """This thread's session, created on first use."""
     holder = getattr(_local, "holder", None)
     if holder is None:
         s = requests.Session()
         s.trust_env = False
-        adapter = requests.adapters.HTTPAdapter(
-            pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE, max_retries=0
-        )
+        adapter = _WatchedAdapter(pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE, max_retries=0)
         s.mount("http://", adapter)
         s.mount("https://", adapter)
         holder = _Holder(s)
@@ -156,12 +228,49 @@ def exchange(
     remaining = deadline.remaining()
     if remaining <= 0:
         raise TransportError(Stage.NOT_SENT, "no time left in the budget before the call")
-    # total bounds connect plus the wait for the status line; read bounds each socket read.
+    # total bounds connect plus the wait for the status line; read bounds each socket read;
+    # the watchdog bounds everything after the request is written, however slowly bytes come.
     timeout = urllib3.Timeout(
         connect=min(connect_timeout, remaining), read=remaining, total=remaining
     )
+    watchdog = _Watchdog(remaining)
+    _local.watchdog = watchdog
     try:
-        response = session().request(
+        response = _send(method, url, headers, body, timeout, watchdog)
+        with response:
+            status = response.status_code
+            reply = Reply(
+                status=status,
+                media_type=_media_type(response.headers.get("Content-Type")),
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
+                body=None,
+                size=0,
+            )
+            if not want_body(status):
+                return reply
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise TransportError(
+                    Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
+                )
+            content, size = _read_body(response, watchdog, max_bytes, sink, cancelled)
+            return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
+    finally:
+        watchdog.cancel()
+        _local.watchdog = None
+
+
+def _send(
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    timeout: urllib3.Timeout,
+    watchdog: _Watchdog,
+) -> requests.Response:
+    """Send the request and read the status line and headers; failures become TransportError."""
+    try:
+        return session().request(
             method,
             url,
             headers=dict(headers),
@@ -172,8 +281,6 @@ def exchange(
         )
     except requests.exceptions.ConnectTimeout:
         raise TransportError(Stage.NOT_SENT, "timed out connecting") from None
-    except requests.exceptions.ReadTimeout:
-        raise TransportError(Stage.SENT, "timed out waiting for the response") from None
     except requests.exceptions.SSLError as exc:
         if _certificate_refused(exc):
             raise TransportError(Stage.NOT_SENT, "TLS certificate refused") from None
@@ -181,7 +288,13 @@ def exchange(
     except requests.exceptions.ConnectionError as exc:
         if _before_sending(exc):
             raise TransportError(Stage.NOT_SENT, "could not connect") from None
+        if watchdog.expired.is_set():
+            raise TransportError(
+                Stage.SENT, "the time budget ran out waiting for the response"
+            ) from None
         raise TransportError(Stage.SENT, "connection lost after sending") from None
+    except requests.exceptions.ReadTimeout:
+        raise TransportError(Stage.SENT, "timed out waiting for the response") from None
     except (
         requests.exceptions.InvalidURL,
         requests.exceptions.InvalidSchema,
@@ -192,53 +305,20 @@ def exchange(
     except requests.RequestException:
         raise TransportError(Stage.SENT, "the call failed after sending") from None
 
-    with response:
-        status = response.status_code
-        reply = Reply(
-            status=status,
-            media_type=_media_type(response.headers.get("Content-Type")),
-            retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            body=None,
-            size=0,
-        )
-        if not want_body(status):
-            return reply
-        declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > max_bytes:
-            raise TransportError(
-                Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
-            )
-        content, size = _read_body(response, deadline, max_bytes, sink, cancelled)
-        return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
-
 
 def _read_body(
     response: requests.Response,
-    deadline: Deadline,
+    watchdog: _Watchdog,
     max_bytes: int,
     sink: Callable[[bytes], None] | None,
     cancelled: threading.Event | None,
 ) -> tuple[bytes | None, int]:
     status = response.status_code
-    sock = _socket_of(response)
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        if sock is not None:
-            # shutdown (not close) wakes a recv blocked in the reading thread; the base-class
-            # call avoids SSLSocket.shutdown, which would also drop its TLS state under it.
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-    watchdog = threading.Timer(max(0.0, deadline.remaining()), expire)
-    watchdog.daemon = True
-    watchdog.start()
     chunks: list[bytes] = []
     size = 0
     try:
         for chunk in response.iter_content(CHUNK_BYTES):
-            if expired.is_set():
+            if watchdog.expired.is_set():
                 break
             if cancelled is not None and cancelled.is_set():
                 raise TransportError(Stage.BODY, "the execution was stopped", status=status)
@@ -254,22 +334,14 @@ def _read_body(
     except TransportError:
         raise
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError):
-        if not expired.is_set():
+        if not watchdog.expired.is_set():
             raise TransportError(
                 Stage.BODY, "connection lost reading the body", status=status
             ) from None
-    finally:
-        watchdog.cancel()
     # A body delimited by the connection closing just ends early when the watchdog fires.
-    if expired.is_set():
+    if watchdog.expired.is_set():
         raise TransportError(Stage.BODY, "the time budget ran out reading the body", status=status)
     return (None if sink is not None else b"".join(chunks)), size
-
-
-def _socket_of(response: requests.Response) -> socket.socket | None:
-    connection = getattr(response.raw, "connection", None)
-    sock = getattr(connection, "sock", None)
-    return sock if isinstance(sock, socket.socket) else None
 
 
 def _before_sending(exc: requests.exceptions.ConnectionError) -> bool:

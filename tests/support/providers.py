@@ -9,9 +9,9 @@ that write was applied, 404 when not.
 
 It can be told to misbehave, one request at a time (`plan(path, *replies)`, or
 `plan("<path>/by-key/", ...)` for lookups; requests beyond the plan get `ok()`): answer slowly,
-drip the body byte by byte, drop the connection after reading the request body, answer 429 or
-503 with Retry-After (seconds or an HTTP-date), send an oversized, non-JSON or non-object body,
-or any status.
+drip the headers or the body byte by byte, drop the connection after reading the request body,
+answer 429 or 503 with Retry-After (seconds or an HTTP-date), send an oversized, non-JSON or
+non-object body, or any status.
 `DocumentStore` serves documents by id at `GET /documents/<id>`, with the same plans.
 
 Both listen on 127.0.0.1 on a free port, serve from daemon threads, and on `close()` release any
@@ -50,6 +50,7 @@ class Reply:
     delay: float = 0.0  # seconds held before the status line (released early by close)
     body_delay: float = 0.0  # seconds held after the first half of the body
     drip: float = 0.0  # seconds between single bytes of the body (0: send it at once)
+    header_drip: float = 0.0  # seconds between single bytes of the status line and headers
     declare_length: bool = True  # False: no Content-Length, the body ends when the socket closes
 
 
@@ -70,6 +71,11 @@ def slow_body(seconds: float, *, apply: bool = True) -> Reply:
 def drip(every: float, *, apply: bool = True) -> Reply:
     """Send the status at once, then the body one byte every `every` seconds."""
     return Reply(drip=every, apply=apply)
+
+
+def drip_headers(every: float, *, apply: bool = True) -> Reply:
+    """Send the status line and headers one byte every `every` seconds."""
+    return Reply(header_drip=every, apply=apply)
 
 
 def drop(*, apply: bool = True) -> Reply:
@@ -281,7 +287,17 @@ class LoopbackServer:
         else:
             handler.send_header("Connection", "close")
             handler.close_connection = True
-        handler.end_headers()
+        if reply.header_drip > 0:
+            handler.send_header("X-Padding", "p" * 200)
+            head = b"".join(handler._headers_buffer) + b"\r\n"
+            handler._headers_buffer = []
+            for offset in range(len(head)):
+                handler.wfile.write(head[offset : offset + 1])
+                handler.wfile.flush()
+                if self._released.wait(reply.header_drip):
+                    return
+        else:
+            handler.end_headers()
         if reply.drip > 0:
             for offset in range(len(body)):
                 handler.wfile.write(body[offset : offset + 1])

@@ -13,6 +13,7 @@ from actions.transport import session
 from orquestador import errors
 from tests.support.providers import (
     Reply,
+    drip_headers,
     drop,
     non_json,
     non_object,
@@ -133,6 +134,22 @@ def test_call__body_dripping_byte_by_byte__stopped_at_the_deadline(provider):
 
     assert time.monotonic() - started < 2
     assert result.outcome is Outcome.TRANSIENT
+    assert "budget" in result.error_detail
+
+
+@pytest.mark.parametrize(
+    ("effect", "outcome"),
+    [("NON_IDEMPOTENT_WRITE", Outcome.UNKNOWN), ("READ_ONLY", Outcome.TRANSIENT)],
+)
+def test_call__headers_dripping_byte_by_byte__stopped_at_the_deadline(provider, effect, outcome):
+    provider.plan("/charges", drip_headers(0.05))  # about 15 s of status line and headers
+    b = binding(url=provider.url("/charges"), effect=effect, timeout=1.0)
+
+    started = time.monotonic()
+    result = call(b)
+
+    assert time.monotonic() - started < 2
+    assert result.outcome is outcome
     assert "budget" in result.error_detail
 
 
