@@ -219,11 +219,24 @@ class Scheduler:
         finally:
             self.idle.clear()
 
-    def _dispatch(self, claim: Claim) -> None:
+    def _hold(self, claim: Claim) -> Holding:
+        """Take a slot for a claimed execution and start renewing its lease."""
         holding = Holding(claim=claim, fence=claim.fence(self.owner))
         with self._slots:
             self._busy += 1
             self._held[claim.execution_id] = holding
+        return holding
+
+    def _unhold(self, holding: Holding) -> None:
+        """Free the slot; stop renewing, unless the execution is held again under a new token."""
+        with self._slots:
+            self._busy -= 1
+            if self._held.get(holding.fence.execution_id) is holding:
+                del self._held[holding.fence.execution_id]
+            self._slots.notify_all()
+
+    def _dispatch(self, claim: Claim) -> None:
+        holding = self._hold(claim)
         self.claimed += 1
         logger.info("execution claimed", extra=holding.fence.log_extra(attempt=claim.attempts))
         self._work.put((claim, holding))
@@ -264,11 +277,7 @@ class Scheduler:
                     extra=holding.fence.log_extra(attempt=claim.attempts),
                 )
             finally:
-                with self._slots:
-                    self._busy -= 1
-                    if self._held.get(claim.execution_id) is holding:
-                        del self._held[claim.execution_id]
-                    self._slots.notify_all()
+                self._unhold(holding)
 
     # -- heartbeat -------------------------------------------------------------------------
 

@@ -10,11 +10,12 @@ BaseException: raised from an adapter it abandons the attempt without any result
 the way a process dies mid-call.
 """
 
+import contextlib
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from executions.runtime import (
     WorkerRequest,
     dispatch_once,
 )
+from executions.scheduler import Scheduler
 from executions.workerconfig import WorkerConfig
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
@@ -459,3 +461,31 @@ def operator_resolves(
         ).fetchone()
         conn.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
     return new_token
+
+
+@contextlib.contextmanager
+def running_scheduler(
+    dsn: str, reg: Registry, *, config: WorkerConfig = FAST, owner: str | None = None
+) -> Iterator[Scheduler]:
+    """A Scheduler with a LocalWorkerRuntime, running in a thread until the block ends."""
+    runtime = runtime_for(dsn, reg, config=config, slots=config.concurrency)
+    scheduler = Scheduler(config=config, conninfo=dsn, runtime=runtime, owner=owner)
+    thread = threading.Thread(target=scheduler.run, name="test-scheduler", daemon=True)
+    thread.start()
+    try:
+        assert scheduler.running.wait(DEFAULT_TIMEOUT), "the scheduler did not start"
+        yield scheduler
+    finally:
+        scheduler.request_stop()
+        scheduler.request_stop()  # a second signal ends any drain at once
+        thread.join(DEFAULT_TIMEOUT)
+        runtime.close()
+        assert not thread.is_alive(), "the scheduler did not stop"
+
+
+def status_of(conn: psycopg.Connection, execution_id: uuid.UUID) -> str:
+    return conn.execute("SELECT status FROM execution WHERE id = %s", [execution_id]).fetchone()[0]
+
+
+def statuses(conn: psycopg.Connection, execution_ids: Iterable[uuid.UUID]) -> list[str]:
+    return [status_of(conn, eid) for eid in execution_ids]

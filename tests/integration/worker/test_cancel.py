@@ -1,0 +1,137 @@
+"""Durable cancellation: a fenced write in the database that never needs the worker."""
+
+import pytest
+
+from executions.cancel import execution_cancel
+from executions.checkpoints import checkpoint_start
+from executions.leases import ExecutionSuperseded
+from orquestador import errors
+from orquestador.errors import CodedError
+from tests.support.worker import (
+    ScriptedAdapter,
+    SimulatedCrash,
+    action,
+    audit_events,
+    binding,
+    claim,
+    enqueue,
+    execution_row,
+    ok,
+    registry,
+    request_row,
+    run_claim,
+    runtime_for,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_cancel__a_pending_execution_ends_cancelled_and_releases_its_request(conn, make_flow):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+
+    result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="duplicate")
+
+    assert (result.status, result.fencing_token) == ("CANCELLED", 1)
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["fencing_token"]) == ("CANCELLED", 1)
+    assert execution["finished_at"] is not None
+    request = request_row(conn, accepted.request_id)
+    assert (request["blocked_by_id"], request["version"], request["state"]) == (None, 3, "DRAFT")
+    assert audit_events(conn, accepted.request_id)[-1] == (
+        "EXECUTION_CANCELLED",
+        {"reason": "duplicate", "previousStatus": "PENDING", "status": "CANCELLED"},
+    )
+    assert claim(conn, "worker-a") == []  # nothing left to claim
+
+
+def test_cancel__fences_out_the_holder_of_a_running_execution(conn, make_flow):
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "worker-a", lease_seconds=30)
+
+    assert execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="x").status == (
+        "CANCELLED"
+    )
+
+    with pytest.raises(ExecutionSuperseded):
+        checkpoint_start(
+            conn=conn,
+            fence=found.fence("worker-a"),
+            action_id="a",
+            sequence=0,
+            capability="A",
+            capability_version=1,
+            effect="READ_ONLY",
+            input_hash="0" * 64,
+            previous_attempt=0,
+        )
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+
+
+def test_cancel__with_an_uncertain_write_goes_to_reconciliation(conn, make_flow, runtime_dsn):
+    accepted = enqueue(conn, make_flow([action("charge", "W")]))
+    crashing = ScriptedAdapter(script=[SimulatedCrash()])
+    with runtime_for(
+        runtime_dsn, registry(binding("W", crashing, effect="NON_IDEMPOTENT_WRITE"))
+    ) as runtime:
+        (found,) = claim(conn, "worker-a", lease_seconds=30)
+        with pytest.raises(SimulatedCrash):
+            run_claim(runtime, found, "worker-a")
+
+    result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
+
+    assert result.status == "RECONCILIATION_REQUIRED"
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["error_code"]) == (
+        "RECONCILIATION_REQUIRED",
+        errors.UNCERTAIN_WRITE,
+    )
+    assert execution["lease_owner"] is None
+    assert request_row(conn, accepted.request_id)["blocked_by_id"] == accepted.execution_id
+    assert [t for t, _ in audit_events(conn, accepted.request_id)][-2:] == [
+        "EXECUTION_CANCELLED",
+        "RECONCILIATION_REQUIRED",
+    ]
+    assert audit_events(conn, accepted.request_id)[-1][1] == {
+        "actionId": "charge",
+        "errorCode": errors.UNCERTAIN_WRITE,
+    }
+
+
+def test_cancel__after_a_successful_write_goes_to_reconciliation(conn, make_flow, runtime_dsn):
+    accepted = enqueue(conn, make_flow([action("charge", "W"), action("ship", "S")]))
+    reg = registry(
+        binding("W", ScriptedAdapter(default=ok({"id": "c"})), effect="NON_IDEMPOTENT_WRITE"),
+        binding("S", ScriptedAdapter(script=[SimulatedCrash()])),
+    )
+    with runtime_for(runtime_dsn, reg) as runtime:
+        (found,) = claim(conn, "worker-a", lease_seconds=30)
+        with pytest.raises(SimulatedCrash):
+            run_claim(runtime, found, "worker-a")
+
+    result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
+
+    assert result.status == "RECONCILIATION_REQUIRED"
+    assert execution_row(conn, accepted.execution_id)["error_code"] == (
+        errors.CANCELLED_AFTER_WRITE
+    )
+    assert request_row(conn, accepted.request_id)["blocked_by_id"] == accepted.execution_id
+
+
+def test_cancel__refuses_an_execution_that_already_ended(conn, make_flow):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="once")
+    with pytest.raises(CodedError) as refused:
+        execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="twice")
+    assert refused.value.code == errors.NOT_CANCELLABLE
+    assert [t for t, _ in audit_events(conn, accepted.request_id)].count("EXECUTION_CANCELLED") == 1
+
+
+def test_cancel__needs_a_reason_and_a_real_execution(conn, make_flow):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    with pytest.raises(CodedError) as blank:
+        execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="  ")
+    assert blank.value.code == errors.REASON_REQUIRED
+    with pytest.raises(CodedError) as missing:
+        execution_cancel(execution_id="not-a-uuid", actor="ops", reason="x")
+    assert missing.value.code == errors.NOT_FOUND
+    assert execution_row(conn, accepted.execution_id)["status"] == "PENDING"

@@ -1,0 +1,167 @@
+"""The WorkerRuntime SPI (SPEC §8): one conformance suite that every runtime must pass.
+
+Runtimes are listed in RUNTIMES; each factory returns an opened runtime for a registry.
+"""
+
+import json
+import threading
+
+import pytest
+
+from executions.leases import ExecutionSuperseded
+from executions.runtime import (
+    ExecutionPackage,
+    LocalWorkerRuntime,
+    WorkerRequest,
+    dispatch_once,
+    is_superseded_refusal,
+)
+from tests.support.worker import (
+    GateAdapter,
+    ScriptedAdapter,
+    action,
+    binding,
+    claim,
+    enqueue,
+    execution_row,
+    package_of,
+    permanent,
+    registry,
+    runtime_for,
+    transient,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _local(dsn, reg):
+    return runtime_for(dsn, reg)
+
+
+RUNTIMES = {"local": _local}
+
+
+@pytest.fixture(params=sorted(RUNTIMES))
+def make_runtime(request, runtime_dsn):
+    opened = []
+
+    def make(reg):
+        runtime = RUNTIMES[request.param](runtime_dsn, reg)
+        opened.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in opened:
+        runtime.close()
+
+
+def _dispatch(runtime, found, owner="w", cancelled=None):
+    return dispatch_once(
+        runtime,
+        package_of(found, owner),
+        WorkerRequest(
+            execution_id=str(found.execution_id),
+            fence=found.token,
+            cancelled=cancelled or threading.Event(),
+        ),
+    )
+
+
+def test_runtime__completes_with_the_folded_state(conn, make_flow, make_runtime):
+    runtime = make_runtime(registry())
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    (found,) = claim(conn, "w")
+    result = _dispatch(runtime, found)
+    assert result.execution_id == str(accepted.execution_id)
+    assert result.status == "completed"
+    assert result.state["executionStatus"] == "SUCCEEDED"
+    assert result.output == {"outcome": "OK", "targetState": "DONE"}
+
+
+@pytest.mark.parametrize(
+    ("step", "status", "execution_status"),
+    [(permanent(), "failed", "FAILED"), (transient(), "suspended", "RETRY_WAIT")],
+)
+def test_runtime__reports_failed_and_suspended(
+    conn, make_flow, make_runtime, step, status, execution_status
+):
+    runtime = make_runtime(registry(binding("A", ScriptedAdapter(script=[step]))))
+    enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "w")
+    result = _dispatch(runtime, found)
+    assert (result.status, result.state["executionStatus"]) == (status, execution_status)
+
+
+def test_runtime__a_stale_fence_is_a_superseded_refusal_settled_not_retried(
+    conn, make_flow, make_runtime
+):
+    adapter = ScriptedAdapter()
+    runtime = make_runtime(registry(binding("A", adapter)))
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "w")
+    conn.execute(  # another holder took it over
+        "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s",
+        [accepted.execution_id],
+    )
+    assert _dispatch(runtime, found) == "superseded"
+    assert adapter.calls == []
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+
+
+def test_runtime__cancel_reaches_only_the_exact_holder(conn, make_flow, make_runtime):
+    gate = GateAdapter()
+    runtime = make_runtime(registry(binding("G", gate)))
+    enqueue(conn, make_flow([action("a", "G")]))
+    (found,) = claim(conn, "w")
+    cancelled = threading.Event()
+    outcome = {}
+    thread = threading.Thread(
+        target=lambda: outcome.update(r=_dispatch(runtime, found, cancelled=cancelled))
+    )
+    thread.start()
+    assert gate.entered.wait(10)
+    assert runtime.cancel(str(found.execution_id), "test", fence=found.token + 1) is False
+    assert not cancelled.is_set()
+    assert runtime.cancel(str(found.execution_id), "test", fence=found.token) is True
+    thread.join(10)
+    assert cancelled.is_set() and gate.cancelled_seen.is_set()
+    assert outcome["r"] == "interrupted"  # stopped without writing; recovered by lease
+    assert runtime.cancel(str(found.execution_id), "after") is False  # released
+
+
+def test_package__is_json_with_identity_and_resume_coordinates_only():
+    package = ExecutionPackage(
+        execution_id="3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d",
+        request_id="9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10",
+        flow_id=4,
+        transition_id="go",
+        fencing_token=7,
+        lease_owner="host:1:abc",
+        attempts=2,
+        principal={"subject": "alice", "tenant": "acme"},
+    )
+    text = package.to_json()
+    assert set(json.loads(text)) == {
+        "executionId",
+        "requestId",
+        "flowId",
+        "transitionId",
+        "fencingToken",
+        "leaseOwner",
+        "attempts",
+        "principal",
+        "resumeEvent",
+        "metadata",
+    }
+    assert ExecutionPackage.from_json(text) == package
+
+
+def test_superseded_refusal__names_its_own_execution_only():
+    refusal = ExecutionSuperseded("3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d", step="save a", token=3)
+    assert is_superseded_refusal(refusal, "3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d")
+    assert not is_superseded_refusal(refusal, "9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10")
+    assert not is_superseded_refusal(RuntimeError("x"), "3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d")
+
+
+def test_local_runtime__runs_as_the_system_identity():
+    assert LocalWorkerRuntime.runs_as_system is True

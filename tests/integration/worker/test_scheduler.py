@@ -1,0 +1,233 @@
+"""The dispatcher with real threads and PostgreSQL: capacity, wake-ups, heartbeat and shutdown."""
+
+import dataclasses
+import threading
+import time
+
+import psycopg
+import pytest
+
+from executions.cancel import execution_cancel
+from executions.leases import leases_renew
+from executions.scheduler import Scheduler
+from tests.support.worker import (
+    FAST,
+    GateAdapter,
+    ScriptedAdapter,
+    action,
+    binding,
+    checkpoint_rows,
+    claim,
+    enqueue,
+    execution_row,
+    expire_lease,
+    ok,
+    registry,
+    request_row,
+    running_scheduler,
+    runtime_for,
+    status_of,
+    statuses,
+    transient,
+    wait_until,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _db_now(conn):
+    return conn.execute("SELECT clock_timestamp()").fetchone()[0]
+
+
+def test_scheduler__claims_only_free_capacity(conn, make_flow, runtime_dsn):
+    gate = GateAdapter()
+    ids = [enqueue(conn, make_flow([action("a", "G")])).execution_id for _ in range(5)]
+    config = dataclasses.replace(FAST, concurrency=2, batch=10)
+
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
+        wait_until(lambda: len(gate.calls) == 2, what="both slots inside the adapter")
+        # A claim of the whole batch would have taken all five at once; it took the free two.
+        assert sorted(statuses(conn, ids)) == ["PENDING"] * 3 + ["RUNNING"] * 2
+        assert sched.claimed == 2 and sched.busy == 2
+        gate.gate.set()
+        wait_until(lambda: statuses(conn, ids) == ["SUCCEEDED"] * 5, what="all five done")
+        assert sched.claimed == 5
+
+
+def test_scheduler__wakes_on_notify_long_before_the_poll(conn, make_flow, runtime_dsn):
+    config = dataclasses.replace(FAST, poll_ms=600_000)  # a poll would take ten minutes
+    flow_id = make_flow([action("a", "NO_OP")])
+    with running_scheduler(runtime_dsn, registry(), config=config) as scheduler:
+        wait_until(scheduler.idle.is_set, what="the scheduler to wait for work")
+        started = time.monotonic()
+        accepted = enqueue(conn, flow_id, notify=True)
+        wait_until(lambda: status_of(conn, accepted.execution_id) == "SUCCEEDED", timeout=10)
+        assert time.monotonic() - started < 10
+
+
+def test_scheduler__polls_for_work_nobody_announced(conn, make_flow, runtime_dsn):
+    flaky = ScriptedAdapter(script=[transient()], default=ok())
+    flow_id = make_flow([action("a", "F")])
+    config = dataclasses.replace(FAST, poll_ms=100, retry_base_seconds=0.2, retry_max_seconds=0.2)
+    with running_scheduler(runtime_dsn, registry(binding("F", flaky)), config=config) as sched:
+        wait_until(sched.idle.is_set, what="the scheduler to wait for work")
+        accepted = enqueue(conn, flow_id, notify=False)
+        # Picked up by the poll, then failed once; the due retry is found by the poll too.
+        wait_until(lambda: status_of(conn, accepted.execution_id) == "SUCCEEDED")
+    assert [c.attempt for c in flaky.calls] == [1, 2]
+    assert execution_row(conn, accepted.execution_id)["attempts"] == 2
+
+
+def test_renewal__keeps_the_lease_through_a_long_action(conn, make_flow, runtime_dsn):
+    config = dataclasses.replace(FAST, lease_seconds=1.0, renew_seconds=0.3)
+    gate = GateAdapter()
+    accepted = enqueue(conn, make_flow([action("a", "G")]))
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config):
+        assert gate.entered.wait(10)
+        started = _db_now(conn)
+
+        def three_leases_later():
+            # All the while, the lease stays valid and no rival can claim the execution.
+            assert claim(conn, "rival") == []
+            assert execution_row(conn, accepted.execution_id)["lease_valid"]
+            return (_db_now(conn) - started).total_seconds() > 3 * config.lease_seconds
+
+        wait_until(three_leases_later, what="three lease periods to pass")
+        gate.gate.set()
+        wait_until(lambda: status_of(conn, accepted.execution_id) == "SUCCEEDED")
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["attempts"], execution["fencing_token"]) == (1, 1)
+    assert len(gate.calls) == 1
+
+
+def test_heartbeat__cancels_exactly_the_execution_whose_lease_was_lost(
+    conn, make_flow, runtime_dsn
+):
+    gate = GateAdapter()
+    flow_id = make_flow([action("a", "G")])
+    lost, kept = enqueue(conn, flow_id), enqueue(conn, flow_id)
+    with running_scheduler(runtime_dsn, registry(binding("G", gate))):
+        wait_until(lambda: len(gate.contexts) == 2, what="both executions in the adapter")
+        contexts = {ctx.execution_id: ctx for ctx in gate.contexts}
+
+        result = execution_cancel(execution_id=lost.execution_id, actor="ops", reason="no longer")
+
+        assert result.status == "CANCELLED"
+        wait_until(
+            contexts[str(lost.execution_id)].cancelled.is_set, what="the lost lease to cancel"
+        )
+        assert not contexts[str(kept.execution_id)].cancelled.is_set()
+        gate.gate.set()
+        wait_until(lambda: status_of(conn, kept.execution_id) == "SUCCEEDED")
+    assert status_of(conn, lost.execution_id) == "CANCELLED"
+    assert request_row(conn, lost.request_id)["blocked_by_id"] is None
+    # The cancelled run wrote nothing after its lease was lost.
+    assert checkpoint_rows(conn, lost.execution_id)["a"]["status"] == "RUNNING"
+
+
+def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_flow, runtime_dsn):
+    flow_id = make_flow([action("a", "NO_OP")])
+    first, second = enqueue(conn, flow_id), enqueue(conn, flow_id)
+    with runtime_for(runtime_dsn, registry()) as runtime:
+        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime, owner="w")
+        (claim_a,) = claim(conn, "w", lease_seconds=30)
+        holding_a = scheduler._hold(claim_a)
+        sent = scheduler.holdings()  # the renewal goes out with execution A in it ...
+
+        # ... and while it is in flight, A is cancelled and its slot runs B instead.
+        execution_cancel(execution_id=first.execution_id, actor="ops", reason="stop")
+        scheduler._unhold(holding_a)
+        (claim_b,) = claim(conn, "w", lease_seconds=30)
+        holding_b = scheduler._hold(claim_b)
+        assert claim_b.execution_id == second.execution_id
+
+        renewed = scheduler_renewal(conn, sent)
+        scheduler._apply_renewal(sent, renewed, sent_at=time.monotonic())
+
+        assert renewed == set()  # A's lease is lost ...
+        assert not holding_b.cancelled.is_set()  # ... and B, now on that slot, is untouched
+        assert not holding_a.cancelled.is_set()  # A had already finished: nothing to stop
+
+        # The same answer while A is still held does cancel A, and only A.
+        holding_a2 = scheduler._hold(claim_a)
+        scheduler._apply_renewal([holding_a2], set(), sent_at=time.monotonic())
+        assert holding_a2.cancelled.is_set() and not holding_b.cancelled.is_set()
+
+
+def scheduler_renewal(conn, holdings):
+    return leases_renew(conn=conn, owner="w", held=[h.fence for h in holdings], lease_seconds=30)
+
+
+def test_shutdown__drains_running_work_and_claims_nothing_more(conn, make_flow, runtime_dsn):
+    config = dataclasses.replace(FAST, drain_seconds=30)
+    gate = GateAdapter()
+    flow_id = make_flow([action("a", "G")])
+    running = enqueue(conn, flow_id)
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
+        assert gate.entered.wait(10)
+        sched.request_stop()
+        later = enqueue(conn, flow_id, notify=True)
+        started = _db_now(conn)
+
+        def two_leases_into_the_drain():
+            assert execution_row(conn, running.execution_id)["lease_valid"]  # still renewed
+            return (_db_now(conn) - started).total_seconds() > 2 * config.lease_seconds
+
+        wait_until(two_leases_into_the_drain, what="the drain to outlast two leases")
+        assert not sched.finished.is_set()
+        gate.gate.set()
+        assert sched.finished.wait(10)
+        assert status_of(conn, running.execution_id) == "SUCCEEDED"
+        assert not gate.cancelled_seen.is_set()
+    later_row = execution_row(conn, later.execution_id)
+    assert (later_row["status"], later_row["attempts"]) == ("PENDING", 0)
+
+
+def test_shutdown__past_the_drain_leaves_the_rest_recoverable(conn, make_flow, runtime_dsn):
+    config = dataclasses.replace(FAST, drain_seconds=0.3)
+    gate = GateAdapter()
+    accepted = enqueue(conn, make_flow([action("a", "G")]))
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
+        assert gate.entered.wait(10)
+        sched.request_stop()
+        assert sched.finished.wait(10)
+        assert gate.cancelled_seen.is_set()  # told to stop, per execution
+
+    # Left as a dead worker leaves it: RUNNING, its checkpoint RUNNING, its lease not renewed.
+    assert status_of(conn, accepted.execution_id) == "RUNNING"
+    assert checkpoint_rows(conn, accepted.execution_id)["a"]["status"] == "RUNNING"
+    expire_lease(conn, accepted.execution_id)
+
+    rescue = ScriptedAdapter()
+    with running_scheduler(runtime_dsn, registry(binding("G", rescue))):
+        wait_until(lambda: status_of(conn, accepted.execution_id) == "SUCCEEDED")
+    assert [(c.attempt, c.external_key) for c in rescue.calls] == [
+        (2, f"{accepted.execution_id}:a")
+    ]
+
+
+def test_scheduler__survives_a_lost_database_connection(conn, make_flow, runtime_dsn):
+    flow_id = make_flow([action("a", "NO_OP")])
+    config = dataclasses.replace(FAST, poll_ms=100)
+    with running_scheduler(runtime_dsn, registry(), config=config, owner="sturdy") as sched:
+        wait_until(sched.idle.is_set, what="the scheduler to wait for work")
+        # An administrator (or a failover) kills the worker's listening connection.
+        with psycopg.connect(runtime_dsn, autocommit=True) as other:
+            killed = other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE '%%SKIP LOCKED%%' AND pid <> pg_backend_pid()"
+            ).fetchall()
+        accepted = enqueue(conn, flow_id)
+        wait_until(lambda: status_of(conn, accepted.execution_id) == "SUCCEEDED")
+    assert killed, "the listening connection was found"
+
+
+def test_scheduler__request_stop_is_safe_before_any_work(runtime_dsn):
+    with runtime_for(runtime_dsn, registry()) as runtime:
+        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime)
+        thread = threading.Thread(target=scheduler.run)
+        thread.start()
+        assert scheduler.running.wait(10)
+        scheduler.request_stop()
+        thread.join(10)
+        assert scheduler.finished.is_set() and scheduler.claimed == 0
