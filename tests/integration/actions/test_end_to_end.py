@@ -58,6 +58,8 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "charge-429": ("NON_IDEMPOTENT_WRITE", {}, {}),
     "upsert-503": ("IDEMPOTENT_WRITE", {}, {}),
     "charge-422": ("NON_IDEMPOTENT_WRITE", {}, {}),
+    "charge-500": ("NON_IDEMPOTENT_WRITE", {}, {}),
+    "upsert-nonjson": ("IDEMPOTENT_WRITE", {}, {}),
     "charge-slow": ("NON_IDEMPOTENT_WRITE", {"timeout_seconds": 1}, {}),
     "charge-oversized": ("NON_IDEMPOTENT_WRITE", {}, {"max_response_bytes": 1024}),
     "score-oversized": ("READ_ONLY", {}, {"max_response_bytes": 1024}),
@@ -453,6 +455,17 @@ def test_4xx__failed_and_request_released(system, flow):
     assert_released(done)
 
 
+def test_5xx_on_non_idempotent_write__reconciliation_not_retried(system, flow):
+    system.provider.plan("/charge-500", status(500, retry_after=1, apply=True))
+
+    done = settle(accept("charge-500"), system)
+
+    assert done.status == ExecutionStatus.RECONCILIATION_REQUIRED
+    assert done.error_code == errors.UNCERTAIN_WRITE
+    assert system.provider.calls("/charge-500") == 1
+    assert_blocked(done)
+
+
 # ------------------------------------------------------------------------------
 # Bodies and schemas
 # ------------------------------------------------------------------------------
@@ -497,3 +510,19 @@ def test_read__unusable_output__failed_output_invalid_and_released(system, flow,
     assert done.error_code == errors.OUTPUT_INVALID
     assert checkpoint(done).status == "FAILED"
     assert_released(done)
+
+
+def test_idempotent_write__unusable_output_every_time__reconciliation_after_max_attempts(
+    system, flow
+):
+    system.provider.plan("/upsert-nonjson", non_json(), non_json(), non_json())
+
+    done = settle(accept("upsert-nonjson"), system)
+
+    # Retried with the same key (safe), never released: the provider did act.
+    assert done.status == ExecutionStatus.RECONCILIATION_REQUIRED
+    assert system.provider.calls("/upsert-nonjson") == 3
+    assert len(system.provider.effects("/upsert-nonjson")) == 1
+    cp = checkpoint(done)
+    assert (cp.status, cp.error_code, cp.attempt) == ("UNKNOWN", errors.OUTPUT_INVALID, 3)
+    assert_blocked(done)
