@@ -11,12 +11,15 @@ the way a process dies mid-call.
 """
 
 import contextlib
+import json
 import random
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -38,6 +41,7 @@ from executions.runtime import (
 )
 from executions.scheduler import Scheduler
 from executions.workerconfig import WorkerConfig
+from tests.conftest import manage
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
 
@@ -489,3 +493,85 @@ def status_of(conn: psycopg.Connection, execution_id: uuid.UUID) -> str:
 
 def statuses(conn: psycopg.Connection, execution_ids: Iterable[uuid.UUID]) -> list[str]:
     return [status_of(conn, eid) for eid in execution_ids]
+
+
+# ------------------------------------------------------------------------------
+# Real runworker processes
+# ------------------------------------------------------------------------------
+# Short leases and polls for process tests; any of them can be overridden per test.
+PROCESS_SETTINGS = {
+    "WORKER_ENABLED": "true",
+    "SIMULATION_MODE": "true",
+    "WORKER_CONCURRENCY": "2",
+    "WORKER_BATCH": "2",
+    "WORKER_POLL_MS": "100",
+    "WORKER_LEASE_SECONDS": "2",
+    "WORKER_RENEW_SECONDS": "0.5",
+    "WORKER_DRAIN_SECONDS": "5",
+    "WORKER_RETRY_BASE_SECONDS": "0.05",
+    "WORKER_RETRY_MAX_SECONDS": "0.2",
+    "LOG_LEVEL": "INFO",
+}
+
+
+class WorkerProcess:
+    """A `manage.py runworker` child process, its output in a file; only it is ever signalled."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, **overrides: str) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.process = subprocess.Popen(
+            manage("runworker"),
+            env={**env, **PROCESS_SETTINGS, **overrides},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.pid = self.process.pid
+
+    def __enter__(self) -> "WorkerProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log lines it wrote (other output is skipped)."""
+        found = []
+        for line in self.output().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(line))
+        return found
+
+    def wait_for_event(self, event: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        return wait_until(
+            lambda: next((e for e in self.events() if e.get("event") == event), None),
+            timeout=timeout,
+            what=f"the worker to log {event!r}",
+        )
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = DEFAULT_TIMEOUT) -> int:
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self._log.flush()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()  # our own child, by its pid
+            self.process.wait(DEFAULT_TIMEOUT)
+        self._log.close()
+
+    def holds(self, conn: psycopg.Connection) -> list[uuid.UUID]:
+        """Executions this process holds right now (its lease owner names its pid)."""
+        rows = conn.execute(
+            "SELECT id FROM execution WHERE status = 'RUNNING' AND lease_owner LIKE %s",
+            [f"%:{self.pid}:%"],
+        ).fetchall()
+        return [row[0] for row in rows]
