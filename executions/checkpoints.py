@@ -7,13 +7,17 @@ Invariants and transaction boundaries:
   starts. No transaction is open while the adapter runs;
 - both lock the execution row and check the fence against the database clock inside the
   statement that commits, so a stale holder can neither start nor save a checkpoint
-  (`ExecutionSuperseded`);
+  (`ExecutionSuperseded`); `checkpoints_start` and `checkpoints_succeed` do the same for many
+  holders in one statement (executions/groupcommit.py), each item fenced on its own;
 - the external key is always "<executionId>:<actionId>", the same on every attempt;
   `checkpoint.attempt` counts the calls of that action (+1 per call);
 - `checkpoint_settle` (FAILED or UNKNOWN) never commits by itself: it is the first statement of
   the caller's retry or failure transaction (executions/finalize.py).
 """
 
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -28,6 +32,86 @@ def external_key(execution_id: object, action_id: str) -> str:
     return f"{execution_id}:{action_id}"
 
 
+@dataclass(frozen=True)
+class StartItem:
+    """One holder's request to start the next attempt of one action."""
+
+    fence: Fence
+    action_id: str
+    sequence: int
+    capability: str
+    capability_version: int
+    effect: str
+    input_hash: str
+    previous_attempt: int  # the attempt of the checkpoint the holder loaded; 0 for none
+
+    def row(self) -> dict[str, Any]:
+        return {
+            **_coordinates(self.fence),
+            "action_id": self.action_id,
+            "sequence": self.sequence,
+            "capability": self.capability,
+            "capability_version": self.capability_version,
+            "effect": self.effect,
+            "input_hash": self.input_hash,
+            "external_key": external_key(self.fence.execution_id, self.action_id),
+            "attempt": self.previous_attempt + 1,
+        }
+
+
+@dataclass(frozen=True)
+class SucceedItem:
+    """One holder's validated output of its current attempt."""
+
+    fence: Fence
+    action_id: str
+    attempt: int
+    output: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        return {
+            **_coordinates(self.fence),
+            "action_id": self.action_id,
+            "attempt": self.attempt,
+            "output": self.output,
+        }
+
+
+def _coordinates(fence: Fence) -> dict[str, Any]:
+    return {
+        "execution_id": str(fence.execution_id),
+        "request_id": str(fence.request_id),
+        "token": fence.token,
+        "owner": fence.owner,
+    }
+
+
+def checkpoints_start(
+    *, conn: psycopg.Connection, items: Sequence[StartItem]
+) -> dict[uuid.UUID, int]:
+    """Commit RUNNING checkpoints for one or many holders in one statement.
+
+    Returns the attempt number by execution id; a holder missing from it was superseded.
+    """
+    rows = conn.execute(
+        sql.CHECKPOINT_START, {"items": Jsonb([item.row() for item in items])}
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def checkpoints_succeed(
+    *, conn: psycopg.Connection, items: Sequence[SucceedItem]
+) -> set[uuid.UUID]:
+    """Commit SUCCEEDED checkpoints for one or many holders in one statement.
+
+    Returns the execution ids saved; a holder missing from it was superseded.
+    """
+    rows = conn.execute(
+        sql.CHECKPOINT_SUCCEED, {"items": Jsonb([item.row() for item in items])}
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
 def checkpoint_start(
     *,
     conn: psycopg.Connection,
@@ -40,28 +124,25 @@ def checkpoint_start(
     input_hash: str,
     previous_attempt: int,
 ) -> int:
-    """Commit the RUNNING checkpoint of the next attempt; return its attempt number.
+    """Commit the RUNNING checkpoint of this holder's next attempt; return its attempt number.
 
     `previous_attempt` is the attempt of the checkpoint this holder loaded (0 when there was
     none); the write applies only if the checkpoint is still that one.
     """
-    row = conn.execute(
-        sql.CHECKPOINT_START,
-        {
-            **fence.params(),
-            "action_id": action_id,
-            "sequence": sequence,
-            "capability": capability,
-            "capability_version": capability_version,
-            "effect": effect,
-            "input_hash": input_hash,
-            "external_key": external_key(fence.execution_id, action_id),
-            "previous_attempt": previous_attempt,
-        },
-    ).fetchone()
-    if row is None:
+    item = StartItem(
+        fence,
+        action_id,
+        sequence,
+        capability,
+        capability_version,
+        effect,
+        input_hash,
+        previous_attempt,
+    )
+    started = checkpoints_start(conn=conn, items=[item]).get(fence.execution_id)
+    if started is None:
         raise ExecutionSuperseded(fence.execution_id, step=f"start {action_id}", token=fence.token)
-    return row[0]
+    return started
 
 
 def checkpoint_succeed(
@@ -73,11 +154,8 @@ def checkpoint_succeed(
     output: dict[str, Any],
 ) -> None:
     """Commit SUCCEEDED with the validated output of this holder's attempt."""
-    row = conn.execute(
-        sql.CHECKPOINT_SUCCEED,
-        {**fence.params(), "action_id": action_id, "attempt": attempt, "output": Jsonb(output)},
-    ).fetchone()
-    if row is None:
+    item = SucceedItem(fence, action_id, attempt, output)
+    if fence.execution_id not in checkpoints_succeed(conn=conn, items=[item]):
         raise ExecutionSuperseded(fence.execution_id, step=f"save {action_id}", token=fence.token)
 
 

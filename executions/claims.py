@@ -6,7 +6,10 @@ Invariants and transaction boundaries:
   expired lease) with FOR UPDATE SKIP LOCKED, in (next_attempt_at, created_at, id) order, at most
   `limit` (the caller's free slots), and gives each attempts + 1, token + 1, this owner and a
   lease from the database clock;
-- `execution_load` is a fenced read: a stale holder gets `ExecutionSuperseded`, never data;
+- the claim also returns the accepted request snapshot and, for a reclaimed execution, its
+  checkpoints, read under the new token in the same statement, so the holder starts without
+  another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
+  `ExecutionSuperseded`, never data;
 - flows are immutable once published, so their definitions are read once per process and cached.
 """
 
@@ -19,22 +22,6 @@ import psycopg
 
 from . import sql
 from .leases import ExecutionSuperseded, Fence
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One execution this process has just claimed."""
-
-    execution_id: uuid.UUID
-    request_id: uuid.UUID
-    flow_id: int
-    transition_id: str
-    attempts: int
-    token: int
-    actor_snapshot: dict[str, Any]
-
-    def fence(self, owner: str) -> Fence:
-        return Fence(self.execution_id, self.request_id, self.token, owner)
 
 
 @dataclass(frozen=True)
@@ -68,6 +55,23 @@ class Snapshot:
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Claim:
+    """One execution this process has just claimed, with the snapshot read under its token."""
+
+    execution_id: uuid.UUID
+    request_id: uuid.UUID
+    flow_id: int
+    transition_id: str
+    attempts: int
+    token: int
+    actor_snapshot: dict[str, Any]
+    snapshot: Snapshot | None = None
+
+    def fence(self, owner: str) -> Fence:
+        return Fence(self.execution_id, self.request_id, self.token, owner)
+
+
 def executions_claim(
     *, conn: psycopg.Connection, owner: str, limit: int, lease_seconds: float
 ) -> list[Claim]:
@@ -77,7 +81,31 @@ def executions_claim(
     rows = conn.execute(
         sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": limit, "lease_seconds": lease_seconds}
     ).fetchall()
-    return [Claim(*row) for row in rows]
+    return [_claim(row) for row in rows]
+
+
+def _claim(row: tuple) -> Claim:
+    (execution_id, request_id, flow_id, transition_id, attempts, token, actor_snapshot) = row[:7]
+    data, state, revision, version, owner, scope, accepted_revision, checkpoints = row[7:]
+    return Claim(
+        execution_id=execution_id,
+        request_id=request_id,
+        flow_id=flow_id,
+        transition_id=transition_id,
+        attempts=attempts,
+        token=token,
+        actor_snapshot=actor_snapshot,
+        snapshot=Snapshot(
+            data=data,
+            state=state,
+            revision=revision,
+            version=version,
+            owner=owner,
+            scope=scope,
+            accepted_revision=accepted_revision,
+            checkpoints={c["action_id"]: CheckpointRecord(**c) for c in checkpoints or ()},
+        ),
+    )
 
 
 def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:

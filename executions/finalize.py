@@ -5,7 +5,8 @@ Invariants and transaction boundaries (each function is exactly one transaction)
   the execution (fenced), check every expected checkpoint is SUCCEEDED, write the request's new
   data, state, revision and version and release it, mark the execution SUCCEEDED with its
   result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and leaves the
-  execution RUNNING with its checkpoints, for recovery by lease;
+  execution RUNNING with its checkpoints, for recovery by lease. `executions_finalize` does the
+  same for many holders in one statement (executions/groupcommit.py), each item on its own;
 - `execution_schedule_retry`: the attempt's checkpoint (FAILED or UNKNOWN), RETRY_WAIT with its
   next_attempt_at from the database clock, and RETRY_SCHEDULED commit together; earlier
   SUCCEEDED checkpoints are untouched;
@@ -18,6 +19,8 @@ Invariants and transaction boundaries (each function is exactly one transaction)
 """
 
 import datetime
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +65,61 @@ def _audit(
     )
 
 
+@dataclass(frozen=True)
+class FinalizeItem:
+    """One holder's computed success: the request's new data and state, and the audit payload."""
+
+    fence: Fence
+    from_state: str
+    accepted_revision: int
+    request_version: int
+    action_ids: list[str]
+    data: dict[str, Any]
+    target_state: str
+    result: dict[str, Any]
+    payload: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "execution_id": str(self.fence.execution_id),
+            "request_id": str(self.fence.request_id),
+            "token": self.fence.token,
+            "owner": self.fence.owner,
+            "from_state": self.from_state,
+            "accepted_revision": self.accepted_revision,
+            "request_version": self.request_version,
+            "action_ids": self.action_ids,
+            "data": self.data,
+            "target_state": self.target_state,
+            "result": self.result,
+            "payload": self.payload,
+        }
+
+
+def executions_finalize(
+    *, conn: psycopg.Connection, items: Sequence[FinalizeItem], actor: str
+) -> dict[uuid.UUID, int]:
+    """Commit the success of one or many executions in one statement.
+
+    Returns each finalised execution's new request revision by execution id. A holder missing
+    from it was superseded, or its request or checkpoints changed: `finalize_refusal` says which.
+    """
+    rows = conn.execute(
+        sql.EXECUTION_FINALIZE,
+        {"items": Jsonb([item.row() for item in items]), "actor": actor},
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def finalize_refusal(*, conn: psycopg.Connection, fence: Fence) -> Exception:
+    """Why a finalisation matched nothing: FinalizeRefused if the lease holds, else superseded."""
+    if lease_is_held(conn=conn, fence=fence):
+        return FinalizeRefused(
+            "the request or the checkpoints changed since the execution was loaded"
+        )
+    return ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
+
+
 def execution_finalize(
     *,
     conn: psycopg.Connection,
@@ -76,29 +134,22 @@ def execution_finalize(
     payload: dict[str, Any],
     actor: str,
 ) -> int:
-    """Commit the execution's success in one statement; return the request's new revision."""
-    row = conn.execute(
-        sql.EXECUTION_FINALIZE,
-        {
-            **fence.params(),
-            "from_state": from_state,
-            "accepted_revision": accepted_revision,
-            "request_version": request_version,
-            "action_ids": action_ids,
-            "data": Jsonb(data),
-            "target_state": target_state,
-            "result": Jsonb(result),
-            "payload": Jsonb(payload),
-            "actor": actor,
-        },
-    ).fetchone()
-    if row is not None:
-        return row[0]
-    if lease_is_held(conn=conn, fence=fence):
-        raise FinalizeRefused(
-            "the request or the checkpoints changed since the execution was loaded"
-        )
-    raise ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
+    """Commit one execution's success in one statement; return the request's new revision."""
+    item = FinalizeItem(
+        fence,
+        from_state,
+        accepted_revision,
+        request_version,
+        action_ids,
+        data,
+        target_state,
+        result,
+        payload,
+    )
+    revision = executions_finalize(conn=conn, items=[item], actor=actor).get(fence.execution_id)
+    if revision is None:
+        raise finalize_refusal(conn=conn, fence=fence)
+    return revision
 
 
 def execution_schedule_retry(

@@ -29,7 +29,9 @@ Invariants (each step names the module that keeps it):
 - a holder told to stop (lost lease, shutdown past the drain) writes nothing more
   (`ExecutionInterrupted`); a fenced write that matches nothing raises `ExecutionSuperseded`.
 
-Transactions: none is open while an adapter runs; each write above is its own transaction.
+Transactions: none is open while an adapter runs; each write above is its own transaction. The
+hot-path writes (start, save, finalise) of concurrent runs are grouped into shared statements
+(executions/groupcommit.py), each run fenced on its own.
 """
 
 import logging
@@ -46,20 +48,22 @@ from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
 
-from .canonical import sha256_hex
-from .checkpoints import checkpoint_start, checkpoint_succeed, external_key
+from .canonical import compact_size, sha256_hex
+from .checkpoints import StartItem, SucceedItem, external_key
 from .claims import CheckpointRecord, FlowCache, Snapshot, execution_load
 from .evaluator import DecisionError, UpdateError, apply_updates, build_context, decide
 from .evaluator import resolve_input as map_input
 from .finalize import (
     AttemptSettlement,
+    FinalizeItem,
     FinalizeRefused,
     execution_fail,
-    execution_finalize,
     execution_schedule_retry,
+    finalize_refusal,
 )
 from .flows import DataError, find_transition, validate_data
-from .leases import ExecutionInterrupted, Fence
+from .groupcommit import GroupWrites
+from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from .models import CheckpointStatus, Effect, ExecutionStatus
 from .retry import retry_delay_seconds
 from .workerconfig import WorkerConfig
@@ -97,6 +101,7 @@ class RunnerDeps:
     resolve: Resolver
     flows: FlowCache
     rng: random.Random
+    writes: GroupWrites
 
 
 class _Stop(Exception):
@@ -123,7 +128,10 @@ def _validator(schema: dict) -> jsonschema.protocols.Validator:
 
 
 def _schema_problem(schema: dict, instance: Any) -> str | None:
-    error = jsonschema.exceptions.best_match(_validator(schema).iter_errors(instance))
+    validator = _validator(schema)
+    if validator.is_valid(instance):  # the common case, without building any error
+        return None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
     if error is None:
         return None
     return _short(f"{error.json_path}: {error.message}")
@@ -133,6 +141,19 @@ def _short(text: str | None) -> str | None:
     if text is None:
         return None
     return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
+
+
+def _data_acceptable(definition: dict, data: Any) -> bool:
+    """Fast path of flows.validate_data: within the size limit and valid, with a cached validator.
+
+    On False the caller asks flows.validate_data for the precise DataError.
+    """
+    try:
+        if compact_size(data) > errors.MAX_DATA_BYTES:
+            return False
+    except (TypeError, ValueError):
+        return False
+    return _validator(definition["dataSchema"]).is_valid(data)
 
 
 class _Run:
@@ -233,8 +254,9 @@ class _Run:
 
     # -- the run ---------------------------------------------------------------------------
 
-    def run(self, *, flow_id: int) -> RunOutcome:
-        snapshot = execution_load(conn=self.conn, fence=self.fence)
+    def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
+        if snapshot is None:
+            snapshot = execution_load(conn=self.conn, fence=self.fence)
         definition = self.deps.flows.get(conn=self.conn, flow_id=flow_id)
         transition = find_transition(definition, self.transition_id)
         try:
@@ -289,17 +311,23 @@ class _Run:
             raise self.fail(errors.INPUT_INVALID, f"action {action_id!r} input {problem}")
 
         self.check_not_cancelled(f"start {action_id}")
-        attempt = checkpoint_start(
-            conn=self.conn,
-            fence=self.fence,
-            action_id=action_id,
-            sequence=sequence,
-            capability=capability,
-            capability_version=version,
-            effect=binding.effect,
-            input_hash=input_hash,
-            previous_attempt=previous_attempt,
+        attempt = self.deps.writes.starts.submit(
+            self.conn,
+            StartItem(
+                fence=self.fence,
+                action_id=action_id,
+                sequence=sequence,
+                capability=capability,
+                capability_version=version,
+                effect=binding.effect,
+                input_hash=input_hash,
+                previous_attempt=previous_attempt,
+            ),
         )
+        if attempt is None:
+            raise ExecutionSuperseded(
+                self.fence.execution_id, step=f"start {action_id}", token=self.fence.token
+            )
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": contract.key})
         ctx = ActionContext(
@@ -390,13 +418,13 @@ class _Run:
                 else _schema_problem(contract.output_schema, output)
             )
             if problem is None:
-                checkpoint_succeed(
-                    conn=self.conn,
-                    fence=self.fence,
-                    action_id=action_id,
-                    attempt=attempt,
-                    output=output,
+                saved = self.deps.writes.successes.submit(
+                    self.conn, SucceedItem(self.fence, action_id, attempt, output)
                 )
+                if saved is None:
+                    raise ExecutionSuperseded(
+                        self.fence.execution_id, step=f"save {action_id}", token=self.fence.token
+                    )
                 logger.info("action succeeded", extra=extra)
                 return output
             # A read with a bad output had no effect; a write with one did happen, but its
@@ -474,14 +502,15 @@ class _Run:
         try:
             decision = decide(transition, context)
             data = apply_updates(transition, snapshot.data, context)
-            validate_data(definition, data)
+            if not _data_acceptable(definition, data):
+                validate_data(definition, data)  # raises DataError with the precise problem
         except (DecisionError, UpdateError, DataError) as exc:
             raise self.fail(exc.code, exc.detail) from None
         self.check_not_cancelled("finalize")
         action_ids = [a["id"] for a in transition.get("actions", [])]
-        try:
-            execution_finalize(
-                conn=self.conn,
+        revision = self.deps.writes.finals.submit(
+            self.conn,
+            FinalizeItem(
                 fence=self.fence,
                 from_state=snapshot.state,
                 accepted_revision=snapshot.accepted_revision,
@@ -496,10 +525,13 @@ class _Run:
                     "hitPolicy": decision.hit_policy,
                     "ruleIds": list(decision.rule_ids),
                 },
-                actor=WORKER_ACTOR,
-            )
-        except FinalizeRefused as exc:
-            raise self.fail(errors.REQUEST_MODIFIED, str(exc)) from None
+            ),
+        )
+        if revision is None:
+            refusal = finalize_refusal(conn=self.conn, fence=self.fence)
+            if isinstance(refusal, FinalizeRefused):
+                raise self.fail(errors.REQUEST_MODIFIED, str(refusal)) from None
+            raise refusal
         logger.info(
             "execution completed",
             extra={
@@ -525,11 +557,13 @@ def execution_run(
     attempts: int,
     deps: RunnerDeps,
     cancelled: threading.Event,
+    snapshot: Snapshot | None = None,
 ) -> RunOutcome:
     """Run one claimed execution to its next resting state, as the holder `fence`.
 
-    Raises ExecutionSuperseded when another holder owns it, ExecutionInterrupted when told to
-    stop; both leave everything this holder committed in place.
+    `snapshot` is what the claim read under this token, if the caller has it; otherwise it is
+    loaded here with a fenced read. Raises ExecutionSuperseded when another holder owns it,
+    ExecutionInterrupted when told to stop; both leave everything this holder committed in place.
     """
     return _Run(
         conn=conn,
@@ -538,7 +572,7 @@ def execution_run(
         deps=deps,
         cancelled=cancelled,
         transition_id=transition_id,
-    ).run(flow_id=flow_id)
+    ).run(flow_id=flow_id, snapshot=snapshot)
 
 
 __all__ = ["RunOutcome", "RunnerDeps", "execution_run"]

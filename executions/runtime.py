@@ -15,8 +15,9 @@ Invariants:
   the per-execution `threading.Event` the adapters watch (`ActionContext.cancelled`), and only
   for the exact holder (execution id and token) it names;
 - `LocalWorkerRuntime` keeps one persistent database connection per execution slot (autocommit;
-  each write is its own short transaction) and runs principal-less packages as the worker's
-  system identity (`runs_as_system`).
+  each write is its own short transaction), groups the hot-path writes of its slots
+  (executions/groupcommit.py), and runs principal-less packages as the worker's system
+  identity (`runs_as_system`).
 """
 
 import json
@@ -31,10 +32,11 @@ from psycopg_pool import ConnectionPool
 
 from actions.registry import resolve as registry_resolve
 
-from .claims import FlowCache
+from .claims import FlowCache, Snapshot
+from .groupcommit import GroupWrites
 from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from .models import ExecutionStatus
-from .runner import Resolver, RunnerDeps, RunOutcome, execution_run
+from .runner import WORKER_ACTOR, Resolver, RunnerDeps, RunOutcome, execution_run
 from .workerconfig import WorkerConfig
 
 logger = logging.getLogger("executions.worker")
@@ -106,8 +108,10 @@ class ExecutionPackage:
 class WorkerRequest:
     execution_id: str
     fence: int
-    # In-process only (never serialised): the per-execution stop signal adapters watch.
+    # In-process only (never serialised): the per-execution stop signal adapters watch, and the
+    # snapshot the claim already read under this token (absent: the runtime loads it, fenced).
     cancelled: threading.Event = field(default_factory=threading.Event)
+    snapshot: Snapshot | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -117,6 +121,7 @@ class WorkerLease:
     execution_id: str
     fence: int
     cancelled: threading.Event
+    snapshot: Snapshot | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -210,6 +215,7 @@ class LocalWorkerRuntime:
             resolve=resolve or registry_resolve,
             flows=FlowCache(),
             rng=rng or random.SystemRandom(),
+            writes=GroupWrites(actor=WORKER_ACTOR),
         )
         self._leases: dict[str, WorkerLease] = {}
         self._lock = threading.Lock()
@@ -233,6 +239,7 @@ class LocalWorkerRuntime:
             execution_id=request.execution_id,
             fence=request.fence,
             cancelled=request.cancelled,
+            snapshot=request.snapshot,
             metadata=dict(request.metadata),
         )
         with self._lock:
@@ -256,6 +263,7 @@ class LocalWorkerRuntime:
                 attempts=package.attempts,
                 deps=self._deps,
                 cancelled=lease.cancelled,
+                snapshot=lease.snapshot,
             )
         return result_of(package.execution_id, outcome)
 

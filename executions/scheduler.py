@@ -267,6 +267,7 @@ class Scheduler:
                         execution_id=package.execution_id,
                         fence=claim.token,
                         cancelled=holding.cancelled,
+                        snapshot=claim.snapshot,
                     ),
                 )
             except Exception:

@@ -22,8 +22,10 @@ LISTEN_WORK = "LISTEN orquestador_executions"
 #     e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
 #     AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
 #     AND e.lease_expires_at > clock_timestamp()
-# When it matches no row the caller raises ExecutionSuperseded (executions/leases.py); nothing
-# here is ever a silent no-op. Lock order everywhere: request, then execution, then checkpoints.
+# (the grouped statements read the same four coordinates per item from %(items)s). When a holder
+# matches no row the caller raises ExecutionSuperseded (executions/leases.py); nothing here is
+# ever a silent no-op. Lock order everywhere: request, then execution, then checkpoints; a
+# statement that locks several rows of one table locks them in id order.
 # A RUNNING execution's next_attempt_at always equals its lease_expires_at (a CHECK), so the one
 # partial index execution_claim_idx serves due work and expired leases alike.
 
@@ -35,6 +37,10 @@ LISTEN_WORK = "LISTEN orquestador_executions"
 # next_attempt_at is the lease expiry). The UPDATE then takes each locked row: attempts + 1,
 # fencing token + 1 (fencing out any earlier holder), owner and lease from one reading of the
 # database clock. Committed by itself (autocommit) before any evaluation or adapter call.
+# It also returns what the new holder needs to run, read under the new token in the same
+# statement: the accepted request snapshot (the request row by primary key, not locked: it is
+# blocked by this execution) and, for a reclaimed execution (attempts > 1), its checkpoints
+# through action_execution_action_uniq. A first attempt has none, so it skips that read.
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
@@ -58,10 +64,23 @@ UPDATE execution AS e
        lease_expires_at = clock.lease_until,
        next_attempt_at = clock.lease_until,
        started_at = COALESCE(e.started_at, clock.now_at)
-  FROM due, clock
- WHERE e.id = due.id
+  FROM due, clock, request AS r
+ WHERE e.id = due.id AND r.id = e.request_id
 RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
-          e.actor_snapshot
+          e.actor_snapshot, r.data, r.state, r.revision, r.version, r.owner, r.scope,
+          e.accepted_revision,
+          CASE WHEN e.attempts > 1 THEN
+              (SELECT jsonb_agg(jsonb_build_object(
+                          'action_id', c.action_id, 'sequence', c.sequence,
+                          'capability', c.capability,
+                          'capability_version', c.capability_version, 'effect', c.effect,
+                          'status', c.status, 'input_hash', c.input_hash,
+                          'external_key', c.external_key, 'attempt', c.attempt,
+                          'output', c.output, 'error_code', c.error_code)
+                          ORDER BY c.sequence)
+                 FROM action_execution AS c
+                WHERE c.execution_id = e.id)
+          END AS checkpoints
 """
 
 # Renew the leases of every execution this process holds, in one statement. Each entry of the
@@ -69,8 +88,9 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
 # exact id, request, token and owner, status RUNNING and a lease that has not expired yet, so an
 # expired lease never revives: reclaiming it is the only way back, and that takes a new token.
 # The rows it returns are the renewed ones; any held execution missing from them has lost its
-# lease. Locks the renewed execution rows by primary key. It cannot deadlock with a claim (SKIP
-# LOCKED) nor with another renewal (only this owner's rows match), and takes no request lock.
+# lease. `held` locks the matching execution rows by primary key in id order (the order of every
+# multi-row lock on executions here), so it cannot deadlock with a grouped checkpoint or
+# finalisation of the same process; it takes no request lock and never waits on a claim.
 RENEW_LEASES = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
@@ -78,20 +98,25 @@ WITH clock AS MATERIALIZED (
       FROM (SELECT clock_timestamp() AS now_at) AS t
 ),
 held AS (
-    SELECT h.execution_id, h.request_id, h.token
-      FROM unnest(%(execution_ids)s::uuid[], %(request_ids)s::uuid[], %(tokens)s::bigint[])
-           AS h(execution_id, request_id, token)
+    SELECT e.id
+      FROM execution AS e,
+           unnest(%(execution_ids)s::uuid[], %(request_ids)s::uuid[], %(tokens)s::bigint[])
+               AS h(execution_id, request_id, token),
+           clock
+     WHERE e.id = h.execution_id
+       AND e.request_id = h.request_id
+       AND e.fencing_token = h.token
+       AND e.status = 'RUNNING'
+       AND e.lease_owner = %(owner)s
+       AND e.lease_expires_at > clock.now_at
+     ORDER BY e.id
+       FOR NO KEY UPDATE OF e
 )
 UPDATE execution AS e
    SET lease_expires_at = clock.lease_until,
        next_attempt_at = clock.lease_until
   FROM held, clock
- WHERE e.id = held.execution_id
-   AND e.request_id = held.request_id
-   AND e.fencing_token = held.token
-   AND e.status = 'RUNNING'
-   AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock.now_at
+ WHERE e.id = held.id
 RETURNING e.id, e.fencing_token
 """
 
@@ -133,31 +158,42 @@ SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revi
 # nothing; one row by primary key.
 FLOW_DEFINITION = "SELECT definition FROM flow WHERE id = %(flow_id)s"
 
-# Start an attempt of one action: commit its RUNNING checkpoint before the adapter is called.
-# `holder` locks the execution row (FOR NO KEY UPDATE) and checks the fence against the database
-# clock at the start; the insert or update runs under that lock and commits with the statement,
-# so no other holder can claim the row in between. A first attempt inserts attempt 1; a later one
-# updates the same row (action_execution_action_uniq) to attempt + 1, only if it is still what
-# the holder loaded (same attempt, hash, key and effect, and not SUCCEEDED). Returns the attempt
-# number; no row means the holder was superseded or the checkpoint changed under it.
+# Start attempts of actions: commit their RUNNING checkpoints before the adapters are called.
+# One statement for one or many holders (%(items)s, a JSON array; executions/groupcommit.py
+# groups the starts of concurrent execution threads into one commit). `holder` keeps the items
+# whose fence holds by the database clock and locks their execution rows (FOR NO KEY UPDATE, in
+# id order); the insert or update runs under those locks and commits with the statement, so no
+# other holder can claim a row in between. A first attempt inserts attempt 1; a later one updates
+# the same row (action_execution_action_uniq) to attempt + 1, only if it is still what the holder
+# loaded (same attempt, hash, key and effect, and not SUCCEEDED). Returns (execution id, attempt)
+# per started item; an item missing from the result was superseded or its checkpoint changed.
 CHECKPOINT_START = """
-WITH holder AS (
-    SELECT e.id
+WITH item AS (
+    SELECT *
+      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
+               sequence integer, capability text, capability_version integer, effect text,
+               input_hash text, external_key text, attempt integer)
+),
+holder AS (
+    SELECT item.*
       FROM execution AS e
-     WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s
-       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+      JOIN item ON item.execution_id = e.id
+     WHERE e.request_id = item.request_id AND e.fencing_token = item.token
+       AND e.status = 'RUNNING' AND e.lease_owner = item.owner
        AND e.lease_expires_at > clock_timestamp()
-       FOR NO KEY UPDATE
+     ORDER BY e.id
+       FOR NO KEY UPDATE OF e
 )
 INSERT INTO action_execution AS c
        (execution_id, action_id, sequence, capability, capability_version, effect, status,
         input_hash, external_key, attempt, fencing_token, started_at)
-SELECT holder.id, %(action_id)s, %(sequence)s, %(capability)s, %(capability_version)s,
-       %(effect)s, 'RUNNING', %(input_hash)s, %(external_key)s, 1, %(token)s, clock_timestamp()
-  FROM holder
+SELECT h.execution_id, h.action_id, h.sequence, h.capability, h.capability_version, h.effect,
+       'RUNNING', h.input_hash, h.external_key, h.attempt, h.token, clock_timestamp()
+  FROM holder AS h
     ON CONFLICT (execution_id, action_id) DO UPDATE
    SET status = 'RUNNING',
-       attempt = c.attempt + 1,
+       attempt = EXCLUDED.attempt,
        fencing_token = EXCLUDED.fencing_token,
        started_at = EXCLUDED.started_at,
        finished_at = NULL,
@@ -165,35 +201,45 @@ SELECT holder.id, %(action_id)s, %(sequence)s, %(capability)s, %(capability_vers
        error_code = NULL,
        error_detail = NULL
  WHERE c.status <> 'SUCCEEDED'
-   AND c.attempt = %(previous_attempt)s
+   AND c.attempt = EXCLUDED.attempt - 1
    AND c.input_hash = EXCLUDED.input_hash
    AND c.external_key = EXCLUDED.external_key
    AND c.effect = EXCLUDED.effect
-RETURNING c.attempt
+RETURNING c.execution_id, c.attempt
 """
 
-# Record an action's validated output: its RUNNING checkpoint becomes SUCCEEDED. Same lock and
-# fence as CHECKPOINT_START, checked by database time inside the statement that commits; updates
-# one checkpoint (action_execution_action_uniq) only if it is this holder's attempt.
+# Record validated outputs: each holder's RUNNING checkpoint becomes SUCCEEDED. One statement
+# for one or many holders (%(items)s, grouped like CHECKPOINT_START), with the same locks and
+# fence, checked by database time inside the statement that commits; one checkpoint per item
+# (action_execution_action_uniq), only if it is that holder's attempt. Returns the execution id
+# of every item saved; an item missing from the result was superseded.
 CHECKPOINT_SUCCEED = """
-WITH holder AS (
-    SELECT e.id
+WITH item AS (
+    SELECT *
+      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
+               attempt integer, output jsonb)
+),
+holder AS (
+    SELECT item.*
       FROM execution AS e
-     WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s
-       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
+      JOIN item ON item.execution_id = e.id
+     WHERE e.request_id = item.request_id AND e.fencing_token = item.token
+       AND e.status = 'RUNNING' AND e.lease_owner = item.owner
        AND e.lease_expires_at > clock_timestamp()
-       FOR NO KEY UPDATE
+     ORDER BY e.id
+       FOR NO KEY UPDATE OF e
 )
 UPDATE action_execution AS c
    SET status = 'SUCCEEDED',
-       output = %(output)s,
+       output = h.output,
        error_code = NULL,
        error_detail = NULL,
        finished_at = clock_timestamp()
-  FROM holder
- WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
-   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
-RETURNING c.id
+  FROM holder AS h
+ WHERE c.execution_id = h.execution_id AND c.action_id = h.action_id
+   AND c.status = 'RUNNING' AND c.fencing_token = h.token AND c.attempt = h.attempt
+RETURNING c.execution_id
 """
 
 # Settle an attempt that did not succeed: FAILED (it certainly had no effect, or the effect is
@@ -311,64 +357,85 @@ UPDATE request
 RETURNING version
 """
 
-# Finalise a successful execution in one statement, hence one transaction: all of it commits or
-# none of it does, and the checkpoints stay as they were.
-# - `req` locks the request first (FOR NO KEY UPDATE), only if it is still the accepted snapshot
-#   (blocked by this execution, same state, revision and version as loaded);
-# - `done` then updates the execution under the fence (locking it second), only if every
-#   expected action (%(action_ids)s) has a SUCCEEDED checkpoint and no checkpoint is anything
-#   else: the execution becomes SUCCEEDED with its business result, lease cleared;
-# - `moved` writes the request's new data and state, revision + 1, version + 1, unblocked;
-# - `audit` appends TRANSITION_COMPLETED.
-# No row back: superseded, or the request or checkpoints changed (LEASE_PROBE tells which). One
-# request and one execution row by primary key; checkpoints through action_execution_action_uniq.
+# Finalise successful executions, one or many (%(items)s, grouped like CHECKPOINT_START), in one
+# statement, hence one transaction: for each item all of it commits or none of it does, and the
+# checkpoints stay as they were.
+# - `req` locks each request first (FOR NO KEY UPDATE, in id order), only if it is still the
+#   accepted snapshot (blocked by this execution, same state, revision and version as loaded);
+# - `held` then locks each execution (in id order) under the fence, only if every expected
+#   action (action_ids) has a SUCCEEDED checkpoint and no checkpoint is anything else;
+# - `done` marks those executions SUCCEEDED with their business result, lease cleared;
+# - `moved` writes each request's new data and state, revision + 1, version + 1, unblocked;
+# - `audit` appends TRANSITION_COMPLETED for each.
+# Returns (execution id, new request revision) per finalised item. An item missing from the
+# result was superseded, or its request or checkpoints changed (LEASE_PROBE tells which). Rows
+# by primary key; checkpoints through action_execution_action_uniq.
 EXECUTION_FINALIZE = """
-WITH req AS (
-    SELECT r.id
+WITH item AS (
+    SELECT *
+      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+               execution_id uuid, request_id uuid, token bigint, owner text, from_state text,
+               accepted_revision bigint, request_version bigint, action_ids text[],
+               data jsonb, target_state text, result jsonb, payload jsonb)
+),
+req AS (
+    SELECT item.*
       FROM request AS r
-     WHERE r.id = %(request_id)s AND r.blocked_by_id = %(execution_id)s
-       AND r.state = %(from_state)s AND r.revision = %(accepted_revision)s
-       AND r.version = %(request_version)s
-       FOR NO KEY UPDATE
+      JOIN item ON item.request_id = r.id
+     WHERE r.blocked_by_id = item.execution_id AND r.state = item.from_state
+       AND r.revision = item.accepted_revision AND r.version = item.request_version
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r
+),
+held AS (
+    SELECT req.*
+      FROM execution AS e
+      JOIN req ON req.execution_id = e.id
+     WHERE e.request_id = req.request_id AND e.fencing_token = req.token
+       AND e.status = 'RUNNING' AND e.lease_owner = req.owner
+       AND e.lease_expires_at > clock_timestamp()
+       AND (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED') = 0
+                   AND count(*) FILTER (WHERE c.action_id = ANY(req.action_ids))
+                       = cardinality(req.action_ids)
+              FROM action_execution AS c
+             WHERE c.execution_id = e.id)
+     ORDER BY e.id
+       FOR NO KEY UPDATE OF e
 ),
 done AS (
     UPDATE execution AS e
        SET status = 'SUCCEEDED',
-           result = %(result)s,
+           result = held.result,
            lease_owner = NULL,
            lease_expires_at = NULL,
            error_code = NULL,
            error_detail = NULL,
            finished_at = clock_timestamp()
-      FROM req
-     WHERE e.id = %(execution_id)s AND e.request_id = req.id
-       AND e.fencing_token = %(token)s AND e.status = 'RUNNING' AND e.lease_owner = %(owner)s
-       AND e.lease_expires_at > clock_timestamp()
-       AND NOT EXISTS (SELECT 1 FROM action_execution AS c
-                        WHERE c.execution_id = e.id AND c.status <> 'SUCCEEDED')
-       AND (SELECT count(*) FROM action_execution AS c
-             WHERE c.execution_id = e.id AND c.action_id = ANY(%(action_ids)s::text[]))
-           = cardinality(%(action_ids)s::text[])
-    RETURNING e.id, e.request_id
+      FROM held
+     WHERE e.id = held.execution_id
+    RETURNING e.id
 ),
 moved AS (
     UPDATE request AS r
-       SET data = %(data)s,
-           state = %(target_state)s,
+       SET data = held.data,
+           state = held.target_state,
            revision = r.revision + 1,
            version = r.version + 1,
            blocked_by_id = NULL,
            updated_at = clock_timestamp()
-      FROM done
-     WHERE r.id = done.request_id
-    RETURNING r.revision
+      FROM held
+     WHERE r.id = held.request_id
+    RETURNING r.id, r.revision
 ),
 audit AS (
     INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
-    SELECT done.request_id, done.id, 'TRANSITION_COMPLETED', %(actor)s, %(payload)s
-      FROM done
+    SELECT held.request_id, held.execution_id, 'TRANSITION_COMPLETED', %(actor)s, held.payload
+      FROM held
 )
-SELECT moved.revision FROM moved
+SELECT done.id, moved.revision
+  FROM done
+  JOIN held ON held.execution_id = done.id
+  JOIN moved ON moved.id = held.request_id
 """
 
 # --- Cancellation (executions/cancel.py) ---------------------------------------------------------

@@ -1,0 +1,149 @@
+"""Group commit of the hot-path writes: merged across threads, fenced and failing item by item."""
+
+import threading
+
+import psycopg
+import pytest
+
+from executions.checkpoints import StartItem
+from executions.finalize import FinalizeItem
+from executions.groupcommit import GroupWrites
+from tests.support.worker import (
+    action,
+    checkpoint_rows,
+    claim,
+    enqueue,
+    execution_row,
+    request_row,
+    wait_until,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAIL_POISONED = """
+CREATE FUNCTION test_fail_poisoned() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.payload ? 'poison' THEN
+        RAISE EXCEPTION 'poisoned completion';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_fail_poisoned BEFORE INSERT ON audit_event
+    FOR EACH ROW EXECUTE FUNCTION test_fail_poisoned();
+"""
+
+
+def _submit_all(runtime_dsn, submit, items):
+    """Submit each item from its own thread and connection; return results in item order."""
+    results: list = [None] * len(items)
+    errors: list = [None] * len(items)
+
+    def one(index):
+        with psycopg.connect(runtime_dsn, autocommit=True) as own:
+            try:
+                results[index] = submit(own, items[index])
+            except Exception as exc:  # reported to the test below
+                errors[index] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(items))]
+    for thread in threads:
+        thread.start()
+    return threads, results, errors
+
+
+def _hold_first_then_release(runtime_dsn, group, first_id, followers, start):
+    """Block the first batch on a row lock until every follower has queued behind it."""
+    with psycopg.connect(runtime_dsn) as locker:
+        locker.execute("SELECT 1 FROM execution WHERE id = %s FOR UPDATE", [first_id])
+        threads = start()
+        wait_until(lambda: len(group._queue) == followers, what="the followers to queue up")
+        locker.rollback()
+    for thread in threads:
+        thread.join(15)
+
+
+def test_group_commit__merges_concurrent_starts_and_fences_each_item(conn, make_flow, runtime_dsn):
+    flow_id = make_flow([action("a", "NO_OP")])
+    ids = [enqueue(conn, flow_id).execution_id for _ in range(6)]
+    claims = sorted(
+        claim(conn, "w", limit=6, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
+    )
+    stale = claims[3]
+    conn.execute(
+        "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s", [stale.execution_id]
+    )
+    writes = GroupWrites(actor="t")
+    items = [StartItem(c.fence("w"), "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
+    state = {}
+
+    def start():
+        threads, results, errors = _submit_all(runtime_dsn, writes.starts.submit, items[:1])
+        state["first"] = (threads, results, errors)
+        wait_until(lambda: writes.starts._leading, what="the first leader")
+        more, results2, errors2 = _submit_all(runtime_dsn, writes.starts.submit, items[1:])
+        state["rest"] = (results2, errors2)
+        return threads + more
+
+    _hold_first_then_release(runtime_dsn, writes.starts, ids[0], 5, start)
+
+    results = state["first"][1] + state["rest"][0]
+    assert state["first"][2] + state["rest"][1] == [None] * 6
+    assert results == [1, 1, 1, None, 1, 1]  # the superseded holder alone got nothing
+    assert (writes.starts.batches, writes.starts.items) == (2, 6)  # one statement for five
+    assert "a" not in checkpoint_rows(conn, stale.execution_id)
+    assert checkpoint_rows(conn, ids[5])["a"]["status"] == "RUNNING"
+
+
+def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, migration_dsn):
+    flow_id = make_flow([])
+    accepted = [enqueue(conn, flow_id) for _ in range(4)]
+    ids = [a.execution_id for a in accepted]
+    claims = sorted(
+        claim(conn, "w", limit=4, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
+    )
+    writes = GroupWrites(actor="t")
+    items = [
+        FinalizeItem(
+            fence=c.fence("w"),
+            from_state="DRAFT",
+            accepted_revision=2,
+            request_version=2,
+            action_ids=[],
+            data={"n": index},
+            target_state="DONE",
+            result={"outcome": "OK", "targetState": "DONE"},
+            payload={"poison": True} if index == 2 else {"transitionId": "go"},
+        )
+        for index, c in enumerate(claims)
+    ]
+    state = {}
+
+    def start():
+        threads, results, errors = _submit_all(runtime_dsn, writes.finals.submit, items[:1])
+        state["first"] = (results, errors)
+        wait_until(lambda: writes.finals._leading, what="the first leader")
+        more, results2, errors2 = _submit_all(runtime_dsn, writes.finals.submit, items[1:])
+        state["rest"] = (results2, errors2)
+        return threads + more
+
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute(FAIL_POISONED)
+        try:
+            _hold_first_then_release(runtime_dsn, writes.finals, ids[0], 3, start)
+        finally:
+            owner.execute("DROP TRIGGER test_fail_poisoned ON audit_event")
+            owner.execute("DROP FUNCTION test_fail_poisoned()")
+
+    results = state["first"][0] + state["rest"][0]
+    errors = state["first"][1] + state["rest"][1]
+    assert results == [3, 3, None, 3]
+    assert [e is not None for e in errors] == [False, False, True, False]
+    assert "poisoned completion" in str(errors[2])
+    assert [execution_row(conn, i)["status"] for i in ids] == [
+        "SUCCEEDED",
+        "SUCCEEDED",
+        "RUNNING",  # rolled back alone, left for recovery by lease
+        "SUCCEEDED",
+    ]
+    assert request_row(conn, accepted[2].request_id)["data"] == {}
+    assert request_row(conn, accepted[3].request_id)["data"] == {"n": 3}
