@@ -16,7 +16,7 @@ Invariants and transaction boundaries:
 """
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 
 from . import sql
 from .leases import ExecutionSuperseded, Fence
+from .models import Effect
 
 
 def external_key(execution_id: object, action_id: str) -> str:
@@ -67,6 +68,7 @@ class SucceedItem:
     action_id: str
     attempt: int
     output: dict[str, Any]
+    effect: str = "NON_IDEMPOTENT_WRITE"  # of the action; decides the commit's durability
 
     def row(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,17 @@ class SucceedItem:
             "attempt": self.attempt,
             "output": self.output,
         }
+
+
+def _durability(effects: Iterable[str]) -> str:
+    """synchronous_commit for a checkpoint write: off only when every action in it is a read.
+
+    A read's checkpoint lost with a database crash (the last few hundred milliseconds of
+    asynchronous commits) only means the read runs again. A write's checkpoint is what stops a
+    write from being repeated blindly, so it is flushed before the adapter is called. WAL is
+    flushed in order: any later synchronous commit makes every earlier one durable too.
+    """
+    return "off" if all(effect == Effect.READ_ONLY for effect in effects) else "on"
 
 
 def _coordinates(fence: Fence) -> dict[str, Any]:
@@ -94,7 +107,11 @@ def checkpoints_start(
     Returns the attempt number by execution id; a holder missing from it was superseded.
     """
     rows = conn.execute(
-        sql.CHECKPOINT_START, {"items": Jsonb([item.row() for item in items])}
+        sql.CHECKPOINT_START,
+        {
+            "items": Jsonb([item.row() for item in items]),
+            "synchronous_commit": _durability(item.effect for item in items),
+        },
     ).fetchall()
     return {row[0]: row[1] for row in rows}
 
@@ -107,7 +124,11 @@ def checkpoints_succeed(
     Returns the execution ids saved; a holder missing from it was superseded.
     """
     rows = conn.execute(
-        sql.CHECKPOINT_SUCCEED, {"items": Jsonb([item.row() for item in items])}
+        sql.CHECKPOINT_SUCCEED,
+        {
+            "items": Jsonb([item.row() for item in items]),
+            "synchronous_commit": _durability(item.effect for item in items),
+        },
     ).fetchall()
     return {row[0] for row in rows}
 
@@ -152,9 +173,10 @@ def checkpoint_succeed(
     action_id: str,
     attempt: int,
     output: dict[str, Any],
+    effect: str = Effect.NON_IDEMPOTENT_WRITE,
 ) -> None:
     """Commit SUCCEEDED with the validated output of this holder's attempt."""
-    item = SucceedItem(fence, action_id, attempt, output)
+    item = SucceedItem(fence, action_id, attempt, output, effect)
     if fence.execution_id not in checkpoints_succeed(conn=conn, items=[item]):
         raise ExecutionSuperseded(fence.execution_id, step=f"save {action_id}", token=fence.token)
 

@@ -419,7 +419,7 @@ class _Run:
             )
             if problem is None:
                 saved = self.deps.writes.successes.submit(
-                    self.conn, SucceedItem(self.fence, action_id, attempt, output)
+                    self.conn, SucceedItem(self.fence, action_id, attempt, output, effect)
                 )
                 if saved is None:
                     raise ExecutionSuperseded(

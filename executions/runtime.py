@@ -28,10 +28,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from actions.registry import resolve as registry_resolve
 
+from . import sql
 from .claims import FlowCache, Snapshot
 from .groupcommit import GroupWrites
 from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
@@ -186,6 +188,10 @@ def result_of(execution_id: str, outcome: RunOutcome) -> ExecutionResult:
     return ExecutionResult(execution_id, "failed", state, error={"code": outcome.error_code})
 
 
+def _configure(conn: psycopg.Connection) -> None:
+    conn.execute(sql.WORKER_SESSION)
+
+
 class LocalWorkerRuntime:
     """Runs executions in the calling thread, one persistent connection per slot."""
 
@@ -206,6 +212,7 @@ class LocalWorkerRuntime:
             min_size=size,
             max_size=size,
             kwargs={"autocommit": True},
+            configure=_configure,
             open=False,
             name="worker-runtime",
             timeout=POOL_GET_TIMEOUT,

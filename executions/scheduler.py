@@ -151,6 +151,7 @@ class Scheduler:
 
     def _listen(self) -> psycopg.Connection:
         conn = psycopg.connect(self.conninfo, autocommit=True)
+        conn.execute(sql.WORKER_SESSION)
         conn.execute(sql.LISTEN_WORK)
         return conn
 
@@ -299,6 +300,7 @@ class Scheduler:
         try:
             if conn is None:
                 conn = psycopg.connect(self.conninfo, autocommit=True)
+                conn.execute(sql.WORKER_SESSION)
             renewed = leases_renew(
                 conn=conn,
                 owner=self.owner,

@@ -15,6 +15,12 @@ NOTIFY_WORK = "SELECT pg_notify('orquestador_executions', %(execution_id)s::text
 # Subscribe this session to NOTIFY_WORK (the worker's listening connection). Locks nothing.
 LISTEN_WORK = "LISTEN orquestador_executions"
 
+# Run once on every worker connection. The worker's statements are few, fixed and prepared
+# (psycopg prepares a statement on its fifth run), and their best plan does not depend on the
+# parameter values: key lookups, and the claim's scan of execution_claim_idx. One generic plan per
+# connection then spares the planner on every execution. Locks nothing.
+WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"
+
 # --- Worker: claim, lease, load, checkpoints, retry, failure, finalisation --------------------
 # Every statement below that writes after a claim is fenced: it names the execution by id and
 # request, and requires the exact fencing token, status RUNNING, the lease owner and a lease that
@@ -168,12 +174,16 @@ FLOW_DEFINITION = "SELECT definition FROM flow WHERE id = %(flow_id)s"
 # loaded (same attempt, hash, key and effect, and not SUCCEEDED). Returns (execution id, attempt)
 # per started item; an item missing from the result was superseded or its checkpoint changed.
 CHECKPOINT_START = """
-WITH item AS (
-    SELECT *
+WITH durability AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
+),
+item AS (
+    SELECT i.*
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
                execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
                sequence integer, capability text, capability_version integer, effect text,
-               input_hash text, external_key text, attempt integer)
+               input_hash text, external_key text, attempt integer),
+           durability
 ),
 holder AS (
     SELECT item.*
@@ -214,11 +224,15 @@ RETURNING c.execution_id, c.attempt
 # (action_execution_action_uniq), only if it is that holder's attempt. Returns the execution id
 # of every item saved; an item missing from the result was superseded.
 CHECKPOINT_SUCCEED = """
-WITH item AS (
-    SELECT *
+WITH durability AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
+),
+item AS (
+    SELECT i.*
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
                execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
-               attempt integer, output jsonb)
+               attempt integer, output jsonb),
+           durability
 ),
 holder AS (
     SELECT item.*
