@@ -134,7 +134,7 @@ if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC
         "JWT_PUBLIC_KEY (RS256/ES256) is set; set one of them (see .env.example)."
     )
 
-# Worker (SPEC §3). Raw strings here: orquestador/workerconfig.py validates them once, at start,
+# Worker (SPEC §3). Raw strings here: executions/workerconfig.py validates them once, at start,
 # with messages that name the variable.
 WORKER_ENV = {
     name: env.str(name, default=default)
