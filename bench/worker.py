@@ -5,10 +5,11 @@
 Everything runs on a throwaway PostgreSQL cluster built here with scripts/localpg.py, with the
 default durable settings (fsync and synchronous_commit on), and removed at the end.
 
-1. Throughput: K `manage.py runworker` processes (concurrency 10, batch 10) are started and
-   idle; N executions of a one-NO_OP-action transition are enqueued in one transaction (with the
-   NOTIFY an acceptance sends). executions/s = N / (last finished_at - commit). Worker RSS
-   (peak) is read from /proc after the run.
+1. Throughput: K `manage.py runworker` processes (concurrency 10, batch 10; then 1 and 2
+   processes at a higher concurrency, --more-concurrency) are started and idle; N executions
+   of a one-NO_OP-action transition are enqueued in one transaction (with the NOTIFY an
+   acceptance sends). executions/s = N / (last finished_at - commit). Worker RSS (peak) is
+   read from /proc after the run.
 2. Pickup latency under light load: one idle worker; executions accepted one at a time, about
    50 per second; for each, the claim (execution.started_at) and the action start (checkpoint
    started_at), both from the database clock, minus the client's time of the acceptance
@@ -212,7 +213,11 @@ class Bench:
 
     # -- our worker ---------------------------------------------------------------------------
 
-    def start_workers(self, count: int, stack: ExitStack, label: str) -> list[subprocess.Popen]:
+    def start_workers(
+        self, count: int, stack: ExitStack, label: str, concurrency: int | None = None
+    ) -> list[subprocess.Popen]:
+        concurrency = concurrency or self.args.concurrency
+        env = {**self.env, "WORKER_CONCURRENCY": str(concurrency)}
         before = self._worker_connections()
         processes = []
         for index in range(count):
@@ -221,14 +226,14 @@ class Bench:
             process = subprocess.Popen(
                 [PYTHON, "manage.py", "runworker"],
                 cwd=ROOT,
-                env=self.env,
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
             stack.callback(self._stop, process)
             processes.append(process)
         # Ready: every slot's connection and every listener is open.
-        wanted = before + count * (self.args.concurrency + 1)
+        wanted = before + count * (concurrency + 1)
         deadline = time.monotonic() + READY_TIMEOUT
         while self._worker_connections() < wanted:
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
@@ -260,9 +265,12 @@ class Bench:
                 fields[key] = round(int(value.split()[0]) / 1024, 1)  # MiB
         return fields
 
-    def throughput(self, processes: int, n: int, label: str) -> dict:
+    def throughput(
+        self, processes: int, n: int, label: str, concurrency: int | None = None
+    ) -> dict:
+        concurrency = concurrency or self.args.concurrency
         with ExitStack() as stack:
-            workers = self.start_workers(processes, stack, label)
+            workers = self.start_workers(processes, stack, label, concurrency)
             tag, committed = self.enqueue(n)
             deadline = time.monotonic() + RUN_TIMEOUT
             while self.runtime.execute(LIVE_COUNT).fetchone()[0]:
@@ -274,7 +282,7 @@ class Bench:
         elapsed = last.timestamp() - committed
         result = {
             "processes": processes,
-            "concurrency": self.args.concurrency,
+            "concurrency": concurrency,
             "executions": n,
             "succeeded": done,
             "seconds": round(elapsed, 3),
@@ -283,7 +291,7 @@ class Bench:
         }
         print(
             f"  {label}: {result['executions_per_second']} executions/s "
-            f"({n} in {elapsed:.2f}s, {processes}x{self.args.concurrency}), "
+            f"({n} in {elapsed:.2f}s, {processes}x{concurrency}), "
             f"peak RSS {max(m['VmHWM'] for m in memory)} MiB",
             flush=True,
         )
@@ -459,6 +467,14 @@ class Bench:
         self.report["throughput"] = [
             self.throughput(k, args.executions, f"{k}-proc") for k in args.processes
         ]
+        if args.more_concurrency:
+            print(f"throughput at WORKER_CONCURRENCY={args.more_concurrency}:", flush=True)
+            self.report["throughput_more_concurrency"] = [
+                self.throughput(
+                    k, args.executions, f"{k}-proc-c{args.more_concurrency}", args.more_concurrency
+                )
+                for k in (1, 2)
+            ]
         print("pickup latency, light load (1 worker, ~50 acceptances/s):", flush=True)
         self.report["pickup"] = self.pickup(args.pickup_samples)
         print("claim statement time:", flush=True)
@@ -488,7 +504,8 @@ async def _defer(app, task, n: int) -> float:
 
 
 def summary(report: dict) -> list[str]:
-    best = max(r["executions_per_second"] for r in report["throughput"])
+    runs = report["throughput"] + report.get("throughput_more_concurrency", [])
+    best = max(r["executions_per_second"] for r in runs)
     lines = [
         "",
         "summary",
@@ -497,6 +514,11 @@ def summary(report: dict) -> list[str]:
             f"{r['processes']}: {r['executions_per_second']}" for r in report["throughput"]
         ),
         f"  executions/s with history: {report['throughput_history']['executions_per_second']}",
+        "  executions/s at higher concurrency: "
+        + ", ".join(
+            f"{r['processes']}x{r['concurrency']}: {r['executions_per_second']}"
+            for r in report.get("throughput_more_concurrency", [])
+        ),
         f"  pickup p50/p99 (claim): {report['pickup']['claim_p50_ms']} / "
         f"{report['pickup']['claim_p99_ms']} ms; action start: "
         f"{report['pickup']['action_start_p50_ms']} / {report['pickup']['action_start_p99_ms']} ms",
@@ -521,6 +543,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--executions", type=int, default=10_000)
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument(
+        "--more-concurrency",
+        type=int,
+        default=30,
+        help="also run 1 and 2 processes at this WORKER_CONCURRENCY (0: skip)",
+    )
     parser.add_argument("--pickup-samples", type=int, default=300)
     parser.add_argument("--claims", type=int, default=300)
     parser.add_argument("--history", type=int, default=1_000_000)
