@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 from psycopg.types.json import Jsonb
 
 from orquestador import errors
@@ -39,7 +40,15 @@ class CancelResult:
     fencing_token: int
 
 
-def _audit(cursor, *, request_id, execution_id, type: str, actor: str, payload: dict) -> None:
+def _audit(
+    cursor: CursorWrapper,
+    *,
+    request_id: uuid.UUID,
+    execution_id: uuid.UUID,
+    type: str,
+    actor: str,
+    payload: dict,
+) -> None:
     cursor.execute(
         sql.AUDIT_APPEND,
         {
