@@ -46,6 +46,9 @@ logger = logging.getLogger("executions.worker")
 POOL_OPEN_TIMEOUT = 30.0  # seconds to open the runtime's connections at start
 POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (never, with one per slot)
 POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own threads when closing
+# Executions of a statement before psycopg prepares it on a connection: 0, at once. The worker
+# runs a handful of fixed statements for its whole life (sql.WORKER_SESSION keeps their plans).
+PREPARE_THRESHOLD = 0
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,7 @@ class LocalWorkerRuntime:
             conninfo,
             min_size=size,
             max_size=size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, "prepare_threshold": PREPARE_THRESHOLD},
             configure=_configure,
             open=False,
             name="worker-runtime",

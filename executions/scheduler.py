@@ -36,14 +36,21 @@ from psycopg.conninfo import make_conninfo
 from . import sql
 from .claims import Claim, executions_claim
 from .leases import Fence, lease_owner_name, leases_renew
-from .runtime import ExecutionPackage, WorkerRequest, WorkerRuntime, dispatch_once
+from .runtime import (
+    PREPARE_THRESHOLD,
+    ExecutionPackage,
+    WorkerRequest,
+    WorkerRuntime,
+    dispatch_once,
+)
 from .workerconfig import WorkerConfig
 
 logger = logging.getLogger("executions.worker")
 
 WAKE_CHECK_SECONDS = 0.25  # seconds: longest an idle wait goes without checking for shutdown
-REFILL_WAIT_SECONDS = 0.002  # seconds: under load, wait this long for more slots to free up so
-#                               one claim fills several (fewer, larger claims); never when idle
+REFILL_WAIT_SECONDS = 0.002  # seconds: with a backlog (the last claim was full), wait this long
+#                               for more slots to free up, so one claim fills several; never
+#                               when work arrives by notification or poll
 STOP_GRACE_SECONDS = 1.0  # seconds after the drain for signalled work to notice and stop
 RECONNECT_WAIT_SECONDS = 1.0  # seconds between attempts to reach a database that went away
 LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
@@ -150,20 +157,21 @@ class Scheduler:
     # -- claiming --------------------------------------------------------------------------
 
     def _listen(self) -> psycopg.Connection:
-        conn = psycopg.connect(self.conninfo, autocommit=True)
+        conn = psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD)
         conn.execute(sql.WORKER_SESSION)
         conn.execute(sql.LISTEN_WORK)
         return conn
 
     def _claim_loop(self) -> None:
         conn: psycopg.Connection | None = None
+        backlog = False  # the last claim took all it asked for: more work is probably due
         try:
             while not self._stop_claiming.is_set():
                 try:
                     if conn is None:
                         conn = self._listen()
                         self.running.set()
-                    limit = self._free_slots()
+                    limit = self._free_slots(backlog=backlog)
                     if limit == 0:
                         continue
                     claims = executions_claim(
@@ -174,19 +182,21 @@ class Scheduler:
                     )
                     for claim in claims:
                         self._dispatch(claim)
-                    if len(claims) < limit:
+                    backlog = len(claims) == limit
+                    if not backlog:
                         self._wait_for_work(conn)
                 except psycopg.OperationalError:
                     logger.exception("claim failed; reconnecting", extra={"owner": self.owner})
                     if conn is not None:
                         conn.close()
                     conn = None
+                    backlog = False
                     self._stop_claiming.wait(RECONNECT_WAIT_SECONDS)
         finally:
             if conn is not None:
                 conn.close()
 
-    def _free_slots(self) -> int:
+    def _free_slots(self, *, backlog: bool) -> int:
         """Wait for a free slot; return how many to claim (0 when stopping or still full)."""
         config = self.config
         target = min(config.batch, config.concurrency)
@@ -195,7 +205,7 @@ class Scheduler:
                 lambda: self._busy < config.concurrency or self._stop_claiming.is_set(),
                 timeout=WAKE_CHECK_SECONDS,
             )
-            if self._busy and config.concurrency - self._busy < target:
+            if backlog and self._busy and config.concurrency - self._busy < target:
                 self._slots.wait_for(
                     lambda: (
                         config.concurrency - self._busy >= target or self._stop_claiming.is_set()
@@ -299,7 +309,9 @@ class Scheduler:
         sent_at = time.monotonic()
         try:
             if conn is None:
-                conn = psycopg.connect(self.conninfo, autocommit=True)
+                conn = psycopg.connect(
+                    self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD
+                )
                 conn.execute(sql.WORKER_SESSION)
             renewed = leases_renew(
                 conn=conn,
