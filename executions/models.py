@@ -95,7 +95,10 @@ class Request(models.Model):
     """A business request moving through its pinned flow version."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    flow = models.ForeignKey(Flow, on_delete=models.PROTECT, related_name="requests")
+    # Flows are never deleted, so no index serves the foreign key (see migration 0004).
+    flow = models.ForeignKey(
+        Flow, on_delete=models.PROTECT, related_name="requests", db_index=False
+    )
     owner = models.CharField(max_length=255, help_text="Subject (JWT sub) that owns it.")
     scope = models.CharField(max_length=255, help_text="Tenant (JWT tenant).")
     data = models.JSONField(default=dict)
@@ -105,6 +108,7 @@ class Request(models.Model):
     blocked_by = models.ForeignKey(
         "Execution",
         on_delete=models.PROTECT,
+        db_index=False,  # set and cleared on every transition; request_blocked_idx lists them
         null=True,
         blank=True,
         related_name="+",
@@ -136,8 +140,13 @@ class Execution(models.Model):
     """One accepted transition being run, claimed under a lease with a fencing token."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    request = models.ForeignKey(Request, on_delete=models.PROTECT, related_name="executions")
-    flow = models.ForeignKey(Flow, on_delete=models.PROTECT, related_name="executions")
+    # execution_request_idx (request, created_at) serves the request key; flows are never deleted.
+    request = models.ForeignKey(
+        Request, on_delete=models.PROTECT, related_name="executions", db_index=False
+    )
+    flow = models.ForeignKey(
+        Flow, on_delete=models.PROTECT, related_name="executions", db_index=False
+    )
     transition_id = models.CharField(max_length=100)
     status = models.CharField(
         max_length=32, choices=ExecutionStatus.choices, db_default=ExecutionStatus.PENDING
@@ -216,7 +225,10 @@ class Execution(models.Model):
 class AuditEvent(models.Model):
     """An append-only record of what happened to a request, by whom."""
 
-    request = models.ForeignKey(Request, on_delete=models.PROTECT, related_name="audit_events")
+    # audit_request_idx (request, id) serves the request key.
+    request = models.ForeignKey(
+        Request, on_delete=models.PROTECT, related_name="audit_events", db_index=False
+    )
     execution = models.ForeignKey(
         Execution, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_events"
     )
@@ -239,7 +251,10 @@ class AuditEvent(models.Model):
 class ActionExecution(models.Model):
     """A checkpoint: one action of one execution, written before and after its adapter call."""
 
-    execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="checkpoints")
+    # action_execution_action_uniq (execution, action_id) serves the execution key.
+    execution = models.ForeignKey(
+        Execution, on_delete=models.PROTECT, related_name="checkpoints", db_index=False
+    )
     action_id = models.CharField(max_length=100)
     sequence = models.IntegerField()
     capability = models.CharField(max_length=200)
