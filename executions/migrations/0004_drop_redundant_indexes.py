@@ -14,40 +14,72 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('executions', '0003_action_execution_effect'),
+        ("executions", "0003_action_execution_effect"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='actionexecution',
-            name='execution',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='checkpoints', to='executions.execution'),
+            model_name="actionexecution",
+            name="execution",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="checkpoints",
+                to="executions.execution",
+            ),
         ),
         migrations.AlterField(
-            model_name='auditevent',
-            name='request',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='audit_events', to='executions.request'),
+            model_name="auditevent",
+            name="request",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="audit_events",
+                to="executions.request",
+            ),
         ),
         migrations.AlterField(
-            model_name='execution',
-            name='flow',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='executions', to='executions.flow'),
+            model_name="execution",
+            name="flow",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="executions",
+                to="executions.flow",
+            ),
         ),
         migrations.AlterField(
-            model_name='execution',
-            name='request',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='executions', to='executions.request'),
+            model_name="execution",
+            name="request",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="executions",
+                to="executions.request",
+            ),
         ),
         migrations.AlterField(
-            model_name='request',
-            name='blocked_by',
-            field=models.ForeignKey(blank=True, db_index=False, help_text='The execution that holds this request, if any.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='executions.execution'),
+            model_name="request",
+            name="blocked_by",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                help_text="The execution that holds this request, if any.",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="executions.execution",
+            ),
         ),
         migrations.AlterField(
-            model_name='request',
-            name='flow',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='requests', to='executions.flow'),
+            model_name="request",
+            name="flow",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="requests",
+                to="executions.flow",
+            ),
         ),
     ]
