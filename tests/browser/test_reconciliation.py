@@ -3,6 +3,7 @@ handed over, asks the provider, resolves with a written reason, and the request 
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -27,6 +28,18 @@ pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(tr
 REASON = "Provider lookup by key found no charge; the dropped call never arrived."
 
 
+def navigate(browser, wait: WebDriverWait, element: WebElement) -> None:
+    """Click `element` and wait until the page it loads has replaced the current one.
+
+    Waiting on the new page's content alone can read an element of the old page while it is
+    being torn down; waiting for the old document to go stale first makes each step start on
+    the page it expects.
+    """
+    page = browser.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait.until(ec.staleness_of(page))
+
+
 def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
     browser, live_server, operator, process_env, tmp_path
 ):
@@ -43,17 +56,19 @@ def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
             browser.get(f"{live_server.url}/admin/login/?next=/admin/reconciliation/")
             browser.find_element(By.ID, "id_username").send_keys("olga")
             browser.find_element(By.ID, "id_password").send_keys("pw-olga")
-            browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-            wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Reconciliation cases"))).click()
+            navigate(browser, wait, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
+            queue = wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Reconciliation cases")))
+            navigate(browser, wait, queue)
 
             # The case is in the queue; open it and read the evidence.
-            wait.until(ec.element_to_be_clickable((By.LINK_TEXT, str(execution.pk)))).click()
+            case = wait.until(ec.element_to_be_clickable((By.LINK_TEXT, str(execution.pk))))
+            navigate(browser, wait, case)
             wait.until(ec.text_to_be_present_in_element((By.ID, "case-status"), "RECONCILIATION"))
             row = browser.find_element(By.ID, "checkpoint-charge").text
             assert f"{execution.pk}:charge" in row and "NON_IDEMPOTENT_WRITE" in row
 
             # Ask the provider; its answer is stored as evidence and shown.
-            browser.find_element(By.ID, "lookup-charge").click()
+            navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
             wait.until(
                 ec.text_to_be_present_in_element(
                     (By.ID, "case-lookups"), "the write did not happen"
@@ -62,14 +77,16 @@ def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
 
             # Resolve: the write did not happen, with a reason.
             browser.find_element(By.ID, "not_happened_reason").send_keys(REASON)
-            browser.find_element(By.ID, "submit-not-happened").click()
+            navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
             wait.until(
                 ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1")
             )
 
             # The worker replays the charge once and the request moves on.
             assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
+            page = browser.find_element(By.TAG_NAME, "html")
             browser.refresh()
+            wait.until(ec.staleness_of(page))
             wait.until(ec.text_to_be_present_in_element((By.ID, "request-state"), "CHARGED"))
             assert browser.find_element(By.ID, "case-status").text == "SUCCEEDED"
             assert "RECONCILIATION_RESOLVED" in browser.find_element(By.ID, "case-timeline").text
