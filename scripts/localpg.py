@@ -85,6 +85,16 @@ def _give_to_server_user(path: Path) -> None:
         os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+def _check_reachable(path: Path) -> None:
+    """Fail early, and say why, when the server user cannot reach `path` (a private parent)."""
+    prefix = _as_server_user()
+    if prefix and subprocess.run([*prefix, "test", "-x", str(path)], check=False).returncode:
+        raise LocalPgError(
+            f"the server user {OS_USER!r} cannot reach {path}: a parent folder is private. "
+            "Choose a --dir whose parent folders others may traverse (chmod o+x)."
+        )
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -136,6 +146,7 @@ def init(base: Path, *, fast: bool) -> dict:
     bin_dir = find_bin_dir()
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)  # noqa: S103  (the server user must reach data/ inside it)
+    _check_reachable(base)
     data.mkdir(exist_ok=True)
     os.chmod(data, 0o700)
     _give_to_server_user(data)
