@@ -553,3 +553,56 @@ UPDATE execution
  WHERE id = %(execution_id)s AND status = 'RECONCILIATION_REQUIRED' AND fencing_token = %(token)s
 RETURNING fencing_token
 """
+
+# --- Metrics: the queue as it is now (executions/queuestats.py, for GET /metrics) --------------
+# Run by the web process as the runtime role, in one READ ONLY transaction whose statements are
+# bounded by METRICS_TIMEOUT. Each statement reads live rows only, through a partial index whose
+# predicate it repeats exactly; none reads finished history (SUCCEEDED, FAILED and CANCELLED rows
+# are in none of these indexes), so a scrape costs what is in flight, not how old the system is.
+# Executions by final status are not counted here for that reason: the workers count the ones
+# they finish (executions/workermetrics.py).
+
+# Make the metrics transaction read-only; its first statement. Locks nothing.
+METRICS_READ_ONLY = "SET TRANSACTION READ ONLY"
+
+# Bound every later statement of the metrics transaction, so a slow read fails the scrape instead
+# of piling scrapes up behind it. Transaction-local; locks nothing.
+METRICS_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout_ms)s, true)"
+
+# Live executions by status (PENDING, RETRY_WAIT, RUNNING): how many, how many are due now (a
+# RUNNING one once its lease has expired: its next_attempt_at is the lease expiry), and how long,
+# in seconds, the oldest due one has been due (0 when none is), all against one reading of the
+# database clock. Walks execution_claim_idx (partial on exactly these three statuses) and reads
+# those rows' heap tuples for their status; no finished row is visited. Locks nothing.
+METRICS_QUEUE = """
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS now_at
+)
+SELECT e.status,
+       count(*) AS depth,
+       count(*) FILTER (WHERE e.next_attempt_at <= clock.now_at) AS due,
+       GREATEST(EXTRACT(EPOCH FROM clock.now_at - min(e.next_attempt_at)), 0)::double precision
+           AS oldest_due_age_seconds
+  FROM execution AS e, clock
+ WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')
+ GROUP BY e.status, clock.now_at
+"""
+
+# Executions waiting for an operator, and the age in seconds of the oldest of them (since its
+# creation; 0 when none waits). An index-only scan of execution_reconcile_idx (created_at,
+# partial on RECONCILIATION_REQUIRED). Locks nothing.
+METRICS_RECONCILIATION = """
+SELECT count(*) AS backlog,
+       COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(e.created_at)), 0)::double precision
+           AS oldest_age_seconds
+  FROM execution AS e
+ WHERE e.status = 'RECONCILIATION_REQUIRED'
+"""
+
+# Requests held by an execution (blocked_by set). An index-only scan of request_blocked_idx
+# (partial on blocked_by_id IS NOT NULL). Locks nothing.
+METRICS_BLOCKED_REQUESTS = """
+SELECT count(*) AS blocked
+  FROM request AS r
+ WHERE r.blocked_by_id IS NOT NULL
+"""

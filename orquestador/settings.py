@@ -149,8 +149,19 @@ WORKER_ENV = {
         "WORKER_RETRY_BASE_SECONDS": "1",
         "WORKER_RETRY_MAX_SECONDS": "300",
         "WORKER_RETRY_AFTER_MAX_SECONDS": "600",
+        # The worker's metrics endpoint (executions/workermetrics.py); no port: off.
+        "WORKER_METRICS_PORT": "",
+        "WORKER_METRICS_HOST": "127.0.0.1",
     }.items()
 }
+
+# Metrics (SPEC §9): GET /metrics and the worker's endpoint ask for this bearer token when set.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+if METRICS_TOKEN and (len(METRICS_TOKEN) < 32 or any(c.isspace() for c in METRICS_TOKEN)):
+    raise environ.ImproperlyConfigured(
+        "METRICS_TOKEN must be at least 32 characters with no spaces, or empty to leave the "
+        "metrics endpoints open (see .env.example)."
+    )
 
 # ------------------------------------------------------------------------------
 # REST framework

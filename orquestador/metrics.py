@@ -1,0 +1,127 @@
+"""`GET /metrics`: the queue as Prometheus gauges, read from the database at each scrape.
+
+Always on, like /healthz. It answers with counts and ages only (queue depth and due work by
+status, the age of the oldest due execution, the reconciliation backlog, blocked requests): no
+id, owner, tenant or secret. When METRICS_TOKEN is set, a scrape must present it as
+`Authorization: Bearer <token>`; the worker's endpoint asks for the same token
+(executions/workermetrics.py).
+
+Executions by final status are not here: counting them means scanning finished history, which
+grows without bound. Each worker counts the executions it finishes
+(`orquestador_worker_executions_finished_total`); sum those across workers.
+
+When the database cannot be read, the answer is still 200 with `orquestador_database_up 0` and
+no queue gauges, so an alert can tell "database unreadable" from "web process down".
+"""
+
+import hmac
+import logging
+import time
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+
+from executions.queuestats import QUEUE_STATUSES, QueueStats, queue_stats
+
+from .exposition import CONTENT_TYPE, Family, Sample, render
+
+logger = logging.getLogger("orquestador.metrics")
+
+
+def metrics_token_matches(authorization: str | None, token: str) -> bool:
+    """Does an Authorization header carry `token` as a bearer token? True when no token is set."""
+    if not token:
+        return True
+    scheme, _, presented = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def unauthorized() -> JsonResponse:
+    response = JsonResponse(
+        {"code": "UNAUTHENTICATED", "detail": "This endpoint needs the metrics bearer token."},
+        status=401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def queue_families(stats: QueueStats | None, *, seconds: float) -> list[Family]:
+    """The web process's metric families for these statistics (None: the database was not read)."""
+    families = [
+        Family(
+            "orquestador_database_up",
+            "gauge",
+            "1 when this scrape read the queue statistics from the database, 0 when it could not.",
+            [Sample(0 if stats is None else 1)],
+        ),
+        Family(
+            "orquestador_metrics_read_seconds",
+            "gauge",
+            "Time this scrape spent reading the queue statistics, in seconds.",
+            [Sample(seconds)],
+        ),
+    ]
+    if stats is None:
+        return families
+    return [
+        *families,
+        Family(
+            "orquestador_queue_depth",
+            "gauge",
+            "Live executions by status (PENDING, RETRY_WAIT, RUNNING).",
+            [Sample(stats.depth[s], (("status", s),)) for s in QUEUE_STATUSES],
+        ),
+        Family(
+            "orquestador_queue_due",
+            "gauge",
+            "Executions due now by status; a RUNNING one is due once its lease has expired.",
+            [Sample(stats.due[s], (("status", s),)) for s in QUEUE_STATUSES],
+        ),
+        Family(
+            "orquestador_queue_oldest_due_age_seconds",
+            "gauge",
+            "How long the oldest due execution has been due, by the database clock, in seconds "
+            "(0 when nothing is due).",
+            [Sample(stats.oldest_due_age_seconds)],
+        ),
+        Family(
+            "orquestador_reconciliation_backlog",
+            "gauge",
+            "Executions waiting for an operator (RECONCILIATION_REQUIRED).",
+            [Sample(stats.reconciliation_backlog)],
+        ),
+        Family(
+            "orquestador_reconciliation_oldest_age_seconds",
+            "gauge",
+            "Age since creation of the oldest execution waiting for an operator, in seconds "
+            "(0 when none waits).",
+            [Sample(stats.reconciliation_oldest_age_seconds)],
+        ),
+        Family(
+            "orquestador_requests_blocked",
+            "gauge",
+            "Requests held by an execution (running, waiting, or waiting for an operator).",
+            [Sample(stats.requests_blocked)],
+        ),
+    ]
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not metrics_token_matches(request.headers.get("Authorization"), settings.METRICS_TOKEN):
+        return unauthorized()
+    started = time.perf_counter()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            stats: QueueStats | None = queue_stats(cursor=cursor)
+    except DatabaseError as exc:
+        logger.warning("metrics: queue statistics unavailable", extra={"error": type(exc).__name__})
+        stats = None
+    families = queue_families(stats, seconds=time.perf_counter() - started)
+    response = HttpResponse(render(families), content_type=CONTENT_TYPE)
+    response["Cache-Control"] = "no-store"
+    return response
