@@ -44,6 +44,7 @@ from .runtime import (
     dispatch_once,
 )
 from .workerconfig import WorkerConfig
+from .workermetrics import WorkerMetrics
 
 logger = logging.getLogger("executions.worker")
 
@@ -92,11 +93,15 @@ class Scheduler:
         conninfo: str,
         runtime: WorkerRuntime,
         owner: str | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
         self.runtime = runtime
         self.owner = owner or lease_owner_name()
+        # Counters only: recording is one lock and an addition, never I/O (workermetrics.py).
+        self.metrics = metrics or WorkerMetrics()
+        self.metrics.track_slots(slots=config.concurrency, busy=lambda: self.busy)
         self._stop_claiming = threading.Event()
         self._end_drain = threading.Event()
         self._stop_heartbeat = threading.Event()
@@ -174,11 +179,15 @@ class Scheduler:
                     limit = self._free_slots(backlog=backlog)
                     if limit == 0:
                         continue
+                    claim_started = time.perf_counter()
                     claims = executions_claim(
                         conn=conn,
                         owner=self.owner,
                         limit=limit,
                         lease_seconds=self.config.lease_seconds,
+                    )
+                    self.metrics.claim_done(
+                        claimed=len(claims), seconds=time.perf_counter() - claim_started
                     )
                     for claim in claims:
                         self._dispatch(claim)
@@ -186,6 +195,7 @@ class Scheduler:
                     if not backlog:
                         self._wait_for_work(conn)
                 except psycopg.OperationalError:
+                    self.metrics.claim_failed()
                     logger.exception("claim failed; reconnecting", extra={"owner": self.owner})
                     if conn is not None:
                         conn.close()
@@ -271,7 +281,7 @@ class Scheduler:
                 principal=claim.actor_snapshot or None,
             )
             try:
-                dispatch_once(
+                result = dispatch_once(
                     self.runtime,
                     package,
                     WorkerRequest(
@@ -281,9 +291,11 @@ class Scheduler:
                         snapshot=claim.snapshot,
                     ),
                 )
+                self.metrics.run_ended(result)
             except Exception:
                 # Left RUNNING with its checkpoints: another claim recovers it once the lease
                 # expires, and the recovery rules decide what may be repeated.
+                self.metrics.run_raised()
                 logger.exception(
                     "execution run failed; left for recovery by lease",
                     extra=holding.fence.log_extra(attempt=claim.attempts),
@@ -348,6 +360,7 @@ class Scheduler:
             return  # it finished while the renewal was in flight: nothing to stop
         holding.lost = True
         holding.cancelled.set()
+        self.metrics.lease_lost()
         self.runtime.cancel(str(holding.fence.execution_id), reason, fence=holding.fence.token)
         logger.warning(
             "lease lost",

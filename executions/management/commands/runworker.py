@@ -8,6 +8,7 @@ from actions.registry import IntegrationConfigError, load_registry
 from executions.runtime import LocalWorkerRuntime
 from executions.scheduler import Scheduler, database_conninfo
 from executions.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
+from executions.workermetrics import WorkerMetrics, metrics_address, metrics_listen
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
 
 
@@ -20,6 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         try:
             config = worker_config(settings.WORKER_ENV)
+            metrics_at = metrics_address(settings.WORKER_ENV)
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
         try:
@@ -31,9 +33,18 @@ class Command(BaseCommand):
             raise CommandError(restricted_role_message(reasons))
         conninfo = database_conninfo(settings.DATABASES["default"])
         connection.close()
+        metrics = WorkerMetrics()
+        try:
+            endpoint = metrics_listen(
+                metrics=metrics, address=metrics_at, token=settings.METRICS_TOKEN
+            )
+        except WorkerConfigError as exc:
+            raise CommandError(str(exc)) from None
 
-        with LocalWorkerRuntime(conninfo=conninfo, config=config) as runtime:
-            scheduler = Scheduler(config=config, conninfo=conninfo, runtime=runtime)
+        with endpoint, LocalWorkerRuntime(conninfo=conninfo, config=config) as runtime:
+            scheduler = Scheduler(
+                config=config, conninfo=conninfo, runtime=runtime, metrics=metrics
+            )
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: scheduler.request_stop())
             self.stdout.write(
