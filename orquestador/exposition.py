@@ -3,7 +3,8 @@
 Shared by the web process's `/metrics` (orquestador/metrics.py) and the worker's endpoint
 (executions/workermetrics.py). Written by hand rather than with prometheus_client: the metric set
 is small and fixed, label values come from closed sets (statuses, bucket bounds), and the worker
-then keeps its counters behind one lock of its own (see docs/adr/0005-metrics.md).
+then keeps its counters behind one lock of its own
+(docs/adr/0005-metrics-without-a-client-library.md).
 
 Invariants: every family has one `# HELP` and one `# TYPE` line before its samples; label values
 and help text are escaped as the format requires; numbers are written so that Go's ParseFloat
