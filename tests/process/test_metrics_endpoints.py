@@ -97,6 +97,7 @@ def test_runworker__serves_counters_that_move_as_it_runs_executions(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
+        ({"METRICS_TOKEN": "too short"}, "METRICS_TOKEN must be at least 32 characters"),
         ({"WORKER_METRICS_PORT": "metrics"}, "WORKER_METRICS_PORT must be a TCP port"),
         ({"WORKER_METRICS_PORT": "70000"}, "WORKER_METRICS_PORT must be a TCP port"),
         (
