@@ -152,8 +152,29 @@ WORKER_ENV = {
         # The worker's metrics endpoint (executions/workermetrics.py); no port: off.
         "WORKER_METRICS_PORT": "",
         "WORKER_METRICS_HOST": "127.0.0.1",
+        # Where runworker runs what it claims (executions/remoteruntime.py): local or remote.
+        "WORKER_RUNTIME": "local",
+        "WORKER_REMOTE_URL": "",
     }.items()
 }
+
+# The worker endpoint (executions/workerendpoint.py), mounted at /internal/worker/ only when
+# enabled. It runs principal-less packages as the system identity, so it never starts without its
+# token; `WORKER_RUNTIME=remote` presents the same token.
+WORKER_ENDPOINT_ENABLED = env.bool("WORKER_ENDPOINT_ENABLED", default=False)
+WORKER_ENDPOINT_TOKEN = env.str("WORKER_ENDPOINT_TOKEN", default="")
+if WORKER_ENDPOINT_ENABLED and not WORKER_ENDPOINT_TOKEN:
+    raise environ.ImproperlyConfigured(
+        "WORKER_ENDPOINT_ENABLED is true, but WORKER_ENDPOINT_TOKEN is not set; the worker "
+        "endpoint runs packages as the system identity and admits only callers presenting that "
+        "token (at least 32 characters, see .env.example)."
+    )
+if WORKER_ENDPOINT_TOKEN and (
+    len(WORKER_ENDPOINT_TOKEN) < 32 or any(c.isspace() for c in WORKER_ENDPOINT_TOKEN)
+):
+    raise environ.ImproperlyConfigured(
+        "WORKER_ENDPOINT_TOKEN must be at least 32 characters with no spaces (see .env.example)."
+    )
 
 # Metrics (SPEC §9): GET /metrics and the worker's endpoint ask for this bearer token when set.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -10,5 +11,14 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("executions.api.urls")),
 ]
+
+# The worker endpoint (SPEC §8) exists only where an operator enabled it, behind its token.
+if settings.WORKER_ENDPOINT_ENABLED:
+    from executions import workerendpoint
+
+    urlpatterns += [
+        path("internal/worker/execute", workerendpoint.execute, name="worker-execute"),
+        path("internal/worker/cancel", workerendpoint.cancel, name="worker-cancel"),
+    ]
 
 handler500 = "orquestador.api_errors.server_error"

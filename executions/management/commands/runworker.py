@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
+from executions.remoteruntime import RemoteWorkerRuntime, remote_target
 from executions.runtime import LocalWorkerRuntime
 from executions.scheduler import Scheduler, database_conninfo
 from executions.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
@@ -22,6 +23,7 @@ class Command(BaseCommand):
         try:
             config = worker_config(settings.WORKER_ENV)
             metrics_at = metrics_address(settings.WORKER_ENV)
+            remote = remote_target(settings.WORKER_ENV, token=settings.WORKER_ENDPOINT_TOKEN)
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
         try:
@@ -41,7 +43,12 @@ class Command(BaseCommand):
         except WorkerConfigError as exc:
             raise CommandError(str(exc)) from None
 
-        with endpoint, LocalWorkerRuntime(conninfo=conninfo, config=config) as runtime:
+        runtime = (
+            RemoteWorkerRuntime(target=remote, config=config)
+            if remote is not None
+            else LocalWorkerRuntime(conninfo=conninfo, config=config)
+        )
+        with endpoint, runtime:
             scheduler = Scheduler(
                 config=config, conninfo=conninfo, runtime=runtime, metrics=metrics
             )

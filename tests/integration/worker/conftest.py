@@ -3,9 +3,14 @@
 Every test here commits (transaction=True): the worker's own connections must see its rows.
 """
 
-import pytest
+import importlib
 
-from tests.support.worker import create_flow, flow_definition
+import pytest
+from django.test import override_settings
+from django.urls import clear_url_caches
+
+from executions import workerendpoint
+from tests.support.worker import create_flow, flow_definition, runtime_for
 
 
 @pytest.fixture
@@ -24,3 +29,47 @@ def make_flow(conn):
         return create_flow(conn, flow_definition(actions, **kwargs))
 
     return make
+
+
+ENDPOINT_TOKEN = "w" * 40  # WORKER_ENDPOINT_TOKEN of the test endpoint
+
+
+class Endpoint:
+    """The worker endpoint served by live_server; `serve(reg)` runs packages through `reg`."""
+
+    def __init__(self, url, dsn):
+        self.url = url  # the base URL, as WORKER_REMOTE_URL names it
+        self.token = ENDPOINT_TOKEN
+        self._dsn = dsn
+        self._runtimes = []
+
+    def serve(self, reg):
+        runtime = runtime_for(self._dsn, reg)
+        self._runtimes.append(runtime)
+        workerendpoint.endpoint_runtime_set(runtime)
+        return runtime
+
+    def close(self):
+        workerendpoint.endpoint_runtime_set(None)
+        for runtime in self._runtimes:
+            runtime.close()
+
+
+def _reload_urls():
+    import orquestador.urls
+
+    importlib.reload(orquestador.urls)
+    clear_url_caches()
+
+
+@pytest.fixture
+def worker_endpoint(live_server, runtime_dsn):
+    """The worker endpoint enabled with its token (URLs mounted as settings say), on live_server."""
+    endpoint = Endpoint(f"{live_server.url}/internal/worker/", runtime_dsn)
+    with override_settings(WORKER_ENDPOINT_ENABLED=True, WORKER_ENDPOINT_TOKEN=ENDPOINT_TOKEN):
+        _reload_urls()
+        try:
+            yield endpoint
+        finally:
+            endpoint.close()
+    _reload_urls()

@@ -1,14 +1,18 @@
 """The WorkerRuntime SPI (SPEC §8): one conformance suite that every runtime must pass.
 
-Runtimes are listed in RUNTIMES; each factory returns an opened runtime for a registry.
+Runtimes are listed in RUNTIMES; each factory returns an opened runtime for a registry. The
+remote one talks real HTTP to the worker endpoint served by live_server on 127.0.0.1, which runs
+packages through a local runtime on the same registry.
 """
 
+import dataclasses
 import json
 import threading
 
 import pytest
 
 from executions.leases import ExecutionSuperseded
+from executions.remoteruntime import RemoteTarget, RemoteWorkerRuntime
 from executions.runtime import (
     ExecutionPackage,
     LocalWorkerRuntime,
@@ -17,6 +21,7 @@ from executions.runtime import (
     is_superseded_refusal,
 )
 from tests.support.worker import (
+    FAST,
     GateAdapter,
     ScriptedAdapter,
     action,
@@ -34,19 +39,30 @@ from tests.support.worker import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _local(dsn, reg):
+# The dispatcher side of the remote runtime: a lease long enough for its timeouts (15 s read).
+REMOTE_CONFIG = dataclasses.replace(FAST, lease_seconds=20.0, renew_seconds=5.0)
+
+
+def _local(dsn, reg, endpoint):
     return runtime_for(dsn, reg)
 
 
-RUNTIMES = {"local": _local}
+def _remote(dsn, reg, endpoint):
+    endpoint.serve(reg)
+    target = RemoteTarget(url=endpoint.url, token=endpoint.token)
+    return RemoteWorkerRuntime(target=target, config=REMOTE_CONFIG).open()
+
+
+RUNTIMES = {"local": _local, "remote": _remote}
 
 
 @pytest.fixture(params=sorted(RUNTIMES))
 def make_runtime(request, runtime_dsn):
     opened = []
+    endpoint = request.getfixturevalue("worker_endpoint") if request.param == "remote" else None
 
     def make(reg):
-        runtime = RUNTIMES[request.param](runtime_dsn, reg)
+        runtime = RUNTIMES[request.param](runtime_dsn, reg, endpoint)
         opened.append(runtime)
         return runtime
 

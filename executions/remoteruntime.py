@@ -1,0 +1,324 @@
+"""`RemoteWorkerRuntime` (SPEC §8): the worker runtime SPI over HTTP to a worker endpoint.
+
+The endpoint is this same application (executions/workerendpoint.py), serving
+`POST <WORKER_REMOTE_URL>/execute` and `POST <WORKER_REMOTE_URL>/cancel` behind the shared
+bearer token WORKER_ENDPOINT_TOKEN; it runs each package through a `LocalWorkerRuntime`.
+
+Invariants:
+- the only URL it ever calls is the one the operator configured (WORKER_REMOTE_URL, validated at
+  start); it follows no redirect and reads no proxy or credentials from the environment;
+- every call has explicit timeouts below the lease: a connect timeout of at most one renewal
+  period, and a read timeout of WORKER_LEASE_SECONDS - WORKER_RENEW_SECONDS (docs/adr/0006);
+- `409 {"code": "superseded", "executionId"}` naming this very package's execution becomes the
+  same `ExecutionSuperseded` the local runtime raises, so `is_superseded_refusal` and
+  `dispatch_once` settle it exactly alike; `409 {"code": "interrupted", ...}` becomes
+  `ExecutionInterrupted`. Anything else that is not a result (a transport failure, a timeout, any
+  other status, a refusal naming another execution) is a `RemoteWorkerError`, never superseded;
+- `cancel` is best effort: it signals the exact local holder (execution id and token) at once and
+  then tells the endpoint, swallowing any failure to reach it;
+- one `requests.Session` per calling thread (a scheduler slot), closed by `close()`.
+"""
+
+import ipaddress
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from .leases import ExecutionInterrupted, ExecutionSuperseded
+from .runtime import ExecutionPackage, ExecutionResult, WorkerLease, WorkerRequest
+from .workerconfig import WorkerConfig, WorkerConfigError
+
+logger = logging.getLogger("executions.worker")
+
+RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
+CONNECT_TIMEOUT_SECONDS = 5.0  # seconds, at most: also capped at one renewal period
+CANCEL_READ_TIMEOUT_SECONDS = 5.0  # seconds, at most: a cancel is best effort
+MIN_TOKEN_LENGTH = 32  # characters of WORKER_ENDPOINT_TOKEN
+SUPERSEDED = "superseded"  # the wire code of a superseded refusal
+INTERRUPTED = "interrupted"  # the wire code of a holder told to stop between two steps
+OUTCOMES = frozenset({"completed", "suspended", "failed"})
+
+
+class RemoteWorkerError(Exception):
+    """The worker endpoint did not give a result (transport failure, timeout, refusal, fault).
+
+    Never a superseded refusal: the dispatcher leaves the execution for recovery by lease.
+    """
+
+
+# ------------------------------------------------------------------------------
+# Configuration (validated once, at start)
+# ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RemoteTarget:
+    """Where the remote runtime sends packages, and the secret it presents there."""
+
+    url: str  # the endpoint's base URL, ending in "/"
+    token: str
+
+    def __repr__(self) -> str:  # never print the token
+        return f"RemoteTarget(url={self.url!r})"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def remote_url(text: str) -> str:
+    """Validate WORKER_REMOTE_URL and return it as a base URL ending in '/'."""
+    text = text.strip()
+    if not text:
+        raise WorkerConfigError(
+            "WORKER_REMOTE_URL is required when WORKER_RUNTIME=remote: the base URL of a worker "
+            "endpoint, e.g. https://worker.internal/internal/worker/"
+        )
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        raise WorkerConfigError(f"WORKER_REMOTE_URL is not a valid URL: {text!r}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise WorkerConfigError(
+            f"WORKER_REMOTE_URL must be an http:// or https:// URL with a host; got {text!r}"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise WorkerConfigError(
+            "WORKER_REMOTE_URL must not carry credentials; the worker sends WORKER_ENDPOINT_TOKEN"
+        )
+    if parts.query or parts.fragment:
+        raise WorkerConfigError(f"WORKER_REMOTE_URL must have no query or fragment; got {text!r}")
+    if parts.scheme == "http" and not _loopback(host):
+        raise WorkerConfigError(
+            "WORKER_REMOTE_URL must use https:// unless it names a loopback address: the "
+            f"bearer token would cross the network in clear text; got {text!r}"
+        )
+    return text if text.endswith("/") else text + "/"
+
+
+def endpoint_token_problem(token: str) -> str | None:
+    """Why WORKER_ENDPOINT_TOKEN is unacceptable as a set value, or None."""
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+        return f"WORKER_ENDPOINT_TOKEN must be at least {MIN_TOKEN_LENGTH} characters, no spaces"
+    return None
+
+
+def remote_target(raw: Mapping[str, str], *, token: str) -> RemoteTarget | None:
+    """Validate WORKER_RUNTIME (and, for remote, WORKER_REMOTE_URL and the token).
+
+    None means the local runtime, the default.
+    """
+    choice = raw.get("WORKER_RUNTIME", "local").strip().lower() or "local"
+    if choice not in RUNTIMES:
+        raise WorkerConfigError(f"WORKER_RUNTIME must be local or remote, got {choice!r}")
+    if choice == "local":
+        return None
+    url = remote_url(raw.get("WORKER_REMOTE_URL", ""))
+    if not token:
+        raise WorkerConfigError(
+            "WORKER_ENDPOINT_TOKEN is required when WORKER_RUNTIME=remote: the worker endpoint "
+            "admits only callers presenting it"
+        )
+    problem = endpoint_token_problem(token)
+    if problem:
+        raise WorkerConfigError(problem)
+    return RemoteTarget(url=url, token=token)
+
+
+# ------------------------------------------------------------------------------
+# The wire form of a result
+# ------------------------------------------------------------------------------
+def result_to_wire(result: ExecutionResult) -> dict[str, Any]:
+    return {
+        "executionId": result.execution_id,
+        "status": result.status,
+        "state": result.state,
+        "output": result.output,
+        "error": result.error,
+        "suspendedOn": result.suspended_on,
+    }
+
+
+def _object_or_none(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise RemoteWorkerError(f"the worker endpoint's result has a {key!r} that is no object")
+    return value
+
+
+def result_from_wire(raw: Any, *, execution_id: str) -> ExecutionResult:
+    """Read an endpoint's result for `execution_id`; anything else is a RemoteWorkerError."""
+    if not isinstance(raw, dict):
+        raise RemoteWorkerError("the worker endpoint's result is not a JSON object")
+    if raw.get("executionId") != execution_id:
+        raise RemoteWorkerError("the worker endpoint answered for another execution")
+    status = raw.get("status")
+    if status not in OUTCOMES:
+        raise RemoteWorkerError(f"the worker endpoint's result has an unknown status {status!r}")
+    state = raw.get("state")
+    if not isinstance(state, dict):
+        raise RemoteWorkerError("the worker endpoint's result has no state object")
+    return ExecutionResult(
+        execution_id=execution_id,
+        status=status,
+        state=state,
+        output=_object_or_none(raw, "output"),
+        error=_object_or_none(raw, "error"),
+        suspended_on=_object_or_none(raw, "suspendedOn"),
+    )
+
+
+def refusal_body(code: str, execution_id: str) -> dict[str, str]:
+    """The exact 409 body of a superseded or interrupted dispatch."""
+    return {"code": code, "executionId": execution_id}
+
+
+# ------------------------------------------------------------------------------
+# The runtime
+# ------------------------------------------------------------------------------
+class RemoteWorkerRuntime:
+    """Runs each package on a worker endpoint over HTTP; same protocol as the local runtime."""
+
+    # The endpoint runs principal-less packages as the worker's system identity (it wraps a
+    # LocalWorkerRuntime), which is why it admits only callers with WORKER_ENDPOINT_TOKEN.
+    runs_as_system = True
+
+    def __init__(self, *, target: RemoteTarget, config: WorkerConfig) -> None:
+        self._target = target
+        self._execute_url = target.url + "execute"
+        self._cancel_url = target.url + "cancel"
+        connect = min(CONNECT_TIMEOUT_SECONDS, config.renew_seconds)
+        # Below the lease: a silent endpoint is given up before a lease could lapse unrenewed.
+        self._execute_timeout = (connect, config.lease_seconds - config.renew_seconds)
+        self._cancel_timeout = (connect, min(CANCEL_READ_TIMEOUT_SECONDS, config.renew_seconds))
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._leases: dict[str, WorkerLease] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> "RemoteWorkerRuntime":
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            session.close()
+
+    def __enter__(self) -> "RemoteWorkerRuntime":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            # Only the configured URL and token: no proxy, .netrc or CA bundle from the
+            # environment decides where the token goes.
+            session.trust_env = False
+            session.headers["Authorization"] = f"Bearer {self._target.token}"
+            self._local.session = session
+            with self._lock:
+                self._sessions.append(session)
+        return session
+
+    def _post(self, url: str, body: str, timeout: tuple[float, float]) -> requests.Response:
+        return self._session().post(
+            url,
+            data=body.encode(),
+            headers={"Content-Type": "application/json"},
+            timeout=timeout,
+            allow_redirects=False,
+        )
+
+    def allocate(self, request: WorkerRequest) -> WorkerLease:
+        lease = WorkerLease(
+            lease_id=uuid.uuid4().hex,
+            execution_id=request.execution_id,
+            fence=request.fence,
+            cancelled=request.cancelled,
+            metadata=dict(request.metadata),
+        )
+        with self._lock:
+            self._leases[request.execution_id] = lease
+        return lease
+
+    def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
+        execution_id = package.execution_id
+        if execution_id != lease.execution_id or package.fencing_token != lease.fence:
+            raise ExecutionSuperseded(execution_id, step="execute", token=package.fencing_token)
+        try:
+            response = self._post(self._execute_url, package.to_json(), self._execute_timeout)
+        except requests.RequestException as exc:
+            raise RemoteWorkerError(
+                f"the worker endpoint could not be reached or did not answer in time "
+                f"({type(exc).__name__})"
+            ) from exc
+        body = _json_or_none(response)
+        if response.status_code == 200:
+            return result_from_wire(body, execution_id=execution_id)
+        if response.status_code == 409 and isinstance(body, dict):
+            if body == refusal_body(SUPERSEDED, execution_id):
+                raise ExecutionSuperseded(
+                    execution_id, step="remote execute", token=package.fencing_token
+                )
+            if body == refusal_body(INTERRUPTED, execution_id):
+                raise ExecutionInterrupted(execution_id, step="remote execute")
+        code = body.get("code") if isinstance(body, dict) else None
+        raise RemoteWorkerError(
+            f"the worker endpoint answered {response.status_code}"
+            + (f" {str(code)[:40]!r}" if code else "")
+        )
+
+    def release(self, lease: WorkerLease) -> None:
+        with self._lock:
+            if self._leases.get(lease.execution_id) is lease:
+                del self._leases[lease.execution_id]
+
+    def cancel(
+        self, execution_id: str, reason: str | None = None, *, fence: int | None = None
+    ) -> bool:
+        with self._lock:
+            lease = self._leases.get(str(execution_id))
+        if lease is None or (fence is not None and lease.fence != fence):
+            return False
+        lease.cancelled.set()
+        body = json.dumps(
+            {"executionId": str(execution_id), "fence": lease.fence, "reason": reason}
+        )
+        try:
+            response = self._post(self._cancel_url, body, self._cancel_timeout)
+            reached = response.status_code == 200
+        except requests.RequestException:
+            reached = False
+        logger.info(
+            "execution cancel signalled",
+            extra={
+                "execution_id": str(execution_id),
+                "token": lease.fence,
+                "reason": reason,
+                "endpoint_reached": reached,
+            },
+        )
+        return True
+
+
+def _json_or_none(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None

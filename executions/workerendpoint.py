@@ -1,0 +1,259 @@
+"""The worker endpoint (SPEC §8): runs ExecutionPackages posted by a `RemoteWorkerRuntime`.
+
+Mounted under /internal/worker/ only when WORKER_ENDPOINT_ENABLED is true:
+- `POST execute` takes an ExecutionPackage as JSON, runs it through a `LocalWorkerRuntime` in
+  this process and answers the ExecutionResult as JSON (200); a superseded refusal answers exactly
+  `409 {"code": "superseded", "executionId"}`, a holder stopped by a cancel
+  `409 {"code": "interrupted", "executionId"}`;
+- `POST cancel` `{executionId, fence, reason}` signals the exact holder here, best effort, and
+  answers `{"cancelled": bool}`.
+
+Invariants:
+- the local runtime runs principal-less packages as the worker's system identity
+  (`runs_as_system`), so this endpoint never runs without its authentication gate: settings refuse
+  WORKER_ENDPOINT_ENABLED without a WORKER_ENDPOINT_TOKEN, and `endpoint_runtime` refuses again;
+- every call must present `Authorization: Bearer <WORKER_ENDPOINT_TOKEN>`, compared in constant
+  time, before its body is read; a package's `principal` is therefore only ever honoured from an
+  authenticated caller;
+- a malformed package is a 400 `{"code": "INVALID_BODY", "detail"}`, never a 500; a fault of ours
+  is logged and answered 500 `INTERNAL_ERROR` without detail;
+- no transaction here: the runtime's own connections write, each write its own short
+  transaction, exactly as in `runworker`.
+"""
+
+import hmac
+import json
+import logging
+import threading
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from orquestador import errors
+
+from .remoteruntime import INTERRUPTED, SUPERSEDED, refusal_body, result_to_wire
+from .runtime import ExecutionPackage, LocalWorkerRuntime, WorkerRequest, dispatch_once
+from .workerconfig import worker_config
+
+logger = logging.getLogger("executions.worker")
+
+MAX_PACKAGE_BYTES = 64 * 1024  # bytes of a posted package or cancel, at most
+MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
+WWW_AUTHENTICATE = 'Bearer realm="worker"'
+PACKAGE_KEYS = frozenset(
+    {
+        "executionId",
+        "requestId",
+        "flowId",
+        "transitionId",
+        "fencingToken",
+        "leaseOwner",
+        "attempts",
+        "principal",
+        "resumeEvent",
+        "metadata",
+    }
+)
+
+
+class PackageInvalid(Exception):
+    """The posted body is not an acceptable package; the message says why and is safe to show."""
+
+
+# ------------------------------------------------------------------------------
+# The runtime behind the endpoint
+# ------------------------------------------------------------------------------
+_runtime: LocalWorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def endpoint_guard(*, runs_as_system: bool, token: str) -> None:
+    """Refuse to serve a runtime that runs as the system identity without the token gate."""
+    if runs_as_system and not token:
+        raise ImproperlyConfigured(
+            "The worker endpoint runs principal-less packages as the system identity and needs "
+            "WORKER_ENDPOINT_TOKEN (at least 32 characters) to authenticate its callers."
+        )
+
+
+def endpoint_runtime() -> LocalWorkerRuntime:
+    """The runtime this process runs posted packages with, opened on first use."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            from .scheduler import database_conninfo
+
+            # The endpoint process need not be a `runworker` (WORKER_ENABLED is about claiming),
+            # but it runs executions with the same WORKER_* tunables, validated the same way.
+            config = worker_config({**settings.WORKER_ENV, "WORKER_ENABLED": "true"})
+            runtime = LocalWorkerRuntime(
+                conninfo=database_conninfo(
+                    settings.DATABASES["default"], application_name="orquestador-worker-endpoint"
+                ),
+                config=config,
+            )
+            endpoint_guard(runs_as_system=runtime.runs_as_system, token=_token())
+            _runtime = runtime.open()
+        return _runtime
+
+
+def endpoint_runtime_set(runtime: LocalWorkerRuntime | None) -> LocalWorkerRuntime | None:
+    """Serve with `runtime` (None: build one from settings on next use); return the previous."""
+    global _runtime
+    if runtime is not None:
+        endpoint_guard(runs_as_system=runtime.runs_as_system, token=_token())
+    with _runtime_lock:
+        previous, _runtime = _runtime, runtime
+    return previous
+
+
+def _token() -> str:
+    return settings.WORKER_ENDPOINT_TOKEN
+
+
+# ------------------------------------------------------------------------------
+# Reading what was posted
+# ------------------------------------------------------------------------------
+def _uuid_text(raw: dict[str, Any], key: str) -> str:
+    value = raw.get(key)
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise PackageInvalid(f"{key} must be a UUID string") from None
+
+
+def _integer(raw: dict[str, Any], key: str, *, minimum: int) -> int:
+    value = raw.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise PackageInvalid(f"{key} must be an integer of at least {minimum}")
+    return value
+
+
+def _text(raw: dict[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT_LENGTH:
+        raise PackageInvalid(f"{key} must be a string of 1 to {MAX_TEXT_LENGTH} characters")
+    return value
+
+
+def _object(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise PackageInvalid(f"{key} must be an object or null")
+    return value
+
+
+def _json_object(request: HttpRequest) -> dict[str, Any]:
+    length = request.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > MAX_PACKAGE_BYTES:
+        raise PackageInvalid(f"the body is larger than {MAX_PACKAGE_BYTES} bytes")
+    try:
+        raw = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        raise PackageInvalid("the body is not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise PackageInvalid("the body must be a JSON object")
+    return raw
+
+
+def package_read(raw: dict[str, Any]) -> ExecutionPackage:
+    """Validate a posted package field by field; raise PackageInvalid saying what is wrong."""
+    unknown = sorted(set(raw) - PACKAGE_KEYS)
+    if unknown:
+        raise PackageInvalid(f"unknown fields: {', '.join(k[:40] for k in unknown[:5])}")
+    if raw.get("resumeEvent") is not None:
+        raise PackageInvalid("resumeEvent is not supported by flows of this version")
+    return ExecutionPackage(
+        execution_id=_uuid_text(raw, "executionId"),
+        request_id=_uuid_text(raw, "requestId"),
+        flow_id=_integer(raw, "flowId", minimum=1),
+        transition_id=_text(raw, "transitionId"),
+        fencing_token=_integer(raw, "fencingToken", minimum=0),
+        lease_owner=_text(raw, "leaseOwner"),
+        attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
+        # Honoured only because the caller has already presented the endpoint's token.
+        principal=_object(raw, "principal"),
+        resume_event=None,
+        metadata=_object(raw, "metadata") or {},
+    )
+
+
+# ------------------------------------------------------------------------------
+# Views
+# ------------------------------------------------------------------------------
+def _authenticated(request: HttpRequest) -> bool:
+    token = _token()
+    if not token:  # settings refuse this; never admit anyone if it happens anyway
+        return False
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def _error(status: int, code: str, detail: str) -> JsonResponse:
+    response = JsonResponse({"code": code, "detail": detail}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = WWW_AUTHENTICATE
+    return response
+
+
+def _unauthenticated() -> JsonResponse:
+    return _error(
+        401, errors.UNAUTHENTICATED, "this endpoint needs 'Authorization: Bearer <token>'"
+    )
+
+
+@csrf_exempt
+@require_POST
+def execute(request: HttpRequest) -> JsonResponse:
+    if not _authenticated(request):
+        return _unauthenticated()
+    try:
+        package = package_read(_json_object(request))
+    except PackageInvalid as exc:
+        return _error(400, errors.INVALID_BODY, str(exc))
+    try:
+        outcome = dispatch_once(
+            endpoint_runtime(),
+            package,
+            WorkerRequest(execution_id=package.execution_id, fence=package.fencing_token),
+        )
+    except Exception:
+        logger.exception(
+            "worker endpoint: execution run failed; left for recovery by lease",
+            extra=package.fence.log_extra(attempt=package.attempts),
+        )
+        return _error(500, errors.INTERNAL_ERROR, "internal error; it has been logged")
+    if outcome == "superseded":
+        return JsonResponse(refusal_body(SUPERSEDED, package.execution_id), status=409)
+    if outcome == "interrupted":
+        return JsonResponse(refusal_body(INTERRUPTED, package.execution_id), status=409)
+    return JsonResponse(result_to_wire(outcome))
+
+
+@csrf_exempt
+@require_POST
+def cancel(request: HttpRequest) -> JsonResponse:
+    if not _authenticated(request):
+        return _unauthenticated()
+    try:
+        raw = _json_object(request)
+        execution_id = _uuid_text(raw, "executionId")
+        fence = _integer(raw, "fence", minimum=0) if raw.get("fence") is not None else None
+        reason = raw.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise PackageInvalid("reason must be a string or null")
+    except PackageInvalid as exc:
+        return _error(400, errors.INVALID_BODY, str(exc))
+    cancelled = endpoint_runtime().cancel(
+        execution_id, (reason or "")[:MAX_TEXT_LENGTH] or None, fence=fence
+    )
+    return JsonResponse({"cancelled": cancelled})

@@ -1,0 +1,250 @@
+"""The worker endpoint over real HTTP on 127.0.0.1 (live_server): its token gate, its refusal of
+malformed packages, the superseded 409 round trip, and the remote runtime's transport failures."""
+
+import json
+import socket
+import threading
+
+import pytest
+import requests
+from django.core.exceptions import ImproperlyConfigured
+
+from executions.leases import ExecutionSuperseded
+from executions.remoteruntime import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
+from executions.runtime import WorkerRequest, dispatch_once, is_superseded_refusal
+from executions.workerendpoint import endpoint_guard, endpoint_runtime_set
+from tests.support.worker import (
+    FAST,
+    ScriptedAdapter,
+    action,
+    binding,
+    claim,
+    enqueue,
+    execution_row,
+    package_of,
+    registry,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = 10  # seconds per HTTP call
+
+
+def post(url, body, token=None, **headers):
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return requests.post(
+        url,
+        data=data,
+        headers={"Content-Type": "application/json", **headers},
+        timeout=TIMEOUT,
+        allow_redirects=False,
+    )
+
+
+def claimed(conn, make_flow, adapter):
+    """One execution claimed by 'w' on a flow whose only action is `adapter`."""
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "w", lease_seconds=10.0)
+    return accepted, found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------
+# The gate
+# ------------------------------------------------------------------------------
+def test_endpoint__is_not_mounted_unless_enabled(live_server):
+    response = post(f"{live_server.url}/internal/worker/execute", {}, token="w" * 40)
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "Bearer " + "x" * 40,
+        "Bearer " + "w" * 39 + "x",
+        "Bearer " + "w" * 39,
+        "Basic " + "w" * 40,
+        "w" * 40,
+    ],
+    ids=["missing", "wrong", "one-character-off", "prefix", "other-scheme", "no-scheme"],
+)
+def test_endpoint__refuses_a_caller_without_the_token(
+    conn, make_flow, worker_endpoint, authorization
+):
+    adapter = ScriptedAdapter()
+    worker_endpoint.serve(registry(binding("A", adapter)))
+    accepted, found = claimed(conn, make_flow, adapter)
+    package = json.loads(package_of(found, "w").to_json())
+    package["principal"] = {"subject": "mallory", "scope": "acme", "roles": []}
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = post(worker_endpoint.url + "execute", package, **headers)
+    assert response.status_code == 401
+    assert response.json()["code"] == "UNAUTHENTICATED"
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    cancel = post(worker_endpoint.url + "cancel", {"executionId": package["executionId"]})
+    assert cancel.status_code == 401
+    assert adapter.calls == []  # nothing ran, whatever principal the package named
+    assert execution_row(conn, accepted.execution_id)["status"] == "RUNNING"
+
+
+def test_endpoint__refuses_to_serve_a_system_identity_runtime_without_a_token(settings):
+    with pytest.raises(ImproperlyConfigured, match="WORKER_ENDPOINT_TOKEN"):
+        endpoint_guard(runs_as_system=True, token="")
+    endpoint_guard(runs_as_system=True, token="w" * 40)
+    endpoint_guard(runs_as_system=False, token="")
+    settings.WORKER_ENDPOINT_TOKEN = ""
+
+    class SystemRuntime:
+        runs_as_system = True
+
+    with pytest.raises(ImproperlyConfigured, match="WORKER_ENDPOINT_TOKEN"):
+        endpoint_runtime_set(SystemRuntime())
+
+
+# ------------------------------------------------------------------------------
+# Malformed packages
+# ------------------------------------------------------------------------------
+def _valid():
+    return {
+        "executionId": "3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d",
+        "requestId": "9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10",
+        "flowId": 4,
+        "transitionId": "go",
+        "fencingToken": 7,
+        "leaseOwner": "host:1:abc",
+        "attempts": 1,
+        "principal": None,
+        "resumeEvent": None,
+        "metadata": {},
+    }
+
+
+MALFORMED = {
+    "not-json": b"{executionId",
+    "not-utf8": b"\xff\xfe",
+    "array": [],
+    "string": "package",
+    "missing-execution-id": {k: v for k, v in _valid().items() if k != "executionId"},
+    "execution-id-not-uuid": {**_valid(), "executionId": "1; DROP TABLE execution"},
+    "execution-id-number": {**_valid(), "executionId": 12},
+    "flow-id-text": {**_valid(), "flowId": "4"},
+    "flow-id-bool": {**_valid(), "flowId": True},
+    "flow-id-zero": {**_valid(), "flowId": 0},
+    "token-negative": {**_valid(), "fencingToken": -1},
+    "token-float": {**_valid(), "fencingToken": 7.5},
+    "transition-empty": {**_valid(), "transitionId": ""},
+    "lease-owner-too-long": {**_valid(), "leaseOwner": "o" * 256},
+    "attempts-null": {**_valid(), "attempts": None},
+    "principal-not-object": {**_valid(), "principal": "alice"},
+    "metadata-list": {**_valid(), "metadata": []},
+    "resume-event": {**_valid(), "resumeEvent": {"eventType": "approved", "payload": {}}},
+    "unknown-field": {**_valid(), "code": "import os"},
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_endpoint__a_malformed_package_is_400_with_code_and_detail(worker_endpoint, body):
+    worker_endpoint.serve(registry())
+    response = post(worker_endpoint.url + "execute", body, token=worker_endpoint.token)
+    assert response.status_code == 400, response.text
+    answer = response.json()
+    assert answer["code"] == "INVALID_BODY"
+    assert isinstance(answer["detail"], str) and answer["detail"]
+
+
+def test_endpoint__a_malformed_cancel_is_400_and_only_post_is_served(worker_endpoint):
+    worker_endpoint.serve(registry())
+    response = post(worker_endpoint.url + "cancel", {"fence": 1}, token=worker_endpoint.token)
+    assert (response.status_code, response.json()["code"]) == (400, "INVALID_BODY")
+    got = requests.get(
+        worker_endpoint.url + "execute",
+        headers={"Authorization": f"Bearer {worker_endpoint.token}"},
+        timeout=TIMEOUT,
+    )
+    assert got.status_code == 405
+
+
+def test_endpoint__an_unknown_execution_is_superseded_not_a_fault(worker_endpoint):
+    worker_endpoint.serve(registry())
+    response = post(worker_endpoint.url + "execute", _valid(), token=worker_endpoint.token)
+    assert response.status_code == 409
+    assert response.json() == {"code": "superseded", "executionId": _valid()["executionId"]}
+
+
+# ------------------------------------------------------------------------------
+# Superseded, over the wire and back
+# ------------------------------------------------------------------------------
+def test_endpoint__a_stale_fence_is_409_superseded_and_the_remote_runtime_settles_it(
+    conn, make_flow, worker_endpoint
+):
+    adapter = ScriptedAdapter()
+    worker_endpoint.serve(registry(binding("A", adapter)))
+    accepted, found = claimed(conn, make_flow, adapter)
+    conn.execute(  # another holder took it over
+        "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s",
+        [accepted.execution_id],
+    )
+    package = package_of(found, "w")
+    response = post(
+        worker_endpoint.url + "execute",
+        package.to_json().encode(),
+        token=worker_endpoint.token,
+    )
+    assert response.status_code == 409
+    assert response.json() == {"code": "superseded", "executionId": str(accepted.execution_id)}
+
+    target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
+    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+        request = WorkerRequest(execution_id=package.execution_id, fence=found.token)
+        lease = runtime.allocate(request)
+        with pytest.raises(ExecutionSuperseded) as refused:
+            runtime.execute(lease, package)
+        runtime.release(lease)
+        assert is_superseded_refusal(refused.value, accepted.execution_id)
+        assert dispatch_once(runtime, package, request) == "superseded"
+    assert adapter.calls == []
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+
+
+# ------------------------------------------------------------------------------
+# Failures of the remote runtime are errors, never superseded
+# ------------------------------------------------------------------------------
+def _dispatch_fails(runtime, found):
+    package = package_of(found, "w")
+    request = WorkerRequest(
+        execution_id=package.execution_id, fence=found.token, cancelled=threading.Event()
+    )
+    with pytest.raises(RemoteWorkerError) as failed:
+        dispatch_once(runtime, package, request)
+    assert not is_superseded_refusal(failed.value, package.execution_id)
+    return failed.value
+
+
+def test_remote_runtime__nothing_listening_is_an_error_not_superseded(conn, make_flow):
+    _, found = claimed(conn, make_flow, ScriptedAdapter())
+    target = RemoteTarget(url=f"http://127.0.0.1:{free_port()}/internal/worker/", token="w" * 40)
+    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+        error = _dispatch_fails(runtime, found)
+    assert "could not be reached" in str(error)
+
+
+def test_remote_runtime__a_refused_token_is_an_error_not_superseded(
+    conn, make_flow, worker_endpoint
+):
+    adapter = ScriptedAdapter()
+    worker_endpoint.serve(registry(binding("A", adapter)))
+    _, found = claimed(conn, make_flow, adapter)
+    target = RemoteTarget(url=worker_endpoint.url, token="x" * 40)
+    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+        error = _dispatch_fails(runtime, found)
+        assert runtime.cancel(str(found.execution_id), "test") is False  # released
+    assert "401" in str(error)
+    assert adapter.calls == []
