@@ -1,0 +1,149 @@
+"""The remote runtime between real processes: a web process serving the worker endpoint on
+127.0.0.1 and a `runworker` with WORKER_RUNTIME=remote; and the start-up refusals of both."""
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import manage
+from tests.support.worker import (
+    PROCESS_SETTINGS,
+    WorkerProcess,
+    action,
+    create_flow,
+    enqueue,
+    execution_row,
+    flow_definition,
+    status_of,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
+
+TOKEN = "e" * 40
+START_DEADLINE = 60.0  # seconds for a process to answer over HTTP
+# Leases long enough that the remote runtime's read timeout (lease - renewal) is comfortable.
+REMOTE_LEASE = {"WORKER_LEASE_SECONDS": "10", "WORKER_RENEW_SECONDS": "2"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def answers(url: str) -> bool:
+    try:
+        requests.get(url, timeout=5)
+    except requests.ConnectionError:
+        return False
+    return True
+
+
+@pytest.fixture
+def endpoint_web(process_env, tmp_path) -> Iterator[tuple[str, Path]]:
+    """A web process serving the worker endpoint; yields its base URL and its log file."""
+    port = free_port()
+    log_path = tmp_path / "web.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"),
+            env={
+                **process_env,
+                **PROCESS_SETTINGS,
+                **REMOTE_LEASE,
+                "WORKER_ENDPOINT_ENABLED": "true",
+                "WORKER_ENDPOINT_TOKEN": TOKEN,
+                "DEBUG": "false",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + START_DEADLINE
+            while not answers(f"http://127.0.0.1:{port}/healthz"):
+                assert process.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "the web process did not answer in time"
+                time.sleep(0.1)  # polling a condition (the port answering), with a deadline
+            yield f"http://127.0.0.1:{port}/internal/worker/", log_path
+        finally:
+            process.terminate()  # our own child, by its pid
+            process.wait(timeout=30)
+
+
+def test_runworker__runs_executions_on_the_worker_endpoint(
+    endpoint_web, process_env, runtime_conn, tmp_path
+):
+    url, web_log = endpoint_web
+    flow_id = create_flow(runtime_conn, flow_definition([action("a", "NO_OP")]))
+    accepted = [enqueue(runtime_conn, flow_id) for _ in range(3)]
+    overrides = {
+        **REMOTE_LEASE,
+        "WORKER_RUNTIME": "remote",
+        "WORKER_REMOTE_URL": url,
+        "WORKER_ENDPOINT_TOKEN": TOKEN,
+    }
+    with WorkerProcess(process_env, tmp_path / "worker.log", **overrides) as worker:
+        wait_until(
+            lambda: all(status_of(runtime_conn, a.execution_id) == "SUCCEEDED" for a in accepted),
+            timeout=START_DEADLINE,
+            what="the executions to succeed through the worker endpoint",
+        )
+        claimed = {
+            e["execution_id"] for e in worker.events() if e.get("event") == "execution claimed"
+        }
+        assert claimed == {str(a.execution_id) for a in accepted}
+    assert web_log.read_text().count("/internal/worker/execute") >= 3
+
+
+def _refused(command: str, env: dict) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        manage(command, *(["127.0.0.1:0", "--noreload"] if command == "runserver" else [])),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0, result.stdout
+    return result
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("", "WORKER_ENDPOINT_ENABLED is true, but WORKER_ENDPOINT_TOKEN is not set"),
+        ("short", "WORKER_ENDPOINT_TOKEN must be at least 32 characters"),
+    ],
+    ids=["without-token", "short-token"],
+)
+def test_web__refuses_to_start_the_endpoint_without_its_token(process_env, token, message):
+    env = {**process_env, "WORKER_ENDPOINT_ENABLED": "true", "WORKER_ENDPOINT_TOKEN": token}
+    assert message in _refused("runserver", env).stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"WORKER_RUNTIME": "cloud"}, "WORKER_RUNTIME must be local or remote"),
+        ({"WORKER_RUNTIME": "remote"}, "WORKER_REMOTE_URL is required"),
+        (
+            {
+                "WORKER_RUNTIME": "remote",
+                "WORKER_REMOTE_URL": "http://127.0.0.1:9/internal/worker/",
+            },
+            "WORKER_ENDPOINT_TOKEN is required",
+        ),
+    ],
+)
+def test_runworker__refuses_a_bad_runtime_setting_naming_it(
+    process_env, runtime_conn, overrides, message
+):
+    accepted = enqueue(runtime_conn, create_flow(runtime_conn, flow_definition([])))
+    result = _refused("runworker", {**process_env, **PROCESS_SETTINGS, **overrides})
+    assert message in result.stderr
+    assert execution_row(runtime_conn, accepted.execution_id)["attempts"] == 0  # nothing claimed
