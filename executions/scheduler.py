@@ -164,6 +164,7 @@ class Scheduler:
     def _listen(self) -> psycopg.Connection:
         conn = psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD)
         conn.execute(sql.WORKER_SESSION)
+        conn.execute(sql.CLAIM_SESSION)
         conn.execute(sql.LISTEN_WORK)
         return conn
 
