@@ -2,6 +2,7 @@
 handed over, asks the provider, resolves with a written reason, and the request moves on."""
 
 import pytest
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
@@ -37,13 +38,25 @@ def navigate(browser, wait: WebDriverWait, element: WebElement) -> None:
     """
     page = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    wait.until(ec.staleness_of(page))
+    wait.until(lambda _: _detached(page))
+
+
+def _detached(element: WebElement) -> bool:
+    # Chromium reports a node of a replaced document either as a stale element or as a node that
+    # "does not belong to the document"; both mean the page was replaced.
+    try:
+        element.is_enabled()
+    except WebDriverException:
+        return True
+    return False
 
 
 def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
     browser, live_server, operator, process_env, tmp_path
 ):
-    wait = WebDriverWait(browser, WAIT_SECONDS)
+    # A read that races a page being replaced can raise any WebDriverException; a wait retries
+    # until its condition holds or the deadline passes, so only the deadline fails the test.
+    wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
     with JsonProvider(respond=charged) as provider:
         catalog = write_catalog(tmp_path, provider)
         provider.plan(CHARGES, drop(apply=False))
@@ -86,7 +99,7 @@ def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
             assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
             page = browser.find_element(By.TAG_NAME, "html")
             browser.refresh()
-            wait.until(ec.staleness_of(page))
+            wait.until(lambda _: _detached(page))
             wait.until(ec.text_to_be_present_in_element((By.ID, "request-state"), "CHARGED"))
             assert browser.find_element(By.ID, "case-status").text == "SUCCEEDED"
             assert "RECONCILIATION_RESOLVED" in browser.find_element(By.ID, "case-timeline").text
