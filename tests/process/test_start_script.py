@@ -1,0 +1,158 @@
+"""The README's run command, as a newcomer uses it: scripts/start brings up the database, the
+demo flow, a worker and the web server; a transition goes from PENDING to SUCCEEDED; a signal
+stops everything it started."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, manage
+
+pytestmark = pytest.mark.process
+
+START_TIMEOUT = 180  # seconds: install check, initdb, migrations, flows
+STEP_TIMEOUT = 30  # seconds
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _call(method: str, url: str, token: str | None = None, body: dict | None = None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (loopback)
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _until(condition, timeout: float, what: str, proc: subprocess.Popen, log: Path):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(
+                f"scripts/start exited ({proc.returncode}) before {what}:\n{log.read_text()}"
+            )
+        try:
+            value = condition()
+        except (OSError, urllib.error.URLError):
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture
+def local_dir():
+    (ROOT / ".local").mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="start-test.", dir=ROOT / ".local"))
+    path.chmod(0o755)  # the database server's user must reach the cluster inside it
+    yield path
+    subprocess.run(
+        ["python3", str(ROOT / "scripts" / "localpg.py"), "stop", "--dir", str(path / "pg")],
+        check=False,
+        capture_output=True,
+    )
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/root"),
+        "LOCAL_DIR": str(local_dir),
+        "PORT": str(port),
+    }
+    log = local_dir / "start.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(ROOT / "scripts" / "start")], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    try:
+        _until(lambda: _call("GET", f"{base}/readyz")[0] == 200, START_TIMEOUT, "readyz", proc, log)
+
+        secrets = dict(
+            line.split("=", 1)
+            for name in ("db.env", "secrets.env")
+            for line in (local_dir / name).read_text().splitlines()
+        )
+        token = subprocess.run(
+            manage(
+                "minttoken",
+                "--sub",
+                "ada",
+                "--tenant",
+                "acme",
+                "--scope",
+                "requests:write requests:read",
+                "--ttl",
+                "600",
+            ),
+            env={**env, **secrets},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+
+        status, created = _call(
+            "POST",
+            f"{base}/api/v1/requests",
+            token,
+            {"flowKey": "onboarding", "data": {"applicant": "Ada", "amount": 120}},
+        )
+        assert status == 201, created
+        status, execution = _call(
+            "POST",
+            f"{base}/api/v1/requests/{created['id']}/transitions",
+            token,
+            {"transitionId": "submit", "expectedRevision": 1},
+        )
+        assert status == 202 and execution["status"] == "PENDING", execution
+
+        def finished():
+            _, view = _call("GET", f"{base}/api/v1/executions/{execution['id']}", token)
+            return view if view and view["status"] not in ("PENDING", "RUNNING") else None
+
+        view = _until(finished, STEP_TIMEOUT, "the execution to finish", proc, log)
+        assert (view["status"], view["targetState"]) == ("SUCCEEDED", "SUBMITTED"), view
+        _, request = _call("GET", f"{base}/api/v1/requests/{created['id']}", token)
+        assert (request["state"], request["revision"], request["blocked"]) == (
+            "SUBMITTED",
+            3,
+            False,
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STEP_TIMEOUT)
+
+    status = subprocess.run(
+        ["python3", str(ROOT / "scripts" / "localpg.py"), "status", "--dir", str(local_dir / "pg")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert status == "stopped", log.read_text()[-4000:]
+    assert "worker stopped" in log.read_text()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
