@@ -23,7 +23,6 @@ import ipaddress
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from urllib.parse import urlsplit
 import requests
 
 from .leases import ExecutionInterrupted, ExecutionSuperseded
-from .runtime import ExecutionPackage, ExecutionResult, WorkerLease, WorkerRequest
+from .runtime import ExecutionPackage, ExecutionResult, LeaseBook, WorkerLease, WorkerRequest
 from .workerconfig import WorkerConfig, WorkerConfigError
 
 logger = logging.getLogger("executions.worker")
@@ -205,8 +204,8 @@ class RemoteWorkerRuntime:
         self._cancel_timeout = (connect, min(CANCEL_READ_TIMEOUT_SECONDS, config.renew_seconds))
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
-        self._leases: dict[str, WorkerLease] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _sessions
+        self._leases = LeaseBook()
 
     def open(self) -> "RemoteWorkerRuntime":
         return self
@@ -246,21 +245,11 @@ class RemoteWorkerRuntime:
         )
 
     def allocate(self, request: WorkerRequest) -> WorkerLease:
-        lease = WorkerLease(
-            lease_id=uuid.uuid4().hex,
-            execution_id=request.execution_id,
-            fence=request.fence,
-            cancelled=request.cancelled,
-            metadata=dict(request.metadata),
-        )
-        with self._lock:
-            self._leases[request.execution_id] = lease
-        return lease
+        return self._leases.allocate(request)
 
     def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
+        LeaseBook.check(lease, package)
         execution_id = package.execution_id
-        if execution_id != lease.execution_id or package.fencing_token != lease.fence:
-            raise ExecutionSuperseded(execution_id, step="execute", token=package.fencing_token)
         try:
             response = self._post(self._execute_url, package.to_json(), self._execute_timeout)
         except requests.RequestException as exc:
@@ -285,16 +274,13 @@ class RemoteWorkerRuntime:
         )
 
     def release(self, lease: WorkerLease) -> None:
-        with self._lock:
-            if self._leases.get(lease.execution_id) is lease:
-                del self._leases[lease.execution_id]
+        self._leases.release(lease)
 
     def cancel(
         self, execution_id: str, reason: str | None = None, *, fence: int | None = None
     ) -> bool:
-        with self._lock:
-            lease = self._leases.get(str(execution_id))
-        if lease is None or (fence is not None and lease.fence != fence):
+        lease = self._leases.holder(execution_id, fence)
+        if lease is None:
             return False
         lease.cancelled.set()
         body = json.dumps(

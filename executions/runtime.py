@@ -195,6 +195,52 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.execute(sql.WORKER_SESSION)
 
 
+class LeaseBook:
+    """The leases a runtime has handed out, by execution id: allocate, check, release, find.
+
+    Shared by every runtime so that a package is refused, and a cancel finds its holder, by the
+    same rules whatever runs the execution.
+    """
+
+    def __init__(self) -> None:
+        self._leases: dict[str, WorkerLease] = {}
+        self._lock = threading.Lock()
+
+    def allocate(self, request: WorkerRequest) -> WorkerLease:
+        lease = WorkerLease(
+            lease_id=uuid.uuid4().hex,
+            execution_id=request.execution_id,
+            fence=request.fence,
+            cancelled=request.cancelled,
+            snapshot=request.snapshot,
+            metadata=dict(request.metadata),
+        )
+        with self._lock:
+            self._leases[request.execution_id] = lease
+        return lease
+
+    @staticmethod
+    def check(lease: WorkerLease, package: ExecutionPackage) -> None:
+        """Refuse a package that is not this lease's execution under this lease's token."""
+        if package.execution_id != lease.execution_id or package.fencing_token != lease.fence:
+            raise ExecutionSuperseded(
+                package.execution_id, step="execute", token=package.fencing_token
+            )
+
+    def release(self, lease: WorkerLease) -> None:
+        with self._lock:
+            if self._leases.get(lease.execution_id) is lease:
+                del self._leases[lease.execution_id]
+
+    def holder(self, execution_id: str, fence: int | None) -> WorkerLease | None:
+        """The lease held for `execution_id` (under `fence`, when given), or None."""
+        with self._lock:
+            lease = self._leases.get(str(execution_id))
+        if lease is None or (fence is not None and lease.fence != fence):
+            return None
+        return lease
+
+
 class LocalWorkerRuntime:
     """Runs executions in the calling thread, one persistent connection per slot."""
 
@@ -227,8 +273,7 @@ class LocalWorkerRuntime:
             rng=rng or random.SystemRandom(),
             writes=GroupWrites(actor=WORKER_ACTOR),
         )
-        self._leases: dict[str, WorkerLease] = {}
-        self._lock = threading.Lock()
+        self._leases = LeaseBook()
 
     def open(self) -> "LocalWorkerRuntime":
         self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
@@ -244,23 +289,10 @@ class LocalWorkerRuntime:
         self.close()
 
     def allocate(self, request: WorkerRequest) -> WorkerLease:
-        lease = WorkerLease(
-            lease_id=uuid.uuid4().hex,
-            execution_id=request.execution_id,
-            fence=request.fence,
-            cancelled=request.cancelled,
-            snapshot=request.snapshot,
-            metadata=dict(request.metadata),
-        )
-        with self._lock:
-            self._leases[request.execution_id] = lease
-        return lease
+        return self._leases.allocate(request)
 
     def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
-        if package.execution_id != lease.execution_id or package.fencing_token != lease.fence:
-            raise ExecutionSuperseded(
-                package.execution_id, step="execute", token=package.fencing_token
-            )
+        LeaseBook.check(lease, package)
         if package.resume_event is not None:
             raise ValueError("resume events are not supported by flows of this version")
         # The pool checks a returned connection: one left broken by a failed run is replaced.
@@ -278,16 +310,13 @@ class LocalWorkerRuntime:
         return result_of(package.execution_id, outcome)
 
     def release(self, lease: WorkerLease) -> None:
-        with self._lock:
-            if self._leases.get(lease.execution_id) is lease:
-                del self._leases[lease.execution_id]
+        self._leases.release(lease)
 
     def cancel(
         self, execution_id: str, reason: str | None = None, *, fence: int | None = None
     ) -> bool:
-        with self._lock:
-            lease = self._leases.get(str(execution_id))
-        if lease is None or (fence is not None and lease.fence != fence):
+        lease = self._leases.holder(execution_id, fence)
+        if lease is None:
             return False
         lease.cancelled.set()
         logger.info(
