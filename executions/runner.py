@@ -61,6 +61,7 @@ from .finalize import (
     execution_schedule_retry,
     finalize_refusal,
 )
+from .flowcheck import DRAFT
 from .flows import DataError, find_transition, validate_data
 from .groupcommit import GroupWrites
 from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
@@ -111,19 +112,28 @@ class _Stop(Exception):
         self.outcome = outcome
 
 
-_validators: dict[int, tuple[dict, jsonschema.protocols.Validator]] = {}
+_validators: dict[tuple[int, bool], tuple[dict, jsonschema.protocols.Validator]] = {}
 _validators_lock = threading.Lock()
 
 
-def _validator(schema: dict) -> jsonschema.protocols.Validator:
-    """A compiled validator per schema object (contracts live as long as their registry)."""
+def _validator(schema: dict, *, formats: bool = True) -> jsonschema.protocols.Validator:
+    """A compiled validator per schema object (contracts and cached flows live long).
+
+    Contract schemas check `format`; a flow's dataSchema does not, exactly as
+    flows.validate_data (formats are annotations in Draft 2020-12), so the fast path and the
+    precise check always agree.
+    """
+    key = (id(schema), formats)
     with _validators_lock:
-        cached = _validators.get(id(schema))
+        cached = _validators.get(key)
         if cached is not None and cached[0] is schema:
             return cached[1]
-        cls = jsonschema.validators.validator_for(schema)
-        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-        _validators[id(schema)] = (schema, validator)  # keeps `schema` alive: ids stay unique
+        if formats:
+            cls = jsonschema.validators.validator_for(schema)
+            validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        else:
+            validator = DRAFT(schema)
+        _validators[key] = (schema, validator)  # keeps `schema` alive: ids stay unique
         return validator
 
 
@@ -153,7 +163,7 @@ def _data_acceptable(definition: dict, data: Any) -> bool:
             return False
     except (TypeError, ValueError):
         return False
-    return _validator(definition["dataSchema"]).is_valid(data)
+    return _validator(definition["dataSchema"], formats=False).is_valid(data)
 
 
 class _Run:
