@@ -8,7 +8,7 @@ Invariants and transaction boundaries:
 - both lock the execution row and check the fence against the database clock inside the
   statement that commits, so a stale holder can neither start nor save a checkpoint
   (`ExecutionSuperseded`); `checkpoints_start` and `checkpoints_succeed` do the same for many
-  holders in one statement (executions/groupcommit.py), each item fenced on its own;
+  holders in one statement (executions/worker/groupcommit.py), each item fenced on its own;
 - the external key is always "<executionId>:<actionId>", the same on every attempt;
   `checkpoint.attempt` counts the calls of that action (+1 per call);
 - `checkpoint_settle` (FAILED or UNKNOWN) never commits by itself: it is the first statement of

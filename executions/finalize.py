@@ -6,7 +6,7 @@ Invariants and transaction boundaries (each function is exactly one transaction)
   data, state, revision and version and release it, mark the execution SUCCEEDED with its
   result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and leaves the
   execution RUNNING with its checkpoints, for recovery by lease. `executions_finalize` does the
-  same for many holders in one statement (executions/groupcommit.py), each item on its own;
+  same for many holders in one statement (executions/worker/groupcommit.py), each item on its own;
 - `execution_schedule_retry`: the attempt's checkpoint (FAILED or UNKNOWN), RETRY_WAIT with its
   next_attempt_at from the database clock, and RETRY_SCHEDULED commit together; earlier
   SUCCEEDED checkpoints are untouched;
@@ -27,11 +27,10 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from executions.models import AuditType, ExecutionStatus
-
 from . import sql
 from .checkpoints import checkpoint_settle
 from .leases import ExecutionSuperseded, Fence, lease_is_held
+from .models import AuditType, ExecutionStatus
 
 
 class FinalizeRefused(Exception):

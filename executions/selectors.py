@@ -6,11 +6,11 @@ are in the query; anything outside them raises NOT_FOUND exactly like a missing 
 
 from django.db.models import QuerySet
 
+from executions.flows.publication import flow_latest
 from orquestador import access, errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
-from .flows import flow_latest
 from .models import Execution, Flow, Request
 
 

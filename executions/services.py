@@ -21,13 +21,13 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from executions.flows.canonical import sha256_hex
+from executions.flows.publication import find_transition, validate_data
 from orquestador import access, errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
 from . import selectors, sql
-from .canonical import sha256_hex
-from .flows import find_transition, validate_data
 from .models import AuditEvent, AuditType, Execution, Request
 
 IDEMPOTENCY_CONSTRAINT = "execution_idempotency_uniq"

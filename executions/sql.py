@@ -180,7 +180,7 @@ SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revi
 FLOW_DEFINITION = "SELECT definition FROM flow WHERE id = %(flow_id)s"
 
 # Start attempts of actions: commit their RUNNING checkpoints before the adapters are called.
-# One statement for one or many holders (%(items)s, a JSON array; executions/groupcommit.py
+# One statement for one or many holders (%(items)s, a JSON array; executions/worker/groupcommit.py
 # groups the starts of concurrent execution threads into one commit). `holder` keeps the items
 # whose fence holds by the database clock and locks their execution rows (FOR NO KEY UPDATE, in
 # id order: the items are sorted by execution id and each row is locked as the nested loop
@@ -480,7 +480,7 @@ SELECT done.id, moved.revision
   JOIN moved ON moved.id = held.request_id
 """
 
-# --- Cancellation (executions/cancel.py) ---------------------------------------------------------
+# --- Cancellation (reconciliation/cancel.py) ------------------------------------------------
 # One transaction: find the request, lock it, then lock the execution, then write with the token
 # read under the lock and bump it, so whoever holds the lease is fenced out of every later write.
 
@@ -588,7 +588,7 @@ RETURNING fencing_token
 # predicate it repeats exactly; none reads finished history (SUCCEEDED, FAILED and CANCELLED rows
 # are in none of these indexes), so a scrape costs what is in flight, not how old the system is.
 # Executions by final status are not counted here for that reason: the workers count the ones
-# they finish (executions/workermetrics.py).
+# they finish (executions/worker/metrics.py).
 
 # Make the metrics transaction read-only; its first statement. Locks nothing.
 METRICS_READ_ONLY = "SET TRANSACTION READ ONLY"

@@ -15,7 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from executions.flows import DataError, FlowConflict, FlowInvalid
+from executions.flows.publication import DataError, FlowConflict, FlowInvalid
 
 from . import errors
 

@@ -4,7 +4,7 @@ Always on, like /healthz. It answers with counts and ages only (queue depth and 
 status, the age of the oldest due execution, the reconciliation backlog, blocked requests): no
 id, owner, tenant or secret. When METRICS_TOKEN is set, a scrape must present it as
 `Authorization: Bearer <token>`; the worker's endpoint asks for the same token
-(executions/workermetrics.py).
+(executions/worker/metrics.py).
 
 Executions by final status are not here: counting them means scanning finished history, which
 grows without bound. Each worker counts the executions it finishes

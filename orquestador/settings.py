@@ -134,7 +134,7 @@ if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC
         "JWT_PUBLIC_KEY (RS256/ES256) is set; set one of them (see .env.example)."
     )
 
-# Worker (SPEC §3). Raw strings here: executions/workerconfig.py validates them once, at start,
+# Worker (SPEC §3). Raw strings here: executions/worker/config.py validates them once, at start,
 # with messages that name the variable.
 WORKER_ENV = {
     name: env.str(name, default=default)
@@ -149,16 +149,16 @@ WORKER_ENV = {
         "WORKER_RETRY_BASE_SECONDS": "1",
         "WORKER_RETRY_MAX_SECONDS": "300",
         "WORKER_RETRY_AFTER_MAX_SECONDS": "600",
-        # The worker's metrics endpoint (executions/workermetrics.py); no port: off.
+        # The worker's metrics endpoint (executions/worker/metrics.py); no port: off.
         "WORKER_METRICS_PORT": "",
         "WORKER_METRICS_HOST": "127.0.0.1",
-        # Where runworker runs what it claims (executions/remoteruntime.py): local or remote.
+        # Where runworker runs what it claims (executions/worker/remote.py): local or remote.
         "WORKER_RUNTIME": "local",
         "WORKER_REMOTE_URL": "",
     }.items()
 }
 
-# The worker endpoint (executions/workerendpoint.py), mounted at /internal/worker/ only when
+# The worker endpoint (executions/worker/endpoint.py), mounted at /internal/worker/ only when
 # enabled. It runs principal-less packages as the system identity, so it never starts without its
 # token; `WORKER_RUNTIME=remote` presents the same token.
 WORKER_ENDPOINT_ENABLED = env.bool("WORKER_ENDPOINT_ENABLED", default=False)

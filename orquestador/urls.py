@@ -14,7 +14,7 @@ urlpatterns = [
 
 # The worker endpoint (SPEC §8) exists only where an operator enabled it, behind its token.
 if settings.WORKER_ENDPOINT_ENABLED:
-    from executions import workerendpoint
+    from executions.worker import endpoint as workerendpoint
 
     urlpatterns += [
         path("internal/worker/execute", workerendpoint.execute, name="worker-execute"),

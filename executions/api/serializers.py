@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..flowcheck import MAX_NAME_LENGTH, MAX_VERSION
+from ..flows.checks import MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
 
 MAX_REVISION = 2**63 - 1  # PostgreSQL bigint

@@ -30,7 +30,7 @@ from orquestador.auth import (
 from orquestador.errors import CodedError
 
 from .. import selectors, services
-from ..flows import flow_publish
+from ..flows.publication import flow_publish
 from .parsers import StrictJSONParser
 from .serializers import (
     ErrorSerializer,

@@ -15,9 +15,9 @@ from django.db import connection, connections
 
 from actions.base import ActionContext, Outcome
 from actions.registry import NO_OP, Registry
-from executions.canonical import canonical_json, sha256_hex
-from executions.evaluator import apply_updates, build_context, decide, resolve_input
-from executions.flows import (
+from executions.flows.canonical import canonical_json, sha256_hex
+from executions.flows.evaluator import apply_updates, build_context, decide, resolve_input
+from executions.flows.publication import (
     FlowConflict,
     FlowInvalid,
     find_transition,

@@ -98,7 +98,12 @@ def test_runworker__runs_executions_on_the_worker_endpoint(
             e["execution_id"] for e in worker.events() if e.get("event") == "execution claimed"
         }
         assert claimed == {str(a.execution_id) for a in accepted}
-    assert web_log.read_text().count("/internal/worker/execute") >= 3
+    # The web server logs a request after answering it: wait for the lines rather than race them.
+    wait_until(
+        lambda: web_log.read_text().count("/internal/worker/execute") >= 3,
+        timeout=START_DEADLINE,
+        what="the web process to log the three endpoint calls",
+    )
 
 
 def _refused(command: str, env: dict) -> subprocess.CompletedProcess:

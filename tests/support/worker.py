@@ -30,17 +30,17 @@ from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome
 from actions.registry import NO_OP, Registry
 from actions.simulation import SIMULATION_BINDINGS
 from executions import sql
-from executions.canonical import sha256_hex
 from executions.claims import Claim, executions_claim
-from executions.runtime import (
+from executions.flows.canonical import sha256_hex
+from executions.worker.config import WorkerConfig
+from executions.worker.runtime import (
     ExecutionPackage,
     ExecutionResult,
     LocalWorkerRuntime,
     WorkerRequest,
     dispatch_once,
 )
-from executions.scheduler import Scheduler
-from executions.workerconfig import WorkerConfig
+from executions.worker.scheduler import Scheduler
 from tests.conftest import manage
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executions import evaluator
-from executions.evaluator import (
+from executions.flows import evaluator
+from executions.flows.evaluator import (
     Decision,
     DecisionError,
     UpdateError,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from executions.canonical import canonical_json, compact_size, sha256_hex
-from executions.flows import (
+from executions.flows.canonical import canonical_json, compact_size, sha256_hex
+from executions.flows.publication import (
     DataError,
     FlowInvalid,
     FlowProblem,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executions import pointer
-from executions.pointer import MISSING, PointerError
+from executions.flows import pointer
+from executions.flows.pointer import MISSING, PointerError
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 json_values = st.recursive(

@@ -3,8 +3,8 @@ naming its variable; the remote runtime's timeouts stay below the lease."""
 
 import pytest
 
-from executions.remoteruntime import RemoteTarget, RemoteWorkerRuntime, remote_target
-from executions.workerconfig import WorkerConfig, WorkerConfigError
+from executions.worker.config import WorkerConfig, WorkerConfigError
+from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime, remote_target
 
 TOKEN = "w" * 40
 

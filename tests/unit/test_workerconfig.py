@@ -2,7 +2,7 @@
 
 import pytest
 
-from executions.workerconfig import (
+from executions.worker.config import (
     WorkerConfig,
     WorkerConfigError,
     WorkerDisabled,

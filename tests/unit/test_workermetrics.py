@@ -5,10 +5,8 @@ import threading
 import pytest
 
 from executions.models import ExecutionStatus
-from executions.runner import RunOutcome
-from executions.runtime import result_of
-from executions.workerconfig import WorkerConfigError
-from executions.workermetrics import (
+from executions.worker.config import WorkerConfigError
+from executions.worker.metrics import (
     CLAIM_LATENCY,
     CLAIMED,
     CLAIMS,
@@ -22,6 +20,8 @@ from executions.workermetrics import (
     WorkerMetrics,
     metrics_address,
 )
+from executions.worker.runner import RunOutcome
+from executions.worker.runtime import result_of
 from tests.support.prometheus import scrape
 
 

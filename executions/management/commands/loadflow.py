@@ -2,7 +2,12 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from executions.flows import FlowConflict, FlowInvalid, definition_from_json, flow_publish
+from executions.flows.publication import (
+    FlowConflict,
+    FlowInvalid,
+    definition_from_json,
+    flow_publish,
+)
 
 
 class Command(BaseCommand):

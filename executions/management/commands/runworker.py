@@ -5,11 +5,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
-from executions.remoteruntime import RemoteWorkerRuntime, remote_target
-from executions.runtime import LocalWorkerRuntime
-from executions.scheduler import Scheduler, database_conninfo
-from executions.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
-from executions.workermetrics import WorkerMetrics, metrics_address, metrics_listen
+from executions.worker.config import WorkerConfigError, WorkerDisabled, worker_config
+from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
+from executions.worker.remote import RemoteWorkerRuntime, remote_target
+from executions.worker.runtime import LocalWorkerRuntime
+from executions.worker.scheduler import Scheduler, database_conninfo
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from executions.flows import flow_publish
+from executions.flows.publication import flow_publish
 from executions.models import (
     ActionExecution,
     AuditEvent,

@@ -16,7 +16,7 @@ import pytest
 from django.test import Client, override_settings
 from django.urls import clear_url_caches
 
-from executions.flows import flow_publish
+from executions.flows.publication import flow_publish
 from executions.models import Flow
 from tests.support import tokens
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from executions.canonical import sha256_hex
+from executions.flows.canonical import sha256_hex
 from executions.models import Flow
 
 from .conftest import FLOW, assert_error, flow_definition

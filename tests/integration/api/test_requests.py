@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from executions.flows import flow_publish
+from executions.flows.publication import flow_publish
 from executions.models import AuditEvent, AuditType, Request
 from orquestador.errors import MAX_DATA_BYTES
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from executions.flows import flow_publish
+from executions.flows.publication import flow_publish
 from tests.conftest import manage
 from tests.support import tokens
 

@@ -6,9 +6,8 @@ import socket
 import pytest
 import requests
 
-from executions.cancel import execution_cancel
-from executions.workerconfig import WorkerConfigError
-from executions.workermetrics import (
+from executions.worker.config import WorkerConfigError
+from executions.worker.metrics import (
     CLAIMED,
     CLAIMS,
     FINISHED,
@@ -20,6 +19,7 @@ from executions.workermetrics import (
     metrics_listen,
 )
 from orquestador.exposition import CONTENT_TYPE
+from reconciliation.cancel import execution_cancel
 from tests.support.prometheus import scrape
 from tests.support.worker import (
     GateAdapter,

@@ -7,7 +7,7 @@ from typing import Any
 
 import factory
 
-from executions.canonical import canonical_json, sha256_hex
+from executions.flows.canonical import canonical_json, sha256_hex
 from executions.models import (
     ActionExecution,
     AuditEvent,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from executions.flows import flow_publish
+from executions.flows.publication import flow_publish
 from executions.models import Execution, Request
 from executions.services import request_create, transition_accept
 from orquestador.auth import Principal

@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 from django.urls import clear_url_caches
 
-from executions import workerendpoint
+from executions.worker import endpoint as workerendpoint
 from tests.support.worker import create_flow, flow_definition, runtime_for
 
 

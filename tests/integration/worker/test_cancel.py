@@ -2,11 +2,11 @@
 
 import pytest
 
-from executions.cancel import execution_cancel
 from executions.checkpoints import checkpoint_start
 from executions.leases import ExecutionSuperseded
 from orquestador import errors
 from orquestador.errors import CodedError
+from reconciliation.cancel import execution_cancel
 from tests.support.worker import (
     ScriptedAdapter,
     SimulatedCrash,

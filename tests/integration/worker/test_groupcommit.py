@@ -7,7 +7,7 @@ import pytest
 
 from executions.checkpoints import StartItem
 from executions.finalize import FinalizeItem
-from executions.groupcommit import GroupWrites
+from executions.worker.groupcommit import GroupWrites
 from tests.support.worker import (
     action,
     checkpoint_rows,

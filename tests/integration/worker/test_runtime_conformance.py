@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from executions.leases import ExecutionSuperseded
-from executions.remoteruntime import RemoteTarget, RemoteWorkerRuntime
-from executions.runtime import (
+from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
+from executions.worker.runtime import (
     ExecutionPackage,
     LocalWorkerRuntime,
     WorkerRequest,

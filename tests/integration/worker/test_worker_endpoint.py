@@ -10,9 +10,9 @@ import requests
 from django.core.exceptions import ImproperlyConfigured
 
 from executions.leases import ExecutionSuperseded
-from executions.remoteruntime import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
-from executions.runtime import WorkerRequest, dispatch_once, is_superseded_refusal
-from executions.workerendpoint import endpoint_guard, endpoint_runtime_set
+from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
+from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
+from executions.worker.runtime import WorkerRequest, dispatch_once, is_superseded_refusal
 from tests.support.worker import (
     FAST,
     ScriptedAdapter,

@@ -1,6 +1,6 @@
 """Flow versions (SPEC §4): publication, lookup and validation of request data.
 
-A definition is validated whole by `executions.flowcheck` before anything is stored.
+A definition is validated whole by `executions.flows.checks` before anything is stored.
 Published versions are immutable: `flow_publish` stores a new key/version once, treats identical
 content as a no-op and refuses different content. It owns its transaction; the unique constraint
 on (key, version) settles concurrent publishers.
@@ -14,9 +14,9 @@ from jsonschema.exceptions import best_match
 
 from orquestador import errors
 
+from ..models import Flow
 from .canonical import compact_size, sha256_hex
-from .flowcheck import DRAFT, FlowProblem, short_detail, validate_definition
-from .models import Flow
+from .checks import DRAFT, FlowProblem, short_detail, validate_definition
 
 __all__ = [
     "DataError",

@@ -2,8 +2,8 @@
 
 Everything here is a function of (transition, context) and nothing else: no I/O, no clock, no
 ORM. The context is `{"data": <accepted data>, "actions": {<actionId>: <output>}}`. Definitions
-are validated when published (`executions.flows`), so this module assumes well-formed input and
-raises `ValueError` for a malformed condition rather than guessing.
+are validated when published (`executions.flows.publication`), so this module assumes
+well-formed input and raises `ValueError` for a malformed condition rather than guessing.
 
 Values. A value is a literal, or a mapping `{"from": POINTER}` read from the context; a pointer to
 nothing resolves to `None`. A dict whose only key is `"from"` is always a mapping; any other dict

@@ -25,8 +25,8 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
-from .checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
-from .finalize import FinalizeItem, executions_finalize
+from ..checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
+from ..finalize import FinalizeItem, executions_finalize
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

@@ -33,9 +33,11 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from . import sql
-from .claims import Claim, executions_claim
-from .leases import Fence, lease_owner_name, leases_renew
+from .. import sql
+from ..claims import Claim, executions_claim
+from ..leases import Fence, lease_owner_name, leases_renew
+from .config import WorkerConfig
+from .metrics import WorkerMetrics
 from .runtime import (
     PREPARE_THRESHOLD,
     ExecutionPackage,
@@ -43,8 +45,6 @@ from .runtime import (
     WorkerRuntime,
     dispatch_once,
 )
-from .workerconfig import WorkerConfig
-from .workermetrics import WorkerMetrics
 
 logger = logging.getLogger("executions.worker")
 

@@ -5,7 +5,7 @@ Pure functions of their arguments (the random source is passed in), so tests pin
 
 import random
 
-from .workerconfig import WorkerConfig
+from .config import WorkerConfig
 
 
 def backoff_seconds(*, attempt: int, base: float, cap: float, rng: random.Random) -> float:

@@ -1,6 +1,6 @@
 """`RemoteWorkerRuntime` (SPEC §8): the worker runtime SPI over HTTP to a worker endpoint.
 
-The endpoint is this same application (executions/workerendpoint.py), serving
+The endpoint is this same application (executions/worker/endpoint.py), serving
 `POST <WORKER_REMOTE_URL>/execute` and `POST <WORKER_REMOTE_URL>/cancel` behind the shared
 bearer token WORKER_ENDPOINT_TOKEN; it runs each package through a `LocalWorkerRuntime`.
 
@@ -30,9 +30,15 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .leases import ExecutionInterrupted, ExecutionSuperseded
-from .runtime import ExecutionPackage, ExecutionResult, LeaseBook, WorkerLease, WorkerRequest
-from .workerconfig import WorkerConfig, WorkerConfigError
+from ..leases import ExecutionInterrupted, ExecutionSuperseded
+from .config import WorkerConfig, WorkerConfigError
+from .runtime import (
+    ExecutionPackage,
+    ExecutionResult,
+    LeaseBook,
+    WorkerLease,
+    WorkerRequest,
+)
 
 logger = logging.getLogger("executions.worker")
 

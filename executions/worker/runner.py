@@ -31,7 +31,7 @@ Invariants (each step names the module that keeps it):
 
 Transactions: none is open while an adapter runs; each write above is its own transaction. The
 hot-path writes (start, save, finalise) of concurrent runs are grouped into shared statements
-(executions/groupcommit.py), each run fenced on its own.
+(executions/worker/groupcommit.py), each run fenced on its own.
 """
 
 import logging
@@ -48,12 +48,9 @@ from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
 
-from .canonical import compact_size, sha256_hex
-from .checkpoints import StartItem, SucceedItem, external_key
-from .claims import CheckpointRecord, FlowCache, Snapshot, execution_load
-from .evaluator import DecisionError, UpdateError, apply_updates, build_context, decide
-from .evaluator import resolve_input as map_input
-from .finalize import (
+from ..checkpoints import StartItem, SucceedItem, external_key
+from ..claims import CheckpointRecord, FlowCache, Snapshot, execution_load
+from ..finalize import (
     AttemptSettlement,
     FinalizeItem,
     FinalizeRefused,
@@ -61,13 +58,22 @@ from .finalize import (
     execution_schedule_retry,
     finalize_refusal,
 )
-from .flowcheck import DRAFT
-from .flows import DataError, find_transition, validate_data
+from ..flows.canonical import compact_size, sha256_hex
+from ..flows.checks import DRAFT
+from ..flows.evaluator import (
+    DecisionError,
+    UpdateError,
+    apply_updates,
+    build_context,
+    decide,
+)
+from ..flows.evaluator import resolve_input as map_input
+from ..flows.publication import DataError, find_transition, validate_data
+from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..models import CheckpointStatus, Effect, ExecutionStatus
+from .config import WorkerConfig
 from .groupcommit import GroupWrites
-from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
-from .models import CheckpointStatus, Effect, ExecutionStatus
 from .retry import retry_delay_seconds
-from .workerconfig import WorkerConfig
 
 logger = logging.getLogger("executions.worker")
 

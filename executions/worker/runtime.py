@@ -1,6 +1,6 @@
 """The worker runtime SPI of SPEC §8: where and how one claimed execution runs.
 
-The dispatcher (executions/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
+The dispatcher (executions/worker/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
 `allocate(request) -> lease` (carrying the fencing token), `execute(lease, package) -> result`,
 `release(lease)`, and a best-effort `cancel(execution_id, ...)`. `dispatch_once` is that whole
 exchange. The `ExecutionPackage` is JSON and carries identity and resume coordinates only, never
@@ -11,12 +11,12 @@ Invariants:
   `is_superseded_refusal(err, execution_id)` is true only for an `ExecutionSuperseded` naming
   this very execution; the dispatcher settles it and never retries it;
 - `cancel` is best effort: the durable cancellation is a fenced write in the database
-  (executions/cancel.py) that never depends on reaching a worker. In the local runtime it sets
+  (reconciliation/cancel.py) that never depends on reaching a worker. In the local runtime it sets
   the per-execution `threading.Event` the adapters watch (`ActionContext.cancelled`), and only
   for the exact holder (execution id and token) it names;
 - `LocalWorkerRuntime` keeps one persistent database connection per execution slot (autocommit;
   each write is its own short transaction), groups the hot-path writes of its slots
-  (executions/groupcommit.py), and runs principal-less packages as the worker's system
+  (executions/worker/groupcommit.py), and runs principal-less packages as the worker's system
   identity (`runs_as_system`).
 """
 
@@ -33,13 +33,13 @@ from psycopg_pool import ConnectionPool
 
 from actions.registry import resolve as registry_resolve
 
-from . import sql
-from .claims import FlowCache, Snapshot
+from .. import sql
+from ..claims import FlowCache, Snapshot
+from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..models import ExecutionStatus
+from .config import WorkerConfig
 from .groupcommit import GroupWrites
-from .leases import ExecutionInterrupted, ExecutionSuperseded, Fence
-from .models import ExecutionStatus
 from .runner import WORKER_ACTOR, Resolver, RunnerDeps, RunOutcome, execution_run
-from .workerconfig import WorkerConfig
 
 logger = logging.getLogger("executions.worker")
 

@@ -36,9 +36,14 @@ from django.views.decorators.http import require_POST
 
 from orquestador import errors
 
-from .remoteruntime import INTERRUPTED, SUPERSEDED, refusal_body, result_to_wire
-from .runtime import ExecutionPackage, LocalWorkerRuntime, WorkerRequest, dispatch_once
-from .workerconfig import worker_config
+from .config import worker_config
+from .remote import INTERRUPTED, SUPERSEDED, refusal_body, result_to_wire
+from .runtime import (
+    ExecutionPackage,
+    LocalWorkerRuntime,
+    WorkerRequest,
+    dispatch_once,
+)
 
 logger = logging.getLogger("executions.worker")
 

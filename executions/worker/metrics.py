@@ -4,8 +4,8 @@ served in the Prometheus text format on an optional port.
 Invariants:
 - recording an event is one lock acquisition and an integer addition (a histogram observation:
   a bisect, then one lock for its bucket, sum and count): no I/O, no database round trip. The
-  scheduler records claims, run outcomes and lease losses (executions/scheduler.py); nothing on
-  the execution path itself waits for a scrape;
+  scheduler records claims, run outcomes and lease losses (executions/worker/scheduler.py);
+  nothing on the execution path itself waits for a scrape;
 - a scrape copies the values under that lock and formats them outside it;
 - label values come from closed sets (final statuses, bucket bounds), so the text never carries
   an execution or request id, an owner, a tenant, a lease owner or a secret;
@@ -29,7 +29,7 @@ from typing import Any
 from orquestador.exposition import CONTENT_TYPE, Family, Sample, number, render
 from orquestador.metrics import metrics_token_matches
 
-from .workerconfig import WorkerConfigError
+from .config import WorkerConfigError
 
 logger = logging.getLogger("executions.worker")
 

@@ -18,11 +18,10 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from psycopg.types.json import Jsonb
 
+from executions import sql
+from executions.models import AuditType, ExecutionStatus
 from orquestador import errors
 from orquestador.errors import CodedError
-
-from . import sql
-from .models import AuditType, ExecutionStatus
 
 CANCELLABLE_STATUSES = (
     ExecutionStatus.PENDING,

@@ -1,0 +1,1 @@
+"""Flow definitions: their checks, publication, evaluation, JSON Pointers and canonical JSON."""

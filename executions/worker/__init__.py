@@ -1,0 +1,1 @@
+"""The worker: scheduler, runtimes, runner, remote runtime and endpoint, configuration, metrics."""
