@@ -5,6 +5,8 @@
                                    # start, create the database and both roles, write their URLs
     python scripts/localpg.py url [--dir DIR]              # the cluster's superuser URL
     python scripts/localpg.py stop [--dir DIR]             # stop it (only a cluster it created)
+    python scripts/localpg.py crash-restart [--dir DIR]    # `pg_ctl -m immediate` stop, then
+                                                           # start (crash recovery; fault tests)
 
 Idempotent: starting a running cluster or setting up an existing database changes nothing. It
 only ever stops a cluster whose data folder carries the marker it wrote when it created it. The
@@ -214,11 +216,13 @@ def is_running(base: Path) -> bool:
     return _pg_ctl(_load_state(base), base, "status", check=False) == 0
 
 
-def start(base: Path, *, fast: bool = False) -> dict:
+def start(base: Path, *, fast: bool = False, keep_port: bool = False) -> dict:
     state = init(base, fast=fast)
     if is_running(base):
         return state
-    if not _port_free(state["port"]):
+    # After a crash the old port may still be in TIME_WAIT (the server binds it anyway, with
+    # SO_REUSEADDR); clients expect it back on the same port, so a restart keeps it.
+    if not keep_port and not _port_free(state["port"]):
         state["port"] = _free_port()
         _write_private(_state_path(base), json.dumps(state))
     log = base / "server.log"
@@ -245,6 +249,16 @@ def stop(base: Path) -> None:
         raise LocalPgError(f"{base} holds a cluster this tool did not create; not touching it.")
     if is_running(base):
         _pg_ctl(_load_state(base), base, "stop", "--wait", "--mode=fast")
+
+
+def crash_restart(base: Path) -> None:
+    """Stop the server the way a crash does (`-m immediate`: no checkpoint, every backend killed),
+    then start it again; it replays its WAL before it accepts connections."""
+    if not _owned(base):
+        raise LocalPgError(f"{base} holds no cluster this tool created; not touching it.")
+    if is_running(base):
+        _pg_ctl(_load_state(base), base, "stop", "--wait", "--mode=immediate")
+    start(base, keep_port=True)
 
 
 def url(
@@ -311,7 +325,9 @@ def setup(base: Path, env_file: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["start", "setup", "url", "stop", "status"])
+    parser.add_argument(
+        "command", choices=["start", "setup", "url", "stop", "status", "crash-restart"]
+    )
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--fast", action="store_true", help="fsync off: for throwaway clusters")
     parser.add_argument("--env-file", type=Path)
@@ -327,6 +343,9 @@ def main(argv: list[str]) -> int:
             setup(base, args.env_file)
         elif args.command == "url":
             print(url(_load_state(base)))
+        elif args.command == "crash-restart":
+            crash_restart(base)
+            _wait_ready(url(_load_state(base)))
         elif args.command == "status":
             print("running" if is_running(base) else "stopped")
         else:

@@ -8,10 +8,13 @@ and serves the lookup by key: `GET <path>/by-key/<key>` answers 200 with the sto
 that write was applied, 404 when not.
 
 It can be told to misbehave, one request at a time (`plan(path, *replies)`, or
-`plan("<path>/by-key/", ...)` for lookups; requests beyond the plan get `ok()`): answer slowly,
+`plan("<path>/by-key/", ...)` for lookups; requests beyond the plan get `choose(received)`, by
+default `ok()`, so a fault test can draw a seeded fault for every request): answer slowly,
 drip the headers or the body byte by byte, drop the connection after reading the request body,
 answer 429 or 503 with Retry-After (seconds or an HTTP-date), send an oversized, non-JSON or
 non-object body, or any status.
+A path named in `repeats` plays a provider that does NOT deduplicate: every applied request is a
+new effect, even under a key it has seen, so `effects()` shows any write sent twice.
 `DocumentStore` serves documents by id at `GET /documents/<id>`, with the same plans.
 
 Both listen on 127.0.0.1 on a free port, serve from daemon threads, and on `close()` release any
@@ -177,9 +180,10 @@ class _Server(ThreadingHTTPServer):
 class LoopbackServer:
     """An HTTP server on 127.0.0.1:<free port>, serving from daemon threads until closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, choose: Callable[["Received"], Reply] | None = None) -> None:
         self.state = _State()
         self._released = threading.Event()
+        self._choose = choose or (lambda received: ok())
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -255,8 +259,10 @@ class LoopbackServer:
         with self.state.lock:
             self.state.received.append(received)
             plan = self.state.plans.get(self._plan_key(path))
-            reply = plan.popleft() if plan else ok()
+            reply = plan.popleft() if plan else None
             self.state.lock.notify_all()
+        if reply is None:
+            reply = self._choose(received)
         self._answer(handler, received, reply)
 
     def _plan_key(self, path: str) -> str:
@@ -326,10 +332,17 @@ class LoopbackServer:
 class JsonProvider(LoopbackServer):
     """A JSON provider that deduplicates writes by Idempotency-Key and counts what it applies."""
 
-    def __init__(self, respond: Callable[[str, Any, int], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        respond: Callable[[str, Any, int], dict[str, Any]] | None = None,
+        *,
+        choose: Callable[[Received], Reply] | None = None,
+        repeats: tuple[str, ...] = (),
+    ) -> None:
         # respond(path, request JSON, effect number) -> the output stored for that write.
         self._respond = respond or (lambda path, request, n: {"id": f"op-{n}", "status": "done"})
-        super().__init__()
+        self._repeats = repeats
+        super().__init__(choose)
 
     def _plan_key(self, path: str) -> str:
         # Lookups are planned per write path: plan("/charges/by-key/", status(500)).
@@ -370,14 +383,15 @@ class JsonProvider(LoopbackServer):
         except ValueError:
             request = None
         with self.state.lock:
-            if key and (received.path, key) in self.state.by_key:
-                return self.state.by_key[(received.path, key)]
+            stored = self.state.by_key.get((received.path, key)) if key else None
+            if stored is not None and received.path not in self._repeats:
+                return stored
             number = len(self.state.effects) + 1
             effect = Effect(
                 received.path, key, request, self._respond(received.path, request, number)
             )
             self.state.effects.append(effect)
-            if key:
+            if key and stored is None:
                 self.state.by_key[(received.path, key)] = effect
             self.state.lock.notify_all()
             return effect

@@ -1,0 +1,110 @@
+"""What the web process answers while PostgreSQL cannot be reached.
+
+Any view that needs the database and cannot reach it (refused, restarting, shut down, the
+connection cut under it) answers `503 {"code": "DATABASE_UNAVAILABLE", "detail"}` with a
+Retry-After, never a stack trace or an HTML page: `DatabaseUnavailableMiddleware` turns the error
+into that answer, and the 500 handler does the same for an error raised outside a view. Nothing
+was written: every write is one transaction, and a transaction the server never committed is
+rolled back. Django drops the broken connection at the end of the request (its health check
+catches the rest), so the first request after the database returns is served normally.
+
+Only connection-level failures count (no SQLSTATE, class 08, or the server shutting down or
+starting up); any other database error is a fault of ours and stays a 500. `/healthz` never
+touches the database, so it stays 200 throughout; `/readyz` says why the database is unavailable
+with `reason()`. The warning is logged at most once per `LOG_EVERY_SECONDS`, not once per request.
+"""
+
+import logging
+import threading
+import time
+
+import psycopg
+from django import db
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from . import errors
+
+logger = logging.getLogger("orquestador.database")
+
+RETRY_AFTER_SECONDS = 5  # seconds a client is told to wait before it retries
+LOG_EVERY_SECONDS = 30.0  # seconds between two warnings of the same outage
+
+# SQLSTATEs that mean the server is not there for us (besides class 08, connection exception).
+_UNAVAILABLE_STATES = {
+    "57P01": "the server is shutting down",  # admin_shutdown (also pg_terminate_backend)
+    "57P02": "the server crashed and is restarting",  # crash_shutdown
+    "57P03": "the server is starting up or shutting down",  # cannot_connect_now
+}
+
+_last_logged = 0.0
+_log_lock = threading.Lock()
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The driver's exception under Django's wrapper (Django chains it as the cause)."""
+    return exc.__cause__ if isinstance(exc, db.Error) and exc.__cause__ is not None else exc
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database cannot be reached (rather than a query went wrong)."""
+    cause = _cause(exc)
+    if isinstance(cause, psycopg.InterfaceError | db.InterfaceError):
+        return True  # the connection is closed or broken
+    if not isinstance(cause, psycopg.OperationalError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
+
+
+def reason(exc: BaseException) -> str:
+    """Why, in words safe for any caller: no host, port, role or server message."""
+    cause = _cause(exc)
+    state = getattr(cause, "sqlstate", None)
+    if state in _UNAVAILABLE_STATES:
+        return _UNAVAILABLE_STATES[state]
+    if isinstance(cause, psycopg.InterfaceError | db.InterfaceError):
+        return "the connection to the database is closed"
+    if state is None or state.startswith("08"):
+        return "cannot connect to the database, or the connection was lost"
+    if state.startswith("28"):
+        return "the database refused the configured credentials"
+    return f"database error {type(cause).__name__}"
+
+
+def note_outage(exc: BaseException) -> None:
+    """Log the outage: once, then at most every LOG_EVERY_SECONDS while it lasts."""
+    global _last_logged
+    now = time.monotonic()
+    with _log_lock:
+        if _last_logged and now - _last_logged < LOG_EVERY_SECONDS:
+            return
+        _last_logged = now
+    logger.warning("database unavailable: %s", reason(exc))
+
+
+def unavailable_response(exc: BaseException) -> JsonResponse:
+    note_outage(exc)
+    response = JsonResponse(
+        {
+            "code": errors.DATABASE_UNAVAILABLE,
+            "detail": "the database cannot be reached right now; nothing was changed, retry later",
+        },
+        status=503,
+    )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """Answers 503 DATABASE_UNAVAILABLE for a view that could not reach the database."""
+
+    def __init__(self, get_response):  # noqa: ANN001  (Django's middleware protocol)
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if is_unavailable(exception):
+            return unavailable_response(exception)
+        return None

@@ -1,0 +1,573 @@
+"""Chaos: hundreds of executions through four `runworker` processes while everything fails.
+
+On its own durable cluster (fsync and synchronous_commit on: an immediate restart must not lose a
+commit the engine was told was durable), a three-action flow (READ_ONLY quote, IDEMPOTENT_WRITE
+reserve, NON_IDEMPOTENT_WRITE charge) runs against a loopback provider that draws a fault for
+every request from the seed: 503s on reads, a connection dropped after an idempotent write was
+applied, a 500 before or after a non-idempotent write was applied, delays so that kills land
+mid-call. The charge endpoint does not deduplicate, so a charge sent twice shows as two effects.
+
+During the storm: SIGKILLs of random workers (a supervisor starts a new one for every process
+that ends, as an orchestrator would), one SIGSTOP held until another worker has taken over the
+stopped one's executions then SIGCONT, `pg_terminate_backend` of every runtime-role connection,
+and one `pg_ctl -m immediate` restart. Transitions are submitted through a real web process while
+this happens, each retried with its Idempotency-Key until it is accepted.
+
+Then every invariant of the engine is checked: nothing lost or stuck, no charge applied twice,
+every SUCCEEDED request in its target state with the provider's output and released, every case
+in reconciliation with its request blocked, one TRANSITION_COMPLETED per SUCCEEDED execution and
+none for the others. The counts are printed with the seed; `CHAOS_SEED=<seed>` replays the same
+faults and storm schedule (thread timing still varies).
+"""
+
+import collections
+import contextlib
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+
+from tests.conftest import ROOT, manage
+from tests.support import tokens
+from tests.support.providers import JsonProvider, Received, Reply, drop, ok, slow, status
+from tests.support.worker import WorkerProcess, action, create_flow, flow_definition, wait_until
+
+pytestmark = [pytest.mark.process, pytest.mark.chaos]
+
+LOCALPG = ROOT / "scripts" / "localpg.py"
+SEED = int(os.environ.get("CHAOS_SEED") or secrets.randbits(32))
+EXECUTIONS = 320
+WORKERS = 4
+STORM_SECONDS = 40.0  # seconds of faults; submissions are spread over the first three quarters
+SETTLE_SECONDS = 100.0  # seconds for the calm after the storm to finish every execution
+HTTP_TIMEOUT = 5.0  # seconds per API call
+RUNTIME_ROLE = "orquestador_app"  # the runtime role scripts/localpg.py setup creates
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+WORKER_SETTINGS = {
+    "WORKER_CONCURRENCY": "6",
+    "WORKER_BATCH": "6",
+    "WORKER_POLL_MS": "200",
+    "WORKER_LEASE_SECONDS": "3",
+    "WORKER_RENEW_SECONDS": "1",
+    "WORKER_DRAIN_SECONDS": "2",
+    "WORKER_RETRY_BASE_SECONDS": "0.05",
+    "WORKER_RETRY_MAX_SECONDS": "0.5",
+    "LOG_LEVEL": "WARNING",
+}
+
+
+# ------------------------------------------------------------------------------
+# The durable cluster, the provider, the web process
+# ------------------------------------------------------------------------------
+def _localpg(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(LOCALPG), *args], capture_output=True, text=True, timeout=180
+    )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    base: Path
+    admin_url: str  # superuser, on the database the processes use
+    env: dict[str, str]  # DATABASE_URL / MIGRATION_DATABASE_URL and the rest, for manage.py
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A durable cluster of our own, migrated and granted as a deployment does."""
+    (ROOT / ".local").mkdir(exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="pg-chaos.", dir=ROOT / ".local"))
+    try:
+        made = _localpg("setup", "--dir", str(base), "--env-file", str(base / "db.env"))
+        if made.returncode != 0 and "were not found" in made.stderr:
+            pytest.skip("the chaos test needs PostgreSQL server binaries to run its own cluster")
+        assert made.returncode == 0, made.stderr
+        urls = dict(line.split("=", 1) for line in (base / "db.env").read_text().splitlines())
+        env = {
+            **os.environ,
+            **urls,
+            "DJANGO_SETTINGS_MODULE": "orquestador.settings",
+            "PYTHONUNBUFFERED": "1",
+        }
+        for command in (("migrate", "--no-input"), ("grantruntime",)):
+            done = subprocess.run(
+                manage(*command), env=env, capture_output=True, text=True, timeout=300
+            )
+            assert done.returncode == 0, done.stderr
+        admin = _localpg("url", "--dir", str(base)).stdout.strip().rsplit("/", 1)[0]
+        admin_url = f"{admin}/orquestador"
+        with psycopg.connect(admin_url) as conn:
+            durable = conn.execute(
+                "SELECT current_setting('fsync'), current_setting('synchronous_commit')"
+            ).fetchone()
+        assert durable == ("on", "on"), "the chaos cluster must be durable"
+        yield Cluster(base, admin_url, env)
+    finally:
+        _localpg("stop", "--dir", str(base))
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class Faults:
+    """Draws the provider's answer to each request from the seed, the path, the Idempotency-Key
+    and how many times that key was sent to that path: the same seed, the same faults."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.drawn: collections.Counter[str] = collections.Counter()
+        self._seen: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, received: Received) -> Reply:
+        key = received.headers.get("idempotency-key", "")
+        with self._lock:
+            self._seen[(received.path, key)] += 1
+            nth = self._seen[(received.path, key)]
+        rng = random.Random(f"{self.seed}:{received.path}:{key}:{nth}")
+        roll, pause = rng.random(), rng.uniform(0.0, 0.4)
+        if "/by-key/" in received.path:
+            name, reply = "lookup", ok()
+        elif received.path == "/quotes" and roll < 0.15:
+            name, reply = "quote 503", status(503)
+        elif received.path == "/quotes" and roll < 0.18:
+            name, reply = "quote timeout", slow(1.6, apply=False)
+        elif received.path == "/reserves" and roll < 0.10:
+            name, reply = "reserve dropped after applying", drop(apply=True)
+        elif received.path == "/reserves" and roll < 0.15:
+            name, reply = "reserve 503", status(503)
+        elif received.path == "/charges" and roll < 0.03:
+            name, reply = "charge 500 before applying", status(500, apply=False)
+        elif received.path == "/charges" and roll < 0.06:
+            name, reply = "charge 500 after applying", status(500, apply=True)
+        else:
+            name, reply = "delayed", slow(pause)
+        with self._lock:
+            self.drawn[name] += 1
+        return reply
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[JsonProvider, Faults]]:
+    faults = Faults(SEED)
+    with JsonProvider(choose=faults, repeats=("/charges",)) as double:
+        yield double, faults
+
+
+def _integrations(path: Path, provider: JsonProvider) -> str:
+    def block(capability: str, effect: str, route: str, attempts: int, lookup: bool) -> str:
+        text = (
+            f'[contracts."{capability}@1"]\n'
+            f'effect = "{effect}"\n'
+            f"max_attempts = {attempts}\n"
+            "timeout_seconds = 1\n"
+            f'[routes."{capability}@1"]\n'
+            'adapter = "http.json"\n'
+            f'url = "{provider.url(route)}"\n'
+            'method = "POST"\n'
+        )
+        if lookup:
+            text += f'lookup_url = "{provider.url(route + "/by-key/{key}")}"\n'
+        return text + "\n"
+
+    path.write_text(
+        block("pricing.quote", "READ_ONLY", "/quotes", 8, False)
+        + block("stock.reserve", "IDEMPOTENT_WRITE", "/reserves", 8, False)
+        + block("payments.charge", "NON_IDEMPOTENT_WRITE", "/charges", 1, True)
+    )
+    return str(path)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def web_process(env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """A web process with the request API on; yields its base URL."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"),
+            env={
+                **env,
+                "REQUEST_API_ENABLED": "true",
+                "JWT_SECRET": tokens.SECRET,
+                "DEBUG": "false",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+
+            def answers() -> bool:
+                assert process.poll() is None, log_path.read_text()
+                with contextlib.suppress(requests.RequestException):
+                    return requests.get(f"{base}/healthz", timeout=HTTP_TIMEOUT).ok
+                return False
+
+            wait_until(answers, timeout=60, what="the web process to answer /healthz")
+            yield base
+        finally:
+            process.terminate()  # our own child, by its pid
+            process.wait(timeout=30)
+
+
+# ------------------------------------------------------------------------------
+# The storm
+# ------------------------------------------------------------------------------
+@dataclass
+class Counts:
+    kills: int = 0
+    exits: int = 0  # workers that ended on their own (a lost database, a failed start)
+    stops: int = 0
+    terminated_backends: int = 0
+    termination_rounds: int = 0
+    restarts: int = 0
+    api_attempts: int = 0
+    api_retries: int = 0
+    api_statuses: collections.Counter = field(default_factory=collections.Counter)
+
+
+class Fleet:
+    """Keeps WORKERS runworker processes alive: any that ends is replaced (as an orchestrator
+    replaces a dead container). Only processes it started are ever signalled, by pid."""
+
+    def __init__(self, env: dict[str, str], logs: Path, counts: Counts) -> None:
+        self.env, self.logs, self.counts = env, logs, counts
+        self.lock = threading.Lock()
+        self.workers: list[WorkerProcess] = []
+        self.ended: list[WorkerProcess] = []
+        self.killed: set[int] = set()
+        self._started = 0
+        self._stop = threading.Event()
+        for _ in range(WORKERS):
+            self._spawn()
+        self._thread = threading.Thread(target=self._supervise, name="fleet", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        self._started += 1
+        log = self.logs / f"worker-{self._started:03d}.log"
+        self.workers.append(WorkerProcess(self.env, log, **WORKER_SETTINGS))
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.2):
+            with self.lock:
+                for worker in [w for w in self.workers if w.process.poll() is not None]:
+                    self.workers.remove(worker)
+                    self.ended.append(worker)
+                    if worker.pid not in self.killed:
+                        self.counts.exits += 1
+                    self._spawn()
+
+    def pick(self, rng: random.Random) -> WorkerProcess:
+        with self.lock:
+            return rng.choice(self.workers)
+
+    def kill(self, rng: random.Random) -> None:
+        with self.lock:
+            victim = rng.choice([w for w in self.workers if w.process.poll() is None])
+            self.killed.add(victim.pid)
+            victim.signal(signal.SIGKILL)  # Popen refuses to signal a process it has reaped
+        self.counts.kills += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        with self.lock:
+            for worker in self.workers:
+                worker.signal(signal.SIGTERM)
+            for worker in self.workers:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.wait(30)
+                worker.close()
+            for worker in self.ended:
+                worker.close()
+
+
+def _terminate_runtime_backends(admin_url: str) -> int:
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+        return conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE usename = %s",
+            [RUNTIME_ROLE],
+        ).fetchone()[0]
+
+
+def _stop_past_the_lease(fleet: Fleet, admin_url: str, counts: Counts) -> None:
+    """SIGSTOP a worker that holds work; SIGCONT it once others have taken all of it over."""
+
+    def stop_a_holder() -> tuple[WorkerProcess, list] | None:
+        # Under the fleet's lock the supervisor cannot reap (and so replace) the one we pick.
+        with fleet.lock, psycopg.connect(admin_url, connect_timeout=5) as conn:
+            for worker in fleet.workers:
+                held = worker.holds(conn)
+                if held and worker.process.poll() is None:
+                    worker.signal(signal.SIGSTOP)
+                    return worker, held
+        return None
+
+    worker, held = wait_until(stop_a_holder, timeout=30, what="a worker holding executions")
+    counts.stops += 1
+    try:
+
+        def taken_over() -> bool:
+            with psycopg.connect(admin_url, connect_timeout=5) as conn:
+                still = conn.execute(
+                    "SELECT count(*) FROM execution WHERE id = ANY(%s) AND status = 'RUNNING' "
+                    "AND lease_owner LIKE %s",
+                    [held, f"%:{worker.pid}:%"],
+                ).fetchone()[0]
+            return still == 0
+
+        wait_until(taken_over, timeout=60, what="the stopped worker's executions to move on")
+    finally:
+        with fleet.lock:
+            if worker.process.poll() is None:
+                worker.signal(signal.SIGCONT)
+
+
+def _submit(base: str, request_id: uuid.UUID, deadline: float, counts: Counts) -> str:
+    """Accept `go` on the request, retrying with one Idempotency-Key until it is accepted."""
+    headers = {
+        "Authorization": f"Bearer {tokens.token(exp_in=3600)}",
+        "Idempotency-Key": f"chaos-{request_id}",
+    }
+    body = {"transitionId": "go", "expectedRevision": 1}
+    pause = 0.05
+    while True:
+        counts.api_attempts += 1
+        try:
+            response = requests.post(
+                f"{base}/api/v1/requests/{request_id}/transitions",
+                json=body,
+                headers=headers,
+                timeout=HTTP_TIMEOUT,
+            )
+            counts.api_statuses[response.status_code] += 1
+            if response.status_code == 202:
+                return response.json()["id"]
+            assert response.status_code >= 500, (response.status_code, response.text)
+        except requests.RequestException as exc:
+            counts.api_statuses[type(exc).__name__] += 1
+        assert time.monotonic() < deadline, f"request {request_id} was never accepted"
+        counts.api_retries += 1
+        time.sleep(pause)  # backoff between client retries, not a wait for a condition
+        pause = min(pause * 2, 1.0)
+
+
+def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, capsys):
+    double, faults = provider
+    rng = random.Random(SEED)
+    counts = Counts()
+    env = {**cluster.env, "INTEGRATIONS_FILE": _integrations(tmp_path / "int.toml", double)}
+    started = time.monotonic()
+
+    flow = flow_definition(
+        [
+            action("quote", "pricing.quote", input={"amount": {"from": "/data/amount"}}),
+            action("reserve", "stock.reserve", input={"quote": {"from": "/actions/quote/id"}}),
+            action(
+                "charge",
+                "payments.charge",
+                input={"amount": {"from": "/data/amount"}, "quote": {"from": "/actions/quote/id"}},
+            ),
+        ],
+        key="chaos",
+        updates=[
+            {"path": "/quote", "from": "/actions/quote"},
+            {"path": "/reservation", "from": "/actions/reserve"},
+            {"path": "/charge", "from": "/actions/charge"},
+        ],
+    )
+    request_ids = [uuid.uuid4() for _ in range(EXECUTIONS)]
+    with psycopg.connect(cluster.env["DATABASE_URL"], autocommit=True) as conn:
+        flow_id = create_flow(conn, flow)
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO request (id, flow_id, owner, scope, data, state, revision, version) "
+                "VALUES (%s, %s, 'alice', 'acme', %s, 'DRAFT', 1, 1)",
+                [
+                    (rid, flow_id, json.dumps({"amount": n + 1}))
+                    for n, rid in enumerate(request_ids)
+                ],
+            )
+
+    submitted: dict[uuid.UUID, str] = {}
+    with web_process(env, tmp_path / "web.log") as base:
+        fleet = Fleet(env, tmp_path, counts)
+        try:
+            # -- submissions, from four client threads, across the storm --------------------
+            storm_end = time.monotonic() + STORM_SECONDS
+            queue = collections.deque(request_ids)
+            problems: list[BaseException] = []
+
+            def client() -> None:
+                spacing = STORM_SECONDS * 0.75 / (EXECUTIONS / 4)
+                try:
+                    while True:
+                        try:
+                            request_id = queue.popleft()
+                        except IndexError:
+                            return
+                        submitted[request_id] = _submit(
+                            base, request_id, time.monotonic() + SETTLE_SECONDS, counts
+                        )
+                        time.sleep(spacing)  # pacing the load, not waiting for a condition
+                except BaseException as exc:
+                    problems.append(exc)
+
+            clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+            for thread in clients:
+                thread.start()
+
+            # -- the storm: a seeded schedule of faults -------------------------------------
+            schedule = sorted(
+                [(rng.uniform(2, STORM_SECONDS - 2), "kill") for _ in range(10)]
+                + [(rng.uniform(3, STORM_SECONDS - 4), "terminate") for _ in range(6)]
+                + [(rng.uniform(8, 14), "stop"), (rng.uniform(STORM_SECONDS / 2, 30), "restart")]
+            )
+            origin = time.monotonic()
+            for at, fault in schedule:
+                pause = origin + at - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)  # the storm's own clock, not a wait for a condition
+                if fault == "kill":
+                    fleet.kill(rng)
+                elif fault == "terminate":
+                    with contextlib.suppress(psycopg.OperationalError):  # mid-restart
+                        counts.terminated_backends += _terminate_runtime_backends(cluster.admin_url)
+                        counts.termination_rounds += 1
+                elif fault == "stop":
+                    _stop_past_the_lease(fleet, cluster.admin_url, counts)
+                else:
+                    restarted = _localpg("crash-restart", "--dir", str(cluster.base))
+                    assert restarted.returncode == 0, restarted.stderr
+                    counts.restarts += 1
+            storm_end = time.monotonic()
+
+            for thread in clients:
+                thread.join(SETTLE_SECONDS)
+            assert not problems, problems
+            assert len(submitted) == EXECUTIONS
+
+            # -- the calm: every execution ends, or waits for an operator --------------------
+            with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+
+                def settled() -> bool:
+                    (open_,) = conn.execute(
+                        "SELECT count(*) FROM execution WHERE status NOT IN "
+                        "('SUCCEEDED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED')"
+                    ).fetchone()
+                    return open_ == 0
+
+                wait_until(settled, timeout=SETTLE_SECONDS, what="every execution to settle")
+            settled_at = time.monotonic()
+        finally:
+            fleet.close()
+
+    # -- invariants ---------------------------------------------------------------------------
+    with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+        executions = {
+            row[0]: row
+            for row in conn.execute(
+                "SELECT e.id, e.request_id, e.status, e.error_code, r.state, r.blocked_by_id, "
+                "r.data, e.attempts FROM execution e JOIN request r ON r.id = e.request_id"
+            ).fetchall()
+        }
+        completed = collections.Counter(
+            row[0]
+            for row in conn.execute(
+                "SELECT execution_id FROM audit_event WHERE type = 'TRANSITION_COMPLETED'"
+            ).fetchall()
+        )
+        checkpoints = {
+            (row[0], row[1]): row[2]
+            for row in conn.execute(
+                "SELECT execution_id, action_id, status FROM action_execution"
+            ).fetchall()
+        }
+
+    by_status = collections.Counter(row[2] for row in executions.values())
+    charges = collections.Counter(e.key for e in double.effects("/charges"))
+    charge_output = {e.key: e.response for e in double.effects("/charges")}
+    reserve_output = {e.key: e.response for e in double.effects("/reserves")}
+    summary = {
+        "seed": SEED,
+        "executions": len(executions),
+        "by_status": dict(sorted(by_status.items())),
+        "kills": counts.kills,
+        "worker_exits": counts.exits,
+        "stops": counts.stops,
+        "terminated_backends": counts.terminated_backends,
+        "termination_rounds": counts.termination_rounds,
+        "restarts": counts.restarts,
+        "api_attempts": counts.api_attempts,
+        "api_retries": counts.api_retries,
+        "api_answers": {str(k): v for k, v in sorted(counts.api_statuses.items(), key=str)},
+        "provider_calls": double.calls(),
+        "charges_applied": sum(charges.values()),
+        "faults_drawn": dict(sorted(faults.drawn.items())),
+        "storm_seconds": round(storm_end - origin, 1),
+        "settle_seconds": round(settled_at - storm_end, 1),
+        "total_seconds": round(time.monotonic() - started, 1),
+    }
+    with capsys.disabled():
+        print("\nchaos:", json.dumps(summary))
+
+    # Nothing lost: exactly one execution per submitted request, the one the API answered.
+    assert len(executions) == EXECUTIONS
+    assert {str(eid) for eid in executions} == set(submitted.values())
+    assert {row[1] for row in executions.values()} == set(request_ids)
+    # Nothing stuck: final, or waiting for an operator.
+    assert set(by_status) <= {*FINAL, "RECONCILIATION_REQUIRED"}, by_status
+    # No charge applied twice (the provider does not deduplicate).
+    twice = {key: n for key, n in charges.items() if n > 1}
+    assert not twice, f"charges applied more than once (seed {SEED}): {twice}"
+    assert all(key.endswith(":charge") for key in charges)
+    assert {key.split(":")[0] for key in charges} <= {str(eid) for eid in executions}
+
+    for eid, (_, _, state, error_code, req_state, blocked_by, data, _) in executions.items():
+        charge_key, reserve_key = f"{eid}:charge", f"{eid}:reserve"
+        if state == "SUCCEEDED":
+            assert (req_state, blocked_by) == ("DONE", None), eid
+            assert data["charge"] == charge_output[charge_key], eid
+            assert data["reservation"] == reserve_output[reserve_key], eid
+            assert charges[charge_key] == 1, eid
+            assert completed[eid] == 1, eid
+        else:
+            assert completed[eid] == 0, (eid, state)
+            assert req_state == "DRAFT", (eid, state)
+        if state == "RECONCILIATION_REQUIRED":
+            assert blocked_by == eid, eid
+            assert error_code, eid
+        if state == "FAILED":
+            assert blocked_by is None, eid
+            # Released as FAILED only when no write succeeded or is uncertain.
+            assert charge_key not in charges, eid
+            assert checkpoints.get((eid, "reserve")) in (None, "FAILED"), eid
+            assert checkpoints.get((eid, "charge")) is None, eid
+    assert set(completed) <= set(executions)
+    # The storm really happened.
+    assert counts.kills >= 10 and counts.stops == 1 and counts.restarts == 1
+    assert counts.terminated_backends > 0
