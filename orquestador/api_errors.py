@@ -7,6 +7,7 @@ A fault of ours is logged with its traceback and answered with a bare `INTERNAL_
 """
 
 import logging
+import sys
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -17,7 +18,7 @@ from rest_framework.response import Response
 
 from executions.flows.publication import DataError, FlowConflict, FlowInvalid
 
-from . import errors
+from . import database, errors
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ STATUS_BY_CODE = {
     errors.FLOW_CONFLICT: status.HTTP_409_CONFLICT,
     errors.NOT_CANCELLABLE: status.HTTP_409_CONFLICT,
     errors.INTERNAL_ERROR: status.HTTP_500_INTERNAL_SERVER_ERROR,
+    errors.DATABASE_UNAVAILABLE: status.HTTP_503_SERVICE_UNAVAILABLE,
 }
 
 # DRF exceptions, by class, to the code they are answered with (first match wins).
@@ -127,7 +129,11 @@ def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """Django's handler500: JSON under /api/, the usual page elsewhere."""
+    """Django's handler500: JSON under /api/, the usual page elsewhere; a database that cannot
+    be reached is 503 DATABASE_UNAVAILABLE everywhere (Django calls this inside its `except`)."""
+    exc = sys.exc_info()[1]
+    if exc is not None and database.is_unavailable(exc):
+        return database.unavailable_response(exc)
     if request.path.startswith("/api/"):
         return JsonResponse(
             error_body(errors.INTERNAL_ERROR, "internal error; it has been logged"), status=500

@@ -17,6 +17,7 @@ with `reason()`. The warning is logged at most once per `LOG_EVERY_SECONDS`, not
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import psycopg
 from django import db
@@ -98,7 +99,7 @@ def unavailable_response(exc: BaseException) -> JsonResponse:
 class DatabaseUnavailableMiddleware:
     """Answers 503 DATABASE_UNAVAILABLE for a view that could not reach the database."""
 
-    def __init__(self, get_response):  # noqa: ANN001  (Django's middleware protocol)
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:

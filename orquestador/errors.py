@@ -22,6 +22,8 @@ FLOW_INVALID = "FLOW_INVALID"  # 422: a flow definition with problems, each with
 FLOW_CONFLICT = "FLOW_CONFLICT"  # 409: this key and version is published with other content
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"  # 405
 INTERNAL_ERROR = "INTERNAL_ERROR"  # 500: a fault of ours, logged; the detail says nothing more
+# The database cannot be reached (refused, restarting, connection lost): nothing was changed.
+DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"  # 503, with Retry-After
 
 # Execution error codes (execution.error_code / checkpoint.error_code).
 REQUEST_MODIFIED = "REQUEST_MODIFIED"

@@ -1,13 +1,17 @@
 """Liveness and readiness probes.
 
-`/healthz` answers while the process is up. `/readyz` answers 200 only when the database is
-reachable as the configured role and no migration is unapplied; otherwise 503 with the reason.
+`/healthz` answers while the process is up and never touches the database, so an orchestrator
+does not restart a web process for a database outage. `/readyz` answers 200 only when the
+database is reachable as the configured role and no migration is unapplied; otherwise 503 with
+`code` and the reason (`DATABASE_UNAVAILABLE` and why, or the unapplied migrations).
 """
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
+
+from . import database, errors
 
 
 @require_GET
@@ -23,8 +27,13 @@ def readyz(request: HttpRequest) -> JsonResponse:
         executor = MigrationExecutor(connection)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except Exception as exc:  # any database failure means "not ready"
+        database.note_outage(exc)
         return JsonResponse(
-            {"status": "unavailable", "reason": f"database unreachable: {type(exc).__name__}"},
+            {
+                "status": "unavailable",
+                "code": errors.DATABASE_UNAVAILABLE,
+                "reason": f"database unreachable: {database.reason(exc)}",
+            },
             status=503,
         )
     if plan:

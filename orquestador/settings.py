@@ -48,6 +48,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outermost of those that can meet the database: its process_exception runs last.
+    "orquestador.database.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -92,6 +94,12 @@ DATABASES = {
 DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)  # seconds
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A database that does not answer fails a request in this long instead of holding it (a URL's own
+# ?connect_timeout= wins).
+DATABASE_CONNECT_TIMEOUT = 5  # seconds
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    "connect_timeout", DATABASE_CONNECT_TIMEOUT
+)
 # The role that grantruntime grants to: always the user named in DATABASE_URL.
 RUNTIME_DATABASE_USER = env.db_url_config(DATABASE_URL)["USER"]
 

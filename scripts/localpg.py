@@ -104,7 +104,10 @@ def _free_port() -> int:
 
 
 def _port_free(port: int) -> bool:
+    # SO_REUSEADDR, as the server itself binds: connections of a stopped (or crashed) server
+    # left in TIME_WAIT do not count, so a restart gets its port back; a listener does count.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -216,13 +219,11 @@ def is_running(base: Path) -> bool:
     return _pg_ctl(_load_state(base), base, "status", check=False) == 0
 
 
-def start(base: Path, *, fast: bool = False, keep_port: bool = False) -> dict:
+def start(base: Path, *, fast: bool = False) -> dict:
     state = init(base, fast=fast)
     if is_running(base):
         return state
-    # After a crash the old port may still be in TIME_WAIT (the server binds it anyway, with
-    # SO_REUSEADDR); clients expect it back on the same port, so a restart keeps it.
-    if not keep_port and not _port_free(state["port"]):
+    if not _port_free(state["port"]):
         state["port"] = _free_port()
         _write_private(_state_path(base), json.dumps(state))
     log = base / "server.log"
@@ -258,7 +259,7 @@ def crash_restart(base: Path) -> None:
         raise LocalPgError(f"{base} holds no cluster this tool created; not touching it.")
     if is_running(base):
         _pg_ctl(_load_state(base), base, "stop", "--wait", "--mode=immediate")
-    start(base, keep_port=True)
+    start(base)
 
 
 def url(

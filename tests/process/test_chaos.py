@@ -26,11 +26,8 @@ import json
 import os
 import random
 import secrets
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -42,21 +39,20 @@ import psycopg
 import pytest
 import requests
 
-from tests.conftest import ROOT, manage
 from tests.support import tokens
+from tests.support.cluster import Cluster, own_cluster
 from tests.support.providers import JsonProvider, Received, Reply, drop, ok, slow, status
+from tests.support.web import web_process
 from tests.support.worker import WorkerProcess, action, create_flow, flow_definition, wait_until
 
 pytestmark = [pytest.mark.process, pytest.mark.chaos]
 
-LOCALPG = ROOT / "scripts" / "localpg.py"
 SEED = int(os.environ.get("CHAOS_SEED") or secrets.randbits(32))
 EXECUTIONS = 320
 WORKERS = 4
 STORM_SECONDS = 40.0  # seconds of faults; submissions are spread over the first three quarters
 SETTLE_SECONDS = 100.0  # seconds for the calm after the storm to finish every execution
 HTTP_TIMEOUT = 5.0  # seconds per API call
-RUNTIME_ROLE = "orquestador_app"  # the runtime role scripts/localpg.py setup creates
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 WORKER_SETTINGS = {
@@ -73,54 +69,18 @@ WORKER_SETTINGS = {
 
 
 # ------------------------------------------------------------------------------
-# The durable cluster, the provider, the web process
+# The durable cluster and the provider
 # ------------------------------------------------------------------------------
-def _localpg(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(LOCALPG), *args], capture_output=True, text=True, timeout=180
-    )
-
-
-@dataclass(frozen=True)
-class Cluster:
-    base: Path
-    admin_url: str  # superuser, on the database the processes use
-    env: dict[str, str]  # DATABASE_URL / MIGRATION_DATABASE_URL and the rest, for manage.py
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """A durable cluster of our own, migrated and granted as a deployment does."""
-    (ROOT / ".local").mkdir(exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="pg-chaos.", dir=ROOT / ".local"))
-    try:
-        made = _localpg("setup", "--dir", str(base), "--env-file", str(base / "db.env"))
-        if made.returncode != 0 and "were not found" in made.stderr:
-            pytest.skip("the chaos test needs PostgreSQL server binaries to run its own cluster")
-        assert made.returncode == 0, made.stderr
-        urls = dict(line.split("=", 1) for line in (base / "db.env").read_text().splitlines())
-        env = {
-            **os.environ,
-            **urls,
-            "DJANGO_SETTINGS_MODULE": "orquestador.settings",
-            "PYTHONUNBUFFERED": "1",
-        }
-        for command in (("migrate", "--no-input"), ("grantruntime",)):
-            done = subprocess.run(
-                manage(*command), env=env, capture_output=True, text=True, timeout=300
-            )
-            assert done.returncode == 0, done.stderr
-        admin = _localpg("url", "--dir", str(base)).stdout.strip().rsplit("/", 1)[0]
-        admin_url = f"{admin}/orquestador"
-        with psycopg.connect(admin_url) as conn:
+    """A durable cluster of our own: an immediate restart must keep every commit."""
+    with own_cluster("pg-chaos") as made:
+        with psycopg.connect(made.admin_url) as conn:
             durable = conn.execute(
                 "SELECT current_setting('fsync'), current_setting('synchronous_commit')"
             ).fetchone()
         assert durable == ("on", "on"), "the chaos cluster must be durable"
-        yield Cluster(base, admin_url, env)
-    finally:
-        _localpg("stop", "--dir", str(base))
-        shutil.rmtree(base, ignore_errors=True)
+        yield made
 
 
 class Faults:
@@ -190,46 +150,6 @@ def _integrations(path: Path, provider: JsonProvider) -> str:
         + block("payments.charge", "NON_IDEMPOTENT_WRITE", "/charges", 1, True)
     )
     return str(path)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def web_process(env: dict[str, str], log_path: Path) -> Iterator[str]:
-    """A web process with the request API on; yields its base URL."""
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"),
-            env={
-                **env,
-                "REQUEST_API_ENABLED": "true",
-                "JWT_SECRET": tokens.SECRET,
-                "DEBUG": "false",
-            },
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-
-            def answers() -> bool:
-                assert process.poll() is None, log_path.read_text()
-                with contextlib.suppress(requests.RequestException):
-                    return requests.get(f"{base}/healthz", timeout=HTTP_TIMEOUT).ok
-                return False
-
-            wait_until(answers, timeout=60, what="the web process to answer /healthz")
-            yield base
-        finally:
-            process.terminate()  # our own child, by its pid
-            process.wait(timeout=30)
 
 
 # ------------------------------------------------------------------------------
@@ -305,15 +225,6 @@ class Fleet:
                 worker.close()
 
 
-def _terminate_runtime_backends(admin_url: str) -> int:
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
-        return conn.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE usename = %s",
-            [RUNTIME_ROLE],
-        ).fetchone()[0]
-
-
 def _stop_past_the_lease(fleet: Fleet, admin_url: str, counts: Counts) -> None:
     """SIGSTOP a worker that holds work; SIGCONT it once others have taken all of it over."""
 
@@ -367,7 +278,9 @@ def _submit(base: str, request_id: uuid.UUID, deadline: float, counts: Counts) -
             counts.api_statuses[response.status_code] += 1
             if response.status_code == 202:
                 return response.json()["id"]
-            assert response.status_code >= 500, (response.status_code, response.text)
+            # While the database is away the answer is a JSON 503, never a stack trace.
+            assert response.status_code == 503, (response.status_code, response.text)
+            assert response.json()["code"] == "DATABASE_UNAVAILABLE", response.text
         except requests.RequestException as exc:
             counts.api_statuses[type(exc).__name__] += 1
         assert time.monotonic() < deadline, f"request {request_id} was never accepted"
@@ -456,13 +369,12 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
                     fleet.kill(rng)
                 elif fault == "terminate":
                     with contextlib.suppress(psycopg.OperationalError):  # mid-restart
-                        counts.terminated_backends += _terminate_runtime_backends(cluster.admin_url)
+                        counts.terminated_backends += cluster.terminate_runtime_backends()
                         counts.termination_rounds += 1
                 elif fault == "stop":
                     _stop_past_the_lease(fleet, cluster.admin_url, counts)
                 else:
-                    restarted = _localpg("crash-restart", "--dir", str(cluster.base))
-                    assert restarted.returncode == 0, restarted.stderr
+                    cluster.crash_restart()
                     counts.restarts += 1
             storm_end = time.monotonic()
 

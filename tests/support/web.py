@@ -1,0 +1,56 @@
+"""A real web process (`manage.py runserver`, no reloader) on a free loopback port."""
+
+import contextlib
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import requests
+
+from tests.conftest import manage
+from tests.support import tokens
+from tests.support.worker import wait_until
+
+START_DEADLINE = 60.0  # seconds for the process to answer /healthz
+HTTP_TIMEOUT = 5.0  # seconds per call while waiting for it
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def web_process(env: dict[str, str], log_path: Path, **overrides: str) -> Iterator[str]:
+    """A web process with the request API on (tokens.SECRET signs its JWTs); yields its base
+    URL once it answers /healthz. Only this process is ever signalled, by its pid."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"),
+            env={
+                **env,
+                "REQUEST_API_ENABLED": "true",
+                "JWT_SECRET": tokens.SECRET,
+                "DEBUG": "false",
+                **overrides,
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+
+            def answers() -> bool:
+                assert process.poll() is None, log_path.read_text()
+                with contextlib.suppress(requests.RequestException):
+                    return requests.get(f"{base}/healthz", timeout=HTTP_TIMEOUT).ok
+                return False
+
+            wait_until(answers, timeout=START_DEADLINE, what="the web process to answer /healthz")
+            yield base
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
