@@ -7,7 +7,6 @@ A fault of ours is logged with its traceback and answered with a bare `INTERNAL_
 """
 
 import logging
-import sys
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -18,7 +17,7 @@ from rest_framework.response import Response
 
 from executions.flows.publication import DataError, FlowConflict, FlowInvalid
 
-from . import database, errors
+from . import errors
 
 logger = logging.getLogger(__name__)
 
@@ -129,11 +128,7 @@ def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """Django's handler500: JSON under /api/, the usual page elsewhere; a database that cannot
-    be reached is 503 DATABASE_UNAVAILABLE everywhere (Django calls this inside its `except`)."""
-    exc = sys.exc_info()[1]
-    if exc is not None and database.is_unavailable(exc):
-        return database.unavailable_response(exc)
+    """Django's handler500: JSON under /api/, the usual page elsewhere."""
     if request.path.startswith("/api/"):
         return JsonResponse(
             error_body(errors.INTERNAL_ERROR, "internal error; it has been logged"), status=500

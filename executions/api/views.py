@@ -31,7 +31,7 @@ from orquestador.errors import CodedError
 
 from .. import selectors, services
 from ..flows.publication import flow_publish
-from .parsers import StrictJSONParser
+from .parsers import StrictJSONParser, check_declared_length
 from .serializers import (
     ErrorSerializer,
     ExecutionViewSerializer,
@@ -85,6 +85,8 @@ def json_body(request: DrfRequest) -> Any:
         raise CodedError(
             errors.INVALID_BODY, "the body must be JSON, sent with Content-Type: application/json"
         )
+    # Before DRF reads it: a body over Django's own upload limit would otherwise be an HTML 400.
+    check_declared_length(request.META.get("CONTENT_LENGTH"))
     return request.data
 
 
