@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import sql
+from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
 from .models import Effect
 
@@ -113,6 +113,7 @@ def checkpoints_start(
             "synchronous_commit": _durability(item.effect for item in items),
         },
     ).fetchall()
+    faultpoints.reach(faultpoints.CHECKPOINT_STARTED, [item.action_id for item in items])
     return {row[0]: row[1] for row in rows}
 
 
@@ -123,6 +124,7 @@ def checkpoints_succeed(
 
     Returns the execution ids saved; a holder missing from it was superseded.
     """
+    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, [item.action_id for item in items])
     rows = conn.execute(
         sql.CHECKPOINT_SUCCEED,
         {
@@ -130,6 +132,7 @@ def checkpoints_succeed(
             "synchronous_commit": _durability(item.effect for item in items),
         },
     ).fetchall()
+    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, [item.action_id for item in items])
     return {row[0] for row in rows}
 
 

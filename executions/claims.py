@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import sql
+from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
 
 
@@ -81,6 +81,8 @@ def executions_claim(
     rows = conn.execute(
         sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": limit, "lease_seconds": lease_seconds}
     ).fetchall()
+    if rows:
+        faultpoints.reach(faultpoints.CLAIM_COMMITTED)
     return [_claim(row) for row in rows]
 
 

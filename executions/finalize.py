@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import sql
+from . import faultpoints, sql
 from .checkpoints import checkpoint_settle
 from .leases import ExecutionSuperseded, Fence, lease_is_held
 from .models import AuditType, ExecutionStatus
@@ -103,10 +103,13 @@ def executions_finalize(
     Returns each finalised execution's new request revision by execution id. A holder missing
     from it was superseded, or its request or checkpoints changed: `finalize_refusal` says which.
     """
-    rows = conn.execute(
-        sql.EXECUTION_FINALIZE,
-        {"items": Jsonb([item.row() for item in items]), "actor": actor},
-    ).fetchall()
+    action_ids = [action_id for item in items for action_id in item.action_ids]
+    with faultpoints.final_transaction(conn, action_ids):
+        rows = conn.execute(
+            sql.EXECUTION_FINALIZE,
+            {"items": Jsonb([item.row() for item in items]), "actor": actor},
+        ).fetchall()
+    faultpoints.reach(faultpoints.FINAL_COMMITTED, action_ids)
     return {row[0]: row[1] for row in rows}
 
 

@@ -198,6 +198,10 @@ WORKER_ENV = {
     }.items()
 }
 
+# The crash-point hook (executions/faultpoints.py) is for the test suite's crash-point matrix and
+# never runs in production: no environment variable reads this; only settings_test.py sets it.
+FAULT_POINTS_ENABLED = False
+
 # The worker endpoint (executions/worker/endpoint.py), mounted at /internal/worker/ only when
 # enabled. It runs principal-less packages as the system identity, so it never starts without its
 # token; `WORKER_RUNTIME=remote` presents the same token.

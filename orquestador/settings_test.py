@@ -14,9 +14,14 @@ if not MIGRATION_DATABASE_URL:
         "MIGRATION_DATABASE_URL is required by the test suite; run the README's test command."
     )
 
-DATABASES["default"] = {
-    **env.db_url_config(MIGRATION_DATABASE_URL),
-    "ENGINE": "django.db.backends.postgresql",
-    "CONN_MAX_AGE": 0,
-}
+# The suite drives the schema as the migration role. A real process that a test starts with these
+# settings (to arm a crash point) says TEST_SETTINGS_ROLE=runtime and keeps the production role.
+if env.str("TEST_SETTINGS_ROLE", default="migration") != "runtime":
+    DATABASES["default"] = {
+        **env.db_url_config(MIGRATION_DATABASE_URL),
+        "ENGINE": "django.db.backends.postgresql",
+        "CONN_MAX_AGE": 0,
+    }
+# The crash points of executions/faultpoints.py may be armed (ORQUESTADOR_FAULT_POINT) only here.
+FAULT_POINTS_ENABLED = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

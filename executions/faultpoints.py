@@ -1,0 +1,84 @@
+"""Named crash points at the worker's persistence boundaries, for the crash-point matrix only.
+
+A test names one point in the environment (`ORQUESTADOR_FAULT_POINT`, optionally narrowed to one
+action with `ORQUESTADOR_FAULT_ACTION`) and the process SIGKILLs itself the first time it reaches
+it: deterministic, at exactly that boundary, with nothing after it run (no `finally`, no
+rollback by the client: the server sees the connection vanish). `docs/crash-points.md` lists the
+points, and what recovery by another process must do after each.
+
+Production cannot arm it: the environment variable is read only when the settings say
+`FAULT_POINTS_ENABLED = True`, which `orquestador/settings.py` fixes to False (no variable reads
+it) and only `orquestador/settings_test.py` sets. An unknown point name stops the process at
+start, naming it.
+"""
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterable, Iterator
+
+import psycopg
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+POINT_ENV = "ORQUESTADOR_FAULT_POINT"
+ACTION_ENV = "ORQUESTADOR_FAULT_ACTION"
+
+CLAIM_COMMITTED = "claim.committed"  # the claim committed; nothing loaded or started
+CHECKPOINT_STARTED = "checkpoint.started"  # RUNNING checkpoint committed; adapter not called
+CHECKPOINT_SUCCEEDING = "checkpoint.succeeding"  # the call returned; SUCCEEDED not yet written
+CHECKPOINT_SUCCEEDED = "checkpoint.succeeded"  # SUCCEEDED committed; the next action not begun
+FINAL_UNCOMMITTED = "final.uncommitted"  # the final statement ran in a transaction not committed
+FINAL_COMMITTED = "final.committed"  # the final transaction committed
+POINTS = (
+    CLAIM_COMMITTED,
+    CHECKPOINT_STARTED,
+    CHECKPOINT_SUCCEEDING,
+    CHECKPOINT_SUCCEEDED,
+    FINAL_UNCOMMITTED,
+    FINAL_COMMITTED,
+)
+
+
+@functools.cache
+def armed() -> tuple[str, str | None] | None:
+    """The (point, action or None) this process dies at, or None (always None in production)."""
+    if not getattr(settings, "FAULT_POINTS_ENABLED", False):
+        return None
+    point = os.environ.get(POINT_ENV, "")
+    if not point:
+        return None
+    if point not in POINTS:
+        raise ImproperlyConfigured(f"{POINT_ENV}={point!r} is not one of {', '.join(POINTS)}")
+    return point, os.environ.get(ACTION_ENV) or None
+
+
+def reach(point: str, action_ids: Iterable[str] | None = None) -> None:
+    """Die here if this point is armed (and, when an action is named and this point concerns
+    actions, one of `action_ids` is it)."""
+    target = armed()
+    if target is None or target[0] != point:
+        return
+    if target[1] is not None and action_ids is not None and target[1] not in set(action_ids):
+        return
+    sys.stdout.write(json.dumps({"event": "fault point reached", "point": point}) + "\n")
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def final_transaction(
+    conn: psycopg.Connection, action_ids: Iterable[str] | None = None
+) -> Iterator[None]:
+    """Around the final statement: when FINAL_UNCOMMITTED is armed, run it inside an explicit
+    transaction and die before its commit; otherwise do nothing (it commits on its own)."""
+    target = armed()
+    if target is None or target[0] != FINAL_UNCOMMITTED:
+        yield
+        return
+    with conn.transaction():
+        yield
+        reach(FINAL_UNCOMMITTED, action_ids)
