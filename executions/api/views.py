@@ -32,7 +32,7 @@ from reconciliation.cancel import execution_cancel
 
 from .. import selectors, services
 from ..flows.publication import flow_publish
-from .parsers import StrictJSONParser
+from .parsers import StrictJSONParser, check_declared_length
 from .serializers import (
     ErrorSerializer,
     ExecutionCancelSerializer,
@@ -87,6 +87,8 @@ def json_body(request: DrfRequest) -> Any:
         raise CodedError(
             errors.INVALID_BODY, "the body must be JSON, sent with Content-Type: application/json"
         )
+    # Before DRF reads it: a body over Django's own upload limit would otherwise be an HTML 400.
+    check_declared_length(request.META.get("CONTENT_LENGTH"))
     return request.data
 
 
