@@ -2,7 +2,8 @@
 
 Refused, with a reason that reads after a subject ("the body …", "the flow definition …"): text
 over `max_bytes`, bytes that are not UTF-8, text that is not JSON, NaN and infinities (and numbers
-such as 1e400 that would become one), duplicate object keys (which would silently drop a value),
+such as 1e400 that would become one), integers longer than MAX_INTEGER_DIGITS (Python refuses
+to convert longer ones), duplicate object keys (which would silently drop a value),
 nesting deeper than MAX_DEPTH, and strings holding NUL or an unpaired surrogate (jsonb and UTF-8
 cannot hold them, and would otherwise fail deep inside the database). Request bodies, flow
 definitions, providers' answers and operators' typed outputs all come through `loads`.
@@ -14,6 +15,7 @@ import re
 from typing import Any
 
 MAX_DEPTH = 100  # levels of nested arrays and objects
+MAX_INTEGER_DIGITS = 4300  # digits of one JSON integer (Python's int-string conversion limit)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -45,6 +47,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise JSONRefused(f"has an integer longer than {MAX_INTEGER_DIGITS} digits: {text[:20]}...")
+    return int(text)
+
+
 def loads(raw: bytes | str, *, max_bytes: int | None = None) -> Any:
     """Parse strict JSON text, or raise JSONRefused saying what is wrong with it."""
     if max_bytes is not None and len(raw) > max_bytes:
@@ -60,6 +68,7 @@ def loads(raw: bytes | str, *, max_bytes: int | None = None) -> Any:
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constants,
             parse_float=_finite_float,
+            parse_int=_bounded_int,
         )
     except json.JSONDecodeError as exc:
         raise JSONRefused(

@@ -19,7 +19,14 @@ from executions.models import AuditType, ExecutionStatus
 from orquestador import errors
 from orquestador.errors import CodedError
 
-from .writes import clean_reason, operator_write
+from .writes import MAX_REASON_CHARS, clean_reason, operator_write
+
+__all__ = [
+    "CANCELLABLE_STATUSES",
+    "MAX_REASON_CHARS",  # the rule is writes.clean_reason's; re-exported for the forms that ask
+    "CancelResult",
+    "execution_cancel",
+]
 
 CANCELLABLE_STATUSES = (
     ExecutionStatus.PENDING,
@@ -39,6 +46,12 @@ class CancelResult:
 def _refuse(status: str | None) -> CodedError:
     if status is None:
         return CodedError(errors.NOT_FOUND, "no such execution")
+    if status == ExecutionStatus.RECONCILIATION_REQUIRED:
+        return CodedError(
+            errors.NOT_CANCELLABLE,
+            "the execution is in RECONCILIATION_REQUIRED: an operator settles it in the "
+            "reconciliation admin",
+        )
     return CodedError(errors.NOT_CANCELLABLE, f"the execution is already {status}")
 
 

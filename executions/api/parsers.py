@@ -1,7 +1,8 @@
 """Request bodies: bounded, strict JSON that PostgreSQL can store as it was sent.
 
-What "strict" refuses is `orquestador.strictjson`'s to say; here every refusal becomes
-INVALID_BODY, saying why ("the body …").
+Bodies over MAX_BODY_BYTES are refused whatever their size (the declared length is checked
+before anything is read); what "strict" refuses beyond that is `orquestador.strictjson`'s to say.
+Every refusal is INVALID_BODY, saying why ("the body …").
 """
 
 from typing import Any
@@ -14,12 +15,23 @@ from orquestador.errors import CodedError
 MAX_BODY_BYTES = 1024 * 1024  # bytes; request data alone is limited to 256 KiB, compact
 
 
+def _invalid(detail: str) -> CodedError:
+    return CodedError(errors.INVALID_BODY, detail)
+
+
+def check_declared_length(content_length: str | None) -> None:
+    """Refuse a body whose declared Content-Length is over MAX_BODY_BYTES, before reading it."""
+    if content_length and content_length.strip().isdigit():
+        if int(content_length) > MAX_BODY_BYTES:
+            raise _invalid(f"the body is larger than {MAX_BODY_BYTES} bytes")
+
+
 def loads(raw: bytes) -> Any:
     """Parse a request body, or raise CodedError(INVALID_BODY) saying what is wrong with it."""
     try:
         return strictjson.loads(raw, max_bytes=MAX_BODY_BYTES)
     except strictjson.JSONRefused as exc:
-        raise CodedError(errors.INVALID_BODY, f"the body {exc.reason}") from exc
+        raise _invalid(f"the body {exc.reason}") from exc
 
 
 class StrictJSONParser(JSONParser):
