@@ -24,11 +24,12 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from . import pointer
+from . import patterns, pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
 
-DRAFT = jsonschema.Draft202012Validator
+# Draft 2020-12 with every `pattern` searched in linear time (patterns.py).
+DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
 MAX_CASE_SUMMARY = 8  # pointers a flow's caseSummary may list
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
@@ -199,6 +200,8 @@ class _Checker:
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:
             self.schema_references(schema, path)
+            for where, message in patterns.pattern_problems(schema, path):
+                self.problem(where, message)
 
     def schema_references(self, schema: dict, path: str) -> None:
         """References must stay inside dataSchema and resolve there.
