@@ -143,7 +143,8 @@ SELECT count(*) FILTER (WHERE e.status = 'SUCCEEDED'), max(e.finished_at)
   FROM execution AS e JOIN request AS r ON r.id = e.request_id
  WHERE r.scope = %(tag)s
 """
-# ~1,000,000 finished executions of history, under one request.
+# ~1,000,000 finished executions of history, under one request, a month old (purgehistory's
+# prey), each with one checkpoint.
 HISTORY = """
 INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_revision,
                        attempts, fencing_token, result, actor_snapshot, created_at,
@@ -151,7 +152,16 @@ INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_
 SELECT gen_random_uuid(), %(request_id)s, %(flow_id)s, 'go', 'SUCCEEDED', 2, 1, 1,
        '{"outcome": "DONE", "targetState": "DONE"}', '{}', t, t, t, t
   FROM generate_series(1, %(n)s) AS g,
-       LATERAL (SELECT now() - interval '1 day' + g * interval '1 millisecond' AS t) AS ts
+       LATERAL (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS t) AS ts
+"""
+HISTORY_CHECKPOINTS = """
+INSERT INTO action_execution (execution_id, action_id, sequence, capability, capability_version,
+                              effect, status, input_hash, external_key, attempt, fencing_token,
+                              output, started_at, finished_at)
+SELECT e.id, 'noop', 0, 'NO_OP', 1, 'READ_ONLY', 'SUCCEEDED', repeat('0', 64), e.id || ':noop',
+       1, 1, '{}', e.started_at, e.finished_at
+  FROM execution AS e
+ WHERE e.request_id = %(request_id)s
 """
 
 
@@ -517,8 +527,44 @@ class Bench:
             [request_id, self.flow_id],
         )
         self.owner.execute(HISTORY, {"request_id": request_id, "flow_id": self.flow_id, "n": n})
+        self.owner.execute(HISTORY_CHECKPOINTS, {"request_id": request_id})
         self.owner.execute("VACUUM ANALYZE execution")
-        print(f"  added {n} finished executions in {time.monotonic() - started:.1f}s", flush=True)
+        self.owner.execute("VACUUM ANALYZE action_execution")
+        print(
+            f"  added {n} finished executions (one checkpoint each) in "
+            f"{time.monotonic() - started:.1f}s",
+            flush=True,
+        )
+
+    def claim_during_purge(self, claims: int) -> dict:
+        """Claim time while `manage.py purgehistory` works through the history beside it."""
+        with ExitStack() as stack:
+            log = open(self.base / "purgehistory.log", "wb")
+            stack.callback(log.close)
+            purge = subprocess.Popen(
+                [PYTHON, "manage.py", "purgehistory", "--older-than", "7", "--pause", "0"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            stack.callback(self._stop, purge)
+            deadline = time.monotonic() + READY_TIMEOUT
+            purged = 0
+            while purged == 0:  # wait until its first batch committed
+                if time.monotonic() > deadline or purge.poll() is not None:
+                    raise RuntimeError(f"purgehistory did not start; see {self.base}")
+                time.sleep(0.05)
+                purged = self._purged()
+            result = self.claim_time(claims, "during a purge")
+            result["purge_running_at_end"] = purge.poll() is None
+            result["purged_during_claims"] = self._purged() - purged
+        return result
+
+    def _purged(self) -> int:
+        return self.owner.execute(
+            "SELECT count(*) FROM execution WHERE purged_at IS NOT NULL"
+        ).fetchone()[0]
 
     # -- the raw loop -------------------------------------------------------------------------
 
@@ -924,6 +970,7 @@ class Bench:
             self.report["claim_empty"] = self.claim_time(args.claims, "empty history")
             self.add_history(args.history)
             self.report["claim_history"] = self.claim_time(args.claims, "with history")
+            self.report["claim_during_purge"] = self.claim_during_purge(args.claims)
             if "throughput" in wanted:
                 print("throughput with history:", flush=True)
                 self.report["throughput_history"] = self.throughput(
@@ -1030,6 +1077,13 @@ def summary(report: dict) -> list[str]:
             f"{report['claim_history']['executions_in_table']} rows "
             f"{report['claim_history']['p50_ms']} / {report['claim_history']['p99_ms']} ms "
             f"(p99 {_ratio(report['claim_history']['p99_ms'], report['claim_empty']['p99_ms'])})"
+        )
+        during = report["claim_during_purge"]
+        lines.append(
+            f"  claim p50/p99 during purgehistory: {during['p50_ms']} / {during['p99_ms']} ms "
+            f"(p99 {_ratio(during['p99_ms'], report['claim_history']['p99_ms'])} of without; "
+            f"{during['purged_during_claims']} executions purged meanwhile, still running at the "
+            f"end: {during['purge_running_at_end']})"
         )
     if "slow_provider" in report:
         slow = report["slow_provider"]
