@@ -720,14 +720,16 @@ class Bench:
             server = subprocess.Popen(
                 [
                     str(Path(PYTHON).parent / "gunicorn"),
+                    "-c",
+                    "python:orquestador.gunicorn",  # the production configuration
                     "orquestador.wsgi:application",
-                    "--bind",
-                    f"127.0.0.1:{port}",
-                    "--workers",
-                    str(self.args.web_workers),
                 ],
                 cwd=ROOT,
-                env=env,
+                env={
+                    **env,
+                    "WEB_BIND": f"127.0.0.1:{port}",
+                    "WEB_WORKERS": str(self.args.web_workers),
+                },
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -1142,7 +1144,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slow-delay", type=float, default=0.1, help="provider delay, seconds")
     parser.add_argument("--api-clients", default="1,8,32")
     parser.add_argument("--api-calls", type=int, default=2_000)
-    parser.add_argument("--web-workers", type=int, default=2, help="gunicorn --workers")
+    parser.add_argument("--web-workers", type=int, default=2, help="WEB_WORKERS of the web server")
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
     parser.add_argument("--only", default=",".join(SECTIONS), help="sections to run")

@@ -11,7 +11,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("executions", "0004_drop_redundant_indexes"),
+        ("executions", "0005_execution_cancel_permission"),
     ]
 
     operations = [
