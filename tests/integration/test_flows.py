@@ -265,7 +265,7 @@ def test_loadflow__invalid_json_is_a_command_error(tmp_path):
     path.write_text('{"key": "x",\n  "version": }')
     with pytest.raises(CommandError) as exc:
         loadflow(path)
-    assert "invalid JSON: Expecting value at line 2 column 14" in str(exc.value)
+    assert "is not valid JSON: Expecting value at line 2 column 14" in str(exc.value)
     assert not Flow.objects.exists()
 
 
