@@ -28,11 +28,12 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from . import pointer
+from . import patterns, pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
 
-DRAFT = jsonschema.Draft202012Validator
+# Draft 2020-12 with every `pattern` searched in linear time (patterns.py).
+DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
 ACTION_KEYS = ("id", "capability", "version", "input")
@@ -191,6 +192,9 @@ class _Checker:
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:
             valid = self.schema_references(schema, path, where)
+            for location, message in patterns.pattern_problems(schema, path):
+                valid = False
+                self.problem(location, message)
         return valid
 
     def schema_references(self, schema: dict, path: str, where: str = "dataSchema") -> bool:
