@@ -22,7 +22,8 @@ from typing import Any
 
 import jsonschema
 import jsonschema.exceptions
-import jsonschema.validators
+
+from executions.flows import patterns
 
 from .base import Contract, IntegrationConfigError, RoutableAdapter, Route
 from .options import Option, integer, one_of, show_value
@@ -196,7 +197,7 @@ def _timeout(key: str, table: Mapping[str, Any], lease_seconds: float) -> float:
 def _schema(key: str, value: Any) -> dict[str, Any]:
     schema = _table(key, value)
     _json_only(key, schema)
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = patterns.validator_for(schema)
     try:
         validator.check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
@@ -205,6 +206,10 @@ def _schema(key: str, value: Any) -> dict[str, Any]:
         raise IntegrationConfigError(
             key, f"is not a valid JSON Schema{at}: {exc.message}"
         ) from None
+    problems = patterns.pattern_problems(schema, "$")
+    if problems:
+        where, message = problems[0]
+        raise IntegrationConfigError(key, f"has an unsupported pattern at {where}: {message}")
     return schema
 
 

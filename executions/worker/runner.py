@@ -58,6 +58,7 @@ from ..finalize import (
     execution_schedule_retry,
     finalize_refusal,
 )
+from ..flows import patterns
 from ..flows.canonical import compact_size, sha256_hex
 from ..flows.checks import DRAFT
 from ..flows.evaluator import (
@@ -135,7 +136,7 @@ def _validator(schema: dict, *, formats: bool = True) -> jsonschema.protocols.Va
         if cached is not None and cached[0] is schema:
             return cached[1]
         if formats:
-            cls = jsonschema.validators.validator_for(schema)
+            cls = patterns.validator_for(schema)  # `pattern` in linear time
             validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
         else:
             validator = DRAFT(schema)
