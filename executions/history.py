@@ -4,13 +4,15 @@ Invariants and transaction boundaries:
 - only final executions (SUCCEEDED, FAILED, CANCELLED) finished before the cutoff are purged:
   never RECONCILIATION_REQUIRED (an operator needs its evidence) and never live work;
 - each batch is one short transaction of one statement (sql.PURGE_BATCH): it deletes the batch's
-  checkpoints and clears the executions' payloads, or does nothing; a purge stopped at any point
-  leaves every execution either purged or untouched, and running it again carries on;
+  checkpoints and the events sent to them and clears the executions' payloads, or does nothing;
+  a purge stopped at any point leaves every execution either purged or untouched, and running it
+  again carries on;
 - workers keep running meanwhile: a batch locks only final execution rows (SKIP LOCKED), which
   no worker and no claim ever locks, and it holds them for one statement;
 - the audit trail is append-only and stays whole; the execution row stays too (the audit and the
   request's history refer to it), with what the execution view shows. Once purged, an execution
-  has no checkpoints, so nothing can be found by its external keys any more.
+  has no checkpoints and no events, so nothing can be found by its external keys or event ids any
+  more (a replayed callback or eventId for it must answer 404 NOT_FOUND).
 """
 
 import logging
@@ -36,6 +38,7 @@ class PurgeResult:
     cutoff: datetime
     executions: int = 0
     checkpoints: int = 0
+    events: int = 0
     batches: int = 0
 
 
@@ -67,13 +70,15 @@ def history_purge(
             break
         result.batches += 1
         result.executions += len(rows)
-        result.checkpoints += sum(checkpoints for _, checkpoints in rows)
+        result.checkpoints += sum(row[1] for row in rows)
+        result.events += sum(row[2] for row in rows)
         logger.info(
             "history purged",
             extra={
                 "batch_executions": len(rows),
                 "executions": result.executions,
                 "checkpoints": result.checkpoints,
+                "events": result.events,
             },
         )
         if on_batch is not None:

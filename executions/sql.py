@@ -655,10 +655,11 @@ PURGE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, true)"
 # through execution_purge_idx. It locks those execution rows (SKIP LOCKED: two purges never wait
 # on each other; no worker ever locks a final row, and the claim's rows are all live, so it never
 # waits on a claim nor makes one wait), deletes their checkpoints (inputs' hashes, outputs, error
-# details: the bulk of history) through action_execution_action_uniq, and clears the execution's
+# details: the bulk of history) through action_execution_action_uniq and the events sent to them
+# (payloads) through execution_event_uniq, and clears the execution's
 # own payloads (error detail, actor snapshot), keeping what the execution view shows (status,
 # outcome, target state, error code) and the audit trail, which is append-only. Returns one row
-# per purged execution with the number of checkpoints deleted for it.
+# per purged execution with the numbers of checkpoints and events deleted for it.
 PURGE_BATCH = """
 WITH batch AS (
     SELECT e.id
@@ -676,6 +677,12 @@ gone AS (
      WHERE c.execution_id = batch.id
     RETURNING c.execution_id
 ),
+events_gone AS (
+    DELETE FROM execution_event AS v
+     USING batch
+     WHERE v.execution_id = batch.id
+    RETURNING v.execution_id
+),
 purged AS (
     UPDATE execution AS e
        SET purged_at = clock_timestamp(),
@@ -685,8 +692,10 @@ purged AS (
      WHERE e.id = batch.id
     RETURNING e.id
 )
-SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints
+SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS events
   FROM purged AS p
   LEFT JOIN (SELECT execution_id, count(*) AS checkpoints FROM gone GROUP BY execution_id) AS g
          ON g.execution_id = p.id
+  LEFT JOIN (SELECT execution_id, count(*) AS events FROM events_gone GROUP BY execution_id) AS v
+         ON v.execution_id = p.id
 """

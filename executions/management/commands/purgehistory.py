@@ -33,6 +33,7 @@ class Command(BaseCommand):
             raise CommandError(f"--pause: must be between 0 and 60 seconds, got {pause}")
         result = history_purge(older_than_days=older_than, batch=batch, pause_seconds=pause)
         self.stdout.write(
-            f"purged {result.executions} executions ({result.checkpoints} checkpoints) finished "
-            f"before {result.cutoff.isoformat()} in {result.batches} batches"
+            f"purged {result.executions} executions ({result.checkpoints} checkpoints, "
+            f"{result.events} events) finished before {result.cutoff.isoformat()} in "
+            f"{result.batches} batches"
         )

@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 
 from executions.checkpoints import checkpoint_start
 from executions.history import history_purge
+from executions.models import EventStatus
 from tests.support.worker import (
     action,
     audit_events,
@@ -23,6 +24,7 @@ from tests.support.worker import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+EVENT_STATUS = EventStatus.values[0]
 OLD, RECENT = 40, 5  # days ago; the purge below takes what finished more than 30 days ago
 
 
@@ -66,6 +68,12 @@ def finished(conn: psycopg.Connection, flow: int, status: str, days_ago: int) ->
     return accepted.execution_id
 
 
+def events_of(conn: psycopg.Connection, execution_id: uuid.UUID) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM execution_event WHERE execution_id = %s", [execution_id]
+    ).fetchone()[0]
+
+
 def audit_count(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT count(*) FROM audit_event").fetchone()[0]
 
@@ -79,6 +87,12 @@ def test_purge__removes_checkpoints_and_payloads_of_old_final_executions_only(ru
     running = enqueue(conn, flow, notify=False)
     (held,) = claim(conn, "worker-a", lease_seconds=30)
     assert held.execution_id in (pending, running.execution_id)
+    conn.execute(
+        "INSERT INTO execution_event (execution_id, event_id, event, action_id, payload, "
+        "fingerprint, status, actor) VALUES (%s, 'ev-1', 'signed', 'a', '{}', %s, %s, 'alice'), "
+        "(%s, 'ev-1', 'signed', 'a', '{}', %s, %s, 'alice')",
+        [purged[0], "0" * 64, EVENT_STATUS, waiting, "0" * 64, EVENT_STATUS],
+    )
     audit_before = audit_count(conn)
     kept = {eid: execution_row(conn, eid) for eid in (recent, waiting)}
 
@@ -87,7 +101,9 @@ def test_purge__removes_checkpoints_and_payloads_of_old_final_executions_only(ru
         older_than_days=30, batch=2, pause_seconds=0, on_batch=lambda r: batches.append(r.batches)
     )
 
-    assert (result.executions, result.checkpoints, result.batches) == (3, 6, 2)
+    assert (result.executions, result.checkpoints, result.events, result.batches) == (3, 6, 1, 2)
+    assert events_of(conn, purged[0]) == 0
+    assert events_of(conn, waiting) == 1
     assert batches == [1, 2]
     for execution_id in purged:
         row = execution_row(conn, execution_id)

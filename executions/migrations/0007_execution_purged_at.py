@@ -11,7 +11,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("executions", "0005_execution_cancel_permission"),
+        ("executions", "0006_waits_and_events"),
     ]
 
     operations = [
