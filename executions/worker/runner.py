@@ -74,6 +74,7 @@ from ..models import CheckpointStatus, Effect, ExecutionStatus
 from .config import WorkerConfig
 from .groupcommit import GroupWrites
 from .retry import retry_delay_seconds
+from .wire import RunOutcome
 
 logger = logging.getLogger("executions.worker")
 
@@ -87,17 +88,6 @@ _ADAPTER_EXECUTION_CODES = frozenset(
 )
 
 Resolver = Callable[[str, int], Binding]
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """Where one run left its execution."""
-
-    status: str  # ExecutionStatus after the run
-    error_code: str | None = None
-    target_state: str | None = None
-    outcome: str | None = None
-    next_attempt_at: Any = None
 
 
 @dataclass
@@ -223,7 +213,7 @@ class _Run:
                 "detail": _short(detail),
             },
         )
-        return _Stop(RunOutcome(status=status, error_code=code))
+        return _Stop(RunOutcome(status=ExecutionStatus(status), error_code=code))
 
     def retry(self, settlement: AttemptSettlement, *, retry_after: float | None) -> "_Stop":
         delay = retry_delay_seconds(

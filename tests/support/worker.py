@@ -33,14 +33,9 @@ from executions import sql
 from executions.claims import Claim, executions_claim
 from executions.flows.canonical import sha256_hex
 from executions.worker.config import WorkerConfig
-from executions.worker.runtime import (
-    ExecutionPackage,
-    ExecutionResult,
-    LocalWorkerRuntime,
-    WorkerRequest,
-    dispatch_once,
-)
+from executions.worker.runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from executions.worker.scheduler import Scheduler
+from executions.worker.wire import ExecutionPackage, ExecutionResult
 from tests.conftest import manage
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
@@ -378,44 +373,33 @@ def claim(
     return executions_claim(conn=conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
 
 
-def package_of(found: Claim, owner: str) -> ExecutionPackage:
+def package_of(found: Claim) -> ExecutionPackage:
     return ExecutionPackage(
-        execution_id=str(found.execution_id),
-        request_id=str(found.request_id),
+        fence=found.fence,
         flow_id=found.flow_id,
         transition_id=found.transition_id,
-        fencing_token=found.token,
-        lease_owner=owner,
         attempts=found.attempts,
     )
 
 
 def run_claim(
-    runtime: LocalWorkerRuntime,
-    found: Claim,
-    owner: str,
-    *,
-    cancelled: threading.Event | None = None,
-) -> ExecutionResult | str:
+    runtime: LocalWorkerRuntime, found: Claim, *, cancelled: threading.Event | None = None
+) -> ExecutionResult:
     """Run one claimed execution through the SPI, as a scheduler slot does."""
     return dispatch_once(
         runtime,
-        package_of(found, owner),
-        WorkerRequest(
-            execution_id=str(found.execution_id),
-            fence=found.token,
-            cancelled=cancelled or threading.Event(),
-        ),
+        package_of(found),
+        WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
     )
 
 
 def run_next(
     conn: psycopg.Connection, runtime: LocalWorkerRuntime, owner: str = "worker-a", **kwargs: Any
-) -> ExecutionResult | str:
+) -> ExecutionResult:
     """Claim exactly one due execution and run it."""
     found = claim(conn, owner, lease_seconds=kwargs.pop("lease_seconds", 2.0))
     assert len(found) == 1, f"expected one due execution, claimed {len(found)}"
-    return run_claim(runtime, found[0], owner, **kwargs)
+    return run_claim(runtime, found[0], **kwargs)
 
 
 def make_due(conn: psycopg.Connection, execution_ids: Iterable[uuid.UUID]) -> None:

@@ -50,7 +50,7 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
     fence, which A still believes in."""
     execution = _pending_case()
     (claim_a,) = executions_claim(conn=conn_a, owner="worker-a", limit=1, lease_seconds=0.5)
-    fence_a = claim_a.fence("worker-a")
+    fence_a = claim_a.fence
     checkpoint_start(
         conn=conn_a,
         fence=fence_a,
@@ -64,10 +64,10 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
     )
     expire_lease(conn_b, execution.pk)
     (claim_b,) = executions_claim(conn=conn_b, owner="worker-b", limit=1, lease_seconds=60)
-    assert claim_b.token == fence_a.token + 1
+    assert claim_b.fence.token == fence_a.token + 1
     status = execution_fail(
         conn=conn_b,
-        fence=claim_b.fence("worker-b"),
+        fence=claim_b.fence,
         error_code=errors.UNCERTAIN_WRITE,
         error_detail="a non-idempotent write was left RUNNING",
         settlement=None,
@@ -164,7 +164,7 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
         # now that the execution is RUNNING again.
         assert execution.status == ExecutionStatus.PENDING
         (claim_c,) = executions_claim(conn=conn_b, owner="worker-c", limit=1, lease_seconds=60)
-        assert claim_c.token == resolved.fencing_token + 1
+        assert claim_c.fence.token == resolved.fencing_token + 1
         with pytest.raises(ExecutionSuperseded):
             checkpoint_succeed(
                 conn=conn_a, fence=fence_a, action_id="charge", attempt=1, output={"late": True}
@@ -172,9 +172,9 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
         assert (
             leases_renew(conn=conn_a, owner="worker-a", held=[fence_a], lease_seconds=60) == set()
         )
-        fence_c = claim_c.fence("worker-c")
+        fence_c = claim_c.fence
         assert leases_renew(conn=conn_b, owner="worker-c", held=[fence_c], lease_seconds=60) == {
-            (execution_id, claim_c.token)
+            (execution_id, claim_c.fence.token)
         }
 
 

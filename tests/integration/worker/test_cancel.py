@@ -55,7 +55,7 @@ def test_cancel__fences_out_the_holder_of_a_running_execution(conn, make_flow):
     with pytest.raises(ExecutionSuperseded):
         checkpoint_start(
             conn=conn,
-            fence=found.fence("worker-a"),
+            fence=found.fence,
             action_id="a",
             sequence=0,
             capability="A",
@@ -64,7 +64,7 @@ def test_cancel__fences_out_the_holder_of_a_running_execution(conn, make_flow):
             input_hash="0" * 64,
             previous_attempt=0,
         )
-    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.fence.token + 1
 
 
 def test_cancel__with_an_uncertain_write_goes_to_reconciliation(conn, make_flow, runtime_dsn):
@@ -75,7 +75,7 @@ def test_cancel__with_an_uncertain_write_goes_to_reconciliation(conn, make_flow,
     ) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=30)
         with pytest.raises(SimulatedCrash):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
 
     result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
 
@@ -106,7 +106,7 @@ def test_cancel__after_a_successful_write_goes_to_reconciliation(conn, make_flow
     with runtime_for(runtime_dsn, reg) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=30)
         with pytest.raises(SimulatedCrash):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
 
     result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
 

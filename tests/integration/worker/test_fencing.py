@@ -56,7 +56,7 @@ def takeover(conn, make_flow):
     (first,) = claim(conn, "worker-a", lease_seconds=0.2)
     expire_lease(conn, accepted.execution_id)
     (second,) = claim(conn, "worker-b", lease_seconds=30)
-    return accepted, first.fence("worker-a"), second.fence("worker-b")
+    return accepted, first.fence, second.fence
 
 
 def test_stale_token__can_neither_load_nor_start_a_checkpoint(conn, takeover):
@@ -145,7 +145,7 @@ def test_expired_lease__fences_out_its_own_holder_even_before_a_takeover(conn, m
     (found,) = claim(conn, "worker-a", lease_seconds=0.2)
     expire_lease(conn, accepted.execution_id)  # same token, but the lease ran out by DB time
     with pytest.raises(ExecutionSuperseded):
-        _start(conn, found.fence("worker-a"))
+        _start(conn, found.fence)
     assert checkpoint_rows(conn, accepted.execution_id) == {}
 
 
@@ -162,22 +162,20 @@ def test_late_return__after_a_takeover_changes_nothing(conn, make_flow, runtime_
 
     with runtime_for(runtime_dsn, registry(binding("A", slow))) as runtime_a:
         (found_a,) = claim(conn, "worker-a", lease_seconds=0.5)  # no heartbeat renews it
-        worker_a = threading.Thread(
-            target=lambda: results.update(a=run_claim(runtime_a, found_a, "worker-a"))
-        )
+        worker_a = threading.Thread(target=lambda: results.update(a=run_claim(runtime_a, found_a)))
         worker_a.start()
         assert slow.entered.wait(10)
         expire_lease(conn, accepted.execution_id)
 
         with runtime_for(runtime_dsn, registry(binding("A", fast))) as runtime_b:
             (found_b,) = claim(conn, "worker-b", lease_seconds=30)
-            assert found_b.token == found_a.token + 1
-            assert run_claim(runtime_b, found_b, "worker-b").status == "completed"
+            assert found_b.fence.token == found_a.fence.token + 1
+            assert run_claim(runtime_b, found_b).status == "completed"
 
         slow.gate.set()  # the provider answered A after all
         worker_a.join(timeout=10)
 
-    assert results["a"] == "superseded"  # settled, not failed, not retried
+    assert results["a"].status == "superseded"  # settled, not failed, not retried
     request = request_row(conn, accepted.request_id)
     assert request["data"] == {"who": "B"}
     assert (request["state"], request["revision"], request["blocked_by_id"]) == ("DONE", 3, None)

@@ -64,7 +64,7 @@ def test_finalize__rolls_back_as_a_whole_and_recovers_by_lease(
     with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=0.5)
         with pytest.raises(psycopg.errors.RaiseException, match="injected failure"):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
 
     # Nothing of the final transaction stuck; the checkpoint did.
     request = request_row(conn, accepted.request_id)
