@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
@@ -27,8 +26,8 @@ from referencing.jsonschema import DRAFT202012
 from . import pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
+from .schemas import DRAFT, schema_errors
 
-DRAFT = jsonschema.Draft202012Validator
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
 ACTION_KEYS = ("id", "capability", "version", "input")
@@ -173,9 +172,8 @@ class _Checker:
                 f"only JSON Schema Draft 2020-12 ({DRAFT.META_SCHEMA['$id']}) is supported",
             )
             return
-        meta = DRAFT(DRAFT.META_SCHEMA, format_checker=DRAFT.FORMAT_CHECKER)
         valid = True
-        for error in meta.iter_errors(schema):
+        for error in schema_errors(schema):
             valid = False
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:

@@ -2,7 +2,6 @@
 
 import pytest
 
-from executions.checkpoints import checkpoint_start
 from executions.leases import ExecutionSuperseded
 from orquestador import errors
 from orquestador.errors import CodedError
@@ -21,6 +20,7 @@ from tests.support.worker import (
     request_row,
     run_claim,
     runtime_for,
+    start_checkpoint,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,7 +53,7 @@ def test_cancel__fences_out_the_holder_of_a_running_execution(conn, make_flow):
     )
 
     with pytest.raises(ExecutionSuperseded):
-        checkpoint_start(
+        start_checkpoint(
             conn=conn,
             fence=found.fence,
             action_id="a",
