@@ -2,20 +2,39 @@
 
 Staff read them with the models' "view" permissions. Nobody adds, changes or deletes them here,
 superusers included: flows are published through loadflow or the API, the rest is written only by
-services and the worker, and the audit trail is append-only. The operators' writes live in the
-reconciliation admin, behind their own permissions.
+services and the worker, and the audit trail is append-only. The one write here is the action
+"Cancel execution", behind its own permission (`executions.cancel_execution`), which calls the
+durable cancellation service; the operators' resolutions live in the reconciliation admin.
 """
 
 import uuid
 from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from orquestador.errors import CodedError
+from reconciliation.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
+
 from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
+
+CANCEL_EXECUTION = "executions.cancel_execution"
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        max_length=MAX_REASON_CHARS,
+        strip=True,
+        help_text="Required. Why these executions are stopped; it is kept in the audit trail.",
+    )
 
 
 def _as_uuid(text: str) -> uuid.UUID | None:
@@ -133,6 +152,64 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ordering = ("-created_at", "-id")
     inlines = (CheckpointInline,)
     exclude = ("idempotency_fingerprint",)
+    actions = ("cancel_execution",)
+
+    def has_cancel_execution_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(CANCEL_EXECUTION)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+        # A POST naming the action without its permission is refused, not silently ignored.
+        if request.method == "POST" and "cancel_execution" in request.POST.getlist("action"):
+            if not self.has_cancel_execution_permission(request):
+                raise PermissionDenied
+        return super().changelist_view(request, extra_context)
+
+    @admin.action(permissions=["cancel_execution"], description="Cancel execution")
+    def cancel_execution(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        executions = list(
+            queryset.filter(status__in=CANCELLABLE_STATUSES)
+            .select_related("flow")
+            .order_by("created_at", "id")
+        )
+        if not executions:
+            self.message_user(
+                request,
+                "Nothing to cancel: none of the selected executions is PENDING, RUNNING, "
+                "RETRY_WAIT or SUSPENDED (an execution in reconciliation is settled there).",
+                messages.WARNING,
+            )
+            return None
+        form = CancelForm(request.POST if "post" in request.POST else None)
+        if form.is_valid():
+            actor = request.user.get_username()
+            counts = {ExecutionStatus.CANCELLED: 0, ExecutionStatus.RECONCILIATION_REQUIRED: 0}
+            for execution in executions:
+                try:
+                    result = execution_cancel(
+                        execution_id=execution.pk, actor=actor, reason=form.cleaned_data["reason"]
+                    )
+                except CodedError as exc:  # it ended meanwhile
+                    self.message_user(request, f"{execution.pk}: {exc.detail}", messages.ERROR)
+                else:
+                    counts[result.status] += 1
+            self.message_user(
+                request,
+                f"Cancelled {counts[ExecutionStatus.CANCELLED]} execution(s); "
+                f"{counts[ExecutionStatus.RECONCILIATION_REQUIRED]} had a write done or pending "
+                "and went to reconciliation. Recorded in the audit trail.",
+                messages.SUCCESS,
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Cancel execution",
+            "subtitle": None,
+            "executions": executions,
+            "form": form if form.is_bound else CancelForm(),
+            "selected_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/executions/cancel.html", context)
 
     @admin.display(description="reconciliation")
     def case(self, obj: Execution) -> str:

@@ -175,6 +175,9 @@ class Execution(models.Model):
 
     class Meta:
         db_table = "execution"
+        # Cancelling is an operator's write with its own permission (the admin's "Cancel
+        # execution"); the default add/change/delete stay unused, as for every model here.
+        permissions = [("cancel_execution", "Can cancel an execution")]
         indexes = [
             # The claim's access path: live work only, in claim order. Finished executions are
             # not in it, so history does not slow the claim.

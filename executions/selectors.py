@@ -36,6 +36,17 @@ def execution_get(*, principal: Principal, execution_id: str) -> Execution:
     return found
 
 
+def execution_get_writable(*, principal: Principal, execution_id: str) -> Execution:
+    """The execution `execution_id` if `principal` owns its request; NOT_FOUND otherwise."""
+    parsed = access.parse_id(execution_id)
+    found = None
+    if parsed is not None:
+        found = access.executions_writable(principal).filter(id=parsed).first()
+    if found is None:
+        raise CodedError(errors.NOT_FOUND, "no such execution")
+    return found
+
+
 def flow_get(*, key: str, version: int | None) -> Flow:
     """The published flow `key` at `version`, or its highest version; NOT_FOUND otherwise."""
     if version is None:

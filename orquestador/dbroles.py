@@ -41,6 +41,9 @@ def grant_runtime(*, connection: BaseDatabaseWrapper, role: str) -> list[str]:
 
         r, s = sql.Identifier(role), sql.Identifier(schema)
         statements = [
+            # PUBLIC too: PostgreSQL 14 and older grant CREATE on public to every role by default,
+            # and the runtime role would keep it through PUBLIC whatever is revoked from it.
+            sql.SQL("REVOKE CREATE ON SCHEMA {} FROM PUBLIC").format(s),
             sql.SQL("REVOKE CREATE ON SCHEMA {} FROM {}").format(s, r),
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r),
             sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}").format(s, r),

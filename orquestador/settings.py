@@ -30,6 +30,16 @@ def _required(name: str) -> str:
 SECRET_KEY = _required("SECRET_KEY")
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+# A wildcard would let any Host header through to the host-dependent parts of Django (password
+# reset links, absolute URLs); name the hosts instead.
+if not ALLOWED_HOSTS or any(host.strip() in ("*", ".") for host in ALLOWED_HOSTS):
+    raise environ.ImproperlyConfigured(
+        "ALLOWED_HOSTS must name the host names this server answers to (comma-separated); a "
+        "wildcard or an empty list is refused (see .env.example)."
+    )
+# Error pages and error reports (the debug page too, if DEBUG is ever turned on) mask secrets:
+# passwords inside *_URL values and the process environment (orquestador/errorreports.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "orquestador.errorreports.SecretMaskingFilter"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -48,6 +58,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -112,7 +123,28 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".local" / "static"
+# Static files (the admin's) are served by the application itself (whitenoise), straight from the
+# installed apps, so every server and `scripts/start` show a styled admin without a collect step.
+# STATIC_ROOT (unset by default) is only where `collectstatic` writes, for a front proxy to serve.
+STATIC_ROOT = env.str("STATIC_ROOT", default="") or None
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = False
+
+# ------------------------------------------------------------------------------
+# TLS (deployment choices, off by default so plain-HTTP loopback setups keep working)
+# ------------------------------------------------------------------------------
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto, trust it for request.is_secure().
+if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)  # seconds; 0: no HSTS header
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# Probes answer over plain HTTP even when everything else is redirected to https.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 
 # ------------------------------------------------------------------------------
 # Feature switches (SPEC §3, §6, §9)

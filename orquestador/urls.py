@@ -21,4 +21,7 @@ if settings.WORKER_ENDPOINT_ENABLED:
         path("internal/worker/cancel", workerendpoint.cancel, name="worker-cancel"),
     ]
 
-handler500 = "orquestador.api_errors.server_error"
+handler500 = "orquestador.errorpages.server_error"
+handler400 = "orquestador.errorpages.bad_request"
+handler403 = "orquestador.errorpages.permission_denied"
+handler404 = "orquestador.errorpages.page_not_found"

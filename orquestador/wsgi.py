@@ -1,6 +1,34 @@
+"""The WSGI application, as every web server loads it (gunicorn, runserver).
+
+A process that serves the worker endpoint runs executions with its database role, so, like
+`runworker`, it refuses to start unless DATABASE_URL is a restricted runtime role.
+"""
+
 import os
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orquestador.settings")
 application = get_wsgi_application()
+
+
+def _check_endpoint_role() -> None:
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import connection
+
+    from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+
+    if not settings.WORKER_ENDPOINT_ENABLED or settings.USING_MIGRATION_ROLE:
+        return
+    try:
+        reasons = unrestricted_reasons(connection=connection)
+    finally:
+        connection.close()  # never hand a connection opened here to a forked worker
+    if reasons:
+        raise ImproperlyConfigured(
+            "WORKER_ENDPOINT_ENABLED is true: " + restricted_role_message(reasons)
+        )
+
+
+_check_endpoint_role()

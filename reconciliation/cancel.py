@@ -85,6 +85,12 @@ def execution_cancel(*, execution_id: str | uuid.UUID, actor: str, reason: str) 
         cursor.execute(sql.REQUEST_LOCK, {"request_id": request_id})
         cursor.execute(sql.EXECUTION_LOCK, {"execution_id": execution_id})
         _, status, token = cursor.fetchone()
+        if status == ExecutionStatus.RECONCILIATION_REQUIRED:
+            raise CodedError(
+                errors.NOT_CANCELLABLE,
+                "the execution is in RECONCILIATION_REQUIRED: an operator settles it in the "
+                "reconciliation admin",
+            )
         if status not in CANCELLABLE_STATUSES:
             raise CodedError(errors.NOT_CANCELLABLE, f"the execution is already {status}")
         cursor.execute(sql.WRITES_OUTSTANDING, {"execution_id": execution_id})

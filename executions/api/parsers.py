@@ -1,7 +1,9 @@
 """Request bodies: bounded, strict JSON that PostgreSQL can store as it was sent.
 
-Refused with INVALID_BODY, saying why: bodies over MAX_BODY_BYTES, text that is not UTF-8 JSON,
-NaN and infinities (and numbers such as 1e400 that would become one), duplicate object keys
+Refused with INVALID_BODY, saying why: bodies over MAX_BODY_BYTES (whatever their size: the
+declared length is checked before anything is read), text that is not UTF-8 JSON, NaN and
+infinities (and numbers such as 1e400 that would become one), integers longer than
+MAX_INTEGER_DIGITS (Python refuses to convert longer ones), duplicate object keys
 (which would silently drop a value), nesting deeper than MAX_DEPTH, and strings holding NUL or an
 unpaired surrogate (jsonb and UTF-8 cannot hold them, and would otherwise fail deep inside the
 database).
@@ -19,6 +21,7 @@ from orquestador.errors import CodedError
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes; request data alone is limited to 256 KiB, compact
 MAX_DEPTH = 100  # levels of nested arrays and objects
+MAX_INTEGER_DIGITS = 4300  # digits of one JSON integer (Python's int-string conversion limit)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -46,6 +49,21 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise _invalid(
+            f"the body has an integer longer than {MAX_INTEGER_DIGITS} digits: {text[:20]}..."
+        )
+    return int(text)
+
+
+def check_declared_length(content_length: str | None) -> None:
+    """Refuse a body whose declared Content-Length is over MAX_BODY_BYTES, before reading it."""
+    if content_length and content_length.strip().isdigit():
+        if int(content_length) > MAX_BODY_BYTES:
+            raise _invalid(f"the body is larger than {MAX_BODY_BYTES} bytes")
+
+
 def loads(raw: bytes) -> Any:
     """Parse a request body, or raise CodedError(INVALID_BODY) saying what is wrong with it."""
     if len(raw) > MAX_BODY_BYTES:
@@ -60,6 +78,7 @@ def loads(raw: bytes) -> Any:
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constants,
             parse_float=_finite_float,
+            parse_int=_bounded_int,
         )
     except json.JSONDecodeError as exc:
         raise _invalid(

@@ -9,6 +9,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from reconciliation.cancel import MAX_REASON_CHARS
+
 from ..flows.checks import MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
 
@@ -120,6 +122,23 @@ class TransitionAcceptSerializer(StrictSerializer):
         ),
         help_text="The request revision the caller saw; a different current one is a conflict.",
     )
+
+
+class ExecutionCancelSerializer(StrictSerializer):
+    reason = StrictCharField(
+        max_length=MAX_REASON_CHARS,
+        error_messages=_messages(
+            blank="must not be empty",
+            max_length=f"must be at most {MAX_REASON_CHARS} characters",
+        ),
+        help_text="Why it is cancelled, for the audit trail: 1 to "
+        f"{MAX_REASON_CHARS} characters, not only spaces.",
+    )
+
+    def validate_reason(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be only spaces")
+        return value.strip()
 
 
 class RequestViewSerializer(serializers.Serializer):

@@ -35,6 +35,11 @@ if settings.REQUEST_API_ENABLED:
             views.ExecutionDetailView.as_view(),
             name="api-execution",
         ),
+        path(
+            "v1/executions/<str:execution_id>/cancel",
+            views.ExecutionCancelView.as_view(),
+            name="api-execution-cancel",
+        ),
     ]
 
 if settings.FLOW_ADMIN_ENABLED:

@@ -28,12 +28,14 @@ from orquestador.auth import (
     HasPermission,
 )
 from orquestador.errors import CodedError
+from reconciliation.cancel import execution_cancel
 
 from .. import selectors, services
 from ..flows.publication import flow_publish
-from .parsers import StrictJSONParser
+from .parsers import StrictJSONParser, check_declared_length
 from .serializers import (
     ErrorSerializer,
+    ExecutionCancelSerializer,
     ExecutionViewSerializer,
     FlowDefinitionSerializer,
     FlowInvalidSerializer,
@@ -85,6 +87,8 @@ def json_body(request: DrfRequest) -> Any:
         raise CodedError(
             errors.INVALID_BODY, "the body must be JSON, sent with Content-Type: application/json"
         )
+    # Before DRF reads it: a body over Django's own upload limit would otherwise be an HTML 400.
+    check_declared_length(request.META.get("CONTENT_LENGTH"))
     return request.data
 
 
@@ -289,6 +293,41 @@ class ExecutionDetailView(ApiView):
     def get(self, request: DrfRequest, execution_id: str) -> Response:
         found = selectors.execution_get(principal=request.user, execution_id=execution_id)
         return Response(ExecutionViewSerializer(found).data)
+
+
+class ExecutionCancelView(ApiView):
+    required_permissions = {"POST": (REQUESTS_WRITE,)}
+
+    @extend_schema(
+        operation_id="executions_cancel",
+        summary="Cancel an execution",
+        description="A durable, fenced write that needs no worker: whoever holds the execution "
+        "is locked out of every later write. PENDING, RETRY_WAIT, SUSPENDED and RUNNING "
+        "executions end CANCELLED and release the request when none of their writes succeeded "
+        "or is still pending; otherwise they go to RECONCILIATION_REQUIRED with the request "
+        "still blocked, for an operator. The reason is kept in the audit trail. Needs "
+        "requests:write, on the caller's own executions.",
+        request=ExecutionCancelSerializer,
+        parameters=[_path_id("execution_id", "execution"), WWW_AUTHENTICATE],
+        responses={
+            202: ExecutionViewSerializer,
+            400: INVALID_BODY,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: _error("NOT_FOUND: no such execution, or not one of the caller's."),
+            405: METHOD_NOT_ALLOWED,
+            409: _error(
+                "NOT_CANCELLABLE: the execution already ended (SUCCEEDED, FAILED, CANCELLED) or "
+                "is in RECONCILIATION_REQUIRED, which an operator settles instead."
+            ),
+        },
+    )
+    def post(self, request: DrfRequest, execution_id: str) -> Response:
+        found = selectors.execution_get_writable(principal=request.user, execution_id=execution_id)
+        body = validated(ExecutionCancelSerializer, request)
+        execution_cancel(execution_id=found.id, actor=request.user.subject, reason=body["reason"])
+        found.refresh_from_db()
+        return Response(ExecutionViewSerializer(found).data, status=status.HTTP_202_ACCEPTED)
 
 
 class FlowCollectionView(ApiView):

@@ -112,8 +112,10 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
         raise PackageInvalid(f"the body is larger than {MAX_PACKAGE_BYTES} bytes")
     try:
         raw = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):  # also integers past Python's 4,300 digits
         raise PackageInvalid("the body is not valid JSON") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise PackageInvalid("the body nests too deeply") from None
     if not isinstance(raw, dict):
         raise PackageInvalid("the body must be a JSON object")
     return raw

@@ -158,3 +158,21 @@ def test_grantruntime__refuses_the_migration_role_itself():
 def test_grantruntime__refuses_a_missing_role():
     with pytest.raises(RoleError, match="does not exist"):
         grant_runtime(connection=connection, role="no_such_role_here")
+
+
+def test_grantruntime__revokes_create_on_the_schema_from_public(runtime_dsn):
+    """A database whose schema still lets PUBLIC create (PostgreSQL 14 and older by default)."""
+    probe = "SELECT has_schema_privilege(current_user, current_schema(), 'CREATE')"
+    with connection.cursor() as cursor:
+        cursor.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    try:
+        with psycopg.connect(runtime_dsn) as conn:
+            assert conn.execute(probe).fetchone() == (True,)
+        grant_runtime(connection=connection, role=settings.RUNTIME_DATABASE_USER)
+        with psycopg.connect(runtime_dsn) as conn:
+            assert conn.execute(probe).fetchone() == (False,)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("CREATE TABLE intruder (id int)")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")

@@ -1,7 +1,9 @@
 """The README's run command, as a newcomer uses it: scripts/start brings up the database, the
-demo flow, a worker and the web server; a transition goes from PENDING to SUCCEEDED; a signal
+demo flow, a worker and the web server (gunicorn, DEBUG off); a foreign Host header gets no debug
+page and no secret; the admin is styled; a transition goes from PENDING to SUCCEEDED; a signal
 stops everything it started."""
 
+import http.client
 import json
 import os
 import shutil
@@ -14,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import environ
 import pytest
 
 from tests.conftest import ROOT, manage
@@ -60,6 +63,40 @@ def _until(condition, timeout: float, what: str, proc: subprocess.Popen, log: Pa
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-4000:]}")
 
 
+def _get(port: int, path: str, host: str | None = None) -> tuple[int, dict, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", path, headers={"Host": host} if host else {})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def _assert_foreign_host_sees_no_secret(port: int, secrets: dict[str, str]) -> None:
+    """The issue's repro: a foreign Host header once got the debug page with DATABASE_URL."""
+    passwords = [
+        environ.Env.db_url_config(secrets[name])["PASSWORD"]
+        for name in ("DATABASE_URL", "MIGRATION_DATABASE_URL")
+    ]
+    for path in ("/healthz", "/api/v1/requests/x", "/admin/"):
+        status, _, body = _get(port, path, host="evil.example")
+        assert status == 400, body[:500]
+        text = body.decode(errors="replace")
+        assert "DATABASE_URL" not in text and "Traceback" not in text, text[:500]
+        for secret in [*passwords, secrets["SECRET_KEY"], secrets["JWT_SECRET"]]:
+            assert secret not in text
+
+
+def _assert_admin_is_styled(port: int) -> None:
+    status, _, page = _get(port, "/admin/login/")
+    assert status == 200
+    assert b"/static/admin/css/base.css" in page
+    status, headers, css = _get(port, "/static/admin/css/base.css")
+    assert status == 200 and headers["Content-Type"].startswith("text/css"), headers
+    assert b"body" in css
+
+
 @pytest.fixture
 def local_dir():
     (ROOT / ".local").mkdir(exist_ok=True)
@@ -96,6 +133,8 @@ def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
             for name in ("db.env", "secrets.env")
             for line in (local_dir / name).read_text().splitlines()
         )
+        _assert_foreign_host_sees_no_secret(port, secrets)
+        _assert_admin_is_styled(port)
         token = subprocess.run(
             manage(
                 "minttoken",

@@ -3,6 +3,7 @@
 
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,3 +153,31 @@ def test_runworker__refuses_a_bad_runtime_setting_naming_it(
     result = _refused("runworker", {**process_env, **PROCESS_SETTINGS, **overrides})
     assert message in result.stderr
     assert execution_row(runtime_conn, accepted.execution_id)["attempts"] == 0  # nothing claimed
+
+
+@pytest.mark.parametrize("server", ["runserver", "gunicorn"])
+def test_web__refuses_to_serve_the_endpoint_as_an_unrestricted_role(process_env, server):
+    env = {
+        **process_env,
+        "DATABASE_URL": process_env["MIGRATION_DATABASE_URL"],  # the schema owner
+        "WORKER_ENDPOINT_ENABLED": "true",
+        "WORKER_ENDPOINT_TOKEN": TOKEN,
+    }
+    if server == "runserver":
+        result = _refused("runserver", env)
+    else:
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "gunicorn"),
+                "--bind",
+                "127.0.0.1:0",
+                "orquestador.wsgi:application",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode != 0, result.stderr
+    assert "DATABASE_URL must name a restricted runtime role" in result.stderr
+    assert "owns schema" in result.stderr

@@ -167,6 +167,39 @@ def test_create__body_over_one_mib_is_refused_unread(alice, flow):
     assert_error(response, 400, "INVALID_BODY", "larger than 1048576 bytes")
 
 
+@pytest.mark.parametrize("size", [3 * 1024 * 1024, 40 * 1024 * 1024])
+def test_create__body_of_any_size_over_the_limit_is_invalid_body(alice, flow, size):
+    """Past Django's own 2.5 MiB upload limit too: JSON with a code, never an HTML page."""
+    raw = b'{"flowKey": "claims", "data": {"notes": "' + b"x" * size + b'"}}'
+    response = alice.post_raw("/api/v1/requests", raw, "application/json")
+    assert_error(response, 400, "INVALID_BODY", "larger than 1048576 bytes")
+    assert not Request.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"flowKey": "claims", "data": {"applicant": "Ada", "amount": %s}}',
+        '{"flowKey": "claims", "flowVersion": %s, "data": {"applicant": "Ada"}}',
+        '{"flowKey": "claims", "data": {"applicant": "Ada", "list": [-%s]}}',
+    ],
+    ids=["in-data", "flowVersion", "negative-in-a-list"],
+)
+def test_create__integer_over_4300_digits_is_invalid_body(alice, flow, body):
+    response = alice.post_raw("/api/v1/requests", body % ("9" * 4301), "application/json")
+    assert_error(response, 400, "INVALID_BODY", "integer longer than 4300 digits")
+    assert not Request.objects.exists()
+
+
+def test_transition__expected_revision_over_4300_digits_is_invalid_body(alice, flow):
+    created = alice.create()
+    raw = '{"transitionId": "submit", "expectedRevision": %s}' % ("1" * 5000)
+    response = alice.post_raw(
+        f"/api/v1/requests/{created['id']}/transitions", raw, "application/json"
+    )
+    assert_error(response, 400, "INVALID_BODY", "integer longer than 4300 digits")
+
+
 def test_create__charset_parameter_is_accepted(alice, flow):
     body = json.dumps({"flowKey": "claims", "data": {"applicant": "Zoë"}}).encode()
     response = alice.post_raw("/api/v1/requests", body, "application/json; charset=utf-8")

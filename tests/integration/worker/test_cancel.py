@@ -1,17 +1,23 @@
 """Durable cancellation: a fenced write in the database that never needs the worker."""
 
+import io
+
 import pytest
+from django.core.management import CommandError, call_command
 
 from executions.leases import ExecutionSuperseded
 from orquestador import errors
 from orquestador.errors import CodedError
 from reconciliation.cancel import execution_cancel
 from tests.support.worker import (
+    DEFAULT_TIMEOUT,
+    GateAdapter,
     ScriptedAdapter,
     SimulatedCrash,
     action,
     audit_events,
     binding,
+    checkpoint_rows,
     claim,
     enqueue,
     execution_row,
@@ -19,8 +25,10 @@ from tests.support.worker import (
     registry,
     request_row,
     run_claim,
+    running_scheduler,
     runtime_for,
     start_checkpoint,
+    wait_until,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,3 +143,98 @@ def test_cancel__needs_a_reason_and_a_real_execution(conn, make_flow):
         execution_cancel(execution_id="not-a-uuid", actor="ops", reason="x")
     assert missing.value.code == errors.NOT_FOUND
     assert execution_row(conn, accepted.execution_id)["status"] == "PENDING"
+
+
+def test_cancel__a_running_execution_with_its_write_in_flight_lands_in_reconciliation_once(
+    conn, make_flow, runtime_dsn
+):
+    """The holder is inside a non-idempotent write when the cancellation comes: the execution
+    goes to reconciliation, the write's late success is fenced out, and nothing repeats it."""
+    accepted = enqueue(conn, make_flow([action("charge", "W"), action("ship", "S")]))
+    charge = GateAdapter(ok({"id": "c-1"}), watch_cancel=False)
+    ship = ScriptedAdapter()
+    reg = registry(binding("W", charge, effect="NON_IDEMPOTENT_WRITE"), binding("S", ship))
+    with running_scheduler(runtime_dsn, reg) as scheduler:
+        assert charge.entered.wait(DEFAULT_TIMEOUT), "the write never started"
+
+        result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
+
+        assert result.status == "RECONCILIATION_REQUIRED"
+        charge.gate.set()  # the provider answers after all
+        wait_until(lambda: scheduler.busy == 0, what="the holder to give up")
+        assert claim(conn, "worker-b") == []  # reconciliation is not claimable work
+        assert scheduler.claimed == 1
+
+    assert len(charge.calls) == 1
+    assert ship.calls == []
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["error_code"]) == (
+        "RECONCILIATION_REQUIRED",
+        errors.UNCERTAIN_WRITE,
+    )
+    assert execution["fencing_token"] == result.fencing_token
+    assert checkpoint_rows(conn, accepted.execution_id)["charge"]["status"] == "RUNNING"
+    assert request_row(conn, accepted.request_id)["blocked_by_id"] == accepted.execution_id
+    assert claim(conn, "worker-b") == []
+
+
+def test_cancelexecution__cancels_and_prints_the_outcome(conn, make_flow):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    out = io.StringIO()
+
+    call_command("cancelexecution", str(accepted.execution_id), reason="duplicate", stdout=out)
+
+    assert out.getvalue().strip() == f"{accepted.execution_id} CANCELLED"
+    assert execution_row(conn, accepted.execution_id)["status"] == "CANCELLED"
+    assert request_row(conn, accepted.request_id)["blocked_by_id"] is None
+    (event,) = conn.execute(
+        "SELECT actor, payload FROM audit_event WHERE type = 'EXECUTION_CANCELLED'"
+    ).fetchall()
+    assert event[0].startswith("command:")
+    assert event[1]["reason"] == "duplicate"
+
+
+def test_cancelexecution__a_write_done_goes_to_reconciliation(conn, make_flow, runtime_dsn):
+    accepted = enqueue(conn, make_flow([action("charge", "W"), action("ship", "S")]))
+    reg = registry(
+        binding("W", ScriptedAdapter(default=ok({"id": "c"})), effect="NON_IDEMPOTENT_WRITE"),
+        binding("S", ScriptedAdapter(script=[SimulatedCrash()])),
+    )
+    with runtime_for(runtime_dsn, reg) as runtime:
+        (found,) = claim(conn, "worker-a", lease_seconds=30)
+        with pytest.raises(SimulatedCrash):
+            run_claim(runtime, found)
+    out = io.StringIO()
+
+    call_command("cancelexecution", str(accepted.execution_id), reason="stop", stdout=out)
+
+    assert out.getvalue().strip() == f"{accepted.execution_id} RECONCILIATION_REQUIRED"
+    assert request_row(conn, accepted.request_id)["blocked_by_id"] == accepted.execution_id
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--reason", " "], "REASON_REQUIRED"),
+        (["--reason", "x" * 2001], "REASON_REQUIRED"),
+    ],
+)
+def test_cancelexecution__refuses_a_blank_or_overlong_reason(conn, make_flow, args, fragment):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    with pytest.raises(CommandError, match=fragment):
+        call_command("cancelexecution", str(accepted.execution_id), *args)
+    assert execution_row(conn, accepted.execution_id)["status"] == "PENDING"
+
+
+def test_cancelexecution__refuses_an_unknown_or_ended_execution(conn, make_flow):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    call_command("cancelexecution", str(accepted.execution_id), reason="once", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="NOT_CANCELLABLE: the execution is already CANCELLED"):
+        call_command("cancelexecution", str(accepted.execution_id), reason="twice")
+    with pytest.raises(CommandError, match="NOT_FOUND"):
+        call_command("cancelexecution", "00000000-0000-0000-0000-000000000000", reason="x")
+
+
+def test_cancelexecution__needs_a_reason_argument():
+    with pytest.raises(CommandError, match="--reason"):
+        call_command("cancelexecution", "00000000-0000-0000-0000-000000000000")

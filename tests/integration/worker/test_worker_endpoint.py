@@ -148,6 +148,13 @@ MALFORMED = {
     "metadata-list": {**_valid(), "metadata": []},
     "resume-event": {**_valid(), "resumeEvent": {"eventType": "approved", "payload": {}}},
     "unknown-field": {**_valid(), "code": "import os"},
+    # A 30,000-deep array (60 KB, under the size limit) once raised RecursionError: a 500.
+    "deep-array": b"[" * 30_000 + b"]" * 30_000,
+    "deep-in-metadata": b'{"metadata": ' + b"[" * 20_000 + b"]" * 20_000 + b"}",
+    # Past Python's 4,300-digit int-string limit.
+    "huge-integer": json.dumps({**_valid(), "flowId": 0})
+    .replace('"flowId": 0', '"flowId": ' + "9" * 5000)
+    .encode(),
 }
 
 

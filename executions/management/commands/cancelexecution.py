@@ -1,0 +1,30 @@
+import getpass
+
+from django.core.management.base import BaseCommand, CommandError
+
+from orquestador.errors import CodedError
+from reconciliation.cancel import execution_cancel
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in the environment or the password database
+        return "unknown"
+
+
+class Command(BaseCommand):
+    help = "Cancel an execution durably (SPEC §8), recording the reason in the audit trail."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("execution_id", metavar="ID", help="the execution's id")
+        parser.add_argument("--reason", required=True, help="why it is cancelled (required)")
+
+    def handle(self, *args, execution_id: str, reason: str, **options) -> None:
+        try:
+            result = execution_cancel(
+                execution_id=execution_id, actor=f"command:{_os_user()}", reason=reason
+            )
+        except CodedError as exc:
+            raise CommandError(f"{execution_id}: {exc.code}: {exc.detail}") from exc
+        self.stdout.write(f"{result.execution_id} {result.status}")

@@ -1,0 +1,22 @@
+"""gunicorn's configuration for the web role, shared by `scripts/start` and the image.
+
+    gunicorn -c python:orquestador.gunicorn orquestador.wsgi:application
+
+WEB_BIND (default 127.0.0.1:8000) and WEB_WORKERS (default 2) from the environment; request
+lines and headers are bounded so a caller cannot make the server buffer without limit.
+"""
+
+import os
+
+bind = [os.environ.get("WEB_BIND", "127.0.0.1:8000")]
+workers = int(os.environ.get("WEB_WORKERS", "2"))  # processes; one per core is a fair start
+worker_class = "sync"
+timeout = 30  # seconds a worker may spend on one request before it is replaced
+graceful_timeout = 10  # seconds in-flight requests may finish after SIGTERM
+keepalive = 5  # seconds an idle keep-alive connection is held
+limit_request_line = 8190  # bytes of the request line
+limit_request_fields = 100  # header fields
+limit_request_field_size = 8190  # bytes of one header field
+accesslog = None  # Django logs what matters as JSON; set --access-logfile - to see every call
+errorlog = "-"
+capture_output = False
