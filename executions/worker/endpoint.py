@@ -21,7 +21,6 @@ Invariants:
   transaction, exactly as in `runworker`.
 """
 
-import hmac
 import json
 import logging
 import threading
@@ -34,8 +33,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from orquestador import errors
+from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
 
-from .config import worker_config
+from .config import worker_tunables
 from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from .wire import (
     Ending,
@@ -64,7 +64,8 @@ def endpoint_guard(*, runs_as_system: bool, token: str) -> None:
     if runs_as_system and not token:
         raise ImproperlyConfigured(
             "The worker endpoint runs principal-less packages as the system identity and needs "
-            "WORKER_ENDPOINT_TOKEN (at least 32 characters) to authenticate its callers."
+            f"WORKER_ENDPOINT_TOKEN (at least {MIN_TOKEN_LENGTH} characters) to authenticate its "
+            "callers."
         )
 
 
@@ -77,7 +78,7 @@ def endpoint_runtime() -> LocalWorkerRuntime:
 
             # The endpoint process need not be a `runworker` (WORKER_ENABLED is about claiming),
             # but it runs executions with the same WORKER_* tunables, validated the same way.
-            config = worker_config({**settings.WORKER_ENV, "WORKER_ENABLED": "true"})
+            config = worker_tunables(settings.WORKER_ENV)
             runtime = LocalWorkerRuntime(
                 conninfo=database_conninfo(
                     settings.DATABASES["default"], application_name="orquestador-worker-endpoint"
@@ -125,13 +126,8 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
 # Views
 # ------------------------------------------------------------------------------
 def _authenticated(request: HttpRequest) -> bool:
-    token = _token()
-    if not token:  # settings refuse this; never admit anyone if it happens anyway
-        return False
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
+    # No token admits nobody: settings refuse that, and this holds if it happens anyway.
+    return bearer_matches(request.headers.get("Authorization"), _token())
 
 
 def _error(status: int, code: str, detail: str) -> JsonResponse:

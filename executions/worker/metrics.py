@@ -30,12 +30,11 @@ from orquestador.exposition import CONTENT_TYPE, Family, Sample, number, render
 from orquestador.metrics import metrics_token_matches
 
 from ..models import ExecutionStatus
-from .config import WorkerConfigError
+from .config import DEFAULT_METRICS_HOST, WorkerConfigError
 from .wire import Ending, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
 
-DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback: a scraper on the same host, or a sidecar
 REQUEST_TIMEOUT_SECONDS = 5.0  # seconds a scrape connection may stay silent before it is closed
 SERVE_POLL_SECONDS = 0.5  # seconds between the server thread's checks for shutdown
 # Upper bounds, in seconds, of the claim latency buckets: a claim is one indexed statement, so

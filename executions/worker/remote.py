@@ -29,8 +29,10 @@ from urllib.parse import urlsplit
 
 import requests
 
+from orquestador.bearer import token_problem
+
 from ..leases import ExecutionInterrupted, ExecutionSuperseded
-from .config import WorkerConfig, WorkerConfigError
+from .config import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
 from .runtime import LeaseBook, WorkerLease, WorkerRequest
 from .wire import (
     INTERRUPTED,
@@ -46,10 +48,8 @@ from .wire import (
 
 logger = logging.getLogger("executions.worker")
 
-RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
 CONNECT_TIMEOUT_SECONDS = 5.0  # seconds, at most: also capped at one renewal period
 CANCEL_READ_TIMEOUT_SECONDS = 5.0  # seconds, at most: a cancel is best effort
-MIN_TOKEN_LENGTH = 32  # characters of WORKER_ENDPOINT_TOKEN
 
 
 class RemoteWorkerError(Exception):
@@ -114,22 +114,15 @@ def remote_url(text: str) -> str:
     return text if text.endswith("/") else text + "/"
 
 
-def endpoint_token_problem(token: str) -> str | None:
-    """Why WORKER_ENDPOINT_TOKEN is unacceptable as a set value, or None."""
-    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
-        return f"WORKER_ENDPOINT_TOKEN must be at least {MIN_TOKEN_LENGTH} characters, no spaces"
-    return None
-
-
 def remote_target(raw: Mapping[str, str], *, token: str) -> RemoteTarget | None:
     """Validate WORKER_RUNTIME (and, for remote, WORKER_REMOTE_URL and the token).
 
     None means the local runtime, the default.
     """
-    choice = raw.get("WORKER_RUNTIME", "local").strip().lower() or "local"
+    choice = raw.get("WORKER_RUNTIME", DEFAULT_RUNTIME).strip().lower() or DEFAULT_RUNTIME
     if choice not in RUNTIMES:
         raise WorkerConfigError(f"WORKER_RUNTIME must be local or remote, got {choice!r}")
-    if choice == "local":
+    if choice == DEFAULT_RUNTIME:
         return None
     url = remote_url(raw.get("WORKER_REMOTE_URL", ""))
     if not token:
@@ -137,7 +130,7 @@ def remote_target(raw: Mapping[str, str], *, token: str) -> RemoteTarget | None:
             "WORKER_ENDPOINT_TOKEN is required when WORKER_RUNTIME=remote: the worker endpoint "
             "admits only callers presenting it"
         )
-    problem = endpoint_token_problem(token)
+    problem = token_problem("WORKER_ENDPOINT_TOKEN", token)
     if problem:
         raise WorkerConfigError(problem)
     return RemoteTarget(url=url, token=token)
