@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from executions.flows import patterns
 from executions.flows.schemas import schema_errors
 
 from .base import Contract, IntegrationConfigError, RoutableAdapter, Route
@@ -194,12 +195,16 @@ def _timeout(key: str, table: Mapping[str, Any], lease_seconds: float) -> float:
 def _schema(key: str, value: Any) -> dict[str, Any]:
     schema = _table(key, value)
     _json_only(key, schema)
-    problems = schema_errors(schema)
-    if problems:
-        error = problems[0]
+    errors = schema_errors(schema)
+    if errors:
+        error = errors[0]
         where = "/".join(str(p) for p in error.path)
         at = f" at {where}" if where else ""
         raise IntegrationConfigError(key, f"is not a valid JSON Schema{at}: {error.message}")
+    problems = patterns.pattern_problems(schema, "$")
+    if problems:
+        where, message = problems[0]
+        raise IntegrationConfigError(key, f"has an unsupported pattern at {where}: {message}")
     return schema
 
 

@@ -4,7 +4,7 @@ It sends the resolved input as the JSON body and the external key as `Idempotenc
 takes the JSON object it gets back as the output. The route's contract declares the effect of
 the endpoint; `actions.outcomes` turns what happened into an outcome class for that effect.
 
-A 2xx whose body is not a JSON object (not JSON, not an object, over `max_response_bytes`) is
+A 2xx whose body is not a JSON object (not strict JSON, not an object, over `max_response_bytes`) is
 OUTPUT_INVALID: PERMANENT for a read; for a write the provider acted, so it is UNKNOWN — the
 worker retries an IDEMPOTENT_WRITE with the same key and sends a NON_IDEMPOTENT_WRITE to
 reconciliation, where the lookup by key or an operator supplies the output.
@@ -19,7 +19,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from orquestador import errors
+from orquestador import errors, strictjson
 
 from . import outcomes
 from .base import ActionContext, ActionResult, Binding, LookupResult, Outcome
@@ -42,14 +42,10 @@ logger = logging.getLogger(__name__)
 
 
 def parse_json_object(body: bytes) -> dict[str, Any] | None:
-    """The body as a JSON object, or None when it is not one (NaN and Infinity are not JSON)."""
-
-    def refuse(constant: str) -> Any:
-        raise ValueError(constant)
-
+    """The body as a strict JSON object (orquestador.strictjson), or None when it is not one."""
     try:
-        value = json.loads(body.decode("utf-8"), parse_constant=refuse)
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        value = strictjson.loads(body)
+    except strictjson.JSONRefused:
         return None
     return value if isinstance(value, dict) else None
 

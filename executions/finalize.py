@@ -29,6 +29,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import sql
+from .audit import audit_append
 from .checkpoints import checkpoint_settle
 from .leases import ExecutionSuperseded, Fence, lease_is_held
 from .models import AuditType, ExecutionStatus
@@ -57,16 +58,15 @@ class AttemptSettlement:
 def _audit(
     conn: psycopg.Connection, fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
 ) -> None:
-    conn.execute(
-        sql.AUDIT_APPEND,
-        {
-            "request_id": fence.request_id,
-            "execution_id": fence.execution_id,
-            "type": type,
-            "actor": actor,
-            "payload": Jsonb(payload),
-        },
-    )
+    with conn.cursor() as cursor:
+        audit_append(
+            cursor,
+            request_id=fence.request_id,
+            execution_id=fence.execution_id,
+            type=type,
+            actor=actor,
+            payload=payload,
+        )
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
 from . import selectors, sql
-from .models import AuditEvent, AuditType, Execution, Request
+from .audit import audit_append
+from .models import AuditType, Execution, Request
 
 IDEMPOTENCY_CONSTRAINT = "execution_idempotency_uniq"
 
@@ -51,12 +52,15 @@ def request_create(
             data=data,
             state=flow.definition["initialState"],
         )
-        AuditEvent.objects.create(
-            request=request,
-            type=AuditType.REQUEST_CREATED,
-            actor=principal.subject,
-            payload={"flowKey": flow.key, "flowVersion": flow.version, "state": request.state},
-        )
+        with connection.cursor() as cursor:
+            audit_append(
+                cursor,
+                request_id=request.id,
+                execution_id=None,
+                type=AuditType.REQUEST_CREATED,
+                actor=principal.subject,
+                payload={"flowKey": flow.key, "flowVersion": flow.version, "state": request.state},
+            )
     return request
 
 
@@ -188,18 +192,19 @@ def _accept(
         )
         if updated != 1:  # impossible under the row lock; refuse rather than write half of it
             raise RuntimeError(f"request {request.id} changed under its row lock")
-        AuditEvent.objects.create(
-            request=request,
-            execution=execution,
-            type=AuditType.TRANSITION_ACCEPTED,
-            actor=principal.subject,
-            payload={
-                "transitionId": transition_id,
-                "fromState": request.state,
-                "acceptedRevision": accepted_revision,
-            },
-        )
         with connection.cursor() as cursor:
+            audit_append(
+                cursor,
+                request_id=request.id,
+                execution_id=execution.id,
+                type=AuditType.TRANSITION_ACCEPTED,
+                actor=principal.subject,
+                payload={
+                    "transitionId": transition_id,
+                    "fromState": request.state,
+                    "acceptedRevision": accepted_revision,
+                },
+            )
             cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(execution.id)})
     return execution, True
 

@@ -329,11 +329,13 @@ UPDATE execution AS e
 RETURNING e.next_attempt_at
 """
 
-# Append one audit event. Insert only (the table is append-only); its foreign keys take KEY
-# SHARE locks on the request and execution rows, which the writer already holds.
+# Append one audit event (executions/audit.py), returning its id. Insert only (the table is
+# append-only); its foreign keys take KEY SHARE locks on the request and execution rows, which the
+# writer already holds.
 AUDIT_APPEND = """
 INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
 VALUES (%(request_id)s, %(execution_id)s, %(type)s, %(actor)s, %(payload)s)
+RETURNING id
 """
 
 # Lock a request before its execution, for failure and cancellation (the lock order of

@@ -1,7 +1,8 @@
 """One renderer for every API error: `{"code", "detail"}` with the status its code stands for.
 
 DRF's own exceptions (authentication, permissions, parsing, validation, routing) and the project's
-error values (`CodedError`, and the flow module's refusals) all come through `exception_handler`.
+error values (every refusal is an `errors.CodedError`, whichever app raises it) all come through
+`exception_handler`, which therefore knows nothing of the apps.
 Details are safe text written for the client; nothing internal (SQL, stack, tokens) goes out.
 A fault of ours is logged with its traceback and answered with a bare `INTERNAL_ERROR`.
 """
@@ -14,8 +15,6 @@ from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-
-from executions.flows.publication import DataError, FlowConflict, FlowInvalid
 
 from . import errors
 
@@ -62,18 +61,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     headers: dict[str, str] = {}
     extra: dict[str, Any] = {}
     if isinstance(exc, errors.CodedError):
-        code, detail = exc.code, exc.detail
-    elif isinstance(exc, DataError):
-        code, detail = exc.code, exc.detail
-    elif isinstance(exc, FlowInvalid):
-        code = errors.FLOW_INVALID
-        count = len(exc.problems)
-        detail = f"the flow definition has {count} problem{'s' if count != 1 else ''}: " + (
-            "; ".join(str(problem) for problem in exc.problems)
-        )
-        extra["problems"] = [{"path": p.path, "message": p.message} for p in exc.problems]
-    elif isinstance(exc, FlowConflict):
-        code, detail = errors.FLOW_CONFLICT, str(exc)
+        code, detail, extra = exc.code, exc.detail, exc.extra
     elif isinstance(exc, Http404):
         code, detail = errors.NOT_FOUND, "not found"
     elif isinstance(exc, exceptions.APIException):

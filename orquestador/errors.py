@@ -58,9 +58,15 @@ MAX_DATA_BYTES = 256 * 1024  # bytes
 
 
 class CodedError(Exception):
-    """An expected refusal, as a value: a stable `code` from this module and safe `detail` text."""
+    """An expected refusal, as a value: a stable `code` from this module and safe `detail` text.
 
-    def __init__(self, code: str, detail: str) -> None:
+    Every refusal of the project is one (request data, decisions, updates, flow definitions,
+    cancellations, operators' resolutions), so one handler renders them all: `extra` holds any
+    further JSON-ready fields of the API's error body (a flow's `problems`).
+    """
+
+    def __init__(self, code: str, detail: str, *, extra: dict | None = None) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.extra = dict(extra or {})

@@ -4,16 +4,19 @@ The services check all of this again; the forms exist to tell the operator what 
 anything is attempted.
 """
 
-import json
 from typing import Any
 
 from django import forms
 
-from .services import MAX_REASON_CHARS
+from orquestador import strictjson
+
+from .writes import MAX_REASON_CHARS
 
 
 class ResolutionForm(forms.Form):
     """A resolution of one or more cases. `action_id` and `output` apply to one case only."""
+
+    takes_output = False  # whether the form has an `output` the provider's record may prefill
 
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
@@ -34,6 +37,7 @@ class ResolutionForm(forms.Form):
 
 
 class WriteHappenedForm(ResolutionForm):
+    takes_output = True
     output = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 6, "cols": 80, "spellcheck": "false"}),
         help_text="The action's output as a JSON object, as the provider reports it. It must "
@@ -42,9 +46,9 @@ class WriteHappenedForm(ResolutionForm):
 
     def clean_output(self) -> dict[str, Any]:
         try:
-            value = json.loads(self.cleaned_data["output"])
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc.msg} at line {exc.lineno}.") from exc
+            value = strictjson.loads(self.cleaned_data["output"])
+        except strictjson.JSONRefused as exc:
+            raise forms.ValidationError(f"The output {exc.reason}.") from exc
         if not isinstance(value, dict):
             raise forms.ValidationError("The output must be a JSON object.")
         return value

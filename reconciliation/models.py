@@ -10,18 +10,15 @@ permission: cases are never added, changed or deleted through a form; every writ
 
 from executions.models import Execution, Request
 
+from .permissions import CODENAMES
+
 
 class ReconciliationCase(Execution):
     class Meta:
         proxy = True
         verbose_name = "reconciliation case"
         default_permissions = ("view",)
-        permissions = [
-            ("fetch_provider_evidence", "Can ask the provider whether a write happened"),
-            ("resolve_write_happened", "Can resolve a case: the write happened"),
-            ("resolve_write_not_happened", "Can resolve a case: the write did not happen"),
-            ("abandon_execution", "Can abandon an execution in reconciliation"),
-        ]
+        permissions = CODENAMES
 
 
 class BlockedRequest(Request):

@@ -43,15 +43,6 @@ def cases() -> QuerySet[ReconciliationCase]:
     )
 
 
-def open_cases() -> QuerySet[ReconciliationCase]:
-    """Executions awaiting an operator, oldest first (served by execution_reconcile_idx)."""
-    return (
-        ReconciliationCase.objects.filter(status=ExecutionStatus.RECONCILIATION_REQUIRED)
-        .select_related("request", "flow")
-        .order_by(*QUEUE_ORDER)
-    )
-
-
 def blocked_requests() -> QuerySet[BlockedRequest]:
     """Requests held by an execution, longest-held first (served by request_blocked_idx)."""
     return (

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
+from executions.audit import audit_append
 from executions.models import (
     ActionExecution,
     AuditEvent,
@@ -36,12 +37,23 @@ from executions.models import (
     ExecutionStatus,
 )
 from orquestador import errors
+from orquestador.errors import CodedError
 
 from . import permissions
 from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence, output_errors
 from .selectors import latest_lookup
+from .writes import MAX_REASON_CHARS, LockedExecution, clean_reason, operator_write
 
-MAX_REASON_CHARS = 2000  # characters of an operator's written reason
+__all__ = [
+    "MAX_REASON_CHARS",
+    "Resolution",
+    "ResolutionRefused",
+    "Resolved",
+    "checkpoint_record_lookup",
+    "execution_abandon",
+    "execution_resolve_write_happened",
+    "execution_resolve_write_not_happened",
+]
 
 
 class Resolution(enum.StrEnum):
@@ -50,16 +62,8 @@ class Resolution(enum.StrEnum):
     ABANDONED = "ABANDONED"
 
 
-class ResolutionRefused(Exception):
+class ResolutionRefused(CodedError):
     """The resolution was not applied, and nothing was written. `code` is in orquestador.errors."""
-
-    def __init__(self, code: str, message: str) -> None:
-        self.code, self.message = code, message
-        super().__init__(f"{code}: {message}")
-
-
-class ResolutionFenced(ResolutionRefused):
-    """The execution's status or token moved under the lock: someone else resolved it first."""
 
 
 @dataclass(frozen=True)
@@ -79,46 +83,21 @@ def _require(operator: Operator, permission: str) -> None:
         raise PermissionDenied(f"{permission} is required")
 
 
-def _clean_reason(reason: str) -> str:
-    text = (reason or "").strip()
-    if not text:
-        raise ResolutionRefused(errors.REASON_REQUIRED, "A written reason is required.")
-    if len(text) > MAX_REASON_CHARS:
-        raise ResolutionRefused(
-            errors.REASON_REQUIRED, f"The reason is longer than {MAX_REASON_CHARS} characters."
-        )
-    return text
+def _refuse(status: str | None) -> ResolutionRefused:
+    if status is None:
+        return ResolutionRefused(errors.NOT_FOUND, "The execution does not exist.")
+    return ResolutionRefused(
+        errors.NOT_IN_RECONCILIATION,
+        f"Nothing to resolve: the execution is {status}, not RECONCILIATION_REQUIRED "
+        "(already resolved, or never in reconciliation).",
+    )
 
 
-def _username(operator: Operator) -> str:
-    return operator.get_username()
-
-
-@dataclass(frozen=True)
-class _Locked:
-    request_id: uuid.UUID
-    token: int
-    error_code: str | None
-
-
-def _lock(execution_id: uuid.UUID | str) -> _Locked:
-    """Lock the request, then the execution, of an open case."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql.EXECUTION_REQUEST_OF, {"execution_id": execution_id})
-        row = cursor.fetchone()
-        if row is None:
-            raise ResolutionRefused(errors.NOT_FOUND, f"Execution {execution_id} does not exist.")
-        cursor.execute(sql.REQUEST_LOCK, {"request_id": row[0]})
-        cursor.execute(sql.EXECUTION_LOCK, {"execution_id": execution_id})
-        request_id, status, token = cursor.fetchone()
-    if status != ExecutionStatus.RECONCILIATION_REQUIRED:
-        raise ResolutionRefused(
-            errors.NOT_IN_RECONCILIATION,
-            f"Nothing to resolve: the execution is {status}, not RECONCILIATION_REQUIRED "
-            "(already resolved, or never in reconciliation).",
-        )
-    error_code = Execution.objects.values_list("error_code", flat=True).get(pk=execution_id)
-    return _Locked(request_id=request_id, token=token, error_code=error_code)
+def _open_case(execution_id: uuid.UUID | str):
+    """The operator_write of a resolution: the case must still be RECONCILIATION_REQUIRED."""
+    return operator_write(
+        execution_id, expect=(ExecutionStatus.RECONCILIATION_REQUIRED,), refuse=_refuse
+    )
 
 
 def _uncertain_checkpoint(execution_id: uuid.UUID | str, action_id: str) -> ActionExecution:
@@ -146,66 +125,19 @@ def _output_schema(checkpoint: ActionExecution) -> dict[str, Any]:
     return binding.contract.output_schema
 
 
-def _fenced(statement: str, params: dict[str, Any]) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
-    if row is None:
-        raise ResolutionFenced(
-            errors.NOT_IN_RECONCILIATION, "The execution changed under the lock; nothing written."
-        )
-    return row[0]
-
-
-def _settle_checkpoint(
-    *,
-    checkpoint: ActionExecution,
-    status: str,
-    output: dict[str, Any] | None,
-    error_code: str | None,
-    error_detail: str | None,
-    token: int,
-) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.RECONCILE_SETTLE_CHECKPOINT,
-            {
-                "status": status,
-                "output": None if output is None else Jsonb(output),
-                "error_code": error_code,
-                "error_detail": error_detail,
-                "token": token,
-                "execution_id": checkpoint.execution_id,
-                "action_id": checkpoint.action_id,
-            },
-        )
-        if cursor.fetchone() is None:
-            raise ResolutionFenced(
-                errors.NO_UNCERTAIN_CHECKPOINT, "The checkpoint changed under the lock."
-            )
-
-
-def _requeue(execution_id: uuid.UUID | str, token: int) -> int:
-    new_token = _fenced(sql.RECONCILE_REQUEUE, {"execution_id": execution_id, "token": token})
-    with connection.cursor() as cursor:
-        cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
-    return new_token
-
-
 def _record(
+    case: LockedExecution,
     *,
-    request_id: uuid.UUID,
-    execution_id: uuid.UUID | str,
     resolution: Resolution,
     action_id: str | None,
     reason: str,
     evidence: dict[str, Any],
     operator: Operator,
-) -> AuditEvent:
-    username = _username(operator)
-    return AuditEvent.objects.create(
-        request_id=request_id,
-        execution_id=execution_id,
+    fencing_token: int,
+) -> Resolved:
+    """Append RECONCILIATION_RESOLVED for the resolution just written under `case`."""
+    username = operator.get_username()
+    event_id = case.record(
         type=AuditType.RECONCILIATION_RESOLVED,
         actor=username,
         payload={
@@ -215,6 +147,48 @@ def _record(
             "evidence": evidence,
             "operator": username,
         },
+    )
+    return Resolved(case.execution_id, resolution, action_id, fencing_token, event_id)
+
+
+def _settle_and_requeue(
+    case: LockedExecution,
+    checkpoint: ActionExecution,
+    *,
+    resolution: Resolution,
+    status: str,
+    output: dict[str, Any] | None,
+    error_code: str | None,
+    error_detail: str | None,
+    reason: str,
+    evidence: dict[str, Any],
+    operator: Operator,
+) -> Resolved:
+    """The tail both settling resolutions share: settle the checkpoint, requeue, record."""
+    case.cursor.execute(
+        sql.RECONCILE_SETTLE_CHECKPOINT,
+        {
+            "status": status,
+            "output": None if output is None else Jsonb(output),
+            "error_code": error_code,
+            "error_detail": error_detail,
+            "token": case.token + 1,  # the token the requeue is about to give the execution
+            "execution_id": case.execution_id,
+            "action_id": checkpoint.action_id,
+        },
+    )
+    if case.cursor.fetchone() is None:  # the execution lock keeps checkpoints still
+        raise ResolutionRefused(
+            errors.NO_UNCERTAIN_CHECKPOINT, "The checkpoint changed under the lock."
+        )
+    return _record(
+        case,
+        resolution=resolution,
+        action_id=checkpoint.action_id,
+        reason=reason,
+        evidence=evidence,
+        operator=operator,
+        fencing_token=case.requeue(),
     )
 
 
@@ -232,42 +206,31 @@ def execution_resolve_write_happened(
     reuses the SUCCEEDED checkpoint without calling the provider again.
     """
     _require(operator, permissions.RESOLVE_WRITE_HAPPENED)
-    reason = _clean_reason(reason)
-    with transaction.atomic():
-        locked = _lock(execution_id)
-        checkpoint = _uncertain_checkpoint(execution_id, action_id)
+    reason = clean_reason(reason, refused=ResolutionRefused)
+    with _open_case(execution_id) as case:
+        checkpoint = _uncertain_checkpoint(case.execution_id, action_id)
         problems = output_errors(output, _output_schema(checkpoint))
         if problems:
             raise ResolutionRefused(
                 errors.OUTPUT_INVALID,
                 "The output does not match the capability's output schema: " + "; ".join(problems),
             )
-        evidence = {
-            "checkpoint": checkpoint_evidence(checkpoint),
-            "lookup": latest_lookup(execution_id=execution_id, action_id=action_id),
-            "recordedOutput": output,
-        }
-        _settle_checkpoint(
-            checkpoint=checkpoint,
+        return _settle_and_requeue(
+            case,
+            checkpoint,
+            resolution=Resolution.WRITE_HAPPENED,
             status=CheckpointStatus.SUCCEEDED,
             output=output,
             error_code=None,
             error_detail=None,
-            token=locked.token + 1,
-        )
-        new_token = _requeue(execution_id, locked.token)
-        event = _record(
-            request_id=locked.request_id,
-            execution_id=execution_id,
-            resolution=Resolution.WRITE_HAPPENED,
-            action_id=action_id,
             reason=reason,
-            evidence=evidence,
+            evidence={
+                "checkpoint": checkpoint_evidence(checkpoint),
+                "lookup": latest_lookup(execution_id=case.execution_id, action_id=action_id),
+                "recordedOutput": output,
+            },
             operator=operator,
         )
-    return Resolved(
-        uuid.UUID(str(execution_id)), Resolution.WRITE_HAPPENED, action_id, new_token, event.pk
-    )
 
 
 def execution_resolve_write_not_happened(
@@ -279,36 +242,25 @@ def execution_resolve_write_not_happened(
     with the same external key (so a provider that deduplicates by key still can).
     """
     _require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
-    reason = _clean_reason(reason)
-    with transaction.atomic():
-        locked = _lock(execution_id)
-        checkpoint = _uncertain_checkpoint(execution_id, action_id)
-        evidence = {
-            "checkpoint": checkpoint_evidence(checkpoint),
-            "lookup": latest_lookup(execution_id=execution_id, action_id=action_id),
-        }
-        _settle_checkpoint(
-            checkpoint=checkpoint,
+    reason = clean_reason(reason, refused=ResolutionRefused)
+    with _open_case(execution_id) as case:
+        checkpoint = _uncertain_checkpoint(case.execution_id, action_id)
+        return _settle_and_requeue(
+            case,
+            checkpoint,
+            resolution=Resolution.WRITE_NOT_HAPPENED,
             status=CheckpointStatus.FAILED,
             output=None,
             error_code=errors.REPLAY_AUTHORIZED,
-            error_detail=f"an operator ({_username(operator)}) established that the write did "
-            "not happen and authorised one replay with the same external key",
-            token=locked.token + 1,
-        )
-        new_token = _requeue(execution_id, locked.token)
-        event = _record(
-            request_id=locked.request_id,
-            execution_id=execution_id,
-            resolution=Resolution.WRITE_NOT_HAPPENED,
-            action_id=action_id,
+            error_detail=f"an operator ({operator.get_username()}) established that the write "
+            "did not happen and authorised one replay with the same external key",
             reason=reason,
-            evidence=evidence,
+            evidence={
+                "checkpoint": checkpoint_evidence(checkpoint),
+                "lookup": latest_lookup(execution_id=case.execution_id, action_id=action_id),
+            },
             operator=operator,
         )
-    return Resolved(
-        uuid.UUID(str(execution_id)), Resolution.WRITE_NOT_HAPPENED, action_id, new_token, event.pk
-    )
 
 
 def execution_abandon(
@@ -320,58 +272,44 @@ def execution_abandon(
     record of what was left uncertain.
     """
     _require(operator, permissions.ABANDON_EXECUTION)
-    reason = _clean_reason(reason)
-    with transaction.atomic():
-        locked = _lock(execution_id)
+    reason = clean_reason(reason, refused=ResolutionRefused)
+    with _open_case(execution_id) as case:
         uncertain = [
             checkpoint
-            for checkpoint in ActionExecution.objects.filter(execution_id=execution_id).order_by(
-                "sequence", "id"
-            )
+            for checkpoint in ActionExecution.objects.filter(
+                execution_id=case.execution_id
+            ).order_by("sequence", "id")
             if is_uncertain(checkpoint)
         ]
-        previous = locked.error_code
-        new_token = _fenced(
+        previous = Execution.objects.values_list("error_code", flat=True).get(pk=case.execution_id)
+        (new_token,) = case.fenced(
             sql.RECONCILE_ABANDON,
             {
-                "execution_id": execution_id,
-                "token": locked.token,
+                "execution_id": case.execution_id,
+                "token": case.token,
                 "error_code": errors.RECONCILIATION_ABANDONED,
-                "error_detail": f"abandoned in reconciliation by {_username(operator)} "
+                "error_detail": f"abandoned in reconciliation by {operator.get_username()} "
                 f"(was {previous or 'no error code'})",
             },
         )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.REQUEST_RELEASE,
-                {"request_id": locked.request_id, "execution_id": execution_id},
-            )
-        action_id = uncertain[0].action_id if len(uncertain) == 1 else None
-        evidence = {
-            "previousErrorCode": previous,
-            "uncertain": [checkpoint_evidence(checkpoint) for checkpoint in uncertain],
-            "lookups": [
-                lookup
-                for checkpoint in uncertain
-                if (
-                    lookup := latest_lookup(
-                        execution_id=execution_id, action_id=checkpoint.action_id
-                    )
-                )
-            ],
-        }
-        event = _record(
-            request_id=locked.request_id,
-            execution_id=execution_id,
-            resolution=Resolution.ABANDONED,
-            action_id=action_id,
-            reason=reason,
-            evidence=evidence,
-            operator=operator,
+        case.release_request()
+        lookups = (
+            latest_lookup(execution_id=case.execution_id, action_id=checkpoint.action_id)
+            for checkpoint in uncertain
         )
-    return Resolved(
-        uuid.UUID(str(execution_id)), Resolution.ABANDONED, action_id, new_token, event.pk
-    )
+        return _record(
+            case,
+            resolution=Resolution.ABANDONED,
+            action_id=uncertain[0].action_id if len(uncertain) == 1 else None,
+            reason=reason,
+            evidence={
+                "previousErrorCode": previous,
+                "uncertain": [checkpoint_evidence(checkpoint) for checkpoint in uncertain],
+                "lookups": [lookup for lookup in lookups if lookup],
+            },
+            operator=operator,
+            fencing_token=new_token,
+        )
 
 
 def checkpoint_record_lookup(
@@ -401,11 +339,14 @@ def checkpoint_record_lookup(
         ) from exc
     # Resolvable: lookup_by_key just resolved the same capability.
     schema = resolve(checkpoint.capability, checkpoint.capability_version).contract.output_schema
-    username = _username(operator)
-    return AuditEvent.objects.create(
-        request_id=execution.request_id,
-        execution_id=execution.pk,
-        type=AuditType.RECONCILIATION_EVIDENCE,
-        actor=username,
-        payload={**lookup_evidence(result, checkpoint, schema), "operator": username},
-    )
+    username = operator.get_username()
+    with transaction.atomic(), connection.cursor() as cursor:
+        event_id = audit_append(
+            cursor,
+            request_id=execution.request_id,
+            execution_id=execution.pk,
+            type=AuditType.RECONCILIATION_EVIDENCE,
+            actor=username,
+            payload={**lookup_evidence(result, checkpoint, schema), "operator": username},
+        )
+    return AuditEvent.objects.get(pk=event_id)

@@ -23,7 +23,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from . import pointer
+from . import patterns, pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
 from .schemas import DRAFT, schema_errors
@@ -178,6 +178,8 @@ class _Checker:
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:
             self.schema_references(schema, path)
+            for where, message in patterns.pattern_problems(schema, path):
+                self.problem(where, message)
 
     def schema_references(self, schema: dict, path: str) -> None:
         """References must stay inside dataSchema and resolve there.

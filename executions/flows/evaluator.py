@@ -46,20 +46,12 @@ class Decision:
     hit_policy: str
 
 
-class DecisionError(Exception):
+class DecisionError(errors.CodedError):
     """No rule matched, or the matching rules broke the hit policy."""
 
-    def __init__(self, code: str, detail: str) -> None:
-        self.code, self.detail = code, detail
-        super().__init__(f"{code}: {detail}")
 
-
-class UpdateError(Exception):
+class UpdateError(errors.CodedError):
     """An update could not be applied to the data (errors.DATA_INVALID)."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code, self.detail = code, detail
-        super().__init__(f"{code}: {detail}")
 
 
 def build_context(data: dict, outputs: dict[str, dict]) -> dict:

@@ -6,12 +6,12 @@ content as a no-op and refuses different content. It owns its transaction; the u
 on (key, version) settles concurrent publishers.
 """
 
-import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from orquestador import errors
+from orquestador import errors, strictjson
+from orquestador.errors import CodedError
 
 from ..models import Flow
 from .canonical import compact_size, sha256_hex
@@ -32,50 +32,40 @@ __all__ = [
 ]
 
 
-class FlowInvalid(Exception):
+class FlowInvalid(CodedError):
     """The definition breaks SPEC §4; `problems` lists every problem found."""
 
     def __init__(self, problems: list[FlowProblem]) -> None:
         self.problems = list(problems)
-        super().__init__("invalid flow definition: " + "; ".join(map(str, self.problems)))
+        count = len(self.problems)
+        super().__init__(
+            errors.FLOW_INVALID,
+            f"the flow definition has {count} problem{'s' if count != 1 else ''}: "
+            + "; ".join(map(str, self.problems)),
+            extra={"problems": [{"path": p.path, "message": p.message} for p in self.problems]},
+        )
 
 
-class FlowConflict(Exception):
+class FlowConflict(CodedError):
     """This key and version is already published with different content."""
 
+    def __init__(self, detail: str) -> None:
+        super().__init__(errors.FLOW_CONFLICT, detail)
 
-class DataError(Exception):
+
+class DataError(CodedError):
     """Request data refused by the flow's dataSchema or the size limit."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code, self.detail = code, detail
-        super().__init__(f"{code}: {detail}")
 
 
 # -- public interface ----------------------------------------------------------------------------
 
 
 def definition_from_json(text: str | bytes) -> Any:
-    """Parse flow JSON text; refuse duplicate keys and NaN/Infinity (FlowInvalid at `$`)."""
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-        result: dict = {}
-        for name, value in pairs:
-            if name in result:
-                raise ValueError(f"duplicate key {name!r} in an object")
-            result[name] = value
-        return result
-
-    def no_constant(name: str) -> None:
-        raise ValueError(f"{name} is not JSON")
-
+    """Parse flow JSON text strictly (orquestador.strictjson); bad text is FlowInvalid at `$`."""
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except json.JSONDecodeError as exc:
-        detail = f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        raise FlowInvalid([FlowProblem("$", detail)]) from exc
-    except (ValueError, RecursionError) as exc:
-        raise FlowInvalid([FlowProblem("$", f"invalid JSON: {exc}")]) from exc
+        return strictjson.loads(text)
+    except strictjson.JSONRefused as exc:
+        raise FlowInvalid([FlowProblem("$", f"the flow definition {exc.reason}")]) from exc
 
 
 def validate_data(definition: dict, data: Any) -> None:

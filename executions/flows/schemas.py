@@ -5,8 +5,8 @@ Used by the API (`flows.publication.validate_data`: a request's data against its
 evidence (an operator's or a provider's output against the contract).
 
 Invariants:
-- every validator is built by `_build`, and only there: a change to how schemas are compiled
-  (a `pattern` engine, a format checker) has this one function to change;
+- every validator is built by `_build`, and only there, with `pattern` searched in linear time
+  (RE2, executions/flows/patterns.py);
 - a flow's `dataSchema` is validated without format checks (formats are annotations in Draft
   2020-12) and a contract's schemas with them; the same schema and the same instance get the same
   answer whoever asks;
@@ -24,7 +24,10 @@ import jsonschema.exceptions
 import jsonschema.protocols
 import jsonschema.validators
 
-DRAFT = jsonschema.Draft202012Validator
+from . import patterns
+
+# Draft 2020-12 with every `pattern` searched in linear time.
+DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
 CACHE_SIZE = 512  # validators kept per process, least recently used dropped first
 
 _cache: OrderedDict[tuple[int, bool], tuple[dict, jsonschema.protocols.Validator]] = OrderedDict()
@@ -33,7 +36,7 @@ _cache_lock = threading.Lock()
 
 def _build(schema: dict, *, formats: bool) -> jsonschema.protocols.Validator:
     """Compile one validator (Draft 2020-12 unless the schema names another)."""
-    cls = jsonschema.validators.validator_for(schema, default=DRAFT)
+    cls = patterns.validator_for(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER) if formats else cls(schema)
 
 

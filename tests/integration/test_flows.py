@@ -265,7 +265,7 @@ def test_loadflow__invalid_json_is_a_command_error(tmp_path):
     path.write_text('{"key": "x",\n  "version": }')
     with pytest.raises(CommandError) as exc:
         loadflow(path)
-    assert "invalid JSON: Expecting value at line 2 column 14" in str(exc.value)
+    assert "is not valid JSON: Expecting value at line 2 column 14" in str(exc.value)
     assert not Flow.objects.exists()
 
 
@@ -401,3 +401,21 @@ def test_loadflow__as_a_real_process_on_the_runtime_role(process_env, tmp_path):
     assert refused.returncode != 0
     assert "$.initialState: 'X' is not one of the states" in refused.stderr
     assert list(Flow.objects.values_list("key", "version")) == [("onboarding", 1)]
+
+
+@pytest.mark.django_db
+def test_loadflow__refuses_a_pattern_the_linear_engine_cannot_compile(tmp_path):
+    definition = example("onboarding")
+    definition["dataSchema"].setdefault("properties", {})["ref"] = {
+        "type": "string",
+        "pattern": "^(?!admin).*$",
+    }
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(definition))
+    with pytest.raises(CommandError) as exc:
+        loadflow(path)
+    assert (
+        "  $.dataSchema.properties.ref.pattern: pattern '^(?!admin).*$' is not a pattern the "
+        "linear-time engine (RE2) accepts" in str(exc.value)
+    )
+    assert not Flow.objects.exists()

@@ -705,11 +705,15 @@ def test_definition_from_json__parses_valid_text():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("{", "invalid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
-        ('{"a": 1,\n "a": 2}', "invalid JSON: duplicate key 'a' in an object"),
-        ('{"a": NaN}', "invalid JSON: NaN is not JSON"),
-        ('{"a": -Infinity}', "invalid JSON: -Infinity is not JSON"),
-        ("[" * 100000, "invalid JSON"),
+        (
+            "{",
+            "the flow definition is not valid JSON: Expecting property name enclosed in double "
+            "quotes at line 1 column 2",
+        ),
+        ('{"a": 1,\n "a": 2}', "the flow definition repeats the key 'a' in one object"),
+        ('{"a": NaN}', "the flow definition is not valid JSON: NaN is not a JSON number"),
+        ('{"a": -Infinity}', "the flow definition is not valid JSON: -Infinity is not a JSON"),
+        ("[" * 100000, "the flow definition nests more than 100 levels deep"),
     ],
 )
 def test_definition_from_json__refuses_bad_text(text, message):
@@ -734,7 +738,11 @@ SCHEMA = {
 
 
 def test_validate_data__accepts_valid_data():
-    validate_data(SCHEMA, {"applicant": {"age": 30}, "items": ["a"]})
+    valid = {"applicant": {"age": 30}, "items": ["a"]}
+    assert validate_data(SCHEMA, valid) is None
+    # The same data with one wrong type is refused: the schema really was applied.
+    with pytest.raises(DataError):
+        validate_data(SCHEMA, {**valid, "items": [1]})
 
 
 @pytest.mark.parametrize(

@@ -327,6 +327,20 @@ CASES = [
         "not a valid media type",
     ),
     ("not TOML", "[contracts\n", "INTEGRATIONS_FILE", "not valid TOML"),
+    (
+        "input schema pattern with a lookahead",
+        CONTRACT
+        + "input_schema = { type = \"object\", properties = { code = { pattern = '^(?=x)' } } }\n"
+        + ROUTE,
+        'contracts."p.x@1".input_schema',
+        "unsupported pattern at $.properties.code.pattern",
+    ),
+    (
+        "output schema patternProperties with a backreference",
+        CONTRACT + "output_schema = { patternProperties = { '(a)\\1' = {} } }\n" + ROUTE,
+        'contracts."p.x@1".output_schema',
+        "linear-time engine (RE2)",
+    ),
 ]
 
 

@@ -27,5 +27,5 @@ class Command(BaseCommand):
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
             raise CommandError(f"{file}: invalid flow definition:\n{lines}") from exc
         except FlowConflict as exc:
-            raise CommandError(f"{file}: {exc}") from exc
+            raise CommandError(f"{file}: {exc.detail}") from exc
         self.stdout.write(f"{'published' if created else 'unchanged'} {flow}")

@@ -4,6 +4,7 @@
 import copy
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -134,3 +135,38 @@ def test_readme_walkthrough__as_the_runtime_role(server):
 
     schema = requests.get(f"{base}/api/schema/", params={"format": "json"}, timeout=TIMEOUT)
     assert "/api/v1/requests/{request_id}/transitions" in schema.json()["paths"]
+
+
+def test_catastrophic_pattern__answers_at_once_and_healthz_is_unaffected(server):
+    """The issue's repro: `^(a+)+$` and ~30 characters froze the web process for seconds."""
+    base, env = server
+    definition = copy.deepcopy(FLOW)
+    definition["key"] = "patterned"
+    definition["dataSchema"]["properties"]["applicant"]["pattern"] = "^(a+)+$"
+    flow_publish(definition=definition)
+    auth = {"Authorization": f"Bearer {mint(env, 'requests:write requests:read')}"}
+    answers: list[tuple[int, str, float]] = []
+
+    def hostile() -> None:
+        for size in (30, 1_000, 10_000):
+            started = time.monotonic()
+            response = requests.post(
+                f"{base}/api/v1/requests",
+                json={"flowKey": "patterned", "data": {"applicant": "a" * size + "!"}},
+                headers=auth,
+                timeout=TIMEOUT,
+            )
+            took = time.monotonic() - started
+            answers.append((response.status_code, response.json()["code"], took))
+
+    attacker = threading.Thread(target=hostile)
+    attacker.start()
+    probes = []
+    while attacker.is_alive():
+        started = time.monotonic()
+        assert requests.get(f"{base}/healthz", timeout=TIMEOUT).status_code == 200
+        probes.append(time.monotonic() - started)
+    attacker.join()
+    assert [(status, code) for status, code, _ in answers] == [(422, "DATA_INVALID")] * 3
+    assert max(took for _, _, took in answers) < 1.0, answers  # seconds, HTTP round trip
+    assert probes and max(probes) < 1.0, probes

@@ -6,6 +6,7 @@ import pytest
 from django.db.models import F
 from django.test import Client
 
+from executions import services
 from executions.models import AuditEvent, AuditType, Execution, ExecutionStatus, Request
 
 from .conftest import Caller, assert_error
@@ -166,14 +167,14 @@ def test_accept__malformed_json_is_invalid(alice, flow):
 
 def test_accept__a_failing_step_rolls_everything_back(alice, flow, monkeypatch):
     created = alice.create()
-    real_create = AuditEvent.objects.create
+    real_append = services.audit_append
 
-    def failing_create(**kwargs):
+    def failing_append(cursor, **kwargs):
         if kwargs.get("type") == AuditType.TRANSITION_ACCEPTED:
             raise RuntimeError("audit store unavailable")
-        return real_create(**kwargs)
+        return real_append(cursor, **kwargs)
 
-    monkeypatch.setattr(AuditEvent.objects, "create", failing_create)
+    monkeypatch.setattr(services, "audit_append", failing_append)
     client = Caller(None, Client(raise_request_exception=False))
     client.headers = alice.headers
     response = client.accept(created["id"], "submit", 1)

@@ -190,7 +190,7 @@ def test_lookup__from_the_case_page__is_recorded_and_prefills_the_output(operato
     event = AuditEvent.objects.get(execution=case, type=AuditType.RECONCILIATION_EVIDENCE)
     assert event.payload["happened"] is True and event.payload["outputValid"] is True
     assert event.actor == "olga"
-    form = response.context["happened_form"]
+    (form,) = [o.form for o in response.context["resolutions"] if o.resolution.key == "happened"]
     assert json.loads(form.initial["output"]) == {"chargeId": "ch_1", "status": "paid"}
     assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.RECONCILIATION_REQUIRED
 
@@ -235,7 +235,7 @@ def test_resolve__write_happened_with_its_output(operator, charge_registry):
     ("fields", "problem"),
     [
         ({"reason": "   "}, "This field is required."),
-        ({"reason": "ok", "output": "{not json"}, "Not valid JSON"),
+        ({"reason": "ok", "output": "{not json"}, "The output is not valid JSON"),
         ({"reason": "ok", "output": "[1]"}, "must be a JSON object"),
     ],
 )

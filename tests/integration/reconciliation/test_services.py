@@ -15,7 +15,7 @@ from executions.models import (
     Request,
 )
 from orquestador import errors
-from reconciliation import services
+from reconciliation import services, writes
 from tests.support.providers import JsonProvider, drop
 
 from .conftest import charge_catalog
@@ -163,7 +163,7 @@ def test_resolution__twice__the_second_finds_nothing_to_resolve(operator, charge
     with pytest.raises(services.ResolutionRefused) as refused:
         services.execution_abandon(execution_id=case.pk, reason="second", operator=operator)
     assert refused.value.code == errors.NOT_IN_RECONCILIATION
-    assert "already resolved" in refused.value.message
+    assert "already resolved" in refused.value.detail
     assert row(case.pk) == before
 
 
@@ -194,7 +194,7 @@ def test_write_happened__refuses_when_the_capability_is_no_longer_configured(ope
             execution_id=case.pk, action_id="charge", output=OUTPUT, reason="r", operator=operator
         )
     assert refused.value.code == errors.INTEGRATION_UNAVAILABLE
-    assert "no longer configured" in refused.value.message
+    assert "no longer configured" in refused.value.detail
     assert row(case.pk) == before
 
 
@@ -219,10 +219,11 @@ def test_resolution__a_step_that_fails_rolls_everything_back(
     case = reconciliation_case()
     before = row(case.pk)
 
-    def broken_audit(**kwargs):
+    def broken_audit(*args, **kwargs):
         raise RuntimeError("audit insert failed")
 
-    monkeypatch.setattr(services, "_record", broken_audit)
+    # The audit append is the last step of the write: the settle and requeue before it roll back.
+    monkeypatch.setattr(writes, "audit_append", broken_audit)
     with pytest.raises(RuntimeError):
         services.execution_resolve_write_happened(
             execution_id=case.pk, action_id="charge", output=OUTPUT, reason="r", operator=operator
@@ -303,5 +304,5 @@ def test_lookup__where_the_capability_has_no_route__says_so_and_records_nothing(
             execution_id=case.pk, action_id="charge", operator=operator
         )
     assert refused.value.code == errors.INTEGRATION_UNAVAILABLE
-    assert "has no provider lookup" in refused.value.message
+    assert "has no provider lookup" in refused.value.detail
     assert not AuditEvent.objects.filter(type=AuditType.RECONCILIATION_EVIDENCE).exists()

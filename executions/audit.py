@@ -1,0 +1,43 @@
+"""The one way an audit event is appended (SPEC §2: the audit trail is append-only).
+
+Every writer — the API's services, the worker's finalisation, cancellation and the operators'
+resolutions — appends through `audit_append`, inside the transaction of the change it records, so
+the event commits with that change or not at all. It takes an open cursor, a psycopg one (the
+worker's own connection) or Django's (services), and returns the event's id.
+"""
+
+import uuid
+from typing import Any, Protocol
+
+from psycopg.types.json import Jsonb
+
+from . import sql
+
+
+class Cursor(Protocol):
+    def execute(self, query: str, params: dict[str, Any]) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+
+def audit_append(
+    cursor: Cursor,
+    *,
+    request_id: uuid.UUID | str,
+    execution_id: uuid.UUID | str | None,
+    type: str,
+    actor: str,
+    payload: dict[str, Any],
+) -> int:
+    """Append one event in the caller's transaction; return its id."""
+    cursor.execute(
+        sql.AUDIT_APPEND,
+        {
+            "request_id": request_id,
+            "execution_id": execution_id,
+            "type": type,
+            "actor": actor,
+            "payload": Jsonb(payload),
+        },
+    )
+    return cursor.fetchone()[0]

@@ -1,0 +1,196 @@
+"""The reconciliation admin's writes: the admin actions, each behind its own permission.
+
+Every write goes through an admin action (`@admin.action(permissions=[...])`, backed by
+`has_<name>_permission`), and the case page's buttons post to the same actions, so there is one
+path to every write. The resolutions' actions and permission checks are made from the table in
+resolutions.py. A POST naming an action the user lacks is refused with 403, not ignored. Actions
+narrow to cases still open, call a service, and report with `message_user`.
+"""
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from executions.models import ExecutionStatus
+
+from . import permissions, selectors, services
+from .models import ReconciliationCase
+from .resolutions import RESOLUTIONS, ResolutionAction
+
+
+def case_url(execution_id: Any) -> str:
+    return reverse("admin:reconciliation_reconciliationcase_change", args=[execution_id])
+
+
+def lookup_summary(payload: dict[str, Any]) -> str:
+    happened = payload.get("happened")
+    if happened is True:
+        return "the provider says the write happened."
+    if happened is False:
+        return "the provider says the write did not happen."
+    return "the provider's answer settles nothing" + (
+        f" ({payload['detail']})." if payload.get("detail") else "."
+    )
+
+
+def _resolution_action(resolution: ResolutionAction):
+    """The admin action of one resolution of the table."""
+
+    @admin.action(permissions=[resolution.name], description=resolution.description)
+    def action(modeladmin: "CaseActions", request: HttpRequest, queryset: QuerySet):
+        return modeladmin.resolve(request, queryset, resolution)
+
+    action.__name__ = resolution.name
+    return action
+
+
+def _permission_check(permission: str):
+    def has_permission(self: admin.ModelAdmin, request: HttpRequest) -> bool:
+        return request.user.has_perm(permission)
+
+    return has_permission
+
+
+class CaseActions:
+    """The actions of ReconciliationCaseAdmin (a ModelAdmin mixin)."""
+
+    actions = ("fetch_provider_evidence", *(_resolution_action(r) for r in RESOLUTIONS))
+
+    def has_fetch_provider_evidence_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(permissions.FETCH_PROVIDER_EVIDENCE)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+        if request.method == "POST":
+            allowed = self.get_actions(request)
+            ours = {a if isinstance(a, str) else a.__name__ for a in self.actions}
+            if any(name in ours and name not in allowed for name in request.POST.getlist("action")):
+                raise PermissionDenied
+        return super().changelist_view(request, extra_context)
+
+    def back(self, request: HttpRequest, ids: list[Any]) -> HttpResponseRedirect | None:
+        """After an action: to the case page when it was about one case, else the queue."""
+        if len(ids) == 1:
+            return HttpResponseRedirect(case_url(ids[0]))
+        return None
+
+    def open_cases(self, request: HttpRequest, queryset: QuerySet) -> list[ReconciliationCase]:
+        """Narrow to cases that can still be resolved, and say so when that leaves none."""
+        cases = list(
+            queryset.filter(status=ExecutionStatus.RECONCILIATION_REQUIRED).order_by(
+                *selectors.QUEUE_ORDER
+            )
+        )
+        if not cases:
+            self.message_user(
+                request,
+                "Nothing to resolve: none of the selected executions is in "
+                "RECONCILIATION_REQUIRED (already resolved?).",
+                messages.WARNING,
+            )
+        return cases
+
+    @admin.action(
+        permissions=["fetch_provider_evidence"],
+        description="Ask the provider whether the write happened (stored as evidence)",
+    )
+    def fetch_provider_evidence(self, request: HttpRequest, queryset: QuerySet):
+        selected = list(queryset.values_list("pk", flat=True))
+        only = request.POST.get("action_id")
+        for case in self.open_cases(request, queryset):
+            detail = selectors.case_detail(execution_id=case.pk)
+            action_ids = [view.checkpoint.action_id for view in detail.uncertain]
+            if only:
+                action_ids = [a for a in action_ids if a == only]
+            if not action_ids:
+                self.message_user(
+                    request, f"{case.pk}: no uncertain action to ask about.", messages.WARNING
+                )
+            for action_id in action_ids:
+                try:
+                    event = services.checkpoint_record_lookup(
+                        execution_id=case.pk, action_id=action_id, operator=request.user
+                    )
+                except services.ResolutionRefused as exc:
+                    self.message_user(
+                        request, f"{case.pk} {action_id}: {exc.detail}", messages.ERROR
+                    )
+                else:
+                    self.message_user(
+                        request,
+                        f"{case.pk} {action_id}: {lookup_summary(event.payload)} "
+                        "Recorded as evidence.",
+                        messages.SUCCESS,
+                    )
+        return self.back(request, selected)
+
+    def resolve(self, request: HttpRequest, queryset: QuerySet, resolution: ResolutionAction):
+        """Confirm (with a reason, and the action to settle), then apply to each open case."""
+        selected = list(queryset.values_list("pk", flat=True))
+        cases = self.open_cases(request, queryset)
+        if not cases:
+            return self.back(request, selected)
+        action_ids = None
+        if resolution.settles_one_action:
+            # Settling an action needs evidence about that one write: one case at a time.
+            if len(cases) != 1:
+                self.message_user(
+                    request, "Choose exactly one case for this resolution.", messages.ERROR
+                )
+                return None
+            detail = selectors.case_detail(execution_id=cases[0].pk)
+            action_ids = [view.checkpoint.action_id for view in detail.uncertain]
+            if not action_ids:
+                self.message_user(
+                    request,
+                    "This case has no RUNNING or UNKNOWN action to settle; only abandoning "
+                    "applies.",
+                    messages.ERROR,
+                )
+                return self.back(request, selected)
+        if "post" in request.POST:
+            form = resolution.form_class(request.POST, action_ids=action_ids)
+            if form.is_valid():
+                done = []
+                for case in cases:
+                    try:
+                        resolution.apply(case.pk, form.cleaned_data, request.user)
+                    except services.ResolutionRefused as exc:
+                        self.message_user(request, f"{case.pk}: {exc.detail}", messages.ERROR)
+                    else:
+                        done.append(case.pk)
+                if done:
+                    self.message_user(
+                        request,
+                        f"{resolution.title}: resolved {len(done)} case(s), recorded in the "
+                        "audit trail.",
+                        messages.SUCCESS,
+                    )
+                return self.back(request, selected)
+        else:
+            form = resolution.form_class(action_ids=action_ids)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": resolution.title,
+            "subtitle": None,
+            "explanation": resolution.explanation,
+            "cases": cases,
+            "form": form,
+            "action_name": resolution.name,
+            "selected_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/reconciliation/resolve.html", context)
+
+
+for _resolution in RESOLUTIONS:
+    setattr(
+        CaseActions,
+        f"has_{_resolution.name}_permission",
+        _permission_check(_resolution.permission),
+    )

@@ -1,0 +1,96 @@
+"""The resolutions, described once: this table drives the admin actions, their permissions, the
+confirmation page and the case page's forms.
+
+A new resolution touches four places: its service in services.py, its permission in
+permissions.py, its row here, and a migration for the permission (and a form class in forms.py
+only when it asks for more than a reason and the action to settle).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import permissions, services
+from .forms import ResolutionForm, WriteHappenedForm
+
+# apply(execution_id, the form's cleaned data, the operator) -> services.Resolved
+Apply = Callable[[Any, dict[str, Any], Any], services.Resolved]
+
+
+@dataclass(frozen=True)
+class ResolutionAction:
+    name: str  # the admin action, and the permission's codename
+    key: str  # the case page's form: id="resolve-<key>", fields "<key>_<field>"
+    description: str  # the admin's action menu
+    title: str  # the confirmation page's title and its button
+    button: str  # the case page's button
+    explanation: str  # what happens, in words, on both pages
+    form_class: type[ResolutionForm]
+    settles_one_action: bool  # settles one uncertain action, so one case at a time
+    apply: Apply
+
+    @property
+    def permission(self) -> str:
+        return f"{permissions.APP}.{self.name}"
+
+    @property
+    def field_prefix(self) -> str:
+        return self.key.replace("-", "_")
+
+
+# The rows share one shape because they are rows of one table: each is data, not logic.
+RESOLUTIONS = (
+    ResolutionAction(
+        name="resolve_write_happened",
+        key="happened",
+        description="Resolve: the write happened (record its output, continue)",
+        title="The write happened",
+        button="Record: the write happened",
+        explanation="The uncertain action is recorded SUCCEEDED with the output below, and the "
+        "execution goes back to the queue; the worker reuses that output and does not call the "
+        "provider for this action again.",
+        form_class=WriteHappenedForm,
+        settles_one_action=True,
+        apply=lambda execution_id, data, user: services.execution_resolve_write_happened(
+            execution_id=execution_id,
+            action_id=data["action_id"],
+            output=data["output"],
+            reason=data["reason"],
+            operator=user,
+        ),
+    ),
+    ResolutionAction(
+        name="resolve_write_not_happened",
+        key="not-happened",
+        description="Resolve: the write did not happen (replay it once, same external key)",
+        title="The write did not happen",
+        button="Record: the write did not happen",
+        explanation="The uncertain action is recorded FAILED with REPLAY_AUTHORIZED, and the "
+        "execution goes back to the queue; the worker calls the provider for this action once "
+        "more, with the same external key (Idempotency-Key).",
+        form_class=ResolutionForm,
+        settles_one_action=True,
+        apply=lambda execution_id, data, user: services.execution_resolve_write_not_happened(
+            execution_id=execution_id,
+            action_id=data["action_id"],
+            reason=data["reason"],
+            operator=user,
+        ),
+    ),
+    ResolutionAction(
+        name="abandon_execution",
+        key="abandon",
+        description="Abandon: end FAILED and release the request",
+        title="Abandon",
+        button="Abandon the execution",
+        explanation="The execution ends FAILED (RECONCILIATION_ABANDONED) and its request is "
+        "released with its data, state and revision as they were. Nothing is replayed and nothing "
+        "is recorded as done: whatever the provider did stays as it is.",
+        form_class=ResolutionForm,
+        settles_one_action=False,
+        apply=lambda execution_id, data, user: services.execution_abandon(
+            execution_id=execution_id, reason=data["reason"], operator=user
+        ),
+    ),
+)
+BY_NAME = {resolution.name: resolution for resolution in RESOLUTIONS}
