@@ -51,13 +51,15 @@ CLAIM_SESSION = "SET enable_sort = off"
 # partial index execution_claim_idx serves due work and expired leases alike.
 
 # Claim up to %(limit)s due executions for %(owner)s, in one statement and one transaction.
-# `due` walks execution_claim_idx (next_attempt_at, created_at, id, partial on the three claimable
+# `due` walks execution_claim_idx (next_attempt_at, created_at, id, partial on the four claimable
 # statuses) in claim order and locks each row FOR UPDATE SKIP LOCKED, so concurrent claimers pass
 # each other's rows instead of waiting and never take the same one. A PENDING or RETRY_WAIT row
 # is due once next_attempt_at has passed; a RUNNING row once its lease has expired (its
-# next_attempt_at is the lease expiry). The UPDATE then takes each locked row: attempts + 1,
-# fencing token + 1 (fencing out any earlier holder), owner and lease from one reading of the
-# database clock. Committed by itself (autocommit) before any evaluation or adapter call.
+# next_attempt_at is the lease expiry); a SUSPENDED row once its wait's deadline has passed (its
+# next_attempt_at is the deadline), so that a worker settles the timeout. The UPDATE then takes
+# each locked row: attempts + 1, fencing token + 1 (fencing out any earlier holder), owner and
+# lease from one reading of the database clock. Committed by itself (autocommit) before any
+# evaluation or adapter call.
 # It also returns what the new holder needs to run, read under the new token in the same
 # statement: the accepted request snapshot (the request row by primary key, not locked: it is
 # blocked by this execution) and, for a reclaimed execution (attempts > 1), its checkpoints
@@ -71,7 +73,7 @@ WITH clock AS MATERIALIZED (
 due AS (
     SELECT e.id
       FROM execution AS e
-     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')
+     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
        AND e.next_attempt_at <= (SELECT now_at FROM clock)
      ORDER BY e.next_attempt_at, e.created_at, e.id
      LIMIT %(limit)s
@@ -626,10 +628,11 @@ METRICS_READ_ONLY = "SET TRANSACTION READ ONLY"
 # of piling scrapes up behind it. Transaction-local; locks nothing.
 METRICS_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout_ms)s, true)"
 
-# Live executions by status (PENDING, RETRY_WAIT, RUNNING): how many, how many are due now (a
-# RUNNING one once its lease has expired: its next_attempt_at is the lease expiry), and how long,
-# in seconds, the oldest due one has been due (0 when none is), all against one reading of the
-# database clock. Walks execution_claim_idx (partial on exactly these three statuses) and reads
+# Live executions by status (PENDING, RETRY_WAIT, RUNNING, SUSPENDED): how many, how many are due
+# now (a RUNNING one once its lease has expired: its next_attempt_at is the lease expiry; a
+# SUSPENDED one once its wait's deadline has passed), and how long, in seconds, the oldest due one
+# has been due (0 when none is), all against one reading of the database clock. Walks
+# execution_claim_idx (partial on exactly these four statuses) and reads
 # those rows' heap tuples for their status; no finished row is visited. Locks nothing.
 METRICS_QUEUE = """
 WITH clock AS MATERIALIZED (
@@ -641,7 +644,7 @@ SELECT e.status,
        GREATEST(EXTRACT(EPOCH FROM clock.now_at - min(e.next_attempt_at)), 0)::double precision
            AS oldest_due_age_seconds
   FROM execution AS e, clock
- WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')
+ WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
  GROUP BY e.status, clock.now_at
 """
 
@@ -662,4 +665,64 @@ METRICS_BLOCKED_REQUESTS = """
 SELECT count(*) AS blocked
   FROM request AS r
  WHERE r.blocked_by_id IS NOT NULL
+"""
+
+# -- purgehistory (executions/history.py) -------------------------------------------------------
+
+# The purge's cutoff, read once from the database clock: finished before this is old enough.
+# Locks nothing.
+PURGE_CUTOFF = "SELECT now() - make_interval(days => %(days)s)"
+
+# Bound how long one purge batch may wait for a lock (transaction-local). Locks nothing.
+PURGE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, true)"
+
+# Purge one batch of old history, in one short transaction of its own: up to %(limit)s final
+# executions (SUCCEEDED, FAILED, CANCELLED only: never RECONCILIATION_REQUIRED, whose evidence an
+# operator needs, nor live work) finished before %(cutoff)s and not purged yet, oldest first,
+# through execution_purge_idx. It locks those execution rows (SKIP LOCKED: two purges never wait
+# on each other; no worker ever locks a final row, and the claim's rows are all live, so it never
+# waits on a claim nor makes one wait), deletes their checkpoints (inputs' hashes, outputs, error
+# details: the bulk of history) through action_execution_action_uniq and the events sent to them
+# (payloads) through execution_event_uniq, and clears the execution's
+# own payloads (error detail, actor snapshot), keeping what the execution view shows (status,
+# outcome, target state, error code) and the audit trail, which is append-only. Returns one row
+# per purged execution with the numbers of checkpoints and events deleted for it.
+PURGE_BATCH = """
+WITH batch AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE e.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+       AND e.purged_at IS NULL
+       AND e.finished_at < %(cutoff)s
+     ORDER BY e.finished_at, e.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM action_execution AS c
+     USING batch
+     WHERE c.execution_id = batch.id
+    RETURNING c.execution_id
+),
+events_gone AS (
+    DELETE FROM execution_event AS v
+     USING batch
+     WHERE v.execution_id = batch.id
+    RETURNING v.execution_id
+),
+purged AS (
+    UPDATE execution AS e
+       SET purged_at = clock_timestamp(),
+           error_detail = NULL,
+           actor_snapshot = '{}'
+      FROM batch
+     WHERE e.id = batch.id
+    RETURNING e.id
+)
+SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS events
+  FROM purged AS p
+  LEFT JOIN (SELECT execution_id, count(*) AS checkpoints FROM gone GROUP BY execution_id) AS g
+         ON g.execution_id = p.id
+  LEFT JOIN (SELECT execution_id, count(*) AS events FROM events_gone GROUP BY execution_id) AS v
+         ON v.execution_id = p.id
 """

@@ -13,6 +13,17 @@ from executions.models import ExecutionStatus, Flow
 from .selectors import capabilities, with_capability
 
 ALL = "all"
+MAX_FLOW_ID = 2**63 - 1  # bigint primary key
+MAX_CAPABILITY_VERSION = 2**31 - 1  # integer column
+
+
+def _bounded_int(text: str, maximum: int) -> int | None:
+    """`text` as a non-negative integer up to `maximum`, or None: ASCII digits only (str.isdigit
+    accepts '²', which int() refuses) and never longer than the column can hold."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if value <= maximum else None
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -65,9 +76,10 @@ class FlowFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
+        flow_id = _bounded_int(value, MAX_FLOW_ID)
+        if flow_id is None:
             return queryset.none()
-        return queryset.filter(**{self.field: int(value)})
+        return queryset.filter(**{self.field: flow_id})
 
 
 class CapabilityFilter(admin.SimpleListFilter):
@@ -85,7 +97,10 @@ class CapabilityFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if "@" not in value or not value.rpartition("@")[2].isdigit():
+        if (
+            "@" not in value
+            or _bounded_int(value.rpartition("@")[2], MAX_CAPABILITY_VERSION) is None
+        ):
             return queryset.none()
         return with_capability(queryset, value, execution_field=self.execution_field)
 

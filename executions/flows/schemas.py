@@ -30,17 +30,17 @@ from . import patterns
 DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
 CACHE_SIZE = 512  # validators kept per process, least recently used dropped first
 
-_cache: OrderedDict[tuple[int, bool], tuple[dict, jsonschema.protocols.Validator]] = OrderedDict()
+_cache: OrderedDict[tuple[int, bool], tuple[Any, jsonschema.protocols.Validator]] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _build(schema: dict, *, formats: bool) -> jsonschema.protocols.Validator:
+def _build(schema: dict | bool, *, formats: bool) -> jsonschema.protocols.Validator:
     """Compile one validator (Draft 2020-12 unless the schema names another)."""
     cls = patterns.validator_for(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER) if formats else cls(schema)
 
 
-def validator(schema: dict, *, formats: bool) -> jsonschema.protocols.Validator:
+def validator(schema: dict | bool, *, formats: bool) -> jsonschema.protocols.Validator:
     """The validator of `schema`, built once while the schema object lives and is used."""
     key = (id(schema), formats)
     with _cache_lock:

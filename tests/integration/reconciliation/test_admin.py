@@ -352,3 +352,29 @@ def test_post_without_csrf_token__is_refused(operator):
     response = client.post(reverse(QUEUE), _resolve_post(case, "abandon_execution", reason="x"))
     assert response.status_code == 403
     assert row(case.pk) == before
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"flow": "²"},
+        {"flow": "1" * 4301},
+        {"flow": "9" * 19},
+        {"capability": "x@²"},
+        {"capability": "x@" + "1" * 4301},
+        {"capability": "payments.charge@" + "9" * 10},
+        {"status": "²"},
+        {"age": "1" * 4301},
+    ],
+    ids=lambda q: f"{next(iter(q))}={next(iter(q.values()))[:20]}",
+)
+@pytest.mark.parametrize(
+    "queue",
+    [QUEUE, "admin:reconciliation_blockedrequest_changelist"],
+    ids=["cases", "blocked"],
+)
+def test_queue__an_invalid_filter_value_lists_nothing_never_a_500(operator, queue, query):
+    reconciliation_case()
+    response = _client(operator).get(reverse(queue), query)
+    assert response.status_code == 200
+    assert _listed(response) == []
