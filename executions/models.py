@@ -4,8 +4,11 @@ Invariants kept by the database itself, not only by Python:
 - statuses and effects are CHECK constraints;
 - a checkpoint is unique per (execution, action_id);
 - a RUNNING execution has a lease owner and expiry, and its `next_attempt_at` mirrors the lease
-  expiry, so one partial index serves the whole claim (due PENDING/RETRY_WAIT work and RUNNING
-  work whose lease expired), ordered `next_attempt_at, created_at, id`;
+  expiry, so one partial index serves the whole claim (due PENDING/RETRY_WAIT work, RUNNING
+  work whose lease expired and SUSPENDED work whose wait's deadline passed), ordered
+  `next_attempt_at, created_at, id`;
+- an event is unique per (execution, eventId), so a retried event is recognised, never applied
+  twice;
 - audit events are append-only (a trigger refuses UPDATE and DELETE for every role; the runtime
   role additionally has no such privilege).
 
@@ -31,8 +34,14 @@ class ExecutionStatus(models.TextChoices):
     CANCELLED = "CANCELLED"
 
 
-# Claimable: the statuses the claim looks at (RUNNING only once its lease expired).
-CLAIMABLE_STATUSES = (ExecutionStatus.PENDING, ExecutionStatus.RETRY_WAIT, ExecutionStatus.RUNNING)
+# Claimable: the statuses the claim looks at (RUNNING only once its lease expired, SUSPENDED only
+# once its wait's deadline passed: next_attempt_at is that deadline).
+CLAIMABLE_STATUSES = (
+    ExecutionStatus.PENDING,
+    ExecutionStatus.RETRY_WAIT,
+    ExecutionStatus.RUNNING,
+    ExecutionStatus.SUSPENDED,
+)
 TERMINAL_STATUSES = (
     ExecutionStatus.SUCCEEDED,
     ExecutionStatus.FAILED,
@@ -45,6 +54,14 @@ class CheckpointStatus(models.TextChoices):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     UNKNOWN = "UNKNOWN"
+    WAITING = "WAITING"  # a wait action: the execution is SUSPENDED until its event or deadline
+    ACCEPTED = "ACCEPTED"  # an asynchronous provider accepted the call and will call back
+
+
+class EventStatus(models.TextChoices):
+    ACCEPTED = "ACCEPTED"  # it resumed the wait it was sent for
+    KEPT = "KEPT"  # it came before its wait was reached, and waits to be consumed there
+    CONSUMED = "CONSUMED"  # kept, then consumed when the execution reached its wait
 
 
 class Effect(models.TextChoices):
@@ -299,3 +316,39 @@ class ActionExecution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id}:{self.action_id}"
+
+
+class ExecutionEvent(models.Model):
+    """An event sent to an execution (`POST /api/v1/executions/{id}/events`).
+
+    Kept for good, so the same `eventId` is recognised (a replay) however late it comes; an event
+    that came before its wait was reached is KEPT until the execution gets there.
+    """
+
+    # execution_event_uniq (execution, event_id) serves the execution key.
+    execution = models.ForeignKey(
+        Execution, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
+    event_id = models.CharField(max_length=255, help_text="The sender's eventId.")
+    event = models.CharField(max_length=100)
+    action_id = models.CharField(max_length=100, help_text="The wait action it is for.")
+    payload = models.JSONField()
+    fingerprint = models.CharField(
+        max_length=64, help_text="SHA-256 of the canonical {event, payload}."
+    )
+    status = models.CharField(max_length=16, choices=EventStatus.choices)
+    actor = models.CharField(max_length=255, help_text="The principal that sent it.")
+    created_at = models.DateTimeField(db_default=Now())
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "execution_event"
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "event_id"], name="execution_event_uniq"),
+            models.CheckConstraint(
+                condition=_in("status", EventStatus), name="execution_event_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.event_id}"

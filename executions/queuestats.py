@@ -19,7 +19,12 @@ METRICS_TIMEOUT_MS = 2000  # milliseconds one statistics statement may run befor
 # The statuses of live work, in the order the metrics list them (execution_claim_idx's predicate).
 QUEUE_STATUSES: tuple[str, ...] = tuple(
     status.value
-    for status in (ExecutionStatus.PENDING, ExecutionStatus.RETRY_WAIT, ExecutionStatus.RUNNING)
+    for status in (
+        ExecutionStatus.PENDING,
+        ExecutionStatus.RETRY_WAIT,
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.SUSPENDED,
+    )
 )
 
 

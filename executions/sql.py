@@ -51,13 +51,15 @@ CLAIM_SESSION = "SET enable_sort = off"
 # partial index execution_claim_idx serves due work and expired leases alike.
 
 # Claim up to %(limit)s due executions for %(owner)s, in one statement and one transaction.
-# `due` walks execution_claim_idx (next_attempt_at, created_at, id, partial on the three claimable
+# `due` walks execution_claim_idx (next_attempt_at, created_at, id, partial on the four claimable
 # statuses) in claim order and locks each row FOR UPDATE SKIP LOCKED, so concurrent claimers pass
 # each other's rows instead of waiting and never take the same one. A PENDING or RETRY_WAIT row
 # is due once next_attempt_at has passed; a RUNNING row once its lease has expired (its
-# next_attempt_at is the lease expiry). The UPDATE then takes each locked row: attempts + 1,
-# fencing token + 1 (fencing out any earlier holder), owner and lease from one reading of the
-# database clock. Committed by itself (autocommit) before any evaluation or adapter call.
+# next_attempt_at is the lease expiry); a SUSPENDED row once its wait's deadline has passed (its
+# next_attempt_at is the deadline), so that a worker settles the timeout. The UPDATE then takes
+# each locked row: attempts + 1, fencing token + 1 (fencing out any earlier holder), owner and
+# lease from one reading of the database clock. Committed by itself (autocommit) before any
+# evaluation or adapter call.
 # It also returns what the new holder needs to run, read under the new token in the same
 # statement: the accepted request snapshot (the request row by primary key, not locked: it is
 # blocked by this execution) and, for a reclaimed execution (attempts > 1), its checkpoints
@@ -71,7 +73,7 @@ WITH clock AS MATERIALIZED (
 due AS (
     SELECT e.id
       FROM execution AS e
-     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')
+     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
        AND e.next_attempt_at <= (SELECT now_at FROM clock)
      ORDER BY e.next_attempt_at, e.created_at, e.id
      LIMIT %(limit)s
@@ -599,10 +601,11 @@ METRICS_READ_ONLY = "SET TRANSACTION READ ONLY"
 # of piling scrapes up behind it. Transaction-local; locks nothing.
 METRICS_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout_ms)s, true)"
 
-# Live executions by status (PENDING, RETRY_WAIT, RUNNING): how many, how many are due now (a
-# RUNNING one once its lease has expired: its next_attempt_at is the lease expiry), and how long,
-# in seconds, the oldest due one has been due (0 when none is), all against one reading of the
-# database clock. Walks execution_claim_idx (partial on exactly these three statuses) and reads
+# Live executions by status (PENDING, RETRY_WAIT, RUNNING, SUSPENDED): how many, how many are due
+# now (a RUNNING one once its lease has expired: its next_attempt_at is the lease expiry; a
+# SUSPENDED one once its wait's deadline has passed), and how long, in seconds, the oldest due one
+# has been due (0 when none is), all against one reading of the database clock. Walks
+# execution_claim_idx (partial on exactly these four statuses) and reads
 # those rows' heap tuples for their status; no finished row is visited. Locks nothing.
 METRICS_QUEUE = """
 WITH clock AS MATERIALIZED (
@@ -614,7 +617,7 @@ SELECT e.status,
        GREATEST(EXTRACT(EPOCH FROM clock.now_at - min(e.next_attempt_at)), 0)::double precision
            AS oldest_due_age_seconds
   FROM execution AS e, clock
- WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')
+ WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
  GROUP BY e.status, clock.now_at
 """
 

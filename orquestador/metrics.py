@@ -72,7 +72,7 @@ def queue_families(stats: QueueStats | None, *, seconds: float) -> list[Family]:
         Family(
             "orquestador_queue_depth",
             "gauge",
-            "Live executions by status (PENDING, RETRY_WAIT, RUNNING).",
+            "Live executions by status (PENDING, RETRY_WAIT, RUNNING, SUSPENDED).",
             [Sample(stats.depth[s], (("status", s),)) for s in QUEUE_STATUSES],
         ),
         Family(

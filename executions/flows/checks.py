@@ -3,14 +3,18 @@
 A definition is JSON with exactly these top-level keys: `key`, `version`, `initialState`,
 `states`, `dataSchema` (JSON Schema, Draft 2020-12) and `transitions`. A transition has `id`,
 `from`, `actions` (may be empty), `decision` and, optionally, `updates` (default none). An action
-has `id`, `capability`, `version` and `input` (an object of values). A rule has `id`, `when` (a
+has `id`, `capability`, `version` and `input` (an object of values), or is a wait action: `id` and
+`wait` (`event`, `payloadSchema`, `timeoutSeconds` and optionally `onTimeout: {payload}`), whose
+output is the payload of the event that resumes it (SPEC §10). A rule has `id`, `when` (a
 condition), `target` and `outcome`. An update has `path` (a pointer into the data) and exactly one
 of `from` (a pointer into the context) or `value` (a literal, taken as is). Unknown keys are
 refused at every level, so a misspelt key never silently means "absent".
 
 Pointers in values start with `/data` or `/actions/<actionId>`. An action's input may read only
 actions that run before it in the same transition; rules and updates may read any action of the
-transition. Problems are reported all at once, each with a JSON-path-like location such as
+transition; a pointer into a wait action's output must be one its payloadSchema can produce, where
+that is decidable without running anything. Problems are reported all at once, each with a
+JSON-path-like location such as
 `$.transitions[0].actions[1].input.amount.from`. Pure: no database, no I/O.
 """
 
@@ -33,6 +37,10 @@ DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
 ACTION_KEYS = ("id", "capability", "version", "input")
+WAIT_ACTION_KEYS = ("id", "wait")
+WAIT_KEYS = ("event", "payloadSchema", "timeoutSeconds")
+MIN_WAIT_SECONDS = 1  # seconds
+MAX_WAIT_SECONDS = 90 * 24 * 3600  # seconds: 90 days
 DECISION_KEYS = ("hitPolicy", "rules")
 RULE_KEYS = ("id", "when", "target", "outcome")
 MAX_NAME_LENGTH = 100  # characters: keys, ids and states fit the model's columns
@@ -84,6 +92,8 @@ class _Checker:
     def __init__(self) -> None:
         self.problems: list[FlowProblem] = []
         self.states: set[str] = set()
+        # The usable payloadSchema of each wait action of the transition being checked.
+        self.wait_schemas: dict[str, dict | bool] = {}
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(FlowProblem(path, message))
@@ -163,44 +173,51 @@ class _Checker:
                     self.problem(path, f"duplicate state {state!r}")
                 self.states.add(state)
 
-    def data_schema(self, schema: Any, path: str) -> None:
+    def data_schema(self, schema: Any, path: str, where: str = "dataSchema") -> bool:
+        """Check a self-contained JSON Schema; return whether it can be used to validate."""
         if not isinstance(schema, dict):
             self.problem(path, f"must be a JSON Schema object, not {_type_name(schema)}")
-            return
+            return False
         declared = schema.get("$schema")
         if declared is not None and declared != DRAFT.META_SCHEMA["$id"]:
             self.problem(
                 member(path, "$schema"),
                 f"only JSON Schema Draft 2020-12 ({DRAFT.META_SCHEMA['$id']}) is supported",
             )
-            return
+            return False
         meta = DRAFT(DRAFT.META_SCHEMA, format_checker=DRAFT.FORMAT_CHECKER)
         valid = True
         for error in meta.iter_errors(schema):
             valid = False
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:
-            self.schema_references(schema, path)
-            for where, message in patterns.pattern_problems(schema, path):
-                self.problem(where, message)
+            valid = self.schema_references(schema, path, where)
+            for location, message in patterns.pattern_problems(schema, path):
+                valid = False
+                self.problem(location, message)
+        return valid
 
-    def schema_references(self, schema: dict, path: str) -> None:
-        """References must stay inside dataSchema and resolve there.
+    def schema_references(self, schema: dict, path: str, where: str = "dataSchema") -> bool:
+        """References must stay inside the schema and resolve there.
 
         Validating data must never fetch anything (the evaluator and the API do no I/O), and a
         reference that does not resolve would only fail later, on somebody's request.
         """
         resource = DRAFT202012.create_resource(schema)
-        uri = resource.id() or "urn:orquestador:dataSchema"
+        uri = resource.id() or f"urn:orquestador:{where}"
         resolver = Registry().with_resource(uri, resource).crawl().resolver(base_uri=uri)
-        for where, ref in _references(schema, path):
+        usable = True
+        for location, ref in _references(schema, path):
             if not ref.startswith("#"):
-                self.problem(where, f"{ref!r} is not a local reference (#...) inside dataSchema")
+                self.problem(location, f"{ref!r} is not a local reference (#...) inside {where}")
+                usable = False
                 continue
             try:
                 resolver.lookup(ref)
             except Unresolvable:
-                self.problem(where, f"{ref!r} does not resolve inside dataSchema")
+                self.problem(location, f"{ref!r} does not resolve inside {where}")
+                usable = False
+        return usable
 
     def transitions(self, transitions: Any, path: str) -> None:
         if not isinstance(transitions, list):
@@ -249,9 +266,26 @@ class _Checker:
             self.problem(path, f"must be an array of actions, not {_type_name(actions)}")
             return None
         earlier: set[str] = set()
+        self.wait_schemas = {}
         complete = True  # False once an action has no usable id: references become unknowable
         for index, action in enumerate(actions):
             apath = f"{path}[{index}]"
+            if isinstance(action, dict) and "wait" in action:
+                if not self.object(action, apath, WAIT_ACTION_KEYS):
+                    complete = False
+                    continue
+                schema = self.wait(action["wait"], f"{apath}.wait")
+                aid = action.get("id")
+                if "id" in action and self.name(aid, f"{apath}.id", IDENTIFIER, IDENTIFIER_RULE):
+                    if aid in earlier:
+                        self.problem(f"{apath}.id", f"duplicate action id {aid!r}")
+                    elif schema is not None:
+                        self.wait_schemas[aid] = schema
+                if isinstance(aid, str):
+                    earlier.add(aid)
+                else:
+                    complete = False
+                continue
             if not self.object(action, apath, ACTION_KEYS):
                 complete = False
                 continue
@@ -272,6 +306,44 @@ class _Checker:
             else:
                 complete = False
         return earlier if complete else None
+
+    def wait(self, wait: Any, path: str) -> dict | bool | None:
+        """Check a wait; return its payloadSchema when it is usable, else None."""
+        if not self.object(wait, path, WAIT_KEYS, ("onTimeout",)):
+            return None
+        if "event" in wait:
+            self.name(wait["event"], f"{path}.event", IDENTIFIER, IDENTIFIER_RULE)
+        if "timeoutSeconds" in wait:
+            seconds = wait["timeoutSeconds"]
+            if not isinstance(seconds, int) or isinstance(seconds, bool):
+                self.problem(
+                    f"{path}.timeoutSeconds", f"must be an integer, not {_type_name(seconds)}"
+                )
+            elif not MIN_WAIT_SECONDS <= seconds <= MAX_WAIT_SECONDS:
+                self.problem(
+                    f"{path}.timeoutSeconds",
+                    f"must be between {MIN_WAIT_SECONDS} and {MAX_WAIT_SECONDS} seconds (90 days)",
+                )
+        schema = None
+        if "payloadSchema" in wait:
+            spath = f"{path}.payloadSchema"
+            if self.data_schema(wait["payloadSchema"], spath, "payloadSchema"):
+                schema = wait["payloadSchema"]
+        if "onTimeout" in wait:
+            opath = f"{path}.onTimeout"
+            if (
+                self.object(wait["onTimeout"], opath, ("payload",))
+                and "payload" in wait["onTimeout"]
+            ):
+                payload = wait["onTimeout"]["payload"]
+                if not isinstance(payload, dict):
+                    self.problem(
+                        f"{opath}.payload", f"must be a JSON object, not {_type_name(payload)}"
+                    )
+                elif schema is not None:
+                    for problem in payload_problems(schema, payload):
+                        self.problem(f"{opath}.payload{problem.path[1:]}", problem.message)
+        return schema
 
     def input(self, mapping: Any, path: str, earlier: set[str] | None, scope: str) -> None:
         if not isinstance(mapping, dict):
@@ -310,6 +382,14 @@ class _Checker:
             # With the actions themselves broken, an unknown id would only repeat that problem.
             if actions is not None and tokens[1] not in actions:
                 self.problem(path, f"action {tokens[1]!r} is not one of the {scope}")
+            elif tokens[1] in self.wait_schemas:
+                unreachable = unproducible(self.wait_schemas[tokens[1]], tokens[2:])
+                if unreachable is not None:
+                    self.problem(
+                        path,
+                        f"the payloadSchema of wait action {tokens[1]!r} cannot produce "
+                        f"{unreachable}",
+                    )
             return
         self.problem(path, f'{value!r} must start with "/data" or "/actions/<actionId>"')
 
@@ -434,6 +514,82 @@ def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from _references(value, f"{path}[{index}]")
+
+
+def payload_problems(schema: dict | bool, payload: Any) -> list[FlowProblem]:
+    """Every way `payload` breaks a (checked) payloadSchema, each with its JSON path."""
+    validator = DRAFT(schema)
+    return [
+        FlowProblem(error.json_path, short_detail(error.message))
+        for error in sorted(validator.iter_errors(payload), key=lambda e: e.json_path)
+    ]
+
+
+# Keywords under which a schema combines or redirects to others: what such a schema produces is
+# not decided by looking at `type`, `properties` and `additionalProperties` alone.
+_UNDECIDABLE = (
+    "$ref",
+    "$dynamicRef",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+
+
+def unproducible(schema: Any, tokens: list[str]) -> str | None:
+    """Where a payload valid against `schema` can never have anything at `tokens`, say where.
+
+    Decides only the plain cases (a `false` schema, a `type` that rules out what the pointer
+    needs, an object closed by `additionalProperties: false`, an array index not a number or
+    past `maxItems`); anything it cannot decide is taken as producible (None).
+    """
+    walked = ""
+    for segment in tokens:
+        here = f"{walked}/{segment}"
+        if schema is False:
+            return walked or "anything"
+        if not isinstance(schema, dict) or any(key in schema for key in _UNDECIDABLE):
+            return None
+        if "enum" in schema or "const" in schema:
+            return None
+        declared = schema.get("type")
+        if declared is None:
+            types = {"object", "array"}
+        else:
+            types = {declared} if isinstance(declared, str) else set(declared)
+        child_of_object = child_of_array = None
+        if "object" in types:
+            properties = schema.get("properties") or {}
+            if segment in properties:
+                child_of_object = properties[segment]
+            elif schema.get("patternProperties") or (
+                schema.get("additionalProperties", True) is not False
+            ):
+                return None  # an open object may hold it
+        is_index = segment.isdigit() and (segment == "0" or not segment.startswith("0"))
+        if "array" in types and is_index:
+            max_items = schema.get("maxItems")
+            if not (isinstance(max_items, int) and int(segment) >= max_items):
+                prefix = schema.get("prefixItems") or []
+                index = int(segment)
+                child_of_array = prefix[index] if index < len(prefix) else schema.get("items", True)
+        if child_of_object is not None and child_of_array is not None:
+            return None
+        child = child_of_object if child_of_object is not None else child_of_array
+        if child is None:
+            return here
+        schema = child
+        walked = here
+    if schema is False:
+        return walked or "anything"
+    return None
 
 
 def _is_mapping(value: Any) -> bool:

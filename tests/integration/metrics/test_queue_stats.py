@@ -19,8 +19,8 @@ def read(conn) -> QueueStats:
 
 def test_queue_stats__an_empty_queue_is_all_zeros(conn):
     assert read(conn) == QueueStats(
-        depth={"PENDING": 0, "RETRY_WAIT": 0, "RUNNING": 0},
-        due={"PENDING": 0, "RETRY_WAIT": 0, "RUNNING": 0},
+        depth={"PENDING": 0, "RETRY_WAIT": 0, "RUNNING": 0, "SUSPENDED": 0},
+        due={"PENDING": 0, "RETRY_WAIT": 0, "RUNNING": 0, "SUSPENDED": 0},
         oldest_due_age_seconds=0.0,
         reconciliation_backlog=0,
         reconciliation_oldest_age_seconds=0.0,
@@ -31,9 +31,9 @@ def test_queue_stats__an_empty_queue_is_all_zeros(conn):
 def test_queue_stats__counts_depth_due_work_and_ages_by_the_database_clock(conn, shaped_queue):
     stats = read(conn)
 
-    assert stats.depth == {"PENDING": 1, "RETRY_WAIT": 2, "RUNNING": 2}
+    assert stats.depth == {"PENDING": 1, "RETRY_WAIT": 2, "RUNNING": 2, "SUSPENDED": 0}
     # Due: the overdue PENDING, the overdue retry, and the RUNNING one whose lease expired.
-    assert stats.due == {"PENDING": 1, "RETRY_WAIT": 1, "RUNNING": 1}
+    assert stats.due == {"PENDING": 1, "RETRY_WAIT": 1, "RUNNING": 1, "SUSPENDED": 0}
     assert 90 <= stats.oldest_due_age_seconds < 120
     assert stats.reconciliation_backlog == 1
     assert 3600 <= stats.reconciliation_oldest_age_seconds < 3630
@@ -45,8 +45,8 @@ def test_queue_stats__follow_the_queue_as_work_is_claimed_and_finished(conn, sha
     assert taken.execution_id == shaped_queue["pending"].execution_id
 
     stats = read(conn)
-    assert stats.depth == {"PENDING": 0, "RETRY_WAIT": 2, "RUNNING": 3}
-    assert stats.due == {"PENDING": 0, "RETRY_WAIT": 1, "RUNNING": 1}
+    assert stats.depth == {"PENDING": 0, "RETRY_WAIT": 2, "RUNNING": 3, "SUSPENDED": 0}
+    assert stats.due == {"PENDING": 0, "RETRY_WAIT": 1, "RUNNING": 1, "SUSPENDED": 0}
     # The oldest due one is now the RUNNING execution whose lease expired 30 s ago.
     assert 30 <= stats.oldest_due_age_seconds < 60
 
@@ -56,7 +56,7 @@ def test_queue_stats__follow_the_queue_as_work_is_claimed_and_finished(conn, sha
     )
     conn.execute("UPDATE request SET blocked_by_id = NULL WHERE blocked_by_id IS NOT NULL")
     stats = read(conn)
-    assert stats.depth == {"PENDING": 0, "RETRY_WAIT": 0, "RUNNING": 0}
+    assert stats.depth == {"PENDING": 0, "RETRY_WAIT": 0, "RUNNING": 0, "SUSPENDED": 0}
     assert stats.oldest_due_age_seconds == 0
     assert stats.requests_blocked == 0
     assert stats.reconciliation_backlog == 1  # only an operator clears that one

@@ -52,7 +52,7 @@ def test_metrics__show_no_ids_owners_tenants_or_lease_owners(client, shaped_queu
     ids = [str(a.execution_id) for a in shaped_queue.values()]
     ids += [str(a.request_id) for a in shaped_queue.values()]
     assert_no_identifiers(text, *ids, "alice", "acme", "host-x", "4242", "abcd1234")
-    assert get(client).label_values() == {"PENDING", "RETRY_WAIT", "RUNNING"}
+    assert get(client).label_values() == {"PENDING", "RETRY_WAIT", "RUNNING", "SUSPENDED"}
 
 
 def test_metrics__executions_by_final_status_are_left_to_the_workers(client, shaped_queue):

@@ -133,3 +133,38 @@ def test_claim__reads_the_partial_claim_index(conn, flow_id):
     text = "\n".join(row[0] for row in plan)
     assert "execution_claim_idx" in text
     assert "Sort" not in text  # the index already gives claim order
+
+
+def test_claim__takes_a_suspended_execution_only_once_its_deadline_passed(conn, flow_id):
+    waiting = enqueue(conn, flow_id).execution_id
+    timed_out = enqueue(conn, flow_id).execution_id
+    conn.execute(
+        "UPDATE execution SET status = 'SUSPENDED', next_attempt_at = clock_timestamp() + "
+        "CASE WHEN id = %s THEN interval '1 hour' ELSE interval '-1 second' END "
+        "WHERE id IN (%s, %s)",
+        [waiting, waiting, timed_out],
+    )
+
+    found = claim(conn, "worker-a", limit=5)
+
+    assert [c.execution_id for c in found] == [timed_out]
+    assert (found[0].token, found[0].attempts) == (1, 1)
+    assert execution_row(conn, waiting)["status"] == "SUSPENDED"
+
+
+def test_checkpoint_statuses__include_waiting_and_accepted(conn, flow_id):
+    accepted = enqueue(conn, flow_id).execution_id
+    for sequence, status in enumerate(("WAITING", "ACCEPTED")):
+        conn.execute(
+            "INSERT INTO action_execution (execution_id, action_id, sequence, capability, "
+            "capability_version, effect, status, input_hash, external_key, fencing_token) "
+            "VALUES (%s, %s, %s, 'c', 1, 'READ_ONLY', %s, 'h', 'k', 1)",
+            [accepted, f"a{sequence}", sequence, status],
+        )
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "INSERT INTO action_execution (execution_id, action_id, sequence, capability, "
+            "capability_version, effect, status, input_hash, external_key, fencing_token) "
+            "VALUES (%s, 'x', 9, 'c', 1, 'READ_ONLY', 'SLEEPING', 'h', 'k', 1)",
+            [accepted],
+        )
