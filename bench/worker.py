@@ -500,7 +500,8 @@ class Bench:
             for _ in range(claims):
                 started = time.perf_counter()
                 claimer.execute(
-                    sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": 10, "lease_seconds": 60}
+                    sql.CLAIM_EXECUTIONS,
+                    {"owner": owner, "limit": 10, "lease_seconds": 60, "outage": False},
                 ).fetchall()
                 timings.append(time.perf_counter() - started)
         self.owner.execute(

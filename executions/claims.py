@@ -66,6 +66,12 @@ class Claim:
     attempts: int
     actor_snapshot: dict[str, Any]
     snapshot: Snapshot | None = None
+    # Consecutive takeovers after lease expiry without progress, this claim included: above
+    # WORKER_MAX_RECLAIMS the holder settles the execution (`poisoned`) instead of running it.
+    reclaims: int = 0
+
+    def poisoned(self, max_reclaims: int) -> bool:
+        return self.reclaims > max_reclaims
 
     @property
     def execution_id(self) -> uuid.UUID:
@@ -73,13 +79,23 @@ class Claim:
 
 
 def executions_claim(
-    *, conn: psycopg.Connection, owner: str, limit: int, lease_seconds: float
+    *,
+    conn: psycopg.Connection,
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    outage: bool = False,
 ) -> list[Claim]:
-    """Claim up to `limit` due executions for `owner` (one statement, committed on return)."""
+    """Claim up to `limit` due executions for `owner` (one statement, committed on return).
+
+    `outage`: this process saw the database unreachable within the last lease, so the leases it
+    takes over may have lapsed for that reason; they do not count toward the poison cap.
+    """
     if limit <= 0:
         return []
     rows = conn.execute(
-        sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": limit, "lease_seconds": lease_seconds}
+        sql.CLAIM_EXECUTIONS,
+        {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
     ).fetchall()
     if rows:
         faultpoints.reach(faultpoints.CLAIM_COMMITTED)
@@ -94,7 +110,8 @@ def _claim(row: tuple, lease_owner: str) -> Claim:
         transition_id=transition_id,
         attempts=attempts,
         actor_snapshot=actor_snapshot,
-        snapshot=_snapshot(row[7:]),
+        snapshot=_snapshot(row[7:15]),
+        reclaims=row[15],
     )
 
 

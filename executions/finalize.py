@@ -28,6 +28,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from orquestador import errors
+
 from . import faultpoints, sql
 from .audit import audit_append
 from .checkpoints import checkpoint_settle
@@ -248,3 +250,28 @@ def execution_fail(
             },
         )
         return ExecutionStatus.FAILED
+
+
+def execution_exhaust_reclaims(
+    *, conn: psycopg.Connection, fence: Fence, reclaims: int, actor: str
+) -> str:
+    """The poison cap: settle, instead of running, an execution just claimed after more than
+    WORKER_MAX_RECLAIMS consecutive takeovers without progress; return its new status.
+
+    FAILED `RECLAIMS_EXHAUSTED` (request released) when no write succeeded or is uncertain,
+    otherwise RECONCILIATION_REQUIRED with that code (request kept blocked), by the SPEC §3 rule
+    for failures; audited either way. One transaction, fenced by the claim's token.
+    """
+    return execution_fail(
+        conn=conn,
+        fence=fence,
+        error_code=errors.RECLAIMS_EXHAUSTED,
+        error_detail=(
+            f"taken over {reclaims} times in a row after its lease expired, with no checkpoint "
+            "progressing in between; settled instead of run again"
+        ),
+        settlement=None,
+        reconcile=False,
+        actor=actor,
+        payload={"reclaims": reclaims},
+    )

@@ -200,6 +200,11 @@ class Execution(models.Model):
         blank=True,
         help_text="When purgehistory removed its checkpoints and payloads (history.py).",
     )
+    # The poison cap (WORKER_MAX_RECLAIMS): when the latest claim was taken, and how many
+    # consecutive takeovers after lease expiry found no checkpoint SUCCEEDED since the claim
+    # before them. Written only by the claim statement (executions/sql.py).
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    reclaims = models.IntegerField(db_default=0)
 
     class Meta:
         db_table = "execution"

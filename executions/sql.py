@@ -64,6 +64,13 @@ CLAIM_SESSION = "SET enable_sort = off"
 # statement: the accepted request snapshot (the request row by primary key, not locked: it is
 # blocked by this execution) and, for a reclaimed execution (attempts > 1), its checkpoints
 # through action_execution_action_uniq. A first attempt has none, so it skips that read.
+# The poison cap (WORKER_MAX_RECLAIMS) is counted here too: a takeover of a RUNNING row whose lease
+# expired adds one to `reclaims`, unless a checkpoint became SUCCEEDED since the claim before it
+# (progress: back to 0; one action_execution_action_uniq lookup, for takeovers only) or the lease
+# may have lapsed because the database itself was away (%(outage)s, the claimer's own view, or a
+# lease that ended within one lease of the server's start: the holder could not renew it). Any
+# other claim (PENDING, RETRY_WAIT, SUSPENDED) starts the count again. The caller settles a row
+# returned with more reclaims than the cap instead of running it.
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
@@ -86,7 +93,21 @@ UPDATE execution AS e
        lease_owner = %(owner)s,
        lease_expires_at = clock.lease_until,
        next_attempt_at = clock.lease_until,
-       started_at = COALESCE(e.started_at, clock.now_at)
+       started_at = COALESCE(e.started_at, clock.now_at),
+       claimed_at = clock.now_at,
+       reclaims = CASE
+           WHEN e.status <> 'RUNNING' THEN 0
+           WHEN EXISTS (SELECT 1
+                          FROM action_execution AS c
+                         WHERE c.execution_id = e.id AND c.status = 'SUCCEEDED'
+                           AND c.finished_at >= COALESCE(e.claimed_at, '-infinity'))
+               THEN 0
+           WHEN %(outage)s
+             OR e.lease_expires_at <= pg_postmaster_start_time()
+                    + make_interval(secs => %(lease_seconds)s::double precision)
+               THEN e.reclaims
+           ELSE e.reclaims + 1
+       END
   FROM due, clock, request AS r
  WHERE e.id = due.id AND r.id = e.request_id
 RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
@@ -103,7 +124,8 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
                           ORDER BY c.sequence)
                  FROM action_execution AS c
                 WHERE c.execution_id = e.id)
-          END AS checkpoints
+          END AS checkpoints,
+          e.reclaims
 """
 
 # Renew the leases of every execution this process holds, in one statement. Each entry of the

@@ -34,6 +34,9 @@ CONTRACT_MISMATCH = "CONTRACT_MISMATCH"
 DECISION_NO_MATCH = "DECISION_NO_MATCH"
 DECISION_AMBIGUOUS = "DECISION_AMBIGUOUS"
 RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
+# Taken over after lease expiry more than WORKER_MAX_RECLAIMS times in a row without a checkpoint
+# progressing (a poison execution): settled by the next claim instead of run again.
+RECLAIMS_EXHAUSTED = "RECLAIMS_EXHAUSTED"
 PERMANENT_FAILURE = "PERMANENT_FAILURE"
 UNCERTAIN_WRITE = "UNCERTAIN_WRITE"
 TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, before retries run out

@@ -18,6 +18,7 @@ DEFAULT_DRAIN_SECONDS = 20.0  # seconds
 DEFAULT_RETRY_BASE_SECONDS = 1.0  # seconds
 DEFAULT_RETRY_MAX_SECONDS = 300.0  # seconds
 DEFAULT_RETRY_AFTER_MAX_SECONDS = 600.0  # seconds
+DEFAULT_MAX_RECLAIMS = 5  # consecutive takeovers without progress before the poison cap settles
 DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback: a scraper on the same host, or a sidecar
 RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
 DEFAULT_RUNTIME = "local"
@@ -35,6 +36,7 @@ ENV_DEFAULTS = {
     "WORKER_RETRY_BASE_SECONDS": f"{DEFAULT_RETRY_BASE_SECONDS:g}",
     "WORKER_RETRY_MAX_SECONDS": f"{DEFAULT_RETRY_MAX_SECONDS:g}",
     "WORKER_RETRY_AFTER_MAX_SECONDS": f"{DEFAULT_RETRY_AFTER_MAX_SECONDS:g}",
+    "WORKER_MAX_RECLAIMS": str(DEFAULT_MAX_RECLAIMS),
     # The worker's metrics endpoint (executions/worker/metrics.py); no port: off.
     "WORKER_METRICS_PORT": "",
     "WORKER_METRICS_HOST": DEFAULT_METRICS_HOST,
@@ -66,6 +68,7 @@ class WorkerConfig:
     retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     retry_after_max_seconds: float = DEFAULT_RETRY_AFTER_MAX_SECONDS
+    max_reclaims: int = DEFAULT_MAX_RECLAIMS
 
     def __post_init__(self) -> None:
         # The same rules whether built from the environment or in code (tests, benchmarks).
@@ -79,6 +82,7 @@ class WorkerConfig:
             ("WORKER_RETRY_BASE_SECONDS", self.retry_base_seconds),
             ("WORKER_RETRY_MAX_SECONDS", self.retry_max_seconds),
             ("WORKER_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds),
+            ("WORKER_MAX_RECLAIMS", self.max_reclaims),
         ):
             if not value > 0:
                 raise WorkerConfigError(f"{name} must be positive, got {value!r}")
@@ -154,4 +158,5 @@ def worker_tunables(raw: Mapping[str, str]) -> WorkerConfig:
         retry_base_seconds=_seconds(raw, "WORKER_RETRY_BASE_SECONDS"),
         retry_max_seconds=_seconds(raw, "WORKER_RETRY_MAX_SECONDS"),
         retry_after_max_seconds=_seconds(raw, "WORKER_RETRY_AFTER_MAX_SECONDS"),
+        max_reclaims=_integer(raw, "WORKER_MAX_RECLAIMS"),
     )

@@ -51,6 +51,7 @@ LEASE_LOSSES = "orquestador_worker_lease_losses_total"
 SUPERSEDED = "orquestador_worker_superseded_total"
 INTERRUPTED = "orquestador_worker_interrupted_total"
 RUN_ERRORS = "orquestador_worker_run_errors_total"
+RECLAIMS_EXHAUSTED = "orquestador_worker_reclaims_exhausted_total"
 CLAIM_LATENCY = "orquestador_worker_claim_latency_seconds"
 FINAL_STATUSES = ("SUCCEEDED", "FAILED")  # the final statuses a worker run can end in
 
@@ -79,6 +80,12 @@ _COUNTERS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
         None,
     ),
     (RUN_ERRORS, "Runs that raised unexpectedly, left RUNNING for recovery by lease.", None),
+    (
+        RECLAIMS_EXHAUSTED,
+        "Executions settled instead of run because they were taken over more than "
+        "WORKER_MAX_RECLAIMS times in a row without progress (the poison cap).",
+        None,
+    ),
 )
 
 # Where each resting status of a finished run is counted.
@@ -138,6 +145,9 @@ class WorkerMetrics:
 
     def run_raised(self) -> None:
         self._add((RUN_ERRORS, None))
+
+    def reclaims_exhausted(self) -> None:
+        self._add((RECLAIMS_EXHAUSTED, None))
 
     def lease_lost(self) -> None:
         self._add((LEASE_LOSSES, None))

@@ -19,7 +19,9 @@ Invariants (each step names the module that keeps it):
   must pass the flow's dataSchema and the size limit; then one fenced transaction
   (finalize.py). A final commit that fails leaves RUNNING and the checkpoints for recovery;
 - a holder told to stop (lost lease, shutdown past the drain) writes nothing more
-  (`ExecutionInterrupted`); a fenced write that matches nothing raises `ExecutionSuperseded`.
+  (`ExecutionInterrupted`); a fenced write that matches nothing raises `ExecutionSuperseded`;
+  one that fails with a database error is logged with its statement's name and retried with
+  backoff inside the lease before the run gives the lease up (writeretry.py).
 
 Transactions: none is open while an adapter runs; each write above is its own transaction. The
 hot-path writes (start, save, finalise) of concurrent runs are grouped into shared statements
@@ -66,6 +68,7 @@ from .groupcommit import GroupWrites
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
 from .wire import RunOutcome
+from .writeretry import fenced_write
 
 logger = logging.getLogger("executions.worker")
 
@@ -173,18 +176,18 @@ class _Run:
             return decision.output or {}
 
         self.check_not_cancelled(f"start {action_id}")
-        attempt = self.deps.writes.starts.submit(
-            self.conn,
-            StartItem(
-                fence=self.fence,
-                action_id=action_id,
-                sequence=sequence,
-                capability=capability,
-                capability_version=version,
-                effect=binding.effect,
-                input_hash=input_hash,
-                previous_attempt=decision.previous_attempt,
-            ),
+        start = StartItem(
+            fence=self.fence,
+            action_id=action_id,
+            sequence=sequence,
+            capability=capability,
+            capability_version=version,
+            effect=binding.effect,
+            input_hash=input_hash,
+            previous_attempt=decision.previous_attempt,
+        )
+        attempt = self.write(
+            "CHECKPOINT_START", lambda: self.deps.writes.starts.submit(self.conn, start)
         )
         if attempt is None:
             raise ExecutionSuperseded(
@@ -213,8 +216,9 @@ class _Run:
         if decision.verb == Verb.INTERRUPT:
             raise ExecutionInterrupted(self.fence.execution_id, step=f"settle {action_id}")
         _stop_unless_proceeding(decision)
-        saved = self.deps.writes.successes.submit(
-            self.conn, SucceedItem(self.fence, action_id, attempt, output, binding.effect)
+        success = SucceedItem(self.fence, action_id, attempt, output, binding.effect)
+        saved = self.write(
+            "CHECKPOINT_SUCCEED", lambda: self.deps.writes.successes.submit(self.conn, success)
         )
         if saved is None:
             raise ExecutionSuperseded(
@@ -256,6 +260,19 @@ class _Run:
                 error_detail=f"adapter {binding.adapter.name} raised unexpectedly",
             )
 
+    def write(self, statement: str, write: Callable[[], Any]) -> Any:
+        """A fenced write: a database error is logged with `statement` and retried with backoff
+        for up to half the lease (renewals hold it meanwhile), then raised, leaving the run for
+        recovery by lease and the poison cap (executions/worker/writeretry.py)."""
+        return fenced_write(
+            statement,
+            write,
+            budget_seconds=self.deps.config.lease_seconds / 2,
+            log_extra=self.log_extra,
+            rng=self.deps.rng,
+            stop=self.cancelled,
+        )
+
     def check_not_cancelled(self, step: str) -> None:
         if self.cancelled.is_set():
             raise ExecutionInterrupted(self.fence.execution_id, step=step)
@@ -292,7 +309,12 @@ class _Run:
                 "ruleIds": list(decision.rule_ids),
             },
         )
-        if self.deps.writes.finals.submit(self.conn, item) is None:
+        if (
+            self.write(
+                "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.conn, item)
+            )
+            is None
+        ):
             refused = finalize_refusal(conn=self.conn, item=item)  # raises if superseded
             raise _Ended(
                 recovery.finalize_refused(
@@ -336,15 +358,18 @@ class _Run:
         settlement: AttemptSettlement | None,
         reconcile: bool,
     ) -> RunOutcome:
-        status = execution_fail(
-            conn=self.conn,
-            fence=self.fence,
-            error_code=code,
-            error_detail=detail,
-            settlement=settlement,
-            reconcile=reconcile,
-            actor=WORKER_ACTOR,
-            payload={"transitionId": self.transition_id},
+        status = self.write(
+            "EXECUTION_FAIL",
+            lambda: execution_fail(
+                conn=self.conn,
+                fence=self.fence,
+                error_code=code,
+                error_detail=detail,
+                settlement=settlement,
+                reconcile=reconcile,
+                actor=WORKER_ACTOR,
+                payload={"transitionId": self.transition_id},
+            ),
         )
         event = (
             "reconciliation required"
@@ -370,19 +395,22 @@ class _Run:
             config=self.deps.config,
             rng=self.deps.rng,
         )
-        due = execution_schedule_retry(
-            conn=self.conn,
-            fence=self.fence,
-            settlement=settlement,
-            delay_seconds=delay,
-            actor=WORKER_ACTOR,
-            payload={
-                "transitionId": self.transition_id,
-                "actionId": settlement.action_id,
-                "attempt": settlement.attempt,
-                "errorCode": settlement.error_code,
-                "delaySeconds": round(delay, 3),
-            },
+        due = self.write(
+            "EXECUTION_SCHEDULE_RETRY",
+            lambda: execution_schedule_retry(
+                conn=self.conn,
+                fence=self.fence,
+                settlement=settlement,
+                delay_seconds=delay,
+                actor=WORKER_ACTOR,
+                payload={
+                    "transitionId": self.transition_id,
+                    "actionId": settlement.action_id,
+                    "attempt": settlement.attempt,
+                    "errorCode": settlement.error_code,
+                    "delaySeconds": round(delay, 3),
+                },
+            ),
         )
         logger.info(
             "retry scheduled",

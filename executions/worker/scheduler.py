@@ -15,7 +15,11 @@ Invariants:
   drains for up to WORKER_DRAIN_SECONDS (a second signal ends the drain); then signal the
   remaining work to stop, stop renewing and return. Abandoned work keeps its lease and
   checkpoints; another worker recovers it once the lease expires;
-- a superseded refusal is settled (logged, slot released), never retried.
+- a superseded refusal is settled (logged, slot released), never retried;
+- the poison cap: a claim returned with more consecutive takeovers without progress than
+  WORKER_MAX_RECLAIMS is settled on the claim connection (RECLAIMS_EXHAUSTED: FAILED, or
+  RECONCILIATION_REQUIRED when a write succeeded or is uncertain) instead of run; takeovers
+  within a lease of this process losing the database do not count.
 
 Connections: one per slot (the runtime's), one for the heartbeat, and one that LISTENs and also
 runs the claim statement (notifications that arrive meanwhile are buffered, not lost). All
@@ -35,9 +39,11 @@ from psycopg.conninfo import make_conninfo
 
 from .. import sql
 from ..claims import Claim, executions_claim
-from ..leases import Fence, lease_owner_name, leases_renew
+from ..finalize import execution_exhaust_reclaims
+from ..leases import ExecutionSuperseded, Fence, lease_owner_name, leases_renew
 from .config import WorkerConfig
 from .metrics import WorkerMetrics
+from .runner import WORKER_ACTOR
 from .runtime import PREPARE_THRESHOLD, WorkerRequest, WorkerRuntime, dispatch_once
 from .wire import ExecutionPackage
 
@@ -99,6 +105,7 @@ class Scheduler:
         self.owner = owner or lease_owner_name()
         # Counters only: recording is one lock and an addition, never I/O (workermetrics.py).
         self.metrics = metrics or WorkerMetrics()
+        self._outage_at: float | None = None  # monotonic time the claim loop last lost the database
         self.metrics.track_slots(slots=config.concurrency, busy=lambda: self.busy)
         self._stop_claiming = threading.Event()
         self._end_drain = threading.Event()
@@ -184,16 +191,21 @@ class Scheduler:
                         owner=self.owner,
                         limit=limit,
                         lease_seconds=self.config.lease_seconds,
+                        outage=self._outage_within_lease(),
                     )
                     self.metrics.claim_done(
                         claimed=len(claims), seconds=time.perf_counter() - claim_started
                     )
                     for claim in claims:
-                        self._dispatch(claim)
+                        if claim.poisoned(self.config.max_reclaims):
+                            self._settle_poisoned(conn, claim)
+                        else:
+                            self._dispatch(claim)
                     backlog = len(claims) == limit
                     if not backlog:
                         self._wait_for_work(conn)
                 except psycopg.OperationalError:
+                    self._outage_at = time.monotonic()
                     self.metrics.claim_failed()
                     logger.exception("claim failed; reconnecting", extra={"owner": self.owner})
                     if conn is not None:
@@ -204,6 +216,36 @@ class Scheduler:
         finally:
             if conn is not None:
                 conn.close()
+
+    def _outage_within_lease(self) -> bool:
+        """Whether this process lost the database less than a lease ago: leases it takes over
+        now may have lapsed for that reason, and do not count toward the poison cap."""
+        return (
+            self._outage_at is not None
+            and time.monotonic() - self._outage_at < self.config.lease_seconds
+        )
+
+    def _settle_poisoned(self, conn: psycopg.Connection, claim: Claim) -> None:
+        """The poison cap: an execution taken over more than WORKER_MAX_RECLAIMS times in a row
+        without progress is settled (RECLAIMS_EXHAUSTED) instead of run, on the claim's own
+        connection and token; a database error leaves it for the next claim to try again."""
+        extra = {**claim.fence.log_extra(attempt=claim.attempts), "reclaims": claim.reclaims}
+        try:
+            status = execution_exhaust_reclaims(
+                conn=conn, fence=claim.fence, reclaims=claim.reclaims, actor=WORKER_ACTOR
+            )
+        except ExecutionSuperseded:
+            logger.info("poison execution taken over before it was settled", extra=extra)
+            return
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            logger.exception(
+                "poison execution could not be settled; left for recovery", extra=extra
+            )
+            return
+        self.metrics.reclaims_exhausted()
+        logger.warning("poison execution settled", extra={**extra, "status": status})
 
     def _free_slots(self, *, backlog: bool) -> int:
         """Wait for a free slot; return how many to claim (0 when stopping or still full)."""

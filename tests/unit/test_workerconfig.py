@@ -24,6 +24,7 @@ DEFAULTS = {
     "WORKER_RETRY_BASE_SECONDS": "1",
     "WORKER_RETRY_MAX_SECONDS": "300",
     "WORKER_RETRY_AFTER_MAX_SECONDS": "600",
+    "WORKER_MAX_RECLAIMS": "5",
 }
 
 
@@ -47,6 +48,7 @@ def test_worker_config__refuses_non_positive_values_by_name(name, value):
         ("WORKER_LEASE_SECONDS", "a minute"),
         ("WORKER_DRAIN_SECONDS", "nan"),
         ("WORKER_ENABLED", "perhaps"),
+        ("WORKER_MAX_RECLAIMS", "many"),
     ],
 )
 def test_worker_config__refuses_what_is_not_a_number_by_name(name, value):

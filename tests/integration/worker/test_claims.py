@@ -128,7 +128,7 @@ def test_claim__reads_the_partial_claim_index(conn, flow_id):
         conn.execute("SET LOCAL enable_seqscan = off")
         plan = conn.execute(
             "EXPLAIN " + sql.CLAIM_EXECUTIONS,
-            {"owner": "x", "limit": 10, "lease_seconds": 60},
+            {"owner": "x", "limit": 10, "lease_seconds": 60, "outage": False},
         ).fetchall()
     text = "\n".join(row[0] for row in plan)
     assert "execution_claim_idx" in text

@@ -56,7 +56,9 @@ def test_claim__walks_the_claim_index_in_order_without_a_sort(conn, runtime_dsn,
         claimer.execute(sql.WORKER_SESSION)
         claimer.execute(sql.CLAIM_SESSION)
         nodes = _plan(
-            claimer, sql.CLAIM_EXECUTIONS, {"owner": "worker-b", "limit": 10, "lease_seconds": 60}
+            claimer,
+            sql.CLAIM_EXECUTIONS,
+            {"owner": "worker-b", "limit": 10, "lease_seconds": 60, "outage": False},
         )
     types = {node["Node Type"] for node in nodes}
     assert "Sort" not in types

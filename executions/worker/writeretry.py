@@ -1,0 +1,87 @@
+"""A fenced write that fails with a database error: logged by statement name, retried with backoff
+inside the lease, and only then given up.
+
+A checkpoint, retry, failure or final write can fail for a reason that passes (a serialization
+failure, a deadlock victim, a lock or statement timeout, a trigger that refused once). Giving the
+lease up at the first error would cost a takeover and a lease timeout every time; retrying
+forever would hold the execution under a lease that renewals keep alive. So: retry with jittered
+exponential backoff for at most `budget_seconds` (the runner gives half the lease: renewals keep
+the lease alive meanwhile, and what is left of it is never spent waiting), then raise the last
+error so the run is left for recovery by lease, where the poison cap (WORKER_MAX_RECLAIMS) bounds
+how often that may happen.
+
+Not retried here: a refusal because another holder owns the execution (`ExecutionSuperseded`, a
+value, not a database error), and a lost connection (the caller's reconnection path owns that).
+"""
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from .retry import backoff_seconds
+
+logger = logging.getLogger("executions.worker")
+
+BACKOFF_BASE_SECONDS = 0.05  # seconds: the first pause after a failed fenced write
+BACKOFF_MAX_SECONDS = 2.0  # seconds: the longest pause between two tries
+
+Result = TypeVar("Result")
+
+
+def _connection_lost(exc: psycopg.Error) -> bool:
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(exc, psycopg.OperationalError) and (
+        state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    )
+
+
+def fenced_write(
+    statement: str,
+    write: Callable[[], Result],
+    *,
+    budget_seconds: float,
+    log_extra: dict[str, Any],
+    rng: random.Random | None = None,
+    stop: threading.Event | None = None,
+) -> Result:
+    """Run `write`; on a database error, log it with `statement` and retry within the budget."""
+    rng = rng or random.Random()  # noqa: S311  (jitter, not a secret)
+    deadline = time.monotonic() + budget_seconds
+    attempt = 0
+    while True:
+        try:
+            return write()
+        except psycopg.Error as exc:
+            if _connection_lost(exc):
+                raise
+            attempt += 1
+            pause = backoff_seconds(
+                attempt=attempt, base=BACKOFF_BASE_SECONDS, cap=BACKOFF_MAX_SECONDS, rng=rng
+            )
+            left = deadline - time.monotonic()
+            giving_up = pause >= left or (stop is not None and stop.is_set())
+            logger.warning(
+                "fenced write failed; giving the lease up"
+                if giving_up
+                else "fenced write failed; retrying inside the lease",
+                extra={
+                    **log_extra,
+                    "statement": statement,
+                    "error": type(exc).__name__,
+                    "sqlstate": getattr(exc, "sqlstate", None),
+                    "try": attempt,
+                },
+            )
+            if giving_up:
+                raise
+            if stop is not None:
+                stop.wait(pause)
+            else:
+                time.sleep(pause)
