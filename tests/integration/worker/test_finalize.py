@@ -5,6 +5,7 @@ import pytest
 
 from orquestador import errors
 from tests.support.worker import (
+    FAST,
     ScriptedAdapter,
     action,
     audit_events,
@@ -62,7 +63,9 @@ def test_finalize__rolls_back_as_a_whole_and_recovers_by_lease(
     accepted = enqueue(conn, flow_id, data={"before": True})
 
     with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
-        (found,) = claim(conn, "worker-a", lease_seconds=0.5)
+        # The worker's own lease: the failed final write is retried for up to half of it (no
+        # heartbeat renews it here), then the error is raised and the lease given up.
+        (found,) = claim(conn, "worker-a", lease_seconds=FAST.lease_seconds)
         with pytest.raises(psycopg.errors.RaiseException, match="injected failure"):
             run_claim(runtime, found)
 
