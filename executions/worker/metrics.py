@@ -52,6 +52,7 @@ SUPERSEDED = "orquestador_worker_superseded_total"
 INTERRUPTED = "orquestador_worker_interrupted_total"
 RUN_ERRORS = "orquestador_worker_run_errors_total"
 RECLAIMS_EXHAUSTED = "orquestador_worker_reclaims_exhausted_total"
+STUCK_RUNS = "orquestador_worker_stuck_runs_total"
 CLAIM_LATENCY = "orquestador_worker_claim_latency_seconds"
 FINAL_STATUSES = ("SUCCEEDED", "FAILED")  # the final statuses a worker run can end in
 
@@ -84,6 +85,11 @@ _COUNTERS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
         RECLAIMS_EXHAUSTED,
         "Executions settled instead of run because they were taken over more than "
         "WORKER_MAX_RECLAIMS times in a row without progress (the poison cap).",
+        None,
+    ),
+    (
+        STUCK_RUNS,
+        "Runs still going past their deadline: lease no longer renewed, slot given back.",
         None,
     ),
 )
@@ -148,6 +154,9 @@ class WorkerMetrics:
 
     def reclaims_exhausted(self) -> None:
         self._add((RECLAIMS_EXHAUSTED, None))
+
+    def stuck_run(self) -> None:
+        self._add((STUCK_RUNS, None))
 
     def lease_lost(self) -> None:
         self._add((LEASE_LOSSES, None))

@@ -73,6 +73,9 @@ from .writeretry import fenced_write
 logger = logging.getLogger("executions.worker")
 
 WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker writes
+# A run's deadline (stuck runs): the timeouts of the actions it still has to call, plus this
+# many leases for its own writes (each may retry for half a lease) and the scheduling around them.
+DEADLINE_MARGIN_LEASES = 2
 
 Resolver = Callable[[str, int], Binding]
 
@@ -111,8 +114,10 @@ class _Run:
         deps: RunnerDeps,
         cancelled: threading.Event,
         transition_id: str,
+        report_deadline: Callable[[float], None] | None = None,
     ) -> None:
         self.conn, self.fence, self.deps, self.cancelled = conn, fence, deps, cancelled
+        self.report_deadline = report_deadline
         self.attempts = attempts
         self.transition_id = transition_id
         self.log_extra = fence.log_extra(attempt=attempts)
@@ -134,12 +139,32 @@ class _Run:
             )
             if decision.ends_run or transition is None:
                 raise _Ended(decision)
+            if self.report_deadline is not None:
+                self.report_deadline(self.deadline_seconds(transition, snapshot))
             outputs: dict[str, dict[str, Any]] = {}
             for sequence, action in enumerate(transition.get("actions", [])):
                 outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
             return self.finish(definition, transition, snapshot, outputs)
         except _Ended as ended:
             return self.end(ended.decision)
+
+    def deadline_seconds(self, transition: dict[str, Any], snapshot: Snapshot) -> float:
+        """How long this run may hold its lease: the contract timeouts of the actions it has
+        yet to call (a SUCCEEDED checkpoint is reused; a wait holds no lease while SUSPENDED)
+        plus DEADLINE_MARGIN_LEASES leases."""
+        total = DEADLINE_MARGIN_LEASES * self.deps.config.lease_seconds
+        for action in transition.get("actions", []):
+            checkpoint = snapshot.checkpoints.get(action["id"])
+            if checkpoint is not None and checkpoint.status == "SUCCEEDED":
+                continue
+            if "capability" not in action:
+                continue
+            try:
+                binding = self.deps.resolve(action["capability"], action["version"])
+            except IntegrationUnavailable:
+                continue  # it fails before any call
+            total += binding.contract.timeout_seconds
+        return total
 
     def action(
         self,
@@ -439,12 +464,15 @@ def execution_run(
     deps: RunnerDeps,
     cancelled: threading.Event,
     snapshot: Snapshot | None = None,
+    report_deadline: Callable[[float], None] | None = None,
 ) -> RunOutcome:
     """Run one claimed execution to its next resting state, as the holder `fence`.
 
     `snapshot` is what the claim read under this token, if the caller has it; otherwise it is
     loaded here with a fenced read. Raises ExecutionSuperseded when another holder owns it,
     ExecutionInterrupted when told to stop; both leave everything this holder committed in place.
+    `report_deadline`, when given, is told once, before the first action, how many seconds the
+    run may take (`_Run.deadline_seconds`): the dispatcher stops renewing a run past it.
     """
     return _Run(
         conn=conn,
@@ -453,6 +481,7 @@ def execution_run(
         deps=deps,
         cancelled=cancelled,
         transition_id=transition_id,
+        report_deadline=report_deadline,
     ).run(flow_id=flow_id, snapshot=snapshot)
 
 

@@ -25,6 +25,7 @@ import logging
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,6 +61,8 @@ class WorkerRequest:
     # snapshot the claim already read under this token (absent: the runtime loads it, fenced).
     cancelled: threading.Event = field(default_factory=threading.Event)
     snapshot: Snapshot | None = None
+    # Told the run's deadline in seconds (stuck runs: the scheduler stops renewing past it).
+    report_deadline: Callable[[float], None] | None = None
 
     @property
     def execution_id(self) -> uuid.UUID:
@@ -73,6 +76,7 @@ class WorkerLease:
     fence: Fence
     cancelled: threading.Event
     snapshot: Snapshot | None = None
+    report_deadline: Callable[[float], None] | None = None
 
 
 def is_superseded_refusal(err: BaseException, execution_id: str | uuid.UUID) -> bool:
@@ -111,7 +115,10 @@ class LeaseBook:
 
     def allocate(self, request: WorkerRequest) -> WorkerLease:
         lease = WorkerLease(
-            fence=request.fence, cancelled=request.cancelled, snapshot=request.snapshot
+            fence=request.fence,
+            cancelled=request.cancelled,
+            snapshot=request.snapshot,
+            report_deadline=request.report_deadline,
         )
         with self._lock:
             self._leases[request.fence.execution_id] = lease
@@ -176,6 +183,9 @@ class LocalWorkerRuntime:
             writes=GroupWrites(actor=WORKER_ACTOR),
         )
         self._leases = LeaseBook()
+        self._pool_size = size
+        self._lent: set[WorkerLease] = set()  # stuck runs' leases, one pooled connection each
+        self._lent_lock = threading.Lock()
 
     def open(self) -> "LocalWorkerRuntime":
         self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
@@ -198,18 +208,43 @@ class LocalWorkerRuntime:
         if package.resume_event is not None:
             raise ValueError("resume events are not supported by flows of this version")
         # The pool checks a returned connection: one left broken by a failed run is replaced.
-        with self._pool.connection() as conn:
-            outcome = execution_run(
-                conn=conn,
-                fence=package.fence,
-                flow_id=package.flow_id,
-                transition_id=package.transition_id,
-                attempts=package.attempts,
-                deps=self._deps,
-                cancelled=lease.cancelled,
-                snapshot=lease.snapshot,
-            )
+        try:
+            with self._pool.connection() as conn:
+                outcome = execution_run(
+                    conn=conn,
+                    fence=package.fence,
+                    flow_id=package.flow_id,
+                    transition_id=package.transition_id,
+                    attempts=package.attempts,
+                    deps=self._deps,
+                    cancelled=lease.cancelled,
+                    snapshot=lease.snapshot,
+                    report_deadline=lease.report_deadline,
+                )
+        finally:
+            self._return_lent(lease)
         return ExecutionResult.of(package.execution_id, outcome)
+
+    def abandon(self, execution_id: str, *, token: int) -> None:
+        """A stuck run's slot was given back (executions/worker/scheduler.py): its thread still
+        holds a pooled connection, so lend the pool one more until that run returns."""
+        lease = self._leases.holder(execution_id, token)
+        if lease is None:
+            return
+        with self._lent_lock:
+            if lease in self._lent:
+                return
+            self._lent.add(lease)
+            self._pool_size += 1
+            self._pool.resize(self._pool_size, self._pool_size)
+
+    def _return_lent(self, lease: WorkerLease) -> None:
+        with self._lent_lock:
+            if lease not in self._lent:
+                return
+            self._lent.discard(lease)
+            self._pool_size -= 1
+            self._pool.resize(self._pool_size, self._pool_size)
 
     def release(self, lease: WorkerLease) -> None:
         self._leases.release(lease)

@@ -16,6 +16,11 @@ Invariants:
   remaining work to stop, stop renewing and return. Abandoned work keeps its lease and
   checkpoints; another worker recovers it once the lease expires;
 - a superseded refusal is settled (logged, slot released), never retried;
+- stuck runs: each run reports its deadline (its remaining actions' timeouts plus a margin,
+  runner.deadline_seconds); past it the heartbeat stops renewing that lease, cancels the run
+  in-process, counts and logs it, and gives its slot back to a new slot thread. Another worker
+  recovers the execution once the lease expires; the stuck thread's late writes are fenced out,
+  and when it returns it ends instead of taking more work;
 - the poison cap: a claim returned with more consecutive takeovers without progress than
   WORKER_MAX_RECLAIMS is settled on the claim connection (RECLAIMS_EXHAUSTED: FAILED, or
   RECONCILIATION_REQUIRED when a write succeeded or is uncertain) instead of run; takeovers
@@ -81,6 +86,11 @@ class Holding:
     cancelled: threading.Event = field(default_factory=threading.Event)
     renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
     lost: bool = False
+    deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)
+    abandoned: bool = False  # stuck past its deadline: lease left to expire, slot given back
+
+    def set_deadline(self, seconds: float) -> None:
+        self.deadline_at = time.monotonic() + seconds
 
     @property
     def fence(self) -> Fence:
@@ -292,6 +302,8 @@ class Scheduler:
     def _unhold(self, holding: Holding) -> None:
         """Free the slot; stop renewing, unless the execution is held again under a new token."""
         with self._slots:
+            if holding.abandoned:
+                return  # its slot was given back when it passed its deadline
             self._busy -= 1
             if self._held.get(holding.fence.execution_id) is holding:
                 del self._held[holding.fence.execution_id]
@@ -323,7 +335,10 @@ class Scheduler:
                     self.runtime,
                     package,
                     WorkerRequest(
-                        fence=claim.fence, cancelled=holding.cancelled, snapshot=claim.snapshot
+                        fence=claim.fence,
+                        cancelled=holding.cancelled,
+                        snapshot=claim.snapshot,
+                        report_deadline=holding.set_deadline,
                     ),
                 )
                 self.metrics.run_ended(result)
@@ -337,6 +352,14 @@ class Scheduler:
                 )
             finally:
                 self._unhold(holding)
+            if holding.abandoned:
+                # A stuck run came back late: its writes were fenced out, a replacement thread
+                # already took its slot, so this thread ends here.
+                logger.warning(
+                    "stuck run returned after its slot was given back",
+                    extra=holding.fence.log_extra(attempt=claim.attempts),
+                )
+                return
 
     # -- heartbeat -------------------------------------------------------------------------
 
@@ -350,6 +373,10 @@ class Scheduler:
                 conn.close()
 
     def _renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        now = time.monotonic()
+        for holding in self.holdings():
+            if holding.deadline_at is not None and now > holding.deadline_at:
+                self._stuck(holding)
         holdings = [h for h in self.holdings() if not h.lost]
         if not holdings:
             return conn
@@ -401,6 +428,30 @@ class Scheduler:
             "lease lost",
             extra=holding.fence.log_extra(attempt=holding.claim.attempts, reason=reason),
         )
+
+    def _stuck(self, holding: Holding) -> None:
+        """A run past its deadline: stop renewing its lease (another worker recovers it by the
+        SPEC §3 rules once it expires), cancel it in-process, count it, and give its slot back
+        with a new slot thread, so a thread that never returns does not cost capacity."""
+        with self._slots:
+            if self._held.get(holding.fence.execution_id) is not holding or holding.abandoned:
+                return
+            del self._held[holding.fence.execution_id]
+            holding.lost = holding.abandoned = True
+            self._busy -= 1
+            self._slots.notify_all()
+        holding.cancelled.set()
+        self.metrics.stuck_run()
+        execution_id, token = str(holding.fence.execution_id), holding.fence.token
+        self.runtime.cancel(execution_id, "past its deadline", token=token)
+        abandon = getattr(self.runtime, "abandon", None)
+        if abandon is not None:
+            abandon(execution_id, token=token)
+        logger.warning(
+            "run past its deadline; lease no longer renewed, slot given back",
+            extra=holding.fence.log_extra(attempt=holding.claim.attempts),
+        )
+        self._start(self._slot, f"worker-slot-after-{execution_id[:8]}")
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -333,6 +333,7 @@ def binding(
     max_attempts: int = 3,
     input_schema: dict | None = None,
     output_schema: dict | None = None,
+    timeout_seconds: float = 5,
 ) -> Binding:
     return Binding(
         contract=Contract(
@@ -340,7 +341,7 @@ def binding(
             version=version,
             effect=effect,
             max_attempts=max_attempts,
-            timeout_seconds=5,
+            timeout_seconds=timeout_seconds,
             input_schema=input_schema or {"type": "object"},
             output_schema=output_schema or {"type": "object"},
         ),
