@@ -34,6 +34,7 @@ from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
 
 # Draft 2020-12 with every `pattern` searched in linear time (patterns.py).
 DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
+MAX_CASE_SUMMARY = 8  # pointers a flow's caseSummary may list
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
 ACTION_KEYS = ("id", "capability", "version", "input")
@@ -138,7 +139,7 @@ class _Checker:
     # -- the definition ---------------------------------------------------------------------
 
     def definition(self, definition: Any) -> None:
-        if not self.object(definition, "$", TOP_LEVEL_KEYS):
+        if not self.object(definition, "$", TOP_LEVEL_KEYS, ("caseSummary",)):
             return
         if "key" in definition:
             self.name(
@@ -159,6 +160,24 @@ class _Checker:
             self.data_schema(definition["dataSchema"], "$.dataSchema")
         if "transitions" in definition:
             self.transitions(definition["transitions"], "$.transitions")
+        if "caseSummary" in definition:
+            self.case_summary(definition["caseSummary"], "$.caseSummary")
+
+    def case_summary(self, pointers: Any, path: str) -> None:
+        """JSON Pointers into the request data that a reconciliation case shows at its top."""
+        if not isinstance(pointers, list) or len(pointers) > MAX_CASE_SUMMARY:
+            self.problem(
+                path, f"must be an array of at most {MAX_CASE_SUMMARY} JSON Pointers into the data"
+            )
+            return
+        seen: set[str] = set()
+        for index, item in enumerate(pointers):
+            ipath = f"{path}[{index}]"
+            self.data_pointer(item, ipath)
+            if isinstance(item, str):
+                if item in seen:
+                    self.problem(ipath, f"duplicate pointer {item!r}")
+                seen.add(item)
 
     def state_list(self, states: Any, present: bool) -> None:
         if not present:
