@@ -121,7 +121,8 @@ def _session_state(conn: psycopg.Connection) -> tuple:
     return conn.execute(
         "SELECT (SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM pg_settings "
         "        WHERE source = 'session' AND name <> ALL(%s)), "
-        "(SELECT count(*) FROM pg_prepared_statements), (SELECT count(*) FROM pg_cursors WHERE name <> ''), "
+        "(SELECT count(*) FROM pg_prepared_statements), "
+        "(SELECT count(*) FROM pg_cursors WHERE name <> ''), "
         "(SELECT count(*) FROM pg_listening_channels()), pg_backend_pid()",
         [list(POOLER_TRACKED)],
     ).fetchone()
