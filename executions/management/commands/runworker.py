@@ -25,7 +25,10 @@ class Command(BaseCommand):
             config = worker_config(settings.WORKER_ENV)
             metrics_at = metrics_address(settings.WORKER_ENV)
             remote = remote_target(settings.WORKER_ENV, token=settings.WORKER_ENDPOINT_TOKEN)
-            pooling = pooling_config(settings.WORKER_ENV, database_url=settings.DATABASE_URL)
+            pooling = pooling_config(
+                {**settings.WORKER_ENV, "DATABASE_POOLER": settings.DATABASE_POOLER},
+                database_url=settings.DATABASE_URL,
+            )
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
         if pooling.transaction_pooled:
@@ -37,7 +40,7 @@ class Command(BaseCommand):
                 "(the web process may keep the pooler)"
             )
         try:
-            load_registry()
+            load_registry(config)
         except IntegrationConfigError as exc:
             raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         reasons = unrestricted_reasons(connection=connection)
