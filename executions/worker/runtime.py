@@ -18,7 +18,8 @@ Invariants:
 - `LocalWorkerRuntime` keeps one persistent database connection per execution slot (autocommit;
   each write is its own short transaction), groups the hot-path writes of its slots
   (executions/worker/groupcommit.py), and runs principal-less packages as the worker's system
-  identity (`runs_as_system`).
+  identity (`runs_as_system`). A stuck run whose slot the dispatcher gave back (`abandon`) keeps
+  its connection; the pool grows by one until that run returns.
 """
 
 import logging
