@@ -233,6 +233,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Submit transitions on requests and poll their executions.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "executions.api.schema.strict_request_bodies",
+    ],
 }
 
 # ------------------------------------------------------------------------------
