@@ -414,7 +414,8 @@ RETURNING version
 # - `moved` writes each request's new data and state, revision + 1, version + 1, unblocked;
 # - `audit` appends TRANSITION_COMPLETED for each.
 # Returns (execution id, new request revision) per finalised item. An item missing from the
-# result was superseded, or its request or checkpoints changed (LEASE_PROBE tells which). Rows
+# result was superseded, or its request or checkpoints changed (LEASE_PROBE, then FINALIZE_PROBE,
+# tell which). Rows
 # by primary key; checkpoints through action_execution_action_uniq.
 EXECUTION_FINALIZE = """
 WITH item AS (
@@ -482,6 +483,32 @@ SELECT done.id, moved.revision
   FROM done
   JOIN held ON held.execution_id = done.id
   JOIN moved ON moved.id = held.request_id
+"""
+
+# Why a final commit matched nothing although the holder's lease still holds (read after the
+# refusal, never on the way to a commit): is the request still the accepted snapshot, and which
+# expected checkpoints are missing or not SUCCEEDED ("action STATUS", in action order, then any
+# other checkpoint not SUCCEEDED). Locks nothing; the request by primary key, the checkpoints
+# through action_execution_action_uniq.
+FINALIZE_PROBE = """
+SELECT r.blocked_by_id IS NOT DISTINCT FROM %(execution_id)s AND r.state = %(from_state)s
+       AND r.revision = %(accepted_revision)s AND r.version = %(request_version)s,
+       ARRAY(
+           SELECT a.action_id || ' ' || coalesce(c.status, 'MISSING')
+             FROM unnest(%(action_ids)s::text[]) WITH ORDINALITY AS a(action_id, n)
+             LEFT JOIN action_execution AS c
+               ON c.execution_id = %(execution_id)s AND c.action_id = a.action_id
+            WHERE c.status IS DISTINCT FROM 'SUCCEEDED'
+            ORDER BY a.n
+       ) || ARRAY(
+           SELECT c.action_id || ' ' || c.status
+             FROM action_execution AS c
+            WHERE c.execution_id = %(execution_id)s AND c.status <> 'SUCCEEDED'
+              AND c.action_id <> ALL(%(action_ids)s::text[])
+            ORDER BY c.sequence
+       )
+  FROM request AS r
+ WHERE r.id = %(request_id)s
 """
 
 # --- Cancellation (reconciliation/cancel.py) ------------------------------------------------

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
@@ -31,9 +30,8 @@ from referencing.jsonschema import DRAFT202012
 from . import patterns, pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
+from .schemas import DRAFT, schema_errors, validator
 
-# Draft 2020-12 with every `pattern` searched in linear time (patterns.py).
-DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
 MAX_CASE_SUMMARY = 8  # pointers a flow's caseSummary may list
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
@@ -204,9 +202,8 @@ class _Checker:
                 f"only JSON Schema Draft 2020-12 ({DRAFT.META_SCHEMA['$id']}) is supported",
             )
             return False
-        meta = DRAFT(DRAFT.META_SCHEMA, format_checker=DRAFT.FORMAT_CHECKER)
         valid = True
-        for error in meta.iter_errors(schema):
+        for error in schema_errors(schema):
             valid = False
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:
@@ -537,10 +534,10 @@ def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:
 
 def payload_problems(schema: dict | bool, payload: Any) -> list[FlowProblem]:
     """Every way `payload` breaks a (checked) payloadSchema, each with its JSON path."""
-    validator = DRAFT(schema)
+    checker = validator(schema, formats=False)
     return [
         FlowProblem(error.json_path, short_detail(error.message))
-        for error in sorted(validator.iter_errors(payload), key=lambda e: e.json_path)
+        for error in sorted(checker.iter_errors(payload), key=lambda e: e.json_path)
     ]
 
 

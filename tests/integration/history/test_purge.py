@@ -8,7 +8,6 @@ import pytest
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from executions.checkpoints import checkpoint_start
 from executions.history import history_purge
 from executions.models import EventStatus
 from tests.support.worker import (
@@ -20,6 +19,7 @@ from tests.support.worker import (
     enqueue,
     execution_row,
     flow_definition,
+    start_checkpoint,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -122,17 +122,7 @@ def test_purge__removes_checkpoints_and_payloads_of_old_final_executions_only(ru
     assert audit_count(conn) == audit_before
     assert audit_events(conn, running.request_id)[0][0] == "TRANSITION_ACCEPTED"
     # Live work is untouched: the holder's fenced write still lands.
-    checkpoint_start(
-        conn=conn,
-        fence=held.fence("worker-a"),
-        action_id="a",
-        sequence=0,
-        capability="A",
-        capability_version=1,
-        effect="READ_ONLY",
-        input_hash="0" * 64,
-        previous_attempt=0,
-    )
+    start_checkpoint(conn=conn, fence=held.fence)
     assert execution_row(conn, held.execution_id)["purged_at"] is None
 
     again = history_purge(older_than_days=30, pause_seconds=0)
