@@ -144,6 +144,8 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# Dates and times shown in the admin: UTC to the second, everywhere (orquestador/formats/).
+FORMAT_MODULE_PATH = ["orquestador.formats"]
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
@@ -238,6 +240,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Submit transitions on requests and poll their executions.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "executions.api.schema.strict_request_bodies",
+    ],
 }
 
 # ------------------------------------------------------------------------------

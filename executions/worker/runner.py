@@ -19,23 +19,20 @@ Invariants (each step names the module that keeps it):
   must pass the flow's dataSchema and the size limit; then one fenced transaction
   (finalize.py). A final commit that fails leaves RUNNING and the checkpoints for recovery;
 - a holder told to stop (lost lease, shutdown past the drain) writes nothing more
-  (`ExecutionInterrupted`); a fenced write that matches nothing raises `ExecutionSuperseded`;
-  one that fails with a database error is logged with its statement's name and retried with
-  backoff inside the lease before the run gives the lease up (writeretry.py).
+  (`ExecutionInterrupted`); a fenced write that matches nothing raises `ExecutionSuperseded`.
 
 Transactions: none is open while an adapter runs; each write above is its own transaction. The
 hot-path writes (start, save, finalise) of concurrent runs are grouped into shared statements
 (executions/worker/groupcommit.py), each run fenced on its own.
 """
 
+import datetime
 import logging
 import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import psycopg
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
@@ -64,7 +61,7 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import ExecutionStatus
 from . import recovery
 from .config import WorkerConfig
-from .groupcommit import GroupWrites
+from .groupcommit import Database, GroupWrites, borrowed
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
 from .wire import RunOutcome
@@ -108,7 +105,7 @@ class _Run:
     def __init__(
         self,
         *,
-        conn: psycopg.Connection,
+        db: Database,
         fence: Fence,
         attempts: int,
         deps: RunnerDeps,
@@ -116,7 +113,7 @@ class _Run:
         transition_id: str,
         report_deadline: Callable[[float], None] | None = None,
     ) -> None:
-        self.conn, self.fence, self.deps, self.cancelled = conn, fence, deps, cancelled
+        self.db, self.fence, self.deps, self.cancelled = db, fence, deps, cancelled
         self.report_deadline = report_deadline
         self.attempts = attempts
         self.transition_id = transition_id
@@ -126,8 +123,10 @@ class _Run:
 
     def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
         if snapshot is None:
-            snapshot = execution_load(conn=self.conn, fence=self.fence)
-        definition = self.deps.flows.get(conn=self.conn, flow_id=flow_id)
+            with borrowed(self.db) as conn:
+                snapshot = execution_load(conn=conn, fence=self.fence)
+        with borrowed(self.db) as conn:
+            definition = self.deps.flows.get(conn=conn, flow_id=flow_id)
         transition = find_transition(definition, self.transition_id)
         try:
             decision = recovery.before_run(
@@ -212,7 +211,7 @@ class _Run:
             previous_attempt=decision.previous_attempt,
         )
         attempt = self.write(
-            "CHECKPOINT_START", lambda: self.deps.writes.starts.submit(self.conn, start)
+            "CHECKPOINT_START", lambda: self.deps.writes.starts.submit(self.db, start)
         )
         if attempt is None:
             raise ExecutionSuperseded(
@@ -243,7 +242,7 @@ class _Run:
         _stop_unless_proceeding(decision)
         success = SucceedItem(self.fence, action_id, attempt, output, binding.effect)
         saved = self.write(
-            "CHECKPOINT_SUCCEED", lambda: self.deps.writes.successes.submit(self.conn, success)
+            "CHECKPOINT_SUCCEED", lambda: self.deps.writes.successes.submit(self.db, success)
         )
         if saved is None:
             raise ExecutionSuperseded(
@@ -334,13 +333,12 @@ class _Run:
                 "ruleIds": list(decision.rule_ids),
             },
         )
-        if (
-            self.write(
-                "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.conn, item)
-            )
-            is None
-        ):
-            refused = finalize_refusal(conn=self.conn, item=item)  # raises if superseded
+        final = self.write(
+            "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.db, item)
+        )
+        if final is None:
+            with borrowed(self.db) as conn:
+                refused = finalize_refusal(conn=conn, item=item)  # raises if superseded
             raise _Ended(
                 recovery.finalize_refused(
                     request_unchanged=refused.request_unchanged, unsettled=refused.unsettled
@@ -383,19 +381,20 @@ class _Run:
         settlement: AttemptSettlement | None,
         reconcile: bool,
     ) -> RunOutcome:
-        status = self.write(
-            "EXECUTION_FAIL",
-            lambda: execution_fail(
-                conn=self.conn,
-                fence=self.fence,
-                error_code=code,
-                error_detail=detail,
-                settlement=settlement,
-                reconcile=reconcile,
-                actor=WORKER_ACTOR,
-                payload={"transitionId": self.transition_id},
-            ),
-        )
+        def write() -> str:
+            with borrowed(self.db) as conn:
+                return execution_fail(
+                    conn=conn,
+                    fence=self.fence,
+                    error_code=code,
+                    error_detail=detail,
+                    settlement=settlement,
+                    reconcile=reconcile,
+                    actor=WORKER_ACTOR,
+                    payload={"transitionId": self.transition_id},
+                )
+
+        status = self.write("EXECUTION_FAIL", write)
         event = (
             "reconciliation required"
             if status == ExecutionStatus.RECONCILIATION_REQUIRED
@@ -420,23 +419,25 @@ class _Run:
             config=self.deps.config,
             rng=self.deps.rng,
         )
-        due = self.write(
-            "EXECUTION_SCHEDULE_RETRY",
-            lambda: execution_schedule_retry(
-                conn=self.conn,
-                fence=self.fence,
-                settlement=settlement,
-                delay_seconds=delay,
-                actor=WORKER_ACTOR,
-                payload={
-                    "transitionId": self.transition_id,
-                    "actionId": settlement.action_id,
-                    "attempt": settlement.attempt,
-                    "errorCode": settlement.error_code,
-                    "delaySeconds": round(delay, 3),
-                },
-            ),
-        )
+
+        def write() -> datetime.datetime:
+            with borrowed(self.db) as conn:
+                return execution_schedule_retry(
+                    conn=conn,
+                    fence=self.fence,
+                    settlement=settlement,
+                    delay_seconds=delay,
+                    actor=WORKER_ACTOR,
+                    payload={
+                        "transitionId": self.transition_id,
+                        "actionId": settlement.action_id,
+                        "attempt": settlement.attempt,
+                        "errorCode": settlement.error_code,
+                        "delaySeconds": round(delay, 3),
+                    },
+                )
+
+        due = self.write("EXECUTION_SCHEDULE_RETRY", write)
         logger.info(
             "retry scheduled",
             extra={
@@ -456,7 +457,7 @@ class _Run:
 
 def execution_run(
     *,
-    conn: psycopg.Connection,
+    db: Database,
     fence: Fence,
     flow_id: int,
     transition_id: str,
@@ -468,14 +469,16 @@ def execution_run(
 ) -> RunOutcome:
     """Run one claimed execution to its next resting state, as the holder `fence`.
 
-    `snapshot` is what the claim read under this token, if the caller has it; otherwise it is
-    loaded here with a fenced read. Raises ExecutionSuperseded when another holder owns it,
+    `db` is a connection, or where to borrow one for each step (the runtime's few shared ones):
+    a run holds no connection between its writes, so none while an adapter runs. `snapshot` is
+    what the claim read under this token, if the caller has it; otherwise it is loaded here with
+    a fenced read. Raises ExecutionSuperseded when another holder owns it,
     ExecutionInterrupted when told to stop; both leave everything this holder committed in place.
     `report_deadline`, when given, is told once, before the first action, how many seconds the
     run may take (`_Run.deadline_seconds`): the dispatcher stops renewing a run past it.
     """
     return _Run(
-        conn=conn,
+        db=db,
         fence=fence,
         attempts=attempts,
         deps=deps,

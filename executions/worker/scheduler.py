@@ -26,9 +26,11 @@ Invariants:
   RECONCILIATION_REQUIRED when a write succeeded or is uncertain) instead of run; takeovers
   within a lease of this process losing the database do not count.
 
-Connections: one per slot (the runtime's), one for the heartbeat, and one that LISTENs and also
-runs the claim statement (notifications that arrive meanwhile are buffered, not lost). All
-autocommit; no transaction spans more than one short write.
+Connections: at most 4 per process whatever WORKER_CONCURRENCY: the runtime's shared ones
+(runtime.WRITE_CONNECTIONS, borrowed per statement), one for the heartbeat, and one that LISTENs
+and also runs the claim statement (notifications that arrive meanwhile are buffered, not lost);
+Django's own is closed after the start-up role check. All autocommit; no transaction spans more
+than one short write.
 """
 
 import logging
@@ -444,9 +446,6 @@ class Scheduler:
         self.metrics.stuck_run()
         execution_id, token = str(holding.fence.execution_id), holding.fence.token
         self.runtime.cancel(execution_id, "past its deadline", token=token)
-        abandon = getattr(self.runtime, "abandon", None)
-        if abandon is not None:
-            abandon(execution_id, token=token)
         logger.warning(
             "run past its deadline; lease no longer renewed, slot given back",
             extra=holding.fence.log_extra(attempt=holding.claim.attempts),
