@@ -331,6 +331,18 @@ UPDATE execution AS e
 RETURNING e.next_attempt_at
 """
 
+# The worker registry (reconciliation.WorkerProcess, the Workers page): the heartbeat's one
+# statement. The first inserts this process's row, every later one refreshes last_seen_at and
+# running. Locks that one row, by primary key (worker_process_pkey).
+WORKER_SEEN = """
+INSERT INTO worker_process (owner, host, pid, started_at, last_seen_at, concurrency, running,
+                            renew_seconds, lease_seconds, version)
+VALUES (%(owner)s, %(host)s, %(pid)s, clock_timestamp(), clock_timestamp(), %(concurrency)s,
+        %(running)s, %(renew_seconds)s, %(lease_seconds)s, %(version)s)
+ON CONFLICT (owner) DO UPDATE
+   SET last_seen_at = clock_timestamp(), running = EXCLUDED.running
+"""
+
 # Append one audit event (executions/audit.py), returning its id. Insert only (the table is
 # append-only); its foreign keys take KEY SHARE locks on the request and execution rows, which the
 # writer already holds.
