@@ -1,6 +1,8 @@
 """Every SQL statement of the execution queue, in one place (one idea, hence past 400 lines).
 
-Each statement is a named constant with `%(name)s` parameters, never built from input. Above it:
+Each statement is a named constant with `%(name)s` parameters, never built from input. Only the
+fence is composed; statements otherwise repeat their SET lists and guards on purpose, so each can
+be read whole when its locks and plan are checked. Above it:
 what it does, which rows it locks (`Locks:`) and which index it expects (`Index:`). Why the plans
 look the way they do, with the figures that decided it: docs/adr/0008.
 

@@ -1,0 +1,124 @@
+"""How a run ends, written: the fail, reconcile and retry decisions of recovery.py.
+
+Invariants:
+- a decision is written after it is made, never while an exception is being built: the runner
+  decides (pure), unwinds to its top, then calls `run_end` once;
+- each ending is one fenced transaction of executions/finalize.py: FAIL and RECONCILE through
+  `execution_fail` (which hands the run to an operator when a write is outstanding, under the
+  request lock), RETRY through `execution_schedule_retry` with a backoff from the worker's
+  configuration; a holder that no longer holds the execution gets `ExecutionSuperseded`;
+- INTERRUPT writes nothing: the RUNNING checkpoint stays for recovery by lease.
+"""
+
+import logging
+import random
+from typing import Any
+
+import psycopg
+
+from orquestador import errors
+
+from ..finalize import AttemptSettlement, execution_fail, execution_schedule_retry
+from ..leases import ExecutionInterrupted, Fence
+from ..models import ExecutionStatus
+from .config import WorkerConfig
+from .recovery import Decision, Verb
+from .retry import retry_delay_seconds
+from .wire import RunOutcome
+
+logger = logging.getLogger("executions.worker")
+
+WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker writes
+
+
+def run_end(
+    decision: Decision,
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    transition_id: str,
+    config: WorkerConfig,
+    rng: random.Random,
+    log_extra: dict[str, Any],
+) -> RunOutcome:
+    """Write the ending `decision` chose for this holder's run; return where it left the run."""
+    if decision.verb == Verb.INTERRUPT:
+        raise ExecutionInterrupted(fence.execution_id, step="end")
+    if decision.verb == Verb.RETRY and decision.settlement is not None:
+        return _retry(
+            decision.settlement,
+            retry_after=decision.retry_after,
+            conn=conn,
+            fence=fence,
+            transition_id=transition_id,
+            config=config,
+            rng=rng,
+            log_extra=log_extra,
+        )
+    settlement = decision.settlement
+    code = decision.code or errors.PERMANENT_FAILURE
+    status = execution_fail(
+        conn=conn,
+        fence=fence,
+        error_code=code,
+        error_detail=decision.detail,
+        settlement=settlement,
+        reconcile=decision.verb == Verb.RECONCILE,
+        actor=WORKER_ACTOR,
+        payload={"transitionId": transition_id},
+    )
+    reconciled = status == ExecutionStatus.RECONCILIATION_REQUIRED
+    logger.warning(
+        "reconciliation required" if reconciled else "execution failed",
+        extra={
+            **log_extra,
+            "status": status,
+            "error_code": code,
+            "action_id": settlement.action_id if settlement else None,
+            "detail": decision.detail,
+        },
+    )
+    return RunOutcome(status=ExecutionStatus(status), error_code=code)
+
+
+def _retry(
+    settlement: AttemptSettlement,
+    *,
+    retry_after: float | None,
+    conn: psycopg.Connection,
+    fence: Fence,
+    transition_id: str,
+    config: WorkerConfig,
+    rng: random.Random,
+    log_extra: dict[str, Any],
+) -> RunOutcome:
+    delay = retry_delay_seconds(
+        attempt=settlement.attempt, retry_after=retry_after, config=config, rng=rng
+    )
+    due = execution_schedule_retry(
+        conn=conn,
+        fence=fence,
+        settlement=settlement,
+        delay_seconds=delay,
+        actor=WORKER_ACTOR,
+        payload={
+            "transitionId": transition_id,
+            "actionId": settlement.action_id,
+            "attempt": settlement.attempt,
+            "errorCode": settlement.error_code,
+            "delaySeconds": round(delay, 3),
+        },
+    )
+    logger.info(
+        "retry scheduled",
+        extra={
+            **log_extra,
+            "action_id": settlement.action_id,
+            "action_attempt": settlement.attempt,
+            "error_code": settlement.error_code,
+            "delay_seconds": round(delay, 3),
+        },
+    )
+    return RunOutcome(
+        status=ExecutionStatus.RETRY_WAIT, error_code=settlement.error_code, next_attempt_at=due
+    )
