@@ -12,6 +12,7 @@ Invariants:
 
 import logging
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -31,47 +32,41 @@ logger = logging.getLogger("executions.worker")
 WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker writes
 
 
-def run_end(
-    decision: Decision,
-    *,
-    conn: psycopg.Connection,
-    fence: Fence,
-    transition_id: str,
-    config: WorkerConfig,
-    rng: random.Random,
-    log_extra: dict[str, Any],
-) -> RunOutcome:
+@dataclass(frozen=True)
+class RunScope:
+    """Who writes a run's ending, and where: fixed for the whole run."""
+
+    conn: psycopg.Connection
+    fence: Fence
+    transition_id: str
+    config: WorkerConfig
+    rng: random.Random
+    log_extra: dict[str, Any]
+
+
+def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
     """Write the ending `decision` chose for this holder's run; return where it left the run."""
     if decision.verb == Verb.INTERRUPT:
-        raise ExecutionInterrupted(fence.execution_id, step="end")
+        raise ExecutionInterrupted(scope.fence.execution_id, step="end")
     if decision.verb == Verb.RETRY and decision.settlement is not None:
-        return _retry(
-            decision.settlement,
-            retry_after=decision.retry_after,
-            conn=conn,
-            fence=fence,
-            transition_id=transition_id,
-            config=config,
-            rng=rng,
-            log_extra=log_extra,
-        )
+        return _retry(decision.settlement, decision.retry_after, scope)
     settlement = decision.settlement
     code = decision.code or errors.PERMANENT_FAILURE
     status = execution_fail(
-        conn=conn,
-        fence=fence,
+        conn=scope.conn,
+        fence=scope.fence,
         error_code=code,
         error_detail=decision.detail,
         settlement=settlement,
         reconcile=decision.verb == Verb.RECONCILE,
         actor=WORKER_ACTOR,
-        payload={"transitionId": transition_id},
+        payload={"transitionId": scope.transition_id},
     )
     reconciled = status == ExecutionStatus.RECONCILIATION_REQUIRED
     logger.warning(
         "reconciliation required" if reconciled else "execution failed",
         extra={
-            **log_extra,
+            **scope.log_extra,
             "status": status,
             "error_code": code,
             "action_id": settlement.action_id if settlement else None,
@@ -81,28 +76,18 @@ def run_end(
     return RunOutcome(status=ExecutionStatus(status), error_code=code)
 
 
-def _retry(
-    settlement: AttemptSettlement,
-    *,
-    retry_after: float | None,
-    conn: psycopg.Connection,
-    fence: Fence,
-    transition_id: str,
-    config: WorkerConfig,
-    rng: random.Random,
-    log_extra: dict[str, Any],
-) -> RunOutcome:
+def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunScope) -> RunOutcome:
     delay = retry_delay_seconds(
-        attempt=settlement.attempt, retry_after=retry_after, config=config, rng=rng
+        attempt=settlement.attempt, retry_after=retry_after, config=scope.config, rng=scope.rng
     )
     due = execution_schedule_retry(
-        conn=conn,
-        fence=fence,
+        conn=scope.conn,
+        fence=scope.fence,
         settlement=settlement,
         delay_seconds=delay,
         actor=WORKER_ACTOR,
         payload={
-            "transitionId": transition_id,
+            "transitionId": scope.transition_id,
             "actionId": settlement.action_id,
             "attempt": settlement.attempt,
             "errorCode": settlement.error_code,
@@ -112,7 +97,7 @@ def _retry(
     logger.info(
         "retry scheduled",
         extra={
-            **log_extra,
+            **scope.log_extra,
             "action_id": settlement.action_id,
             "action_attempt": settlement.attempt,
             "error_code": settlement.error_code,

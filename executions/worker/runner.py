@@ -55,7 +55,7 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import ExecutionStatus
 from . import recovery
 from .config import WorkerConfig
-from .endings import run_end
+from .endings import RunScope, run_end
 from .groupcommit import GroupWrites
 from .recovery import Decision, Verb
 from .wire import RunOutcome
@@ -104,6 +104,7 @@ class _Run:
         self.attempts = attempts
         self.transition_id = transition_id
         self.log_extra = fence.log_extra(attempt=attempts)
+        self.scope = RunScope(conn, fence, transition_id, deps.config, deps.rng, self.log_extra)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -127,15 +128,7 @@ class _Run:
                 outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
             return self.finish(definition, transition, snapshot, outputs)
         except _Ended as ended:
-            return run_end(
-                ended.decision,
-                conn=self.conn,
-                fence=self.fence,
-                transition_id=self.transition_id,
-                config=self.deps.config,
-                rng=self.deps.rng,
-                log_extra=self.log_extra,
-            )
+            return run_end(ended.decision, self.scope)
 
     def action(
         self,
