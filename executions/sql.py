@@ -4,7 +4,7 @@ Each statement is a named constant with `%(name)s` parameters, never built from 
 fence is composed; statements otherwise repeat their SET lists and guards on purpose, so each can
 be read whole when its locks and plan are checked. Above it:
 what it does, which rows it locks (`Locks:`) and which index it expects (`Index:`). Why the plans
-look the way they do, with the figures that decided it: docs/adr/0008.
+look the way they do, with the figures that decided it: docs/adr/0009.
 
 Invariants:
 - every statement that runs as a holder after a claim carries the fence, written once (`FENCE`,
@@ -86,13 +86,13 @@ NOTIFY_WORK = "SELECT pg_notify('orquestador_executions', %(execution_id)s::text
 LISTEN_WORK = "LISTEN orquestador_executions"
 
 # Once per worker connection: one generic plan per statement (their best plans do not
-# depend on parameter values; docs/adr/0007-plans-that-hold-whatever-the-statistics.md).
+# depend on parameter values; docs/adr/0009).
 # Locks: nothing.
 # Index: none.
 WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"
 
 # Once more on the claiming connection: no sort node, so the claim always walks its index
-# in claim order (docs/adr/0007-plans-that-hold-whatever-the-statistics.md).
+# in claim order (docs/adr/0009).
 # Locks: nothing.
 # Index: none.
 CLAIM_SESSION = "SET enable_sort = off"

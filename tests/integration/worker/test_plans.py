@@ -1,6 +1,6 @@
 """Plans of the hot-path statements: they stay key lookups and index walks whatever the statistics.
 
-A queue fills in bursts, so the planner's statistics lag far behind it (docs/adr/0008). These
+A queue fills in bursts, so the planner's statistics lag far behind it (docs/adr/0009). These
 tests analyse the tables while they are nearly empty, then fill them, and check the shape of each
 plan: the claim walks execution_claim_idx in order without sorting, and the checkpoint writes lock
 each holder's execution by its id, one lookup per item, instead of scanning every live execution.
