@@ -136,6 +136,8 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# Dates and times shown in the admin: UTC to the second, everywhere (orquestador/formats/).
+FORMAT_MODULE_PATH = ["orquestador.formats"]
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"

@@ -3,7 +3,8 @@
 Invariants:
 - a decision is written after it is made, never while an exception is being built: the runner
   decides (pure), unwinds to its top, then calls `run_end` once;
-- each ending is one fenced transaction of executions/finalize.py: FAIL and RECONCILE through
+- each ending is one fenced transaction of executions/finalize.py, on a connection borrowed for
+  that write only: FAIL and RECONCILE through
   `execution_fail` (which hands the run to an operator when a write is outstanding, under the
   request lock), RETRY through `execution_schedule_retry` with a backoff from the worker's
   configuration; a holder that no longer holds the execution gets `ExecutionSuperseded`;
@@ -15,14 +16,13 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
 from orquestador import errors
 
 from ..finalize import AttemptSettlement, execution_fail, execution_schedule_retry
 from ..leases import ExecutionInterrupted, Fence
 from ..models import ExecutionStatus
 from .config import WorkerConfig
+from .groupcommit import Database, borrowed
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
 from .wire import RunOutcome
@@ -36,7 +36,7 @@ WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker write
 class RunScope:
     """Who writes a run's ending, and where: fixed for the whole run."""
 
-    conn: psycopg.Connection
+    db: Database  # a connection, or where to borrow one for each write
     fence: Fence
     transition_id: str
     config: WorkerConfig
@@ -52,16 +52,17 @@ def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
         return _retry(decision.settlement, decision.retry_after, scope)
     settlement = decision.settlement
     code = decision.code or errors.PERMANENT_FAILURE
-    status = execution_fail(
-        conn=scope.conn,
-        fence=scope.fence,
-        error_code=code,
-        error_detail=decision.detail,
-        settlement=settlement,
-        reconcile=decision.verb == Verb.RECONCILE,
-        actor=WORKER_ACTOR,
-        payload={"transitionId": scope.transition_id},
-    )
+    with borrowed(scope.db) as conn:
+        status = execution_fail(
+            conn=conn,
+            fence=scope.fence,
+            error_code=code,
+            error_detail=decision.detail,
+            settlement=settlement,
+            reconcile=decision.verb == Verb.RECONCILE,
+            actor=WORKER_ACTOR,
+            payload={"transitionId": scope.transition_id},
+        )
     reconciled = status == ExecutionStatus.RECONCILIATION_REQUIRED
     logger.warning(
         "reconciliation required" if reconciled else "execution failed",
@@ -80,20 +81,21 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
     delay = retry_delay_seconds(
         attempt=settlement.attempt, retry_after=retry_after, config=scope.config, rng=scope.rng
     )
-    due = execution_schedule_retry(
-        conn=scope.conn,
-        fence=scope.fence,
-        settlement=settlement,
-        delay_seconds=delay,
-        actor=WORKER_ACTOR,
-        payload={
-            "transitionId": scope.transition_id,
-            "actionId": settlement.action_id,
-            "attempt": settlement.attempt,
-            "errorCode": settlement.error_code,
-            "delaySeconds": round(delay, 3),
-        },
-    )
+    with borrowed(scope.db) as conn:
+        due = execution_schedule_retry(
+            conn=conn,
+            fence=scope.fence,
+            settlement=settlement,
+            delay_seconds=delay,
+            actor=WORKER_ACTOR,
+            payload={
+                "transitionId": scope.transition_id,
+                "actionId": settlement.action_id,
+                "attempt": settlement.attempt,
+                "errorCode": settlement.error_code,
+                "delaySeconds": round(delay, 3),
+            },
+        )
     logger.info(
         "retry scheduled",
         extra={
