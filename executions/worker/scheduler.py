@@ -107,7 +107,7 @@ class Scheduler:
         self.conninfo = conninfo
         self.runtime = runtime
         self.owner = owner or lease_owner_name()
-        # Counters only: recording is one lock and an addition, never I/O (workermetrics.py).
+        # Counters only: recording is one lock and an addition, never I/O (metrics.py).
         self.metrics = metrics or WorkerMetrics()
         self.metrics.track_slots(slots=config.concurrency, busy=lambda: self.busy)
         self._stop_claiming = threading.Event()
