@@ -191,6 +191,11 @@ class LocalWorkerRuntime:
     def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
         self._pool.close(timeout=timeout)
 
+    def refresh_connections(self) -> None:
+        """After a database outage: test the idle shared connections and replace broken ones,
+        so no run borrows a connection the outage closed."""
+        self._pool.check()
+
     def __enter__(self) -> "LocalWorkerRuntime":
         return self.open()
 

@@ -1,4 +1,5 @@
 import signal
+import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -12,6 +13,8 @@ from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler, database_conninfo
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+
+OUTAGE_EXIT_STATUS = 3  # exit status when the database stayed unreachable too long
 
 
 class Command(BaseCommand):
@@ -73,4 +76,11 @@ class Command(BaseCommand):
             )
             self.stdout.flush()
             scheduler.run()
+        if scheduler.outage_exit:
+            # An orchestrator restarts it (WORKER_DB_OUTAGE_EXIT_SECONDS).
+            self.stderr.write(
+                "worker stopped: the database was unreachable for longer than "
+                "WORKER_DB_OUTAGE_EXIT_SECONDS"
+            )
+            sys.exit(OUTAGE_EXIT_STATUS)
         self.stdout.write("worker stopped")
