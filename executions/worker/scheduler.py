@@ -41,7 +41,8 @@ from ..claims import Claim, executions_claim
 from ..leases import Fence, lease_owner_name, leases_renew
 from .config import WorkerConfig
 from .metrics import WorkerMetrics
-from .runtime import PREPARE_THRESHOLD, WorkerRequest, WorkerRuntime, dispatch_once
+from .pooling import PoolingConfig
+from .runtime import WorkerRequest, WorkerRuntime, dispatch_once
 from .wire import ExecutionPackage
 
 logger = logging.getLogger("executions.worker")
@@ -143,9 +144,19 @@ class Scheduler:
         runtime: WorkerRuntime,
         owner: str | None = None,
         metrics: WorkerMetrics | None = None,
+        pooling: PoolingConfig | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
+        self.pooling = pooling or PoolingConfig()
+        # Behind a transaction pooler LISTEN needs a session of its own: a direct connection
+        # (WORKER_LISTEN_DATABASE_URL), or none at all, and then the worker polls.
+        self.listen_conninfo = (
+            make_conninfo(self.pooling.listen_url, application_name="orquestador-worker")
+            if self.pooling.transaction_pooled and self.pooling.listen_url
+            else None
+        )
+        self._listener: psycopg.Connection | None = None
         self.runtime = runtime
         self.owner = owner or lease_owner_name()
         # Counters only: recording is one lock and an addition, never I/O (workermetrics.py).
@@ -217,11 +228,23 @@ class Scheduler:
     # -- claiming --------------------------------------------------------------------------
 
     def _listen(self) -> psycopg.Connection:
-        conn = psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD)
-        conn.execute(sql.WORKER_SESSION)
-        conn.execute(sql.CLAIM_SESSION)
-        conn.execute(sql.LISTEN_WORK)
+        """The claiming connection; it also LISTENs, unless behind a transaction pooler."""
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, prepare_threshold=self.pooling.prepare_threshold
+        )
+        for statement in self.pooling.session_statements(claims=True):
+            conn.execute(statement)
+        if not self.pooling.transaction_pooled:
+            conn.execute(sql.LISTEN_WORK)
+        elif self.listen_conninfo is not None and self._listener is None:
+            self._listener = psycopg.connect(self.listen_conninfo, autocommit=True)
+            self._listener.execute(sql.LISTEN_WORK)
         return conn
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
     def _claim_loop(self) -> None:
         conn: psycopg.Connection | None = None
@@ -262,6 +285,7 @@ class Scheduler:
                     if conn is not None:
                         conn.close()
                     conn = None
+                    self._close_listener()
                     backlog = False
                     if self._outage_too_long():
                         break
@@ -270,6 +294,7 @@ class Scheduler:
         finally:
             if conn is not None:
                 conn.close()
+            self._close_listener()
 
     def _outage_too_long(self) -> bool:
         """WORKER_DB_OUTAGE_EXIT_SECONDS has passed in this outage: stop so an orchestrator
@@ -308,13 +333,18 @@ class Scheduler:
     def _wait_for_work(self, conn: psycopg.Connection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
+        notifier = conn if not self.pooling.transaction_pooled else self._listener
         self.idle.set()
         try:
             while not self._stop_claiming.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
-                for _ in conn.notifies(timeout=min(remaining, WAKE_CHECK_SECONDS), stop_after=1):
+                wait = min(remaining, WAKE_CHECK_SECONDS)
+                if notifier is None:  # no session to LISTEN on: poll
+                    self._stop_claiming.wait(wait)
+                    continue
+                for _ in notifier.notifies(timeout=wait, stop_after=1):
                     return
         finally:
             self.idle.clear()
@@ -395,9 +425,12 @@ class Scheduler:
         try:
             if conn is None:
                 conn = psycopg.connect(
-                    self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD
+                    self.conninfo,
+                    autocommit=True,
+                    prepare_threshold=self.pooling.prepare_threshold,
                 )
-                conn.execute(sql.WORKER_SESSION)
+                for statement in self.pooling.session_statements():
+                    conn.execute(statement)
             renewed = leases_renew(
                 conn=conn,
                 owner=self.owner,
