@@ -365,7 +365,21 @@ RETURNING e.next_attempt_at
 """
 )
 
-# Append one audit event (the table is append-only).
+# Refresh this worker's registry row (reconciliation.WorkerProcess, the Workers page): the
+# heartbeat's one statement; the first inserts the row, every later one refreshes last_seen_at
+# and running.
+# Locks: that one row.
+# Index: worker_process_pkey (owner).
+WORKER_SEEN = """
+INSERT INTO worker_process (owner, host, pid, started_at, last_seen_at, concurrency, running,
+                            renew_seconds, lease_seconds, version)
+VALUES (%(owner)s, %(host)s, %(pid)s, clock_timestamp(), clock_timestamp(), %(concurrency)s,
+        %(running)s, %(renew_seconds)s, %(lease_seconds)s, %(version)s)
+ON CONFLICT (owner) DO UPDATE
+   SET last_seen_at = clock_timestamp(), running = EXCLUDED.running
+"""
+
+# Append one audit event (the table is append-only) for executions/audit.py; returns its id.
 # Locks: KEY SHARE on the request and execution rows, through the foreign keys (the
 # writer already holds stronger locks).
 # Index: none.
