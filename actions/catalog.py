@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import jsonschema.exceptions
-
 from executions.flows import patterns
+from executions.flows.schemas import schema_errors
 
 from .base import Contract, IntegrationConfigError, RoutableAdapter, Route
 from .options import Option, integer, one_of, show_value
@@ -226,15 +224,12 @@ def _timeout(key: str, table: Mapping[str, Any], lease_seconds: float) -> float:
 def _schema(key: str, value: Any) -> dict[str, Any]:
     schema = _table(key, value)
     _json_only(key, schema)
-    validator = patterns.validator_for(schema)
-    try:
-        validator.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
+    errors = schema_errors(schema)
+    if errors:
+        error = errors[0]
+        where = "/".join(str(p) for p in error.path)
         at = f" at {where}" if where else ""
-        raise IntegrationConfigError(
-            key, f"is not a valid JSON Schema{at}: {exc.message}"
-        ) from None
+        raise IntegrationConfigError(key, f"is not a valid JSON Schema{at}: {error.message}")
     problems = patterns.pattern_problems(schema, "$")
     if problems:
         where, message = problems[0]

@@ -8,6 +8,8 @@ the integrations' credentials are not, and never call a provider.
 from django.conf import settings
 from django.core.checks import Error, register
 
+from executions.worker.config import WorkerConfigError
+
 from .base import IntegrationConfigError
 
 INTEGRATIONS_TAG = "integrations"
@@ -29,4 +31,6 @@ def check_integrations_file(app_configs=None, **kwargs) -> list[Error]:
                 id="actions.E001",
             )
         ]
+    except WorkerConfigError as exc:  # the catalog bounds adapter timeouts by the lease
+        return [Error(str(exc), hint="See .env.example.", id="actions.E002")]
     return []

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 from django.conf import settings
 
+from executions.worker.config import WorkerConfig, worker_tunables
+
 from .base import (
     ActionContext,
     ActionResult,
@@ -32,8 +34,6 @@ from .catalog import Catalog, load_catalog
 from .documents import DocumentsVerifyAdapter
 from .http_json import HttpJsonAdapter
 from .simulation import SIMULATION_BINDINGS
-
-DEFAULT_LEASE_SECONDS = 60  # seconds, as WORKER_LEASE_SECONDS defaults
 
 # The trusted adapters a route in INTEGRATIONS_FILE may name. Simulation adapters are not here:
 # they are never routable, and resolve only in simulation mode.
@@ -99,32 +99,28 @@ class Registry:
         return sorted(self._bindings)
 
 
-def lease_seconds() -> float:
-    """WORKER_LEASE_SECONDS as configured; the worker's own check reports a bad value."""
-    try:
-        value = float(settings.WORKER_ENV["WORKER_LEASE_SECONDS"])
-    except (KeyError, ValueError):
-        return DEFAULT_LEASE_SECONDS
-    return value if value > 0 else DEFAULT_LEASE_SECONDS
-
-
-def load_configured_catalog() -> Catalog:
-    """The catalog from INTEGRATIONS_FILE (empty when unset), validated."""
+def load_configured_catalog(config: WorkerConfig | None = None) -> Catalog:
+    """The catalog from INTEGRATIONS_FILE (empty when unset), validated; adapter timeouts are
+    bounded by the lease of `config` (the validated WORKER_* settings when None, which raises
+    WorkerConfigError naming a bad variable)."""
+    config = config or worker_tunables(settings.WORKER_ENV)
     return load_catalog(
         settings.INTEGRATIONS_FILE or None,
         adapters=ADAPTERS,
-        lease_seconds=lease_seconds(),
+        lease_seconds=config.lease_seconds,
         reserved=SIMULATION_KEYS,
     )
 
 
-def build_registry(catalog: Catalog | None = None) -> Registry:
+def build_registry(
+    catalog: Catalog | None = None, *, config: WorkerConfig | None = None
+) -> Registry:
     """The registry for this process: trusted catalog plus, in simulation mode, NO_OP.
 
     Raises IntegrationConfigError when INTEGRATIONS_FILE is not acceptable.
     """
     if catalog is None:
-        catalog = load_configured_catalog()
+        catalog = load_configured_catalog(config)
     bindings = {
         key: Binding(contract=catalog.contracts[key], route=route, adapter=ADAPTERS[route.adapter])
         for key, route in catalog.routes.items()
@@ -136,13 +132,14 @@ def build_registry(catalog: Catalog | None = None) -> Registry:
     )
 
 
-def load_registry() -> Registry:
-    """Validate INTEGRATIONS_FILE and install the process registry (the worker calls this at start).
+def load_registry(config: WorkerConfig | None = None) -> Registry:
+    """Validate INTEGRATIONS_FILE and install the process registry (the worker calls this at start
+    with its validated configuration).
 
     Raises IntegrationConfigError, whose message names the TOML key at fault.
     """
     global _current
-    registry = build_registry()
+    registry = build_registry(config=config)
     with _lock:
         _current = registry
     return registry

@@ -1,6 +1,6 @@
 """Worker benchmark: throughput, pickup latency, claim time with history, beside Procrastinate.
 
-    bench/run [--executions 10000] [--history 1000000] [--processes 1,2,4] ...
+    bench/run [--quick] [--only raw,slow] [--executions 10000] [--history 1000000] ...
 
 Everything runs on a throwaway PostgreSQL cluster built here with scripts/localpg.py, with the
 default durable settings (fsync and synchronous_commit on), and removed at the end.
@@ -19,6 +19,26 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
 4. Procrastinate, same cluster, same method as 1: K worker processes started and idle, N no-op
    jobs deferred in one batch, jobs/s = N / (last succeeded event - commit).
 
+5. The raw loop: K plain psycopg processes (bench/rawloop.py: claim batch 10 with SKIP LOCKED,
+   one fenced completion per job, BEGIN/COMMIT around each) on N jobs, in a database of their
+   own on the same cluster: jobs/s = N / (last finished_at - start), beside ours at K.
+6. Procrastinate's pickup (defer commit -> task start, the task taking time.time() first) at
+   light load, beside ours (acceptance commit -> action start), with the ratio.
+7. Slow provider: a one-action flow whose http.json provider (bench/provider.py, loopback,
+   TCP_NODELAY) answers after 100 ms; one runworker at each --slow-concurrency: executions/s,
+   the most PostgreSQL connections its role held, peak RSS, CPU per execution. Beside it, the
+   database-free ceiling (bench/httpclients.py: one requests.Session per thread, same
+   concurrency, same provider) and Procrastinate posting from an async httpx task.
+8. The API: `POST /api/v1/requests/{id}/transitions` and `GET /api/v1/executions/{id}` through
+   gunicorn (the production web server, docker/) with real HS256 tokens, at 1, 8 and 32
+   concurrent clients (bench/apiclients.py): requests/s, p50, p99.
+
+For each throughput run it also reports PostgreSQL's CPU and commits per execution (all server
+processes' CPU time and pg_stat_database.xact_commit, before and after).
+
+`--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
+sections (throughput, pickup, claim, raw, procrastinate, slow, api).
+
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
 
@@ -29,11 +49,13 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -44,6 +66,7 @@ from psycopg import sql as pgsql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.rawloop import SCHEMA as RAW_SCHEMA  # noqa: E402
 from executions import sql  # noqa: E402 (plain SQL constants, no Django needed)
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -71,6 +94,33 @@ FLOW = {
     ],
 }
 
+# The slow-provider flow: one READ_ONLY http.json call to bench/provider.py.
+FLOW_SLOW = {
+    **FLOW,
+    "key": "bench-slow",
+    "transitions": [
+        {
+            **FLOW["transitions"][0],
+            "actions": [{"id": "call", "capability": "bench.slow", "version": 1, "input": {}}],
+        }
+    ],
+}
+SLOW_INTEGRATIONS = """
+[contracts."bench.slow@1"]
+effect = "READ_ONLY"
+max_attempts = 3
+timeout_seconds = 10
+
+[routes."bench.slow@1"]
+adapter = "http.json"
+url = "http://127.0.0.1:{port}/slow"
+"""
+# As the worker's connections (executions/worker/runtime.py): statements prepared at once.
+PREPARE_THRESHOLD = 0
+SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate")
+MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
+JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
+
 # Bulk acceptance: N requests, each blocked by its PENDING execution, in one transaction.
 ENQUEUE_REQUESTS_AND_EXECUTIONS = """
 WITH r AS (
@@ -93,7 +143,8 @@ SELECT count(*) FILTER (WHERE e.status = 'SUCCEEDED'), max(e.finished_at)
   FROM execution AS e JOIN request AS r ON r.id = e.request_id
  WHERE r.scope = %(tag)s
 """
-# ~1,000,000 finished executions of history, under one request.
+# ~1,000,000 finished executions of history, under one request, a month old (purgehistory's
+# prey), each with one checkpoint.
 HISTORY = """
 INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_revision,
                        attempts, fencing_token, result, actor_snapshot, created_at,
@@ -101,7 +152,16 @@ INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_
 SELECT gen_random_uuid(), %(request_id)s, %(flow_id)s, 'go', 'SUCCEEDED', 2, 1, 1,
        '{"outcome": "DONE", "targetState": "DONE"}', '{}', t, t, t, t
   FROM generate_series(1, %(n)s) AS g,
-       LATERAL (SELECT now() - interval '1 day' + g * interval '1 millisecond' AS t) AS ts
+       LATERAL (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS t) AS ts
+"""
+HISTORY_CHECKPOINTS = """
+INSERT INTO action_execution (execution_id, action_id, sequence, capability, capability_version,
+                              effect, status, input_hash, external_key, attempt, fencing_token,
+                              output, started_at, finished_at)
+SELECT e.id, 'noop', 0, 'NO_OP', 1, 'READ_ONLY', 'SUCCEEDED', repeat('0', 64), e.id || ':noop',
+       1, 1, '{}', e.started_at, e.finished_at
+  FROM execution AS e
+ WHERE e.request_id = %(request_id)s
 """
 
 
@@ -147,6 +207,14 @@ class Bench:
             text=True,
         )
         self.admin_url = admin.stdout.strip()
+        with psycopg.connect(self.admin_url, autocommit=True) as admin_conn:
+            admin_conn.execute(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
+        for command in ("stop", "start"):
+            subprocess.run(
+                [PYTHON, "scripts/localpg.py", command, "--dir", str(self.base / "pg")],
+                cwd=ROOT,
+                check=True,
+            )
         self.env = {
             k: v
             for k, v in os.environ.items()
@@ -173,11 +241,17 @@ class Bench:
             )
         self.owner = psycopg.connect(self.db["MIGRATION_DATABASE_URL"], autocommit=True)
         self.runtime = psycopg.connect(self.db["DATABASE_URL"], autocommit=True)
-        self.flow_id = self.owner.execute(
-            "INSERT INTO flow (key, version, definition, checksum) VALUES ('bench', 1, %s, 'x') "
-            "RETURNING id",
-            [psycopg.types.json.Jsonb(FLOW)],
-        ).fetchone()[0]
+        self.flow_id, self.slow_flow_id = (
+            self.owner.execute(
+                "INSERT INTO flow (key, version, definition, checksum) VALUES (%s, 1, %s, 'x') "
+                "RETURNING id",
+                [definition["key"], psycopg.types.json.Jsonb(definition)],
+            ).fetchone()[0]
+            for definition in (FLOW, FLOW_SLOW)
+        )
+        self.runtime_user = psycopg.conninfo.conninfo_to_dict(self.db["DATABASE_URL"])["user"]
+        self.runtime_pid = self.runtime.info.backend_pid
+        self.pg_pid = int((self.base / "pg" / "data" / "postmaster.pid").read_text().split()[0])
         version = self.owner.execute("SHOW server_version").fetchone()[0]
         fsync = self.owner.execute("SHOW fsync").fetchone()[0]
         sync_commit = self.owner.execute("SHOW synchronous_commit").fetchone()[0]
@@ -200,12 +274,13 @@ class Bench:
 
     # -- enqueueing ---------------------------------------------------------------------------
 
-    def enqueue(self, n: int) -> tuple[str, float]:
+    def enqueue(self, n: int, flow_id: int | None = None) -> tuple[str, float]:
         """Accept n executions in one transaction with a NOTIFY; return (tag, commit time)."""
         tag = "bench-" + uuid.uuid4().hex[:8]
         with self.owner.transaction():
             self.owner.execute(
-                ENQUEUE_REQUESTS_AND_EXECUTIONS, {"flow_id": self.flow_id, "tag": tag, "n": n}
+                ENQUEUE_REQUESTS_AND_EXECUTIONS,
+                {"flow_id": flow_id or self.flow_id, "tag": tag, "n": n},
             )
             self.owner.execute(BLOCK_REQUESTS, {"tag": tag})
             self.owner.execute(sql.NOTIFY_WORK, {"execution_id": tag})
@@ -214,10 +289,15 @@ class Bench:
     # -- our worker ---------------------------------------------------------------------------
 
     def start_workers(
-        self, count: int, stack: ExitStack, label: str, concurrency: int | None = None
+        self,
+        count: int,
+        stack: ExitStack,
+        label: str,
+        concurrency: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> list[subprocess.Popen]:
         concurrency = concurrency or self.args.concurrency
-        env = {**self.env, "WORKER_CONCURRENCY": str(concurrency)}
+        env = {**self.env, "WORKER_CONCURRENCY": str(concurrency), **(env or {})}
         before = self._worker_connections()
         processes = []
         for index in range(count):
@@ -232,18 +312,54 @@ class Bench:
             )
             stack.callback(self._stop, process)
             processes.append(process)
-        # Ready: every slot's connection and every listener is open.
-        wanted = before + count * (concurrency + 1)
+        # Ready: each process has opened its connections (at least one each) and the count has
+        # held still for a second, however many connections a process opens.
         deadline = time.monotonic() + READY_TIMEOUT
-        while self._worker_connections() < wanted:
+        seen, steady_since = -1, time.monotonic()
+        while True:
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
                 raise RuntimeError(f"{label}: workers did not start; see {self.base}")
+            now = self._worker_connections()
+            if now != seen:
+                seen, steady_since = now, time.monotonic()
+            elif now >= before + count and time.monotonic() - steady_since >= 1.0:
+                return processes
             time.sleep(0.1)
-        return processes
 
     def _worker_connections(self) -> int:
+        """Backends of the runtime role, other than the bench's own: the workers' connections."""
         return self.owner.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'orquestador-worker'"
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND pid <> %s",
+            [self.runtime_user, self.runtime_pid],
+        ).fetchone()[0]
+
+    @staticmethod
+    def _cpu_seconds(pid: int) -> float:
+        """User + system CPU of one process (all its threads), in seconds."""
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _server_cpu_seconds(self) -> float:
+        """CPU of the whole PostgreSQL server: the postmaster, its children, and its reaped ones."""
+        total = 0.0
+        ticks = os.sysconf("SC_CLK_TCK")
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(entry.name), int(fields[1])
+            if pid == self.pg_pid:
+                total += sum(int(f) for f in fields[11:15]) / ticks  # with reaped children
+            elif ppid == self.pg_pid:
+                total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
+
+    def _commits(self) -> int:
+        return self.owner.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()[0]
 
     @staticmethod
@@ -266,17 +382,33 @@ class Bench:
         return fields
 
     def throughput(
-        self, processes: int, n: int, label: str, concurrency: int | None = None
+        self,
+        processes: int,
+        n: int,
+        label: str,
+        concurrency: int | None = None,
+        *,
+        flow_id: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> dict:
         concurrency = concurrency or self.args.concurrency
         with ExitStack() as stack:
-            workers = self.start_workers(processes, stack, label, concurrency)
-            tag, committed = self.enqueue(n)
+            workers = self.start_workers(processes, stack, label, concurrency, env)
+            connections = self._worker_connections()
+            cpu = [self._cpu_seconds(p.pid) for p in workers]
+            server_cpu, commits = self._server_cpu_seconds(), self._commits()
+            tag, committed = self.enqueue(n, flow_id)
             deadline = time.monotonic() + RUN_TIMEOUT
             while self.runtime.execute(LIVE_COUNT).fetchone()[0]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{label}: not finished in {RUN_TIMEOUT}s")
+                connections = max(connections, self._worker_connections())
                 time.sleep(POLL_SECONDS)
+            cpu = [
+                self._cpu_seconds(p.pid) - before for p, before in zip(workers, cpu, strict=True)
+            ]
+            server_cpu = self._server_cpu_seconds() - server_cpu
+            commits = self._commits() - commits
             memory = [self._memory(p.pid) for p in workers]
         done, last = self.runtime.execute(RUN_WINDOW, {"tag": tag}).fetchone()
         elapsed = last.timestamp() - committed
@@ -288,11 +420,19 @@ class Bench:
             "seconds": round(elapsed, 3),
             "executions_per_second": round(n / elapsed, 1),
             "rss_mib": memory,
+            "connections_per_process": round(connections / processes, 1),
+            "worker_cpu_ms_per_execution": round(sum(cpu) / n * 1000, 3),
+            "postgres_cpu_ms_per_execution": round(server_cpu / n * 1000, 3),
+            "commits_per_execution": round(commits / n, 2),
         }
         print(
             f"  {label}: {result['executions_per_second']} executions/s "
-            f"({n} in {elapsed:.2f}s, {processes}x{concurrency}), "
-            f"peak RSS {max(m['VmHWM'] for m in memory)} MiB",
+            f"({done}/{n} succeeded in {elapsed:.2f}s, {processes}x{concurrency}), "
+            f"peak RSS {max(m['VmHWM'] for m in memory)} MiB, "
+            f"{result['connections_per_process']} connections/process, CPU/execution: worker "
+            f"{result['worker_cpu_ms_per_execution']} ms, PostgreSQL "
+            f"{result['postgres_cpu_ms_per_execution']} ms; "
+            f"{result['commits_per_execution']} commits/execution",
             flush=True,
         )
         return result
@@ -343,16 +483,26 @@ class Bench:
         print(f"  pickup: {result}", flush=True)
         return result
 
+    def _claimer(self) -> psycopg.Connection:
+        """A connection set up exactly like the worker's claiming one (scheduler._listen)."""
+        conn = psycopg.connect(
+            self.db["DATABASE_URL"], autocommit=True, prepare_threshold=PREPARE_THRESHOLD
+        )
+        conn.execute(sql.WORKER_SESSION)
+        conn.execute(sql.CLAIM_SESSION)
+        return conn
+
     def claim_time(self, claims: int, label: str) -> dict:
         owner = "bench-claimer"
         self.enqueue(claims * 10)
         timings = []
-        for _ in range(claims):
-            started = time.perf_counter()
-            self.runtime.execute(
-                sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": 10, "lease_seconds": 60}
-            ).fetchall()
-            timings.append(time.perf_counter() - started)
+        with self._claimer() as claimer:
+            for _ in range(claims):
+                started = time.perf_counter()
+                claimer.execute(
+                    sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": 10, "lease_seconds": 60}
+                ).fetchall()
+                timings.append(time.perf_counter() - started)
         self.owner.execute(
             "UPDATE execution SET status = 'SUCCEEDED', finished_at = clock_timestamp(), "
             "lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = %s",
@@ -377,163 +527,598 @@ class Bench:
             [request_id, self.flow_id],
         )
         self.owner.execute(HISTORY, {"request_id": request_id, "flow_id": self.flow_id, "n": n})
+        self.owner.execute(HISTORY_CHECKPOINTS, {"request_id": request_id})
         self.owner.execute("VACUUM ANALYZE execution")
-        print(f"  added {n} finished executions in {time.monotonic() - started:.1f}s", flush=True)
+        self.owner.execute("VACUUM ANALYZE action_execution")
+        print(
+            f"  added {n} finished executions (one checkpoint each) in "
+            f"{time.monotonic() - started:.1f}s",
+            flush=True,
+        )
 
-    # -- Procrastinate ------------------------------------------------------------------------
+    def claim_during_purge(self, claims: int) -> dict:
+        """Claim time while `manage.py purgehistory` works through the history beside it."""
+        with ExitStack() as stack:
+            log = open(self.base / "purgehistory.log", "wb")
+            stack.callback(log.close)
+            purge = subprocess.Popen(
+                [PYTHON, "manage.py", "purgehistory", "--older-than", "7", "--pause", "0"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            stack.callback(self._stop, purge)
+            deadline = time.monotonic() + READY_TIMEOUT
+            purged = 0
+            while purged == 0:  # wait until its first batch committed
+                if time.monotonic() > deadline or purge.poll() is not None:
+                    raise RuntimeError(f"purgehistory did not start; see {self.base}")
+                time.sleep(0.05)
+                purged = self._purged()
+            result = self.claim_time(claims, "during a purge")
+            result["purge_running_at_end"] = purge.poll() is None
+            result["purged_during_claims"] = self._purged() - purged
+        return result
 
-    def procrastinate(self, configurations: list[tuple[int, int]], n: int) -> list[dict]:
-        from procrastinate import App, PsycopgConnector
+    def _purged(self) -> int:
+        return self.owner.execute(
+            "SELECT count(*) FROM execution WHERE purged_at IS NOT NULL"
+        ).fetchone()[0]
 
+    # -- the raw loop -------------------------------------------------------------------------
+
+    def raw_loop(self, counts: list[int], n: int) -> list[dict]:
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
-            admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier("procr")))
-        dsn = self.admin_url.rsplit("/", 1)[0] + "/procr"
-        app = App(connector=PsycopgConnector(conninfo=dsn))
-        noop = app.task(name="noop")(_noop)
-        with app.open():
-            app.schema_manager.apply_schema()
+            admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier("rawloop")))
+        dsn = self.admin_url.rsplit("/", 1)[0] + "/rawloop"
         results = []
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for processes, concurrency in configurations:
-                conn.execute("DELETE FROM procrastinate_workers")
+            conn.execute(RAW_SCHEMA)
+            for processes in counts:
+                conn.execute("TRUNCATE raw_jobs")
+                conn.execute(
+                    "INSERT INTO raw_jobs (next_attempt_at) "
+                    "SELECT now() - interval '1 s' FROM generate_series(1, %s)",
+                    [n],
+                )
+                conn.execute("VACUUM ANALYZE raw_jobs")
                 with ExitStack() as stack:
-                    for index in range(processes):
-                        log = open(self.base / f"procr-{processes}x{concurrency}-{index}.log", "wb")
-                        stack.callback(log.close)
-                        process = subprocess.Popen(
-                            [
-                                PYTHON,
-                                str(ROOT / "bench" / "procrastinate_worker.py"),
-                                dsn,
-                                str(concurrency),
-                            ],
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
+                    loops = []
+                    for _ in range(processes):
+                        loop = subprocess.Popen(
+                            [PYTHON, str(ROOT / "bench" / "rawloop.py"), dsn, "10"],
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            text=True,
                         )
-                        stack.callback(self._stop, process)
-                    deadline = time.monotonic() + READY_TIMEOUT
-                    while (
-                        conn.execute("SELECT count(*) FROM procrastinate_workers").fetchone()[0]
-                        < processes
-                    ):
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("procrastinate workers did not start")
-                        time.sleep(0.1)
-                    first_id = conn.execute(
-                        "SELECT coalesce(max(id), 0) FROM procrastinate_jobs"
-                    ).fetchone()[0]
-                    committed = asyncio.run(_defer(app, noop, n))
-                    deadline = time.monotonic() + RUN_TIMEOUT
-                    while (
-                        conn.execute(
-                            "SELECT count(*) FROM procrastinate_jobs WHERE id > %s "
-                            "AND status = 'succeeded'",
-                            [first_id],
-                        ).fetchone()[0]
-                        < n
-                    ):
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("procrastinate run did not finish")
-                        time.sleep(POLL_SECONDS)
-                last = conn.execute(
-                    "SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded' "
-                    "AND job_id > %s",
-                    [first_id],
-                ).fetchone()[0]
-                elapsed = last.timestamp() - committed
+                        stack.callback(self._stop, loop)
+                        loops.append(loop)
+                    for loop in loops:
+                        if loop.stdout.readline().strip() != "ready":
+                            raise RuntimeError("raw loop did not start")
+                    started = time.time()
+                    for loop in loops:
+                        loop.stdin.write("go\n")
+                        loop.stdin.flush()
+                    for loop in loops:
+                        if loop.wait(RUN_TIMEOUT) != 0:
+                            raise RuntimeError("raw loop failed")
+                done, last = conn.execute(
+                    "SELECT count(*), max(finished_at) FROM raw_jobs WHERE state = 'SUCCEEDED'"
+                ).fetchone()
+                elapsed = last.timestamp() - started
                 result = {
                     "processes": processes,
-                    "concurrency": concurrency,
+                    "batch": 10,
                     "jobs": n,
+                    "succeeded": done,
                     "seconds": round(elapsed, 3),
                     "jobs_per_second": round(n / elapsed, 1),
                 }
-                print(
-                    f"  procrastinate {processes}x{concurrency}: "
-                    f"{result['jobs_per_second']} jobs/s",
-                    flush=True,
-                )
+                print(f"  raw loop {processes} processes: {result['jobs_per_second']} jobs/s")
                 results.append(result)
         return results
+
+    # -- the slow provider --------------------------------------------------------------------
+
+    def slow_provider(self, concurrencies: list[int], calls: int, delay: float) -> dict:
+        with ExitStack() as stack:
+            provider = subprocess.Popen(
+                [PYTHON, str(ROOT / "bench" / "provider.py"), str(delay)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            stack.callback(self._stop, provider)
+            port = int(provider.stdout.readline())
+            url = f"http://127.0.0.1:{port}/slow"
+            integrations = self.base / "integrations.toml"
+            integrations.write_text(SLOW_INTEGRATIONS.format(port=port))
+            env = {"INTEGRATIONS_FILE": str(integrations), "SIMULATION_MODE": "false"}
+            report: dict = {"provider_delay_seconds": delay, "ours": [], "http_only": []}
+            for concurrency in concurrencies:
+                n = max(calls, concurrency * 10)
+                try:
+                    report["ours"].append(
+                        self.throughput(
+                            1,
+                            n,
+                            f"slow provider, runworker at {concurrency}",
+                            concurrency,
+                            flow_id=self.slow_flow_id,
+                            env=env,
+                        )
+                    )
+                except RuntimeError as exc:
+                    print(f"  slow provider at {concurrency}: {exc}", flush=True)
+                    report["ours"].append({"concurrency": concurrency, "error": str(exc)})
+                baseline = subprocess.run(
+                    [
+                        PYTHON,
+                        str(ROOT / "bench" / "httpclients.py"),
+                        url,
+                        str(concurrency),
+                        str(n),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                http_only = {"concurrency": concurrency, **json.loads(baseline.stdout)}
+                http_only["cpu_ms_per_call"] = round(
+                    http_only["cpu_seconds"] / http_only["calls"] * 1000, 3
+                )
+                print(
+                    f"  slow provider, requests.Session per thread at {concurrency} (no "
+                    f"database): {http_only['calls_per_second']} calls/s, "
+                    f"{http_only['cpu_ms_per_call']} ms CPU/call",
+                    flush=True,
+                )
+                report["http_only"].append(http_only)
+            if not self.args.skip_procrastinate:
+                report["procrastinate"] = [
+                    self.procrastinate_run(
+                        1, c, max(calls, c * 10), "post", {"BENCH_PROVIDER_URL": url}
+                    )
+                    for c in concurrencies
+                ]
+        return report
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def api(self, clients: list[int], calls: int) -> dict:
+        secret = secrets.token_urlsafe(48)
+        env = {
+            **self.env,
+            "REQUEST_API_ENABLED": "true",
+            "JWT_SECRET": secret,
+            "JWT_ISSUER": JWT_ISSUER,
+            "JWT_AUDIENCE": JWT_AUDIENCE,
+        }
+        import jwt  # the API's own dependency
+
+        now = int(time.time())
+        token = jwt.encode(
+            {
+                "sub": "bench-api",
+                "tenant": "bench",
+                "scope": "requests:write requests:read",
+                "iss": JWT_ISSUER,
+                "aud": JWT_AUDIENCE,
+                "iat": now,
+                "exp": now + 3600,
+            },
+            secret,
+            algorithm="HS256",
+        )
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        report: dict = {"server": "gunicorn", "web_workers": self.args.web_workers}
+        with ExitStack() as stack:
+            log = open(self.base / "gunicorn.log", "wb")
+            stack.callback(log.close)
+            server = subprocess.Popen(
+                [
+                    str(Path(PYTHON).parent / "gunicorn"),
+                    "-c",
+                    "python:orquestador.gunicorn",  # the production configuration
+                    "orquestador.wsgi:application",
+                ],
+                cwd=ROOT,
+                env={
+                    **env,
+                    "WEB_BIND": f"127.0.0.1:{port}",
+                    "WEB_WORKERS": str(self.args.web_workers),
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            stack.callback(self._stop, server)
+            deadline = time.monotonic() + READY_TIMEOUT
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{base}/healthz", timeout=1):  # noqa: S310
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise RuntimeError(f"gunicorn did not start; see {self.base}") from None
+                    time.sleep(0.1)
+            for kind in ("transitions", "executions"):
+                report[kind] = []
+                for count in clients:
+                    if kind == "transitions":
+                        ids = [
+                            str(row[0])
+                            for row in self.owner.execute(
+                                "INSERT INTO request (id, flow_id, owner, scope, data, state) "
+                                "SELECT gen_random_uuid(), %s, 'bench-api', 'bench', '{}', "
+                                "'DRAFT' FROM generate_series(1, %s) RETURNING id",
+                                [self.flow_id, calls],
+                            )
+                        ]
+                    else:
+                        ids = [
+                            str(row[0])
+                            for row in self.owner.execute(
+                                "SELECT e.id FROM execution e JOIN request r "
+                                "ON r.id = e.request_id WHERE r.owner = 'bench-api' "
+                                "ORDER BY random() LIMIT %s",
+                                [calls],
+                            )
+                        ]
+                    ids_file = self.base / f"api-{kind}-{count}.ids"
+                    ids_file.write_text("\n".join(ids))
+                    run = subprocess.run(
+                        [
+                            PYTHON,
+                            str(ROOT / "bench" / "apiclients.py"),
+                            base,
+                            token,
+                            kind,
+                            str(ids_file),
+                            str(count),
+                        ],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    )
+                    result = json.loads(run.stdout)
+                    print(
+                        f"  {kind} at {count} clients: {result['requests_per_second']} req/s, "
+                        f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, "
+                        f"statuses {result['statuses']}",
+                        flush=True,
+                    )
+                    report[kind].append(result)
+        return report
+
+    # -- Procrastinate ------------------------------------------------------------------------
+
+    def _procrastinate_app(self):
+        """The baseline's app on its own database of this cluster (created once)."""
+        if getattr(self, "_procr", None) is None:
+            from procrastinate import App, PsycopgConnector
+
+            with psycopg.connect(self.admin_url, autocommit=True) as admin:
+                admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier("procr")))
+            dsn = self.admin_url.rsplit("/", 1)[0] + "/procr"
+            app = App(connector=PsycopgConnector(conninfo=dsn))
+            with app.open():
+                app.schema_manager.apply_schema()
+            self._procr = (app, dsn)
+        return self._procr
+
+    def _procrastinate_workers(
+        self,
+        stack: ExitStack,
+        conn: psycopg.Connection,
+        processes: int,
+        concurrency: int,
+        label: str,
+        env: dict[str, str] | None = None,
+    ) -> list[subprocess.Popen]:
+        _, dsn = self._procrastinate_app()
+        conn.execute("DELETE FROM procrastinate_workers")
+        workers = []
+        for index in range(processes):
+            log = open(self.base / f"procr-{label}-{index}.log", "wb")
+            stack.callback(log.close)
+            process = subprocess.Popen(
+                [PYTHON, str(ROOT / "bench" / "procrastinate_worker.py"), dsn, str(concurrency)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+            stack.callback(self._stop, process)
+            workers.append(process)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while conn.execute("SELECT count(*) FROM procrastinate_workers").fetchone()[0] < processes:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in workers):
+                raise RuntimeError(f"procrastinate workers did not start; see {self.base}")
+            time.sleep(0.1)
+        return workers
+
+    def procrastinate_run(
+        self,
+        processes: int,
+        concurrency: int,
+        n: int,
+        task_name: str = "noop",
+        env: dict[str, str] | None = None,
+    ) -> dict:
+        app, dsn = self._procrastinate_app()
+        label = f"{task_name}-{processes}x{concurrency}"
+        with psycopg.connect(dsn, autocommit=True) as conn, ExitStack() as stack:
+            workers = self._procrastinate_workers(stack, conn, processes, concurrency, label, env)
+            connections_sql = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = 'procr' "
+                "AND pid <> pg_backend_pid()"
+            )
+            connections = conn.execute(connections_sql).fetchone()[0]
+            cpu = [self._cpu_seconds(p.pid) for p in workers]
+            first_id = conn.execute(
+                "SELECT coalesce(max(id), 0) FROM procrastinate_jobs"
+            ).fetchone()[0]
+            committed = asyncio.run(_defer(app, task_name, n))
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while (
+                conn.execute(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE id > %s "
+                    "AND status IN ('succeeded', 'failed')",
+                    [first_id],
+                ).fetchone()[0]
+                < n
+            ):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"procrastinate {label} did not finish")
+                connections = max(connections, conn.execute(connections_sql).fetchone()[0])
+                time.sleep(POLL_SECONDS)
+            cpu = [
+                self._cpu_seconds(p.pid) - before for p, before in zip(workers, cpu, strict=True)
+            ]
+            memory = [self._memory(p.pid) for p in workers]
+            succeeded, last = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
+                "(SELECT max(at) FROM procrastinate_events WHERE type IN ('succeeded', 'failed') "
+                "AND job_id > %s) FROM procrastinate_jobs WHERE id > %s",
+                [first_id, first_id],
+            ).fetchone()
+        elapsed = last.timestamp() - committed
+        result = {
+            "task": task_name,
+            "processes": processes,
+            "concurrency": concurrency,
+            "jobs": n,
+            "succeeded": succeeded,
+            "seconds": round(elapsed, 3),
+            "jobs_per_second": round(n / elapsed, 1),
+            "connections": connections,
+            "cpu_ms_per_job": round(sum(cpu) / n * 1000, 3),
+            "rss_mib": memory,
+        }
+        print(
+            f"  procrastinate {label}: {result['jobs_per_second']} jobs/s ({succeeded}/{n} "
+            f"succeeded), {connections} connections, {result['cpu_ms_per_job']} ms CPU/job",
+            flush=True,
+        )
+        return result
+
+    def procrastinate_pickup(self, samples: int) -> dict:
+        app, dsn = self._procrastinate_app()
+        marks_file = self.base / "procr-pickup.marks"
+        marks_file.touch()
+        with psycopg.connect(dsn, autocommit=True) as conn, ExitStack() as stack:
+            self._procrastinate_workers(
+                stack, conn, 1, 1, "pickup", {"BENCH_PICKUP_FILE": str(marks_file)}
+            )
+            deferred = asyncio.run(_defer_one_by_one(app, samples, PICKUP_GAP_SECONDS))
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while len(marks_file.read_text().splitlines()) < samples:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("procrastinate pickup: not finished")
+                time.sleep(POLL_SECONDS)
+        started = dict(line.split() for line in marks_file.read_text().splitlines())
+        pickup = [float(started[str(job_id)]) - at for job_id, at in deferred.items()]
+        result = {
+            "samples": len(pickup),
+            "task_start_p50_ms": ms(percentile(pickup, 50)),
+            "task_start_p99_ms": ms(percentile(pickup, 99)),
+        }
+        print(f"  procrastinate pickup: {result}", flush=True)
+        return result
 
     # -- the whole run ------------------------------------------------------------------------
 
     def run(self) -> dict:
         args = self.args
+        wanted = set(args.only)
         print(f"cluster in {self.base} (durable settings)", flush=True)
         self.start_cluster()
         print(f"PostgreSQL {self.report['postgres']}", flush=True)
-        print("throughput (empty history):", flush=True)
-        self.report["throughput"] = [
-            self.throughput(k, args.executions, f"{k}-proc") for k in args.processes
-        ]
-        if args.more_concurrency:
-            print(f"throughput at WORKER_CONCURRENCY={args.more_concurrency}:", flush=True)
-            self.report["throughput_more_concurrency"] = [
-                self.throughput(
-                    k, args.executions, f"{k}-proc-c{args.more_concurrency}", args.more_concurrency
-                )
-                for k in (1, 2)
+        if "throughput" in wanted:
+            print("throughput (empty history):", flush=True)
+            self.report["throughput"] = [
+                self.throughput(k, args.executions, f"{k}-proc") for k in args.processes
             ]
-        print("pickup latency, light load (1 worker, ~50 acceptances/s):", flush=True)
-        self.report["pickup"] = self.pickup(args.pickup_samples)
-        print("claim statement time:", flush=True)
-        self.report["claim_empty"] = self.claim_time(args.claims, "empty history")
-        self.add_history(args.history)
-        self.report["claim_history"] = self.claim_time(args.claims, "with history")
-        print("throughput with history:", flush=True)
-        self.report["throughput_history"] = self.throughput(
-            max(args.processes), args.executions, f"{max(args.processes)}-proc+history"
-        )
-        if not args.skip_procrastinate:
-            print("Procrastinate, same cluster:", flush=True)
-            self.report["procrastinate"] = self.procrastinate(
-                [(1, 1), (1, 10), (2, 10), (4, 10)], args.procrastinate_jobs
+            if args.more_concurrency:
+                print(f"throughput at WORKER_CONCURRENCY={args.more_concurrency}:", flush=True)
+                self.report["throughput_more_concurrency"] = [
+                    self.throughput(
+                        k,
+                        args.executions,
+                        f"{k}-proc-c{args.more_concurrency}",
+                        args.more_concurrency,
+                    )
+                    for k in (1, 2)
+                ]
+        if "raw" in wanted:
+            print("raw psycopg SKIP LOCKED loop (batch 10, one fenced completion per job):")
+            self.report["raw_loop"] = self.raw_loop(args.processes, args.executions)
+        if "pickup" in wanted:
+            print("pickup latency, light load (1 worker, ~50 acceptances/s):", flush=True)
+            self.report["pickup"] = self.pickup(args.pickup_samples)
+            if not args.skip_procrastinate:
+                self.report["procrastinate_pickup"] = self.procrastinate_pickup(args.pickup_samples)
+        if "slow" in wanted:
+            print(f"slow provider ({args.slow_delay * 1000:.0f} ms per call):", flush=True)
+            self.report["slow_provider"] = self.slow_provider(
+                args.slow_concurrency, args.slow_calls, args.slow_delay
             )
+        if "api" in wanted:
+            print(f"API through gunicorn ({args.web_workers} workers):", flush=True)
+            self.report["api"] = self.api(args.api_clients, args.api_calls)
+        if "claim" in wanted:
+            print("claim statement time (the worker's session settings):", flush=True)
+            self.report["claim_empty"] = self.claim_time(args.claims, "empty history")
+            self.add_history(args.history)
+            self.report["claim_history"] = self.claim_time(args.claims, "with history")
+            self.report["claim_during_purge"] = self.claim_during_purge(args.claims)
+            if "throughput" in wanted:
+                print("throughput with history:", flush=True)
+                self.report["throughput_history"] = self.throughput(
+                    max(args.processes), args.executions, f"{max(args.processes)}-proc+history"
+                )
+        if "procrastinate" in wanted and not args.skip_procrastinate:
+            print("Procrastinate, same cluster:", flush=True)
+            self.report["procrastinate"] = [
+                self.procrastinate_run(k, c, args.procrastinate_jobs)
+                for k, c in [(1, 1), (1, 10), (2, 10), (4, 10)]
+            ]
         return self.report
 
 
-async def _noop() -> None:
-    return None
-
-
-async def _defer(app, task, n: int) -> float:
+async def _defer(app, task_name: str, n: int) -> float:
     async with app.open_async():
-        await task.batch_defer_async(*({} for _ in range(n)))
+        await app.configure_task(task_name).batch_defer_async(*({} for _ in range(n)))
     return time.time()
 
 
+async def _defer_one_by_one(app, n: int, gap: float) -> dict[int, float]:
+    """Defer n `pickup` jobs one at a time; each job id with the time its defer committed."""
+    deferred = {}
+    async with app.open_async():
+        manager = app.configure_task("pickup")
+        for _ in range(n):
+            job_id = await manager.defer_async()
+            deferred[job_id] = time.time()
+            await asyncio.sleep(gap)
+    return deferred
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}x" if theirs else "n/a"
+
+
 def summary(report: dict) -> list[str]:
-    runs = report["throughput"] + report.get("throughput_more_concurrency", [])
-    best = max(r["executions_per_second"] for r in runs)
-    lines = [
-        "",
-        "summary",
-        "  executions/s by processes: "
-        + ", ".join(
-            f"{r['processes']}: {r['executions_per_second']}" for r in report["throughput"]
-        ),
-        f"  executions/s with history: {report['throughput_history']['executions_per_second']}",
-        "  executions/s at higher concurrency: "
-        + ", ".join(
-            f"{r['processes']}x{r['concurrency']}: {r['executions_per_second']}"
-            for r in report.get("throughput_more_concurrency", [])
-        ),
-        f"  pickup p50/p99 (claim): {report['pickup']['claim_p50_ms']} / "
-        f"{report['pickup']['claim_p99_ms']} ms; action start: "
-        f"{report['pickup']['action_start_p50_ms']} / {report['pickup']['action_start_p99_ms']} ms",
-        f"  claim p50/p99: empty {report['claim_empty']['p50_ms']} / "
-        f"{report['claim_empty']['p99_ms']} ms; with "
-        f"{report['claim_history']['executions_in_table']} rows "
-        f"{report['claim_history']['p50_ms']} / {report['claim_history']['p99_ms']} ms",
-        "  worker peak RSS (MiB): "
-        + ", ".join(str(max(m["VmHWM"] for m in r["rss_mib"])) for r in report["throughput"]),
-    ]
+    lines = ["", "summary"]
+    runs = report.get("throughput", []) + report.get("throughput_more_concurrency", [])
+    best = max((r["executions_per_second"] for r in runs), default=0)
+    if "throughput" in report:
+        lines.append(
+            "  executions/s by processes: "
+            + ", ".join(
+                f"{r['processes']}: {r['executions_per_second']}" for r in report["throughput"]
+            )
+        )
+        lines.append(
+            "  executions/s at higher concurrency: "
+            + ", ".join(
+                f"{r['processes']}x{r['concurrency']}: {r['executions_per_second']}"
+                for r in report.get("throughput_more_concurrency", [])
+            )
+        )
+        lines.append(
+            "  worker peak RSS (MiB): "
+            + ", ".join(str(max(m["VmHWM"] for m in r["rss_mib"])) for r in report["throughput"])
+        )
+        lines.append(
+            "  per execution at 1 process: worker CPU "
+            f"{report['throughput'][0]['worker_cpu_ms_per_execution']} ms, PostgreSQL CPU "
+            f"{report['throughput'][0]['postgres_cpu_ms_per_execution']} ms, "
+            f"{report['throughput'][0]['commits_per_execution']} commits"
+        )
+    if "throughput_history" in report:
+        lines.append(
+            f"  executions/s with history: {report['throughput_history']['executions_per_second']}"
+        )
+    if "raw_loop" in report:
+        raw = {r["processes"]: r["jobs_per_second"] for r in report["raw_loop"]}
+        lines.append(
+            "  raw loop jobs/s by processes: " + ", ".join(f"{k}: {v}" for k, v in raw.items())
+        )
+        for r in report.get("throughput", []):
+            if r["processes"] in raw:
+                lines.append(
+                    f"  ours {r['processes']}x{r['concurrency']} / raw loop at "
+                    f"{r['processes']}: {_ratio(r['executions_per_second'], raw[r['processes']])}"
+                )
+    if "pickup" in report:
+        pickup = report["pickup"]
+        lines.append(
+            f"  pickup p50/p99 (claim): {pickup['claim_p50_ms']} / {pickup['claim_p99_ms']} ms; "
+            f"action start: {pickup['action_start_p50_ms']} / {pickup['action_start_p99_ms']} ms"
+        )
+        if "procrastinate_pickup" in report:
+            theirs = report["procrastinate_pickup"]
+            lines.append(
+                f"  Procrastinate pickup p50/p99: {theirs['task_start_p50_ms']} / "
+                f"{theirs['task_start_p99_ms']} ms; ours / theirs: p50 "
+                f"{_ratio(pickup['action_start_p50_ms'], theirs['task_start_p50_ms'])}, p99 "
+                f"{_ratio(pickup['action_start_p99_ms'], theirs['task_start_p99_ms'])}"
+            )
+    if "claim_empty" in report:
+        lines.append(
+            f"  claim p50/p99: empty {report['claim_empty']['p50_ms']} / "
+            f"{report['claim_empty']['p99_ms']} ms; with "
+            f"{report['claim_history']['executions_in_table']} rows "
+            f"{report['claim_history']['p50_ms']} / {report['claim_history']['p99_ms']} ms "
+            f"(p99 {_ratio(report['claim_history']['p99_ms'], report['claim_empty']['p99_ms'])})"
+        )
+        during = report["claim_during_purge"]
+        lines.append(
+            f"  claim p50/p99 during purgehistory: {during['p50_ms']} / {during['p99_ms']} ms "
+            f"(p99 {_ratio(during['p99_ms'], report['claim_history']['p99_ms'])} of without; "
+            f"{during['purged_during_claims']} executions purged meanwhile, still running at the "
+            f"end: {during['purge_running_at_end']})"
+        )
+    if "slow_provider" in report:
+        slow = report["slow_provider"]
+        http = {r["concurrency"]: r["calls_per_second"] for r in slow["http_only"]}
+        theirs = {r["concurrency"]: r["jobs_per_second"] for r in slow.get("procrastinate", [])}
+        for r in slow["ours"]:
+            c = r["concurrency"]
+            if "error" in r:
+                lines.append(f"  slow provider at {c}: {r['error']}")
+                continue
+            lines.append(
+                f"  slow provider at {c}: ours {r['executions_per_second']}/s on "
+                f"{r['connections_per_process']} connections, peak RSS "
+                f"{max(m['VmHWM'] for m in r['rss_mib'])} MiB, "
+                f"{r['worker_cpu_ms_per_execution']} ms CPU/execution; HTTP alone {http[c]}/s "
+                f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
+                f"{theirs.get(c, 'n/a')}/s ({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
+            )
+    if "api" in report:
+        for kind in ("transitions", "executions"):
+            lines.append(
+                f"  API {kind}: "
+                + "; ".join(
+                    f"{r['clients']} clients {r['requests_per_second']} req/s "
+                    f"p50 {r['p50_ms']} p99 {r['p99_ms']} ms"
+                    for r in report["api"][kind]
+                )
+            )
     if "procrastinate" in report:
         theirs = max(r["jobs_per_second"] for r in report["procrastinate"])
         lines.append(
             f"  Procrastinate best: {theirs} jobs/s; ours best: {best} executions/s "
-            f"({best / theirs:.2f}x)"
+            f"({_ratio(best, theirs)})"
         )
     return lines
 
@@ -554,10 +1139,37 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--procrastinate-jobs", type=int, default=5_000)
     parser.add_argument("--skip-procrastinate", action="store_true")
+    parser.add_argument("--slow-concurrency", default="100,200")
+    parser.add_argument("--slow-calls", type=int, default=5_000)
+    parser.add_argument("--slow-delay", type=float, default=0.1, help="provider delay, seconds")
+    parser.add_argument("--api-clients", default="1,8,32")
+    parser.add_argument("--api-calls", type=int, default=2_000)
+    parser.add_argument("--web-workers", type=int, default=2, help="WEB_WORKERS of the web server")
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="sections to run")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short run of every section: smaller counts, 100k rows of history",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.executions = min(args.executions, 2_000)
+        args.history = min(args.history, 100_000)
+        args.pickup_samples = min(args.pickup_samples, 100)
+        args.claims = min(args.claims, 100)
+        args.procrastinate_jobs = min(args.procrastinate_jobs, 1_000)
+        args.slow_calls = min(args.slow_calls, 1_500)
+        args.api_calls = min(args.api_calls, 300)
+        args.more_concurrency = 0
     args.processes = [int(p) for p in args.processes.split(",")]
+    args.slow_concurrency = [int(c) for c in args.slow_concurrency.split(",")]
+    args.api_clients = [int(c) for c in args.api_clients.split(",")]
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(args.only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"--only: unknown sections {sorted(unknown)} (known: {', '.join(SECTIONS)})")
 
     (ROOT / ".local").mkdir(exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="bench-worker.", dir=ROOT / ".local"))

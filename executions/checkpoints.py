@@ -2,13 +2,13 @@
 
 Invariants and transaction boundaries:
 - before an adapter is called, its RUNNING checkpoint (input hash, external key, effect,
-  attempt) is committed by `checkpoint_start`, one statement in its own transaction; after the
-  call, `checkpoint_succeed` commits SUCCEEDED with the validated output before the next action
-  starts. No transaction is open while the adapter runs;
+  attempt) is committed by `checkpoints_start`, one statement in its own transaction; after the
+  call, `checkpoints_succeed` commits SUCCEEDED with the validated output before the next action
+  starts. No transaction is open while the adapter runs. Both take one or many holders
+  (grouped by executions/worker/groupcommit.py), each item fenced on its own;
 - both lock the execution row and check the fence against the database clock inside the
-  statement that commits, so a stale holder can neither start nor save a checkpoint
-  (`ExecutionSuperseded`); `checkpoints_start` and `checkpoints_succeed` do the same for many
-  holders in one statement (executions/worker/groupcommit.py), each item fenced on its own;
+  statement that commits, so a stale holder can neither start nor save a checkpoint: it is
+  missing from the result, and the runner raises `ExecutionSuperseded`;
 - the external key is always "<executionId>:<actionId>", the same on every attempt;
   `checkpoint.attempt` counts the calls of that action (+1 per call);
 - `checkpoint_settle` (FAILED or UNKNOWN) never commits by itself: it is the first statement of
@@ -131,54 +131,6 @@ def checkpoints_succeed(
         },
     ).fetchall()
     return {row[0] for row in rows}
-
-
-def checkpoint_start(
-    *,
-    conn: psycopg.Connection,
-    fence: Fence,
-    action_id: str,
-    sequence: int,
-    capability: str,
-    capability_version: int,
-    effect: str,
-    input_hash: str,
-    previous_attempt: int,
-) -> int:
-    """Commit the RUNNING checkpoint of this holder's next attempt; return its attempt number.
-
-    `previous_attempt` is the attempt of the checkpoint this holder loaded (0 when there was
-    none); the write applies only if the checkpoint is still that one.
-    """
-    item = StartItem(
-        fence,
-        action_id,
-        sequence,
-        capability,
-        capability_version,
-        effect,
-        input_hash,
-        previous_attempt,
-    )
-    started = checkpoints_start(conn=conn, items=[item]).get(fence.execution_id)
-    if started is None:
-        raise ExecutionSuperseded(fence.execution_id, step=f"start {action_id}", token=fence.token)
-    return started
-
-
-def checkpoint_succeed(
-    *,
-    conn: psycopg.Connection,
-    fence: Fence,
-    action_id: str,
-    attempt: int,
-    output: dict[str, Any],
-    effect: str = Effect.NON_IDEMPOTENT_WRITE,
-) -> None:
-    """Commit SUCCEEDED with the validated output of this holder's attempt."""
-    item = SucceedItem(fence, action_id, attempt, output, effect)
-    if fence.execution_id not in checkpoints_succeed(conn=conn, items=[item]):
-        raise ExecutionSuperseded(fence.execution_id, step=f"save {action_id}", token=fence.token)
 
 
 def checkpoint_settle(

@@ -57,19 +57,19 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Claim:
-    """One execution this process has just claimed, with the snapshot read under its token."""
+    """One execution this process has just claimed: its holder (`fence`, carried unchanged to
+    every later write), what to run, and the snapshot read under that token."""
 
-    execution_id: uuid.UUID
-    request_id: uuid.UUID
+    fence: Fence
     flow_id: int
     transition_id: str
     attempts: int
-    token: int
     actor_snapshot: dict[str, Any]
     snapshot: Snapshot | None = None
 
-    def fence(self, owner: str) -> Fence:
-        return Fence(self.execution_id, self.request_id, self.token, owner)
+    @property
+    def execution_id(self) -> uuid.UUID:
+        return self.fence.execution_id
 
 
 def executions_claim(
@@ -81,38 +81,22 @@ def executions_claim(
     rows = conn.execute(
         sql.CLAIM_EXECUTIONS, {"owner": owner, "limit": limit, "lease_seconds": lease_seconds}
     ).fetchall()
-    return [_claim(row) for row in rows]
+    return [_claim(row, owner) for row in rows]
 
 
-def _claim(row: tuple) -> Claim:
+def _claim(row: tuple, lease_owner: str) -> Claim:
     (execution_id, request_id, flow_id, transition_id, attempts, token, actor_snapshot) = row[:7]
-    data, state, revision, version, owner, scope, accepted_revision, checkpoints = row[7:]
     return Claim(
-        execution_id=execution_id,
-        request_id=request_id,
+        fence=Fence(execution_id, request_id, token, lease_owner),
         flow_id=flow_id,
         transition_id=transition_id,
         attempts=attempts,
-        token=token,
         actor_snapshot=actor_snapshot,
-        snapshot=Snapshot(
-            data=data,
-            state=state,
-            revision=revision,
-            version=version,
-            owner=owner,
-            scope=scope,
-            accepted_revision=accepted_revision,
-            checkpoints={c["action_id"]: CheckpointRecord(**c) for c in checkpoints or ()},
-        ),
+        snapshot=_snapshot(row[7:]),
     )
 
 
-def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:
-    """Load the request snapshot and checkpoints, as this holder (fenced read)."""
-    row = conn.execute(sql.LOAD_EXECUTION, fence.params()).fetchone()
-    if row is None:
-        raise ExecutionSuperseded(fence.execution_id, step="load", token=fence.token)
+def _snapshot(row: tuple) -> Snapshot:
     data, state, revision, version, owner, scope, accepted_revision, checkpoints = row
     return Snapshot(
         data=data,
@@ -122,8 +106,16 @@ def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:
         owner=owner,
         scope=scope,
         accepted_revision=accepted_revision,
-        checkpoints={c["action_id"]: CheckpointRecord(**c) for c in checkpoints},
+        checkpoints={c["action_id"]: CheckpointRecord(**c) for c in checkpoints or ()},
     )
+
+
+def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:
+    """Load the request snapshot and checkpoints, as this holder (fenced read)."""
+    row = conn.execute(sql.LOAD_EXECUTION, fence.params()).fetchone()
+    if row is None:
+        raise ExecutionSuperseded(fence.execution_id, step="load", token=fence.token)
+    return _snapshot(row)
 
 
 class FlowCache:

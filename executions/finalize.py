@@ -1,12 +1,13 @@
 """How a run ends: completed, retry scheduled, failed, or handed to an operator.
 
 Invariants and transaction boundaries (each function is exactly one transaction):
-- `execution_finalize` is one statement: lock the request (still the accepted snapshot), then
-  the execution (fenced), check every expected checkpoint is SUCCEEDED, write the request's new
-  data, state, revision and version and release it, mark the execution SUCCEEDED with its
-  result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and leaves the
-  execution RUNNING with its checkpoints, for recovery by lease. `executions_finalize` does the
-  same for many holders in one statement (executions/worker/groupcommit.py), each item on its own;
+- `executions_finalize` is one statement for one or many holders (grouped by
+  executions/worker/groupcommit.py), each item on its own: lock the request (still the accepted
+  snapshot), then the execution (fenced), check every expected checkpoint is SUCCEEDED, write the
+  request's new data, state, revision and version and release it, mark the execution SUCCEEDED
+  with its result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and
+  leaves the execution RUNNING with its checkpoints, for recovery by lease. A holder it refused
+  learns why from `finalize_refusal` (superseded, or what changed);
 - `execution_schedule_retry`: the attempt's checkpoint (FAILED or UNKNOWN), RETRY_WAIT with its
   next_attempt_at from the database clock, and RETRY_SCHEDULED commit together; earlier
   SUCCEEDED checkpoints are untouched;
@@ -34,8 +35,12 @@ from .leases import ExecutionSuperseded, Fence, lease_is_held
 from .models import AuditType, ExecutionStatus
 
 
-class FinalizeRefused(Exception):
+@dataclass(frozen=True)
+class FinalizeRefused:
     """The holder still holds its lease, but the request or checkpoints changed since loading."""
+
+    request_unchanged: bool  # still blocked by this execution, at the state, revision and version
+    unsettled: list[str]  # checkpoints missing or not SUCCEEDED, as "action STATUS"
 
 
 @dataclass(frozen=True)
@@ -110,45 +115,24 @@ def executions_finalize(
     return {row[0]: row[1] for row in rows}
 
 
-def finalize_refusal(*, conn: psycopg.Connection, fence: Fence) -> Exception:
-    """Why a finalisation matched nothing: FinalizeRefused if the lease holds, else superseded."""
-    if lease_is_held(conn=conn, fence=fence):
-        return FinalizeRefused(
-            "the request or the checkpoints changed since the execution was loaded"
-        )
-    return ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
-
-
-def execution_finalize(
-    *,
-    conn: psycopg.Connection,
-    fence: Fence,
-    from_state: str,
-    accepted_revision: int,
-    request_version: int,
-    action_ids: list[str],
-    data: dict[str, Any],
-    target_state: str,
-    result: dict[str, Any],
-    payload: dict[str, Any],
-    actor: str,
-) -> int:
-    """Commit one execution's success in one statement; return the request's new revision."""
-    item = FinalizeItem(
-        fence,
-        from_state,
-        accepted_revision,
-        request_version,
-        action_ids,
-        data,
-        target_state,
-        result,
-        payload,
-    )
-    revision = executions_finalize(conn=conn, items=[item], actor=actor).get(fence.execution_id)
-    if revision is None:
-        raise finalize_refusal(conn=conn, fence=fence)
-    return revision
+def finalize_refusal(*, conn: psycopg.Connection, item: FinalizeItem) -> FinalizeRefused:
+    """Why a finalisation matched nothing: what changed if the lease holds; else the holder was
+    superseded (raised). Two reads, only after a refusal."""
+    fence = item.fence
+    if not lease_is_held(conn=conn, fence=fence):
+        raise ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
+    unchanged, unsettled = conn.execute(
+        sql.FINALIZE_PROBE,
+        {
+            "execution_id": fence.execution_id,
+            "request_id": fence.request_id,
+            "from_state": item.from_state,
+            "accepted_revision": item.accepted_revision,
+            "request_version": item.request_version,
+            "action_ids": item.action_ids,
+        },
+    ).fetchone()
+    return FinalizeRefused(request_unchanged=bool(unchanged), unsettled=list(unsettled))
 
 
 def execution_schedule_retry(

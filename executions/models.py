@@ -47,6 +47,12 @@ TERMINAL_STATUSES = (
     ExecutionStatus.FAILED,
     ExecutionStatus.CANCELLED,
 )
+# What purgehistory may purge: final executions only, never RECONCILIATION_REQUIRED or live work.
+PURGEABLE_STATUSES = (
+    ExecutionStatus.SUCCEEDED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.CANCELLED,
+)
 
 
 class CheckpointStatus(models.TextChoices):
@@ -189,6 +195,11 @@ class Execution(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    purged_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When purgehistory removed its checkpoints and payloads (history.py).",
+    )
 
     class Meta:
         db_table = "execution"
@@ -208,6 +219,13 @@ class Execution(models.Model):
                 fields=["created_at"],
                 name="execution_reconcile_idx",
                 condition=Q(status=ExecutionStatus.RECONCILIATION_REQUIRED),
+            ),
+            # purgehistory's access path: finished history not purged yet, oldest first. Live
+            # rows are not in it, so it costs one entry per execution, written when it finishes.
+            models.Index(
+                fields=["finished_at", "id"],
+                name="execution_purge_idx",
+                condition=Q(status__in=PURGEABLE_STATUSES, purged_at__isnull=True),
             ),
         ]
         constraints = [

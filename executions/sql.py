@@ -414,7 +414,8 @@ RETURNING version
 # - `moved` writes each request's new data and state, revision + 1, version + 1, unblocked;
 # - `audit` appends TRANSITION_COMPLETED for each.
 # Returns (execution id, new request revision) per finalised item. An item missing from the
-# result was superseded, or its request or checkpoints changed (LEASE_PROBE tells which). Rows
+# result was superseded, or its request or checkpoints changed (LEASE_PROBE, then FINALIZE_PROBE,
+# tell which). Rows
 # by primary key; checkpoints through action_execution_action_uniq.
 EXECUTION_FINALIZE = """
 WITH item AS (
@@ -482,6 +483,32 @@ SELECT done.id, moved.revision
   FROM done
   JOIN held ON held.execution_id = done.id
   JOIN moved ON moved.id = held.request_id
+"""
+
+# Why a final commit matched nothing although the holder's lease still holds (read after the
+# refusal, never on the way to a commit): is the request still the accepted snapshot, and which
+# expected checkpoints are missing or not SUCCEEDED ("action STATUS", in action order, then any
+# other checkpoint not SUCCEEDED). Locks nothing; the request by primary key, the checkpoints
+# through action_execution_action_uniq.
+FINALIZE_PROBE = """
+SELECT r.blocked_by_id IS NOT DISTINCT FROM %(execution_id)s AND r.state = %(from_state)s
+       AND r.revision = %(accepted_revision)s AND r.version = %(request_version)s,
+       ARRAY(
+           SELECT a.action_id || ' ' || coalesce(c.status, 'MISSING')
+             FROM unnest(%(action_ids)s::text[]) WITH ORDINALITY AS a(action_id, n)
+             LEFT JOIN action_execution AS c
+               ON c.execution_id = %(execution_id)s AND c.action_id = a.action_id
+            WHERE c.status IS DISTINCT FROM 'SUCCEEDED'
+            ORDER BY a.n
+       ) || ARRAY(
+           SELECT c.action_id || ' ' || c.status
+             FROM action_execution AS c
+            WHERE c.execution_id = %(execution_id)s AND c.status <> 'SUCCEEDED'
+              AND c.action_id <> ALL(%(action_ids)s::text[])
+            ORDER BY c.sequence
+       )
+  FROM request AS r
+ WHERE r.id = %(request_id)s
 """
 
 # --- Cancellation (reconciliation/cancel.py) ------------------------------------------------
@@ -827,4 +854,64 @@ METRICS_BLOCKED_REQUESTS = """
 SELECT count(*) AS blocked
   FROM request AS r
  WHERE r.blocked_by_id IS NOT NULL
+"""
+
+# -- purgehistory (executions/history.py) -------------------------------------------------------
+
+# The purge's cutoff, read once from the database clock: finished before this is old enough.
+# Locks nothing.
+PURGE_CUTOFF = "SELECT now() - make_interval(days => %(days)s)"
+
+# Bound how long one purge batch may wait for a lock (transaction-local). Locks nothing.
+PURGE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, true)"
+
+# Purge one batch of old history, in one short transaction of its own: up to %(limit)s final
+# executions (SUCCEEDED, FAILED, CANCELLED only: never RECONCILIATION_REQUIRED, whose evidence an
+# operator needs, nor live work) finished before %(cutoff)s and not purged yet, oldest first,
+# through execution_purge_idx. It locks those execution rows (SKIP LOCKED: two purges never wait
+# on each other; no worker ever locks a final row, and the claim's rows are all live, so it never
+# waits on a claim nor makes one wait), deletes their checkpoints (inputs' hashes, outputs, error
+# details: the bulk of history) through action_execution_action_uniq and the events sent to them
+# (payloads) through execution_event_uniq, and clears the execution's
+# own payloads (error detail, actor snapshot), keeping what the execution view shows (status,
+# outcome, target state, error code) and the audit trail, which is append-only. Returns one row
+# per purged execution with the numbers of checkpoints and events deleted for it.
+PURGE_BATCH = """
+WITH batch AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE e.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+       AND e.purged_at IS NULL
+       AND e.finished_at < %(cutoff)s
+     ORDER BY e.finished_at, e.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM action_execution AS c
+     USING batch
+     WHERE c.execution_id = batch.id
+    RETURNING c.execution_id
+),
+events_gone AS (
+    DELETE FROM execution_event AS v
+     USING batch
+     WHERE v.execution_id = batch.id
+    RETURNING v.execution_id
+),
+purged AS (
+    UPDATE execution AS e
+       SET purged_at = clock_timestamp(),
+           error_detail = NULL,
+           actor_snapshot = '{}'
+      FROM batch
+     WHERE e.id = batch.id
+    RETURNING e.id
+)
+SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS events
+  FROM purged AS p
+  LEFT JOIN (SELECT execution_id, count(*) AS checkpoints FROM gone GROUP BY execution_id) AS g
+         ON g.execution_id = p.id
+  LEFT JOIN (SELECT execution_id, count(*) AS events FROM events_gone GROUP BY execution_id) AS v
+         ON v.execution_id = p.id
 """

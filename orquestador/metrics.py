@@ -14,7 +14,6 @@ When the database cannot be read, the answer is still 200 with `orquestador_data
 no queue gauges, so an alert can tell "database unreadable" from "web process down".
 """
 
-import hmac
 import logging
 import time
 
@@ -25,19 +24,16 @@ from django.views.decorators.http import require_GET
 
 from executions.queuestats import QUEUE_STATUSES, QueueStats, queue_stats
 
+from .bearer import bearer_matches
 from .exposition import CONTENT_TYPE, Family, Sample, render
 
 logger = logging.getLogger("orquestador.metrics")
 
 
 def metrics_token_matches(authorization: str | None, token: str) -> bool:
-    """Does an Authorization header carry `token` as a bearer token? True when no token is set."""
-    if not token:
-        return True
-    scheme, _, presented = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
+    """May this scrape read the metrics? Yes when no METRICS_TOKEN is set (open by choice),
+    otherwise only with the token as a bearer token."""
+    return not token or bearer_matches(authorization, token)
 
 
 def unauthorized() -> JsonResponse:

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import environ
 
+from executions.worker.config import ENV_DEFAULTS as worker_defaults
+from orquestador import bearer
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -166,29 +169,9 @@ if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC
         "JWT_PUBLIC_KEY (RS256/ES256) is set; set one of them (see .env.example)."
     )
 
-# Worker (SPEC §3). Raw strings here: executions/worker/config.py validates them once, at start,
-# with messages that name the variable.
-WORKER_ENV = {
-    name: env.str(name, default=default)
-    for name, default in {
-        "WORKER_ENABLED": "false",
-        "WORKER_CONCURRENCY": "10",
-        "WORKER_BATCH": "10",
-        "WORKER_POLL_MS": "500",
-        "WORKER_LEASE_SECONDS": "60",
-        "WORKER_RENEW_SECONDS": "15",
-        "WORKER_DRAIN_SECONDS": "20",
-        "WORKER_RETRY_BASE_SECONDS": "1",
-        "WORKER_RETRY_MAX_SECONDS": "300",
-        "WORKER_RETRY_AFTER_MAX_SECONDS": "600",
-        # The worker's metrics endpoint (executions/worker/metrics.py); no port: off.
-        "WORKER_METRICS_PORT": "",
-        "WORKER_METRICS_HOST": "127.0.0.1",
-        # Where runworker runs what it claims (executions/worker/remote.py): local or remote.
-        "WORKER_RUNTIME": "local",
-        "WORKER_REMOTE_URL": "",
-    }.items()
-}
+# Worker (SPEC §3). Raw strings here; their defaults and their validation (once, at start, with
+# messages that name the variable) live in executions/worker/config.py.
+WORKER_ENV = {name: env.str(name, default=default) for name, default in worker_defaults.items()}
 
 # The worker endpoint (executions/worker/endpoint.py), mounted at /internal/worker/ only when
 # enabled. It runs principal-less packages as the system identity, so it never starts without its
@@ -199,21 +182,18 @@ if WORKER_ENDPOINT_ENABLED and not WORKER_ENDPOINT_TOKEN:
     raise environ.ImproperlyConfigured(
         "WORKER_ENDPOINT_ENABLED is true, but WORKER_ENDPOINT_TOKEN is not set; the worker "
         "endpoint runs packages as the system identity and admits only callers presenting that "
-        "token (at least 32 characters, see .env.example)."
+        f"token (at least {bearer.MIN_TOKEN_LENGTH} characters, see .env.example)."
     )
 if WORKER_ENDPOINT_TOKEN and (
-    len(WORKER_ENDPOINT_TOKEN) < 32 or any(c.isspace() for c in WORKER_ENDPOINT_TOKEN)
+    _problem := bearer.token_problem("WORKER_ENDPOINT_TOKEN", WORKER_ENDPOINT_TOKEN)
 ):
-    raise environ.ImproperlyConfigured(
-        "WORKER_ENDPOINT_TOKEN must be at least 32 characters with no spaces (see .env.example)."
-    )
+    raise environ.ImproperlyConfigured(f"{_problem} (see .env.example).")
 
 # Metrics (SPEC §9): GET /metrics and the worker's endpoint ask for this bearer token when set.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
-if METRICS_TOKEN and (len(METRICS_TOKEN) < 32 or any(c.isspace() for c in METRICS_TOKEN)):
+if METRICS_TOKEN and (_problem := bearer.token_problem("METRICS_TOKEN", METRICS_TOKEN)):
     raise environ.ImproperlyConfigured(
-        "METRICS_TOKEN must be at least 32 characters with no spaces, or empty to leave the "
-        "metrics endpoints open (see .env.example)."
+        f"{_problem}, or empty to leave the metrics endpoints open (see .env.example)."
     )
 
 # ------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The WSGI application, as every web server loads it (gunicorn, runserver).
 
-A process that serves the worker endpoint runs executions with its database role, so, like
-`runworker`, it refuses to start unless DATABASE_URL is a restricted runtime role.
+The URLs load here, at start, so a setting they check (a JWT key the API refuses) stops the
+server before it answers anything. A process that serves the worker endpoint runs executions with
+its database role, so, like `runworker`, it refuses to start unless DATABASE_URL is a restricted
+runtime role.
 """
 
 import os
@@ -31,4 +33,11 @@ def _check_endpoint_role() -> None:
         )
 
 
+def _load_urls() -> None:
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018  (imports every URL module and its checks)
+
+
+_load_urls()
 _check_endpoint_role()

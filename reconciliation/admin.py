@@ -6,12 +6,9 @@ resolution of resolutions.py the operator may apply, post to those same actions.
 added, changed or deleted through a form.
 """
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -22,21 +19,11 @@ from django.utils.html import format_html
 
 from executions.models import ExecutionStatus
 
-from . import filters, selectors
+from . import casepage, filters, selectors
 from .adminactions import CaseActions, case_url
-from .forms import ResolutionForm
 from .models import BlockedRequest, ReconciliationCase
-from .resolutions import RESOLUTIONS, ResolutionAction
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
-
-
-@dataclass(frozen=True)
-class CaseForm:
-    """A resolution the operator may apply, with its form, as the case page shows it."""
-
-    resolution: ResolutionAction
-    form: ResolutionForm
 
 
 def _search(queryset: QuerySet, term: str, *, execution_field: str, request_field: str):
@@ -120,41 +107,25 @@ class ReconciliationCaseAdmin(CaseActions, admin.ModelAdmin):
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
-        case = selectors.case_detail(execution_id=obj.pk)
-        action_ids = [view.checkpoint.action_id for view in case.uncertain]
-        prefill = {}
-        if len(action_ids) == 1:
-            lookup = case.latest_lookup(action_ids[0])
-            # Offer the provider's record only when it would pass the output schema.
-            if lookup and lookup.get("happened") and lookup.get("outputValid"):
-                prefill["output"] = json.dumps(
-                    lookup["output"], indent=2, sort_keys=True, ensure_ascii=False
-                )
-        offered = [
-            CaseForm(
-                resolution,
-                resolution.form_class(
-                    action_ids=action_ids if resolution.settles_one_action else None,
-                    initial=prefill if resolution.form_class.takes_output else None,
-                    auto_id=f"{resolution.field_prefix}_%s",
-                ),
-            )
-            for resolution in RESOLUTIONS
-            if request.user.has_perm(resolution.permission)
-            and (case.uncertain or not resolution.settles_one_action)
-        ]
+        return self.render_case(request, obj.pk)
+
+    def render_case(
+        self, request: HttpRequest, execution_id: Any, *, bound: dict | None = None
+    ) -> TemplateResponse:
+        """The case page, with `bound` forms (by resolution name) kept as the operator typed."""
+        case = selectors.case_detail(execution_id=execution_id)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"Reconciliation case {obj.pk}",
+            "title": f"Reconciliation case {case.execution.pk}",
             "subtitle": None,
-            "case": case,
             "may_lookup": self.has_fetch_provider_evidence_permission(request),
-            "may_resolve": any(request.user.has_perm(r.permission) for r in RESOLUTIONS),
-            "resolutions": offered,
-            "changelist_url": reverse("admin:reconciliation_reconciliationcase_changelist"),
-            "selected_name": helpers.ACTION_CHECKBOX_NAME,
-            **(extra_context or {}),
+            **casepage.case_context(
+                request,
+                case,
+                may_lookup=self.has_fetch_provider_evidence_permission(request),
+                bound=bound,
+            ),
         }
         return TemplateResponse(request, "admin/reconciliation/case.html", context)
 

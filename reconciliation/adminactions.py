@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from executions.models import ExecutionStatus
 
-from . import permissions, selectors, services
+from . import explain, permissions, selectors, services
 from .models import ReconciliationCase
 from .resolutions import RESOLUTIONS, ResolutionAction
 
@@ -36,6 +36,23 @@ def lookup_summary(payload: dict[str, Any]) -> str:
         return "the provider says the write did not happen."
     return "the provider's answer settles nothing" + (
         f" ({payload['detail']})." if payload.get("detail") else "."
+    )
+
+
+def short(execution_id: Any) -> str:
+    return str(execution_id)[:8]
+
+
+def _posted_ids(request: HttpRequest) -> list[str]:
+    return request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+
+
+def _settled_by(execution_id: Any, settled: Any) -> str:
+    """Who settled a case the operator meant to act on, and how."""
+    what = settled.payload.get("resolution") or settled.type
+    return (
+        f"case {short(execution_id)} was already settled by {settled.actor} at "
+        f"{explain.utc(settled.created_at)} ({what}); nothing was written."
     )
 
 
@@ -74,7 +91,12 @@ class CaseActions:
         return super().changelist_view(request, extra_context)
 
     def back(self, request: HttpRequest, ids: list[Any]) -> HttpResponseRedirect | None:
-        """After an action: to the case page when it was about one case, else the queue."""
+        """After an action: to the case page when it was about one case, else the queue.
+
+        `ids` are the cases the operator selected, whatever the queue's filter still shows: a
+        case resolved by someone else meanwhile is one the queue no longer lists.
+        """
+        ids = ids or _posted_ids(request)
         if len(ids) == 1:
             return HttpResponseRedirect(case_url(ids[0]))
         return None
@@ -87,10 +109,19 @@ class CaseActions:
             )
         )
         if not cases:
+            posted = _posted_ids(request)
+            settled = (
+                selectors.last_settlement(execution_id=posted[0]) if len(posted) == 1 else None
+            )
             self.message_user(
                 request,
-                "Nothing to resolve: none of the selected executions is in "
-                "RECONCILIATION_REQUIRED (already resolved?).",
+                "Nothing to resolve: "
+                + (
+                    _settled_by(posted[0], settled)
+                    if settled
+                    else "none of the selected executions is in RECONCILIATION_REQUIRED "
+                    "(already resolved?)."
+                ),
                 messages.WARNING,
             )
         return cases
@@ -109,7 +140,9 @@ class CaseActions:
                 action_ids = [a for a in action_ids if a == only]
             if not action_ids:
                 self.message_user(
-                    request, f"{case.pk}: no uncertain action to ask about.", messages.WARNING
+                    request,
+                    f"Case {short(case.pk)}: no uncertain action to ask about.",
+                    messages.WARNING,
                 )
             for action_id in action_ids:
                 try:
@@ -123,7 +156,7 @@ class CaseActions:
                 else:
                     self.message_user(
                         request,
-                        f"{case.pk} {action_id}: {lookup_summary(event.payload)} "
+                        f"Case {short(case.pk)}, {action_id}: {lookup_summary(event.payload)} "
                         "Recorded as evidence.",
                         messages.SUCCESS,
                     )
@@ -135,7 +168,7 @@ class CaseActions:
         cases = self.open_cases(request, queryset)
         if not cases:
             return self.back(request, selected)
-        action_ids = None
+        action_ids, risks = None, None
         if resolution.settles_one_action:
             # Settling an action needs evidence about that one write: one case at a time.
             if len(cases) != 1:
@@ -145,6 +178,8 @@ class CaseActions:
                 return None
             detail = selectors.case_detail(execution_id=cases[0].pk)
             action_ids = [view.checkpoint.action_id for view in detail.uncertain]
+            # Choosing against the provider's latest answer needs a second confirmation.
+            risks = {a: explain.risk(resolution.name, detail.latest_lookup(a)) for a in action_ids}
             if not action_ids:
                 self.message_user(
                     request,
@@ -153,15 +188,28 @@ class CaseActions:
                     messages.ERROR,
                 )
                 return self.back(request, selected)
+        one = len(cases) == 1
         if "post" in request.POST:
-            form = resolution.form_class(request.POST, action_ids=action_ids)
-            if form.is_valid():
+            form = resolution.form_class(
+                request.POST,
+                action_ids=action_ids,
+                risks=risks,
+                auto_id=f"{resolution.field_prefix}_%s" if one else "id_%s",
+            )
+            if not form.is_valid():
+                if one:  # back to the case, with what the operator typed and why it failed
+                    return self.render_case(request, cases[0].pk, bound={resolution.name: form})
+            else:
                 done = []
                 for case in cases:
                     try:
                         resolution.apply(case.pk, form.cleaned_data, request.user)
                     except services.ResolutionRefused as exc:
-                        self.message_user(request, f"{case.pk}: {exc.detail}", messages.ERROR)
+                        settled = selectors.last_settlement(execution_id=case.pk)
+                        text = _settled_by(case.pk, settled) if settled else exc.detail
+                        self.message_user(request, f"Case {short(case.pk)}: {text}", messages.ERROR)
+                        if one and not settled:
+                            return self.render_case(request, case.pk, bound={resolution.name: form})
                     else:
                         done.append(case.pk)
                 if done:
@@ -173,7 +221,7 @@ class CaseActions:
                     )
                 return self.back(request, selected)
         else:
-            form = resolution.form_class(action_ids=action_ids)
+            form = resolution.form_class(action_ids=action_ids, risks=risks)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from actions.base import LookupResult
-from executions.flows import patterns
+from executions.flows.schemas import contract_errors
 from executions.models import ActionExecution, CheckpointStatus
 
 # A checkpoint in one of these statuses may or may not have had its effect.
@@ -77,11 +77,10 @@ def output_errors(output: Any, schema: dict[str, Any]) -> list[str]:
         return ["the output must be a JSON object"]
     if json_size(output) > MAX_OUTPUT_BYTES:
         return [f"the output is larger than {MAX_OUTPUT_BYTES} bytes"]
-    validator = patterns.validator_for(schema)(schema)  # `pattern` in linear time
     return [
-        clip(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}", 200)
-        for e in sorted(validator.iter_errors(output), key=lambda e: list(e.absolute_path))
-    ][:5]
+        clip(f"{path or '(root)'}: {message}", 200)
+        for path, message in contract_errors(schema, output, limit=5)
+    ]
 
 
 def lookup_evidence(

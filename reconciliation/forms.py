@@ -26,14 +26,37 @@ class ResolutionForm(forms.Form):
         "in the audit trail for good.",
     )
 
-    def __init__(self, *args: Any, action_ids: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        action_ids: list[str] | None = None,
+        risks: dict[str, str | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        # The risk of this resolution against the provider's latest answer, by action.
+        self.risks = {action_id: risk for action_id, risk in (risks or {}).items() if risk}
         if action_ids is not None:
             self.fields["action_id"] = forms.ChoiceField(
                 choices=[(action_id, action_id) for action_id in action_ids],
                 initial=action_ids[0] if len(action_ids) == 1 else None,
                 label="Uncertain action",
             )
+        if self.risks:
+            self.fields["confirm_risk"] = forms.BooleanField(
+                required=False,
+                label="I have read the risk and choose this against the evidence",
+                help_text="Required when the choice goes against the provider's answer.",
+            )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        risk = self.risks.get(cleaned.get("action_id") or "")
+        if risk and not cleaned.get("confirm_risk"):
+            self.add_error(
+                "confirm_risk", f"Confirm that you choose this against the evidence: {risk}"
+            )
+        return cleaned
 
 
 class WriteHappenedForm(ResolutionForm):

@@ -22,11 +22,12 @@ from executions.models import (
     Request,
 )
 
-from .evidence import checkpoint_evidence, is_uncertain, safe_error
+from .evidence import checkpoint_evidence, clip, is_uncertain, safe_error
 from .models import BlockedRequest, ReconciliationCase
 
 QUEUE_ORDER = ("created_at", "id")
 TIMELINE_PAYLOAD_CHARS = 4000  # characters of an audit payload shown on the case page
+TIMELINE_SUMMARY_CHARS = 100  # characters of its one-line summary
 
 
 def cases() -> QuerySet[ReconciliationCase]:
@@ -96,6 +97,7 @@ class CheckpointView:
 class TimelineEntry:
     event: AuditEvent
     payload: str  # pretty JSON, cut short
+    summary: str  # the payload on one line, cut shorter
 
 
 @dataclass(frozen=True)
@@ -136,11 +138,15 @@ class CaseDetail:
     def uncertain(self) -> list[CheckpointView]:
         return [view for view in self.checkpoints if view.uncertain]
 
-    def latest_lookup(self, action_id: str) -> dict[str, Any] | None:
+    def latest_lookup_view(self, action_id: str) -> LookupView | None:
         for view in reversed(self.lookups):
             if view.payload.get("actionId") == action_id:
-                return view.payload
+                return view
         return None
+
+    def latest_lookup(self, action_id: str) -> dict[str, Any] | None:
+        view = self.latest_lookup_view(action_id)
+        return None if view is None else view.payload
 
 
 def _pretty(payload: Any) -> str:
@@ -178,7 +184,14 @@ def case_detail(*, execution_id: uuid.UUID | str) -> CaseDetail:
         ).order_by("id")
     ]
     timeline = [
-        TimelineEntry(event=event, payload=_pretty(event.payload))
+        TimelineEntry(
+            event=event,
+            payload=_pretty(event.payload),
+            summary=clip(
+                json.dumps(event.payload, sort_keys=True, ensure_ascii=False),
+                TIMELINE_SUMMARY_CHARS,
+            ),
+        )
         for event in AuditEvent.objects.filter(request_id=execution.request_id).order_by("id")
     ]
     return CaseDetail(
@@ -204,3 +217,18 @@ def latest_lookup(*, execution_id: uuid.UUID | str, action_id: str) -> dict[str,
     if event is None:
         return None
     return {**event.payload, "auditEventId": event.pk, "recordedAt": event.created_at.isoformat()}
+
+
+def last_settlement(*, execution_id: uuid.UUID | str) -> AuditEvent | None:
+    """The latest resolution or cancellation of an execution, for the operator who came second."""
+    as_id = as_uuid(str(execution_id))
+    if as_id is None:
+        return None
+    return (
+        AuditEvent.objects.filter(
+            execution_id=as_id,
+            type__in=(AuditType.RECONCILIATION_RESOLVED, AuditType.EXECUTION_CANCELLED),
+        )
+        .order_by("-id")
+        .first()
+    )

@@ -456,7 +456,8 @@ class FlowCollectionView(ApiView):
     @extend_schema(
         operation_id="flows_list",
         summary="List published flow versions",
-        description="Every published version, by key then version. Needs flows:admin.",
+        description="Every published version, by key then version, for every tenant: flows "
+        "are platform-wide. Needs flows:admin (a platform scope).",
         parameters=[WWW_AUTHENTICATE],
         responses={
             200: FlowViewSerializer(many=True),
@@ -472,7 +473,8 @@ class FlowCollectionView(ApiView):
         operation_id="flows_publish",
         summary="Publish a flow version",
         description="The body is a flow definition (SPEC §4). A new key and version is stored "
-        "(201); the same content again changes nothing (200). Needs flows:admin.",
+        "(201); the same content again changes nothing (200). The version serves every tenant: "
+        "flows are platform-wide. Needs flows:admin (a platform scope).",
         request=FlowDefinitionSerializer,
         parameters=[WWW_AUTHENTICATE],
         responses={

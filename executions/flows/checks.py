@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
@@ -31,9 +30,9 @@ from referencing.jsonschema import DRAFT202012
 from . import patterns, pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
+from .schemas import DRAFT, schema_errors, validator
 
-# Draft 2020-12 with every `pattern` searched in linear time (patterns.py).
-DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
+MAX_CASE_SUMMARY = 8  # pointers a flow's caseSummary may list
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
 TRANSITION_KEYS = ("id", "from", "actions", "decision")
 ACTION_KEYS = ("id", "capability", "version", "input")
@@ -138,7 +137,7 @@ class _Checker:
     # -- the definition ---------------------------------------------------------------------
 
     def definition(self, definition: Any) -> None:
-        if not self.object(definition, "$", TOP_LEVEL_KEYS):
+        if not self.object(definition, "$", TOP_LEVEL_KEYS, ("caseSummary",)):
             return
         if "key" in definition:
             self.name(
@@ -159,6 +158,24 @@ class _Checker:
             self.data_schema(definition["dataSchema"], "$.dataSchema")
         if "transitions" in definition:
             self.transitions(definition["transitions"], "$.transitions")
+        if "caseSummary" in definition:
+            self.case_summary(definition["caseSummary"], "$.caseSummary")
+
+    def case_summary(self, pointers: Any, path: str) -> None:
+        """JSON Pointers into the request data that a reconciliation case shows at its top."""
+        if not isinstance(pointers, list) or len(pointers) > MAX_CASE_SUMMARY:
+            self.problem(
+                path, f"must be an array of at most {MAX_CASE_SUMMARY} JSON Pointers into the data"
+            )
+            return
+        seen: set[str] = set()
+        for index, item in enumerate(pointers):
+            ipath = f"{path}[{index}]"
+            self.data_pointer(item, ipath)
+            if isinstance(item, str):
+                if item in seen:
+                    self.problem(ipath, f"duplicate pointer {item!r}")
+                seen.add(item)
 
     def state_list(self, states: Any, present: bool) -> None:
         if not present:
@@ -185,9 +202,8 @@ class _Checker:
                 f"only JSON Schema Draft 2020-12 ({DRAFT.META_SCHEMA['$id']}) is supported",
             )
             return False
-        meta = DRAFT(DRAFT.META_SCHEMA, format_checker=DRAFT.FORMAT_CHECKER)
         valid = True
-        for error in meta.iter_errors(schema):
+        for error in schema_errors(schema):
             valid = False
             self.problem(path + error.json_path[1:], short_detail(error.message))
         if valid:
@@ -518,10 +534,10 @@ def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:
 
 def payload_problems(schema: dict | bool, payload: Any) -> list[FlowProblem]:
     """Every way `payload` breaks a (checked) payloadSchema, each with its JSON path."""
-    validator = DRAFT(schema)
+    checker = validator(schema, formats=False)
     return [
         FlowProblem(error.json_path, short_detail(error.message))
-        for error in sorted(validator.iter_errors(payload), key=lambda e: e.json_path)
+        for error in sorted(checker.iter_errors(payload), key=lambda e: e.json_path)
     ]
 
 

@@ -9,14 +9,14 @@ on (key, version) settles concurrent publishers.
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from jsonschema.exceptions import best_match
 
 from orquestador import errors, strictjson
 from orquestador.errors import CodedError
 
 from ..models import Flow
 from .canonical import compact_size, sha256_hex
-from .checks import DRAFT, FlowProblem, short_detail, validate_definition
+from .checks import FlowProblem, short_detail, validate_definition
+from .schemas import best_error
 
 __all__ = [
     "DataError",
@@ -79,7 +79,7 @@ def validate_data(definition: dict, data: Any) -> None:
             errors.DATA_TOO_LARGE,
             f"data is {size} bytes as compact JSON; the limit is {errors.MAX_DATA_BYTES}",
         )
-    error = best_match(DRAFT(definition["dataSchema"]).iter_errors(data))
+    error = best_error(definition["dataSchema"], data, formats=False)
     if error is not None:
         raise DataError(errors.DATA_INVALID, f"{error.json_path}: {short_detail(error.message)}")
 

@@ -8,7 +8,7 @@ Nothing is claimed before this has passed.
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# Defaults, as documented in .env.example.
+# Defaults, as documented in .env.example; the one place they are written.
 DEFAULT_CONCURRENCY = 10  # executions run at once by one process
 DEFAULT_BATCH = 10  # executions claimed by one claim statement, at most
 DEFAULT_POLL_MS = 500  # milliseconds between fallback polls
@@ -18,6 +18,30 @@ DEFAULT_DRAIN_SECONDS = 20.0  # seconds
 DEFAULT_RETRY_BASE_SECONDS = 1.0  # seconds
 DEFAULT_RETRY_MAX_SECONDS = 300.0  # seconds
 DEFAULT_RETRY_AFTER_MAX_SECONDS = 600.0  # seconds
+DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback: a scraper on the same host, or a sidecar
+RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
+DEFAULT_RUNTIME = "local"
+
+# Every WORKER_* variable with its default, as the environment spells it: settings.WORKER_ENV is
+# read with these, and .env.example documents the same values.
+ENV_DEFAULTS = {
+    "WORKER_ENABLED": "false",
+    "WORKER_CONCURRENCY": str(DEFAULT_CONCURRENCY),
+    "WORKER_BATCH": str(DEFAULT_BATCH),
+    "WORKER_POLL_MS": str(DEFAULT_POLL_MS),
+    "WORKER_LEASE_SECONDS": f"{DEFAULT_LEASE_SECONDS:g}",
+    "WORKER_RENEW_SECONDS": f"{DEFAULT_RENEW_SECONDS:g}",
+    "WORKER_DRAIN_SECONDS": f"{DEFAULT_DRAIN_SECONDS:g}",
+    "WORKER_RETRY_BASE_SECONDS": f"{DEFAULT_RETRY_BASE_SECONDS:g}",
+    "WORKER_RETRY_MAX_SECONDS": f"{DEFAULT_RETRY_MAX_SECONDS:g}",
+    "WORKER_RETRY_AFTER_MAX_SECONDS": f"{DEFAULT_RETRY_AFTER_MAX_SECONDS:g}",
+    # The worker's metrics endpoint (executions/worker/metrics.py); no port: off.
+    "WORKER_METRICS_PORT": "",
+    "WORKER_METRICS_HOST": DEFAULT_METRICS_HOST,
+    # Where runworker runs what it claims (executions/worker/remote.py): local or remote.
+    "WORKER_RUNTIME": DEFAULT_RUNTIME,
+    "WORKER_REMOTE_URL": "",
+}
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})
@@ -106,8 +130,21 @@ def worker_enabled(raw: Mapping[str, str]) -> bool:
 
 
 def worker_config(raw: Mapping[str, str]) -> WorkerConfig:
-    """Validate the raw WORKER_* strings (settings.WORKER_ENV) and return the configuration."""
-    config = WorkerConfig(
+    """Validate the raw WORKER_* strings (settings.WORKER_ENV) of a process that runs the worker
+    and return the configuration; WorkerDisabled when WORKER_ENABLED is false."""
+    config = worker_tunables(raw)
+    if not worker_enabled(raw):
+        raise WorkerDisabled(
+            "WORKER_ENABLED is false: this process does not run the worker. Set "
+            "WORKER_ENABLED=true to claim and run executions."
+        )
+    return config
+
+
+def worker_tunables(raw: Mapping[str, str]) -> WorkerConfig:
+    """Validate the WORKER_* tunables whether or not this process claims work (the worker
+    endpoint runs executions with them; the catalog bounds timeouts by the lease)."""
+    return WorkerConfig(
         concurrency=_integer(raw, "WORKER_CONCURRENCY"),
         batch=_integer(raw, "WORKER_BATCH"),
         poll_ms=_integer(raw, "WORKER_POLL_MS"),
@@ -118,9 +155,3 @@ def worker_config(raw: Mapping[str, str]) -> WorkerConfig:
         retry_max_seconds=_seconds(raw, "WORKER_RETRY_MAX_SECONDS"),
         retry_after_max_seconds=_seconds(raw, "WORKER_RETRY_AFTER_MAX_SECONDS"),
     )
-    if not worker_enabled(raw):
-        raise WorkerDisabled(
-            "WORKER_ENABLED is false: this process does not run the worker. Set "
-            "WORKER_ENABLED=true to claim and run executions."
-        )
-    return config

@@ -21,11 +21,9 @@ Invariants:
   transaction, exactly as in `runworker`.
 """
 
-import hmac
 import json
 import logging
 import threading
-import uuid
 from typing import Any
 
 from django.conf import settings
@@ -35,39 +33,23 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from orquestador import errors
+from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
 
-from .config import worker_config
-from .remote import INTERRUPTED, SUPERSEDED, refusal_body, result_to_wire
-from .runtime import (
-    ExecutionPackage,
-    LocalWorkerRuntime,
-    WorkerRequest,
-    dispatch_once,
+from .config import worker_tunables
+from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
+from .wire import (
+    Ending,
+    PackageInvalid,
+    cancel_read,
+    package_read,
+    refusal_wire,
+    result_wire,
 )
 
 logger = logging.getLogger("executions.worker")
 
 MAX_PACKAGE_BYTES = 64 * 1024  # bytes of a posted package or cancel, at most
-MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
 WWW_AUTHENTICATE = 'Bearer realm="worker"'
-PACKAGE_KEYS = frozenset(
-    {
-        "executionId",
-        "requestId",
-        "flowId",
-        "transitionId",
-        "fencingToken",
-        "leaseOwner",
-        "attempts",
-        "principal",
-        "resumeEvent",
-        "metadata",
-    }
-)
-
-
-class PackageInvalid(Exception):
-    """The posted body is not an acceptable package; the message says why and is safe to show."""
 
 
 # ------------------------------------------------------------------------------
@@ -82,7 +64,8 @@ def endpoint_guard(*, runs_as_system: bool, token: str) -> None:
     if runs_as_system and not token:
         raise ImproperlyConfigured(
             "The worker endpoint runs principal-less packages as the system identity and needs "
-            "WORKER_ENDPOINT_TOKEN (at least 32 characters) to authenticate its callers."
+            f"WORKER_ENDPOINT_TOKEN (at least {MIN_TOKEN_LENGTH} characters) to authenticate its "
+            "callers."
         )
 
 
@@ -95,7 +78,7 @@ def endpoint_runtime() -> LocalWorkerRuntime:
 
             # The endpoint process need not be a `runworker` (WORKER_ENABLED is about claiming),
             # but it runs executions with the same WORKER_* tunables, validated the same way.
-            config = worker_config({**settings.WORKER_ENV, "WORKER_ENABLED": "true"})
+            config = worker_tunables(settings.WORKER_ENV)
             runtime = LocalWorkerRuntime(
                 conninfo=database_conninfo(
                     settings.DATABASES["default"], application_name="orquestador-worker-endpoint"
@@ -124,37 +107,6 @@ def _token() -> str:
 # ------------------------------------------------------------------------------
 # Reading what was posted
 # ------------------------------------------------------------------------------
-def _uuid_text(raw: dict[str, Any], key: str) -> str:
-    value = raw.get(key)
-    try:
-        if not isinstance(value, str):
-            raise ValueError
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise PackageInvalid(f"{key} must be a UUID string") from None
-
-
-def _integer(raw: dict[str, Any], key: str, *, minimum: int) -> int:
-    value = raw.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise PackageInvalid(f"{key} must be an integer of at least {minimum}")
-    return value
-
-
-def _text(raw: dict[str, Any], key: str) -> str:
-    value = raw.get(key)
-    if not isinstance(value, str) or not value or len(value) > MAX_TEXT_LENGTH:
-        raise PackageInvalid(f"{key} must be a string of 1 to {MAX_TEXT_LENGTH} characters")
-    return value
-
-
-def _object(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
-    value = raw.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise PackageInvalid(f"{key} must be an object or null")
-    return value
-
-
 def _json_object(request: HttpRequest) -> dict[str, Any]:
     length = request.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > MAX_PACKAGE_BYTES:
@@ -170,39 +122,12 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
     return raw
 
 
-def package_read(raw: dict[str, Any]) -> ExecutionPackage:
-    """Validate a posted package field by field; raise PackageInvalid saying what is wrong."""
-    unknown = sorted(set(raw) - PACKAGE_KEYS)
-    if unknown:
-        raise PackageInvalid(f"unknown fields: {', '.join(k[:40] for k in unknown[:5])}")
-    if raw.get("resumeEvent") is not None:
-        raise PackageInvalid("resumeEvent is not supported by flows of this version")
-    return ExecutionPackage(
-        execution_id=_uuid_text(raw, "executionId"),
-        request_id=_uuid_text(raw, "requestId"),
-        flow_id=_integer(raw, "flowId", minimum=1),
-        transition_id=_text(raw, "transitionId"),
-        fencing_token=_integer(raw, "fencingToken", minimum=0),
-        lease_owner=_text(raw, "leaseOwner"),
-        attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
-        # Honoured only because the caller has already presented the endpoint's token.
-        principal=_object(raw, "principal"),
-        resume_event=None,
-        metadata=_object(raw, "metadata") or {},
-    )
-
-
 # ------------------------------------------------------------------------------
 # Views
 # ------------------------------------------------------------------------------
 def _authenticated(request: HttpRequest) -> bool:
-    token = _token()
-    if not token:  # settings refuse this; never admit anyone if it happens anyway
-        return False
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
+    # No token admits nobody: settings refuse that, and this holds if it happens anyway.
+    return bearer_matches(request.headers.get("Authorization"), _token())
 
 
 def _error(status: int, code: str, detail: str) -> JsonResponse:
@@ -228,22 +153,16 @@ def execute(request: HttpRequest) -> JsonResponse:
     except PackageInvalid as exc:
         return _error(400, errors.INVALID_BODY, str(exc))
     try:
-        outcome = dispatch_once(
-            endpoint_runtime(),
-            package,
-            WorkerRequest(execution_id=package.execution_id, fence=package.fencing_token),
-        )
+        result = dispatch_once(endpoint_runtime(), package, WorkerRequest(fence=package.fence))
     except Exception:
         logger.exception(
             "worker endpoint: execution run failed; left for recovery by lease",
             extra=package.fence.log_extra(attempt=package.attempts),
         )
         return _error(500, errors.INTERNAL_ERROR, "internal error; it has been logged")
-    if outcome == "superseded":
-        return JsonResponse(refusal_body(SUPERSEDED, package.execution_id), status=409)
-    if outcome == "interrupted":
-        return JsonResponse(refusal_body(INTERRUPTED, package.execution_id), status=409)
-    return JsonResponse(result_to_wire(outcome))
+    if result.status in (Ending.SUPERSEDED, Ending.INTERRUPTED):
+        return JsonResponse(refusal_wire(result.status, package.execution_id), status=409)
+    return JsonResponse(result_wire(result))
 
 
 @csrf_exempt
@@ -252,15 +171,8 @@ def cancel(request: HttpRequest) -> JsonResponse:
     if not _authenticated(request):
         return _unauthenticated()
     try:
-        raw = _json_object(request)
-        execution_id = _uuid_text(raw, "executionId")
-        fence = _integer(raw, "fence", minimum=0) if raw.get("fence") is not None else None
-        reason = raw.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            raise PackageInvalid("reason must be a string or null")
+        execution_id, token, reason = cancel_read(_json_object(request))
     except PackageInvalid as exc:
         return _error(400, errors.INVALID_BODY, str(exc))
-    cancelled = endpoint_runtime().cancel(
-        execution_id, (reason or "")[:MAX_TEXT_LENGTH] or None, fence=fence
-    )
+    cancelled = endpoint_runtime().cancel(str(execution_id), reason, token=token)
     return JsonResponse({"cancelled": cancelled})

@@ -29,11 +29,12 @@ from typing import Any
 from orquestador.exposition import CONTENT_TYPE, Family, Sample, number, render
 from orquestador.metrics import metrics_token_matches
 
-from .config import WorkerConfigError
+from ..models import ExecutionStatus
+from .config import DEFAULT_METRICS_HOST, WorkerConfigError
+from .wire import Ending, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
 
-DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback: a scraper on the same host, or a sidecar
 REQUEST_TIMEOUT_SECONDS = 5.0  # seconds a scrape connection may stay silent before it is closed
 SERVE_POLL_SECONDS = 0.5  # seconds between the server thread's checks for shutdown
 # Upper bounds, in seconds, of the claim latency buckets: a claim is one indexed statement, so
@@ -82,10 +83,15 @@ _COUNTERS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
 
 # Where each resting status of a finished run is counted.
 _BY_STATUS = {
-    "SUCCEEDED": (FINISHED, "SUCCEEDED"),
-    "FAILED": (FINISHED, "FAILED"),
-    "RETRY_WAIT": (RETRIES, None),
-    "RECONCILIATION_REQUIRED": (RECONCILIATIONS, None),
+    ExecutionStatus.SUCCEEDED: (FINISHED, "SUCCEEDED"),
+    ExecutionStatus.FAILED: (FINISHED, "FAILED"),
+    ExecutionStatus.RETRY_WAIT: (RETRIES, None),
+    ExecutionStatus.RECONCILIATION_REQUIRED: (RECONCILIATIONS, None),
+}
+# Where each refused dispatch (no run) is counted.
+_BY_REFUSAL = {
+    Ending.SUPERSEDED: (SUPERSEDED, None),
+    Ending.INTERRUPTED: (INTERRUPTED, None),
 }
 
 
@@ -121,17 +127,14 @@ class WorkerMetrics:
     def claim_failed(self) -> None:
         self._add((CLAIM_ERRORS, None))
 
-    def run_ended(self, result: Any) -> None:
-        """Count what `dispatch_once` returned: a result, "superseded" or "interrupted"."""
-        if result == "superseded":
-            self._add((SUPERSEDED, None))
-        elif result == "interrupted":
-            self._add((INTERRUPTED, None))
+    def run_ended(self, result: ExecutionResult) -> None:
+        """Count what `dispatch_once` returned: where the run left the execution, or a refusal."""
+        if result.run is not None:
+            key = _BY_STATUS.get(result.run.status)
         else:
-            state = getattr(result, "state", None) or {}
-            key = _BY_STATUS.get(str(state.get("executionStatus")))
-            if key is not None:
-                self._add(key)
+            key = _BY_REFUSAL.get(result.status)
+        if key is not None:
+            self._add(key)
 
     def run_raised(self) -> None:
         self._add((RUN_ERRORS, None))

@@ -20,7 +20,6 @@ Invariants:
 """
 
 import ipaddress
-import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -30,25 +29,27 @@ from urllib.parse import urlsplit
 
 import requests
 
+from orquestador.bearer import token_problem
+
 from ..leases import ExecutionInterrupted, ExecutionSuperseded
-from .config import WorkerConfig, WorkerConfigError
-from .runtime import (
+from .config import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
+from .runtime import LeaseBook, WorkerLease, WorkerRequest
+from .wire import (
+    INTERRUPTED,
+    SUPERSEDED,
     ExecutionPackage,
     ExecutionResult,
-    LeaseBook,
-    WorkerLease,
-    WorkerRequest,
+    ResultInvalid,
+    cancel_json,
+    package_json,
+    refusal_wire,
+    result_read,
 )
 
 logger = logging.getLogger("executions.worker")
 
-RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
 CONNECT_TIMEOUT_SECONDS = 5.0  # seconds, at most: also capped at one renewal period
 CANCEL_READ_TIMEOUT_SECONDS = 5.0  # seconds, at most: a cancel is best effort
-MIN_TOKEN_LENGTH = 32  # characters of WORKER_ENDPOINT_TOKEN
-SUPERSEDED = "superseded"  # the wire code of a superseded refusal
-INTERRUPTED = "interrupted"  # the wire code of a holder told to stop between two steps
-OUTCOMES = frozenset({"completed", "suspended", "failed"})
 
 
 class RemoteWorkerError(Exception):
@@ -113,22 +114,15 @@ def remote_url(text: str) -> str:
     return text if text.endswith("/") else text + "/"
 
 
-def endpoint_token_problem(token: str) -> str | None:
-    """Why WORKER_ENDPOINT_TOKEN is unacceptable as a set value, or None."""
-    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
-        return f"WORKER_ENDPOINT_TOKEN must be at least {MIN_TOKEN_LENGTH} characters, no spaces"
-    return None
-
-
 def remote_target(raw: Mapping[str, str], *, token: str) -> RemoteTarget | None:
     """Validate WORKER_RUNTIME (and, for remote, WORKER_REMOTE_URL and the token).
 
     None means the local runtime, the default.
     """
-    choice = raw.get("WORKER_RUNTIME", "local").strip().lower() or "local"
+    choice = raw.get("WORKER_RUNTIME", DEFAULT_RUNTIME).strip().lower() or DEFAULT_RUNTIME
     if choice not in RUNTIMES:
         raise WorkerConfigError(f"WORKER_RUNTIME must be local or remote, got {choice!r}")
-    if choice == "local":
+    if choice == DEFAULT_RUNTIME:
         return None
     url = remote_url(raw.get("WORKER_REMOTE_URL", ""))
     if not token:
@@ -136,58 +130,10 @@ def remote_target(raw: Mapping[str, str], *, token: str) -> RemoteTarget | None:
             "WORKER_ENDPOINT_TOKEN is required when WORKER_RUNTIME=remote: the worker endpoint "
             "admits only callers presenting it"
         )
-    problem = endpoint_token_problem(token)
+    problem = token_problem("WORKER_ENDPOINT_TOKEN", token)
     if problem:
         raise WorkerConfigError(problem)
     return RemoteTarget(url=url, token=token)
-
-
-# ------------------------------------------------------------------------------
-# The wire form of a result
-# ------------------------------------------------------------------------------
-def result_to_wire(result: ExecutionResult) -> dict[str, Any]:
-    return {
-        "executionId": result.execution_id,
-        "status": result.status,
-        "state": result.state,
-        "output": result.output,
-        "error": result.error,
-        "suspendedOn": result.suspended_on,
-    }
-
-
-def _object_or_none(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
-    value = raw.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise RemoteWorkerError(f"the worker endpoint's result has a {key!r} that is no object")
-    return value
-
-
-def result_from_wire(raw: Any, *, execution_id: str) -> ExecutionResult:
-    """Read an endpoint's result for `execution_id`; anything else is a RemoteWorkerError."""
-    if not isinstance(raw, dict):
-        raise RemoteWorkerError("the worker endpoint's result is not a JSON object")
-    if raw.get("executionId") != execution_id:
-        raise RemoteWorkerError("the worker endpoint answered for another execution")
-    status = raw.get("status")
-    if status not in OUTCOMES:
-        raise RemoteWorkerError(f"the worker endpoint's result has an unknown status {status!r}")
-    state = raw.get("state")
-    if not isinstance(state, dict):
-        raise RemoteWorkerError("the worker endpoint's result has no state object")
-    return ExecutionResult(
-        execution_id=execution_id,
-        status=status,
-        state=state,
-        output=_object_or_none(raw, "output"),
-        error=_object_or_none(raw, "error"),
-        suspended_on=_object_or_none(raw, "suspendedOn"),
-    )
-
-
-def refusal_body(code: str, execution_id: str) -> dict[str, str]:
-    """The exact 409 body of a superseded or interrupted dispatch."""
-    return {"code": code, "executionId": execution_id}
 
 
 # ------------------------------------------------------------------------------
@@ -257,7 +203,7 @@ class RemoteWorkerRuntime:
         LeaseBook.check(lease, package)
         execution_id = package.execution_id
         try:
-            response = self._post(self._execute_url, package.to_json(), self._execute_timeout)
+            response = self._post(self._execute_url, package_json(package), self._execute_timeout)
         except requests.RequestException as exc:
             raise RemoteWorkerError(
                 f"the worker endpoint could not be reached or did not answer in time "
@@ -265,13 +211,16 @@ class RemoteWorkerRuntime:
             ) from exc
         body = _json_or_none(response)
         if response.status_code == 200:
-            return result_from_wire(body, execution_id=execution_id)
+            try:
+                return result_read(body, execution_id=execution_id)
+            except ResultInvalid as exc:
+                raise RemoteWorkerError(f"the worker endpoint's answer: {exc}") from None
         if response.status_code == 409 and isinstance(body, dict):
-            if body == refusal_body(SUPERSEDED, execution_id):
+            if body == refusal_wire(SUPERSEDED, execution_id):
                 raise ExecutionSuperseded(
-                    execution_id, step="remote execute", token=package.fencing_token
+                    execution_id, step="remote execute", token=package.fence.token
                 )
-            if body == refusal_body(INTERRUPTED, execution_id):
+            if body == refusal_wire(INTERRUPTED, execution_id):
                 raise ExecutionInterrupted(execution_id, step="remote execute")
         code = body.get("code") if isinstance(body, dict) else None
         raise RemoteWorkerError(
@@ -283,15 +232,13 @@ class RemoteWorkerRuntime:
         self._leases.release(lease)
 
     def cancel(
-        self, execution_id: str, reason: str | None = None, *, fence: int | None = None
+        self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool:
-        lease = self._leases.holder(execution_id, fence)
+        lease = self._leases.holder(execution_id, token)
         if lease is None:
             return False
         lease.cancelled.set()
-        body = json.dumps(
-            {"executionId": str(execution_id), "fence": lease.fence, "reason": reason}
-        )
+        body = cancel_json(lease.fence.execution_id, lease.fence.token, reason)
         try:
             response = self._post(self._cancel_url, body, self._cancel_timeout)
             reached = response.status_code == 200
@@ -299,12 +246,7 @@ class RemoteWorkerRuntime:
             reached = False
         logger.info(
             "execution cancel signalled",
-            extra={
-                "execution_id": str(execution_id),
-                "token": lease.fence,
-                "reason": reason,
-                "endpoint_reached": reached,
-            },
+            extra={**lease.fence.log_extra(), "reason": reason, "endpoint_reached": reached},
         )
         return True
 

@@ -3,8 +3,9 @@
 The dispatcher (executions/worker/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
 `allocate(request) -> lease` (carrying the fencing token), `execute(lease, package) -> result`,
 `release(lease)`, and a best-effort `cancel(execution_id, ...)`. `dispatch_once` is that whole
-exchange. The `ExecutionPackage` is JSON and carries identity and resume coordinates only, never
-code: the runtime resolves the pinned flow by id and rebuilds the run from the database.
+exchange. The `ExecutionPackage` (executions/worker/wire.py) carries the holder (`Fence`) and resume
+coordinates only, never code: the runtime resolves the pinned flow by id and rebuilds the run from
+the database. The holder is the same `Fence` from the claim to the last write.
 
 Invariants:
 - a refusal because another holder owns the execution is *superseded*, not failed:
@@ -20,13 +21,12 @@ Invariants:
   identity (`runs_as_system`).
 """
 
-import json
 import logging
 import random
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Protocol
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -36,10 +36,10 @@ from actions.registry import resolve as registry_resolve
 from .. import sql
 from ..claims import FlowCache, Snapshot
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
-from ..models import ExecutionStatus
 from .config import WorkerConfig
 from .groupcommit import GroupWrites
-from .runner import WORKER_ACTOR, Resolver, RunnerDeps, RunOutcome, execution_run
+from .runner import WORKER_ACTOR, Resolver, RunnerDeps, execution_run
+from .wire import Ending, ExecutionPackage, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
 
@@ -52,97 +52,27 @@ PREPARE_THRESHOLD = 0
 
 
 @dataclass(frozen=True)
-class ExecutionPackage:
-    """What crosses the runtime boundary: identity and resume coordinates, as JSON."""
-
-    execution_id: str
-    request_id: str
-    flow_id: int
-    transition_id: str
-    fencing_token: int
-    lease_owner: str
-    attempts: int = 1
-    principal: dict[str, Any] | None = None
-    resume_event: dict[str, Any] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "executionId": self.execution_id,
-                "requestId": self.request_id,
-                "flowId": self.flow_id,
-                "transitionId": self.transition_id,
-                "fencingToken": self.fencing_token,
-                "leaseOwner": self.lease_owner,
-                "attempts": self.attempts,
-                "principal": self.principal,
-                "resumeEvent": self.resume_event,
-                "metadata": self.metadata,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> "ExecutionPackage":
-        raw = json.loads(text)
-        return cls(
-            execution_id=str(raw["executionId"]),
-            request_id=str(raw["requestId"]),
-            flow_id=int(raw["flowId"]),
-            transition_id=str(raw["transitionId"]),
-            fencing_token=int(raw["fencingToken"]),
-            lease_owner=str(raw["leaseOwner"]),
-            attempts=int(raw.get("attempts", 1)),
-            principal=raw.get("principal"),
-            resume_event=raw.get("resumeEvent"),
-            metadata=dict(raw.get("metadata") or {}),
-        )
-
-    @property
-    def fence(self) -> Fence:
-        return Fence(
-            uuid.UUID(self.execution_id),
-            uuid.UUID(self.request_id),
-            self.fencing_token,
-            self.lease_owner,
-        )
-
-
-@dataclass(frozen=True)
 class WorkerRequest:
-    execution_id: str
-    fence: int
+    """A slot's ask for a lease on one execution, as the holder `fence`."""
+
+    fence: Fence
     # In-process only (never serialised): the per-execution stop signal adapters watch, and the
     # snapshot the claim already read under this token (absent: the runtime loads it, fenced).
     cancelled: threading.Event = field(default_factory=threading.Event)
     snapshot: Snapshot | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def execution_id(self) -> uuid.UUID:
+        return self.fence.execution_id
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class WorkerLease:
-    lease_id: str
-    execution_id: str
-    fence: int
+    """What a runtime allocated for one holder; a package runs on it only under that holder."""
+
+    fence: Fence
     cancelled: threading.Event
     snapshot: Snapshot | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-ExecutionOutcome = Literal["completed", "suspended", "failed"]
-
-
-@dataclass(frozen=True)
-class ExecutionResult:
-    """Where this dispatch left the execution, with its folded state."""
-
-    execution_id: str
-    status: ExecutionOutcome
-    state: dict[str, Any]
-    output: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    suspended_on: dict[str, Any] | None = None
 
 
 def is_superseded_refusal(err: BaseException, execution_id: str | uuid.UUID) -> bool:
@@ -160,35 +90,8 @@ class WorkerRuntime(Protocol):
     def release(self, lease: WorkerLease) -> None: ...
 
     def cancel(
-        self, execution_id: str, reason: str | None = None, *, fence: int | None = None
+        self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool: ...
-
-
-def result_of(execution_id: str, outcome: RunOutcome) -> ExecutionResult:
-    """Fold a run's outcome into the SPI's result."""
-    state = {
-        "executionStatus": str(outcome.status),
-        "errorCode": outcome.error_code,
-        "targetState": outcome.target_state,
-        "outcome": outcome.outcome,
-    }
-    if outcome.status == ExecutionStatus.SUCCEEDED:
-        return ExecutionResult(
-            execution_id,
-            "completed",
-            state,
-            output={"outcome": outcome.outcome, "targetState": outcome.target_state},
-        )
-    if outcome.status == ExecutionStatus.RETRY_WAIT:
-        # Not failed: it rests until its retry is due, then any worker resumes it.
-        due = outcome.next_attempt_at
-        return ExecutionResult(
-            execution_id,
-            "suspended",
-            state,
-            suspended_on={"retryAt": due.isoformat() if due is not None else None},
-        )
-    return ExecutionResult(execution_id, "failed", state, error={"code": outcome.error_code})
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -203,40 +106,39 @@ class LeaseBook:
     """
 
     def __init__(self) -> None:
-        self._leases: dict[str, WorkerLease] = {}
+        self._leases: dict[uuid.UUID, WorkerLease] = {}
         self._lock = threading.Lock()
 
     def allocate(self, request: WorkerRequest) -> WorkerLease:
         lease = WorkerLease(
-            lease_id=uuid.uuid4().hex,
-            execution_id=request.execution_id,
-            fence=request.fence,
-            cancelled=request.cancelled,
-            snapshot=request.snapshot,
-            metadata=dict(request.metadata),
+            fence=request.fence, cancelled=request.cancelled, snapshot=request.snapshot
         )
         with self._lock:
-            self._leases[request.execution_id] = lease
+            self._leases[request.fence.execution_id] = lease
         return lease
 
     @staticmethod
     def check(lease: WorkerLease, package: ExecutionPackage) -> None:
-        """Refuse a package that is not this lease's execution under this lease's token."""
-        if package.execution_id != lease.execution_id or package.fencing_token != lease.fence:
+        """Refuse a package that is not this lease's holder."""
+        if package.fence != lease.fence:
             raise ExecutionSuperseded(
-                package.execution_id, step="execute", token=package.fencing_token
+                package.fence.execution_id, step="execute", token=package.fence.token
             )
 
     def release(self, lease: WorkerLease) -> None:
         with self._lock:
-            if self._leases.get(lease.execution_id) is lease:
-                del self._leases[lease.execution_id]
+            if self._leases.get(lease.fence.execution_id) is lease:
+                del self._leases[lease.fence.execution_id]
 
-    def holder(self, execution_id: str, fence: int | None) -> WorkerLease | None:
-        """The lease held for `execution_id` (under `fence`, when given), or None."""
+    def holder(self, execution_id: str | uuid.UUID, token: int | None) -> WorkerLease | None:
+        """The lease held for `execution_id` (under `token`, when given), or None."""
+        try:
+            key = uuid.UUID(str(execution_id))
+        except ValueError:
+            return None
         with self._lock:
-            lease = self._leases.get(str(execution_id))
-        if lease is None or (fence is not None and lease.fence != fence):
+            lease = self._leases.get(key)
+        if lease is None or (token is not None and lease.fence.token != token):
             return None
         return lease
 
@@ -307,29 +209,33 @@ class LocalWorkerRuntime:
                 cancelled=lease.cancelled,
                 snapshot=lease.snapshot,
             )
-        return result_of(package.execution_id, outcome)
+        return ExecutionResult.of(package.execution_id, outcome)
 
     def release(self, lease: WorkerLease) -> None:
         self._leases.release(lease)
 
     def cancel(
-        self, execution_id: str, reason: str | None = None, *, fence: int | None = None
+        self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool:
-        lease = self._leases.holder(execution_id, fence)
+        lease = self._leases.holder(execution_id, token)
         if lease is None:
             return False
         lease.cancelled.set()
         logger.info(
             "execution cancel signalled",
-            extra={"execution_id": str(execution_id), "token": lease.fence, "reason": reason},
+            extra={**lease.fence.log_extra(), "reason": reason},
         )
         return True
 
 
 def dispatch_once(
     runtime: WorkerRuntime, package: ExecutionPackage, request: WorkerRequest
-) -> ExecutionResult | Literal["superseded", "interrupted"]:
-    """Allocate, execute and always release; settle a superseded refusal instead of failing."""
+) -> ExecutionResult:
+    """Allocate, execute and always release; settle a superseded refusal instead of failing.
+
+    The result is completed, suspended or failed with the run's outcome, or superseded or
+    interrupted (no run: nothing more was written).
+    """
     lease = runtime.allocate(request)
     try:
         return runtime.execute(lease, package)
@@ -340,12 +246,12 @@ def dispatch_once(
             "execution superseded",
             extra={**package.fence.log_extra(attempt=package.attempts), "step": err.step},
         )
-        return "superseded"
+        return ExecutionResult(package.execution_id, Ending.SUPERSEDED)
     except ExecutionInterrupted as err:
         logger.info(
             "execution interrupted",
             extra={**package.fence.log_extra(attempt=package.attempts), "step": err.step},
         )
-        return "interrupted"
+        return ExecutionResult(package.execution_id, Ending.INTERRUPTED)
     finally:
         runtime.release(lease)

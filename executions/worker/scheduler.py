@@ -38,13 +38,8 @@ from ..claims import Claim, executions_claim
 from ..leases import Fence, lease_owner_name, leases_renew
 from .config import WorkerConfig
 from .metrics import WorkerMetrics
-from .runtime import (
-    PREPARE_THRESHOLD,
-    ExecutionPackage,
-    WorkerRequest,
-    WorkerRuntime,
-    dispatch_once,
-)
+from .runtime import PREPARE_THRESHOLD, WorkerRequest, WorkerRuntime, dispatch_once
+from .wire import ExecutionPackage
 
 logger = logging.getLogger("executions.worker")
 
@@ -74,13 +69,16 @@ def database_conninfo(db: dict[str, Any], *, application_name: str = "orquestado
 
 @dataclass
 class Holding:
-    """One execution this process holds: its holder coordinates and its stop signal."""
+    """One execution this process holds: its claim (and holder) and its stop signal."""
 
     claim: Claim
-    fence: Fence
     cancelled: threading.Event = field(default_factory=threading.Event)
     renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
     lost: bool = False
+
+    @property
+    def fence(self) -> Fence:
+        return self.claim.fence
 
 
 class Scheduler:
@@ -243,7 +241,7 @@ class Scheduler:
 
     def _hold(self, claim: Claim) -> Holding:
         """Take a slot for a claimed execution and start renewing its lease."""
-        holding = Holding(claim=claim, fence=claim.fence(self.owner))
+        holding = Holding(claim=claim)
         with self._slots:
             self._busy += 1
             self._held[claim.execution_id] = holding
@@ -272,12 +270,9 @@ class Scheduler:
                 return
             claim, holding = item
             package = ExecutionPackage(
-                execution_id=str(claim.execution_id),
-                request_id=str(claim.request_id),
+                fence=claim.fence,
                 flow_id=claim.flow_id,
                 transition_id=claim.transition_id,
-                fencing_token=claim.token,
-                lease_owner=self.owner,
                 attempts=claim.attempts,
                 principal=claim.actor_snapshot or None,
             )
@@ -286,10 +281,7 @@ class Scheduler:
                     self.runtime,
                     package,
                     WorkerRequest(
-                        execution_id=package.execution_id,
-                        fence=claim.token,
-                        cancelled=holding.cancelled,
-                        snapshot=claim.snapshot,
+                        fence=claim.fence, cancelled=holding.cancelled, snapshot=claim.snapshot
                     ),
                 )
                 self.metrics.run_ended(result)
@@ -362,7 +354,7 @@ class Scheduler:
         holding.lost = True
         holding.cancelled.set()
         self.metrics.lease_lost()
-        self.runtime.cancel(str(holding.fence.execution_id), reason, fence=holding.fence.token)
+        self.runtime.cancel(str(holding.fence.execution_id), reason, token=holding.fence.token)
         logger.warning(
             "lease lost",
             extra=holding.fence.log_extra(attempt=holding.claim.attempts, reason=reason),
@@ -383,7 +375,7 @@ class Scheduler:
         for holding in abandoned:
             holding.cancelled.set()
             self.runtime.cancel(
-                str(holding.fence.execution_id), "shutdown", fence=holding.fence.token
+                str(holding.fence.execution_id), "shutdown", token=holding.fence.token
             )
             logger.warning(
                 "execution abandoned at shutdown",

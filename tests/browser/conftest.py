@@ -13,6 +13,11 @@ import pytest
 # The operators of the reconciliation tests, as fixtures here too.
 from tests.integration.reconciliation.conftest import make_user, operator  # noqa: F401
 
+# Screenshots of the operator's walk, kept as CI artefacts (README, "Tests").
+ARTEFACTS = Path(
+    os.environ.get("BROWSER_ARTEFACTS_DIR")
+    or Path(__file__).resolve().parents[2] / ".local" / "browser-artefacts"
+)
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT_SECONDS = 30  # seconds, for any wait on the page
@@ -23,6 +28,23 @@ os.environ.setdefault("DJANGO_LIVE_TEST_SERVER_ADDRESS", "127.0.0.1")
 
 def _missing() -> list[str]:
     return [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
+
+
+@pytest.fixture
+def screenshots(request):
+    """save(name): a PNG of the current page under ARTEFACTS/<test name>/, numbered in order."""
+    folder = ARTEFACTS / request.node.name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    taken: list[Path] = []
+
+    def save(driver, name: str) -> Path:
+        path = folder / f"{len(taken) + 1:02d}-{name}.png"
+        assert driver.save_screenshot(str(path)), f"no screenshot saved at {path}"
+        taken.append(path)
+        return path
+
+    return save
 
 
 @pytest.fixture

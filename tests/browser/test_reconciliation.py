@@ -1,5 +1,10 @@
-"""An operator settles a case in a real browser: logs in to the admin, opens the case the worker
-handed over, asks the provider, resolves with a written reason, and the request moves on."""
+"""An operator's walk through the reconciliation admin in a real browser (headless Chromium at
+1400x1000), with a real worker and a real provider on loopback: each kind of uncertain write
+lands on the desk, the case page explains itself within the first screen, the lookup settles
+what it can, a choice against the provider's answer needs a second confirmation, each request
+moves on, and an operator without resolution permissions sees no resolution control.
+
+Screenshots of every step are kept under tests/browser's ARTEFACTS folder (see README)."""
 
 import pytest
 from selenium.common.exceptions import WebDriverException
@@ -9,6 +14,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from executions.models import AuditEvent, AuditType
+from tests.integration.reconciliation.conftest import VIEW
 from tests.integration.reconciliation.worker import (
     CHARGES,
     accept_charge,
@@ -20,13 +26,22 @@ from tests.integration.reconciliation.worker import (
     wait_for_reconciliation,
     write_catalog,
 )
-from tests.support.providers import JsonProvider, drop
+from tests.support.providers import JsonProvider, drop, slow, status
 
 from .conftest import WAIT_SECONDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
-REASON = "Provider lookup by key found no charge; the dropped call never arrived."
+REASON = "Provider lookup by key answered; resolved as it says."
+
+# (name, the provider's first answer to the charge, whether it applied the charge)
+KINDS = [
+    ("dropped-after-applying", drop(apply=True), True),
+    ("500-after-applying", status(500, apply=True), True),
+    ("500-before-applying", status(500, apply=False), False),
+    ("timeout-after-applying", slow(6, apply=True), True),
+    ("dropped-before-applying", drop(apply=False), False),
+]
 
 
 def navigate(browser, wait: WebDriverWait, element: WebElement) -> None:
@@ -51,63 +66,122 @@ def _detached(element: WebElement) -> bool:
     return False
 
 
-def test_operator_resolves_a_case_in_the_browser_and_the_request_moves_on(
-    browser, live_server, operator, process_env, tmp_path
+def in_first_screen(browser, element_id: str) -> bool:
+    """Whether the element is wholly inside the viewport of a page that was not scrolled."""
+    return browser.execute_script(
+        "window.scrollTo(0, 0);"
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return r.top >= 0 && r.left >= 0 && r.bottom <= window.innerHeight"
+        " && r.right <= window.innerWidth;",
+        element_id,
+    )
+
+
+def log_in(browser, wait, live_server, username: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/reconciliation/")
+    browser.find_element(By.ID, "id_username").send_keys(username)
+    browser.find_element(By.ID, "id_password").send_keys(f"pw-{username}")
+    navigate(browser, wait, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
+    wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Reconciliation cases")))
+
+
+def test_operator_walks_every_kind_of_case_in_the_browser(
+    browser, live_server, operator, make_user, process_env, tmp_path, screenshots
 ):
     # A read that races a page being replaced can raise any WebDriverException; a wait retries
     # until its condition holds or the deadline passes, so only the deadline fails the test.
     wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    make_user("victor", *VIEW)  # may read cases, resolve none
     with JsonProvider(respond=charged) as provider:
         catalog = write_catalog(tmp_path, provider)
-        provider.plan(CHARGES, drop(apply=False))
-        execution = accept_charge()
         log = tmp_path / "worker.log"
         with registry_from(catalog), runworker(process_env, catalog, log) as worker:
-            wait_for_reconciliation(execution, worker, log)
+            log_in(browser, wait, live_server, "olga")
+            for number, (kind, reply, applied) in enumerate(KINDS):
+                provider.plan(CHARGES, reply)
+                execution = accept_charge(amount=40 + number)
+                wait_for_reconciliation(execution, worker, log)
+                key = f"{execution.pk}:charge"
 
-            # Log in to the admin and open the queue.
-            browser.get(f"{live_server.url}/admin/login/?next=/admin/reconciliation/")
-            browser.find_element(By.ID, "id_username").send_keys("olga")
-            browser.find_element(By.ID, "id_password").send_keys("pw-olga")
-            navigate(browser, wait, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
-            queue = wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Reconciliation cases")))
-            navigate(browser, wait, queue)
-
-            # The case is in the queue; open it and read the evidence.
-            case = wait.until(ec.element_to_be_clickable((By.LINK_TEXT, str(execution.pk))))
-            navigate(browser, wait, case)
-            wait.until(ec.text_to_be_present_in_element((By.ID, "case-status"), "RECONCILIATION"))
-            row = browser.find_element(By.ID, "checkpoint-charge").text
-            assert f"{execution.pk}:charge" in row and "NON_IDEMPOTENT_WRITE" in row
-
-            # Ask the provider; its answer is stored as evidence and shown.
-            navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
-            wait.until(
-                ec.text_to_be_present_in_element(
-                    (By.ID, "case-lookups"), "the write did not happen"
+                # The case explains itself, and what the operator needs is in the first screen.
+                browser.get(
+                    f"{live_server.url}/admin/reconciliation/reconciliationcase/{execution.pk}/change/"
                 )
+                wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
+                screenshots(browser, f"{kind}-case")
+                for element_id in (
+                    "case-why",
+                    "case-summary-fields",
+                    "case-suggestion",
+                    "lookup-charge",
+                ):
+                    assert in_first_screen(browser, element_id), (kind, element_id)
+                summary = browser.find_element(By.ID, "case-summary-fields").text
+                assert "cus_ada" in summary and str(40 + number) in summary
+                assert "Ask the provider" in browser.find_element(By.ID, "case-suggestion").text
+
+                # Ask the provider: its answer becomes the suggestion.
+                navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
+                expected = "The write happened" if applied else "The write did not happen"
+                wait.until(ec.text_to_be_present_in_element((By.ID, "case-suggestion"), expected))
+                screenshots(browser, f"{kind}-answered")
+                assert in_first_screen(browser, "case-suggestion")
+
+                if number == 0:
+                    # Replaying after "happened" needs a second confirmation naming the risk.
+                    browser.find_element(By.ID, "not_happened_reason").send_keys("Replay anyway.")
+                    navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
+                    wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
+                    form = browser.find_element(By.ID, "resolve-not-happened").text
+                    assert "Confirm that you choose this against the evidence" in form
+                    assert "second charge" in form
+                    assert (
+                        browser.find_element(By.ID, "not_happened_reason").get_attribute("value")
+                        == "Replay anyway."
+                    )  # what was typed is kept
+                    screenshots(browser, f"{kind}-confirmation-needed")
+                    assert request_of(execution).blocked_by_id == execution.pk  # nothing written
+
+                # Follow the suggestion, with a reason.
+                which = "happened" if applied else "not_happened"
+                browser.find_element(By.ID, f"{which}_reason").send_keys(REASON)
+                navigate(
+                    browser, wait, browser.find_element(By.ID, f"submit-{which.replace('_', '-')}")
+                )
+                wait.until(
+                    ec.text_to_be_present_in_element(
+                        (By.CSS_SELECTOR, ".messagelist"), "resolved 1"
+                    )
+                )
+                assert "olga" in browser.find_element(By.ID, "case-resolved").text
+                screenshots(browser, f"{kind}-resolved")
+
+                # The request moves on; a write that happened is never sent again.
+                assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
+                assert request_of(execution).state == "CHARGED"
+                sent = [
+                    r for r in provider.requests(CHARGES) if r.headers.get("idempotency-key") == key
+                ]
+                assert len(sent) == (1 if applied else 2), kind
+                resolved = AuditEvent.objects.get(
+                    execution=execution, type=AuditType.RECONCILIATION_RESOLVED
+                )
+                assert resolved.payload["evidence"]["lookup"]["happened"] is applied
+                browser.refresh()
+                wait.until(ec.text_to_be_present_in_element((By.ID, "case-status"), "SUCCEEDED"))
+                screenshots(browser, f"{kind}-succeeded")
+
+            # An operator without resolution permissions reads the case and sees no control.
+            provider.plan(CHARGES, drop(apply=False))
+            waiting = accept_charge(amount=99)
+            wait_for_reconciliation(waiting, worker, log)
+            log_in(browser, wait, live_server, "victor")
+            browser.get(
+                f"{live_server.url}/admin/reconciliation/reconciliationcase/{waiting.pk}/change/"
             )
-
-            # Resolve: the write did not happen, with a reason.
-            browser.find_element(By.ID, "not_happened_reason").send_keys(REASON)
-            navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
-            wait.until(
-                ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1")
-            )
-
-            # The worker replays the charge once and the request moves on.
-            assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
-            page = browser.find_element(By.TAG_NAME, "html")
-            browser.refresh()
-            wait.until(lambda _: _detached(page))
-            wait.until(ec.text_to_be_present_in_element((By.ID, "request-state"), "CHARGED"))
-            assert browser.find_element(By.ID, "case-status").text == "SUCCEEDED"
-            assert "RECONCILIATION_RESOLVED" in browser.find_element(By.ID, "case-timeline").text
-
-    request = request_of(execution)
-    assert request.state == "CHARGED" and request.blocked_by_id is None
-    resolved = AuditEvent.objects.get(execution=execution, type=AuditType.RECONCILIATION_RESOLVED)
-    assert (resolved.actor, resolved.payload["reason"]) == ("olga", REASON)
-    assert resolved.payload["evidence"]["lookup"]["happened"] is False
-    key = f"{execution.pk}:charge"
-    assert [r.headers.get("idempotency-key") for r in provider.requests(CHARGES)] == [key, key]
+            wait.until(ec.presence_of_element_located((By.ID, "no-resolution-permission")))
+            screenshots(browser, "limited-user")
+            assert browser.find_elements(By.CSS_SELECTOR, "#case-resolutions form") == []
+            assert browser.find_elements(By.ID, "lookup-charge") == []
+            assert "Suggested resolution" in browser.find_element(By.ID, "case-suggestion").text

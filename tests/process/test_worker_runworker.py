@@ -133,7 +133,7 @@ def test_runworker__past_the_drain_stops_and_leaves_the_rest_recoverable(
     assert checkpoint_rows(runtime_conn, accepted.execution_id)["nap"]["status"] == "RUNNING"
     expire_lease(runtime_conn, accepted.execution_id)  # nobody renews it any more
     (found,) = claim(runtime_conn, "rescuer")
-    assert (found.execution_id, found.token) == (
+    assert (found.execution_id, found.fence.token) == (
         accepted.execution_id,
         execution["fencing_token"] + 1,
     )

@@ -30,17 +30,15 @@ from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome
 from actions.registry import NO_OP, Registry
 from actions.simulation import SIMULATION_BINDINGS
 from executions import sql
+from executions.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
 from executions.claims import Claim, executions_claim
+from executions.finalize import FinalizeItem, executions_finalize, finalize_refusal
 from executions.flows.canonical import sha256_hex
+from executions.leases import ExecutionSuperseded, Fence
 from executions.worker.config import WorkerConfig
-from executions.worker.runtime import (
-    ExecutionPackage,
-    ExecutionResult,
-    LocalWorkerRuntime,
-    WorkerRequest,
-    dispatch_once,
-)
+from executions.worker.runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from executions.worker.scheduler import Scheduler
+from executions.worker.wire import ExecutionPackage, ExecutionResult
 from tests.conftest import manage
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
@@ -361,6 +359,64 @@ def registry(*bindings: Binding) -> Registry:
 
 
 # ------------------------------------------------------------------------------
+# The worker's fenced writes, one holder at a time
+# ------------------------------------------------------------------------------
+def start_checkpoint(
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    action_id: str = "a",
+    sequence: int = 0,
+    capability: str = "A",
+    capability_version: int = 1,
+    effect: str = "READ_ONLY",
+    input_hash: str = "0" * 64,
+    previous_attempt: int = 0,
+) -> int:
+    """The runner's start write (checkpoints_start) for one holder; superseded raises, as there."""
+    item = StartItem(
+        fence,
+        action_id,
+        sequence,
+        capability,
+        capability_version,
+        effect,
+        input_hash,
+        previous_attempt,
+    )
+    started = checkpoints_start(conn=conn, items=[item]).get(fence.execution_id)
+    if started is None:
+        raise ExecutionSuperseded(fence.execution_id, step=f"start {action_id}", token=fence.token)
+    return started
+
+
+def save_checkpoint(
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    action_id: str,
+    attempt: int,
+    output: dict[str, Any],
+    effect: str = "NON_IDEMPOTENT_WRITE",
+) -> None:
+    """The runner's save write (checkpoints_succeed) for one holder; superseded raises."""
+    item = SucceedItem(fence, action_id, attempt, output, effect)
+    if fence.execution_id not in checkpoints_succeed(conn=conn, items=[item]):
+        raise ExecutionSuperseded(fence.execution_id, step=f"save {action_id}", token=fence.token)
+
+
+def finalize_one(*, conn: psycopg.Connection, item: FinalizeItem, actor: str = "t") -> int:
+    """The runner's final commit (executions_finalize) for one holder; return the new revision.
+    Superseded raises; a refusal for another reason fails the test naming it."""
+    revision = executions_finalize(conn=conn, items=[item], actor=actor).get(
+        item.fence.execution_id
+    )
+    if revision is None:
+        raise AssertionError(f"finalisation refused: {finalize_refusal(conn=conn, item=item)}")
+    return revision
+
+
+# ------------------------------------------------------------------------------
 # Running one claim by hand
 # ------------------------------------------------------------------------------
 def runtime_for(
@@ -378,44 +434,33 @@ def claim(
     return executions_claim(conn=conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
 
 
-def package_of(found: Claim, owner: str) -> ExecutionPackage:
+def package_of(found: Claim) -> ExecutionPackage:
     return ExecutionPackage(
-        execution_id=str(found.execution_id),
-        request_id=str(found.request_id),
+        fence=found.fence,
         flow_id=found.flow_id,
         transition_id=found.transition_id,
-        fencing_token=found.token,
-        lease_owner=owner,
         attempts=found.attempts,
     )
 
 
 def run_claim(
-    runtime: LocalWorkerRuntime,
-    found: Claim,
-    owner: str,
-    *,
-    cancelled: threading.Event | None = None,
-) -> ExecutionResult | str:
+    runtime: LocalWorkerRuntime, found: Claim, *, cancelled: threading.Event | None = None
+) -> ExecutionResult:
     """Run one claimed execution through the SPI, as a scheduler slot does."""
     return dispatch_once(
         runtime,
-        package_of(found, owner),
-        WorkerRequest(
-            execution_id=str(found.execution_id),
-            fence=found.token,
-            cancelled=cancelled or threading.Event(),
-        ),
+        package_of(found),
+        WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
     )
 
 
 def run_next(
     conn: psycopg.Connection, runtime: LocalWorkerRuntime, owner: str = "worker-a", **kwargs: Any
-) -> ExecutionResult | str:
+) -> ExecutionResult:
     """Claim exactly one due execution and run it."""
     found = claim(conn, owner, lease_seconds=kwargs.pop("lease_seconds", 2.0))
     assert len(found) == 1, f"expected one due execution, claimed {len(found)}"
-    return run_claim(runtime, found[0], owner, **kwargs)
+    return run_claim(runtime, found[0], **kwargs)
 
 
 def make_due(conn: psycopg.Connection, execution_ids: Iterable[uuid.UUID]) -> None:

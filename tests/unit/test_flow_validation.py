@@ -820,3 +820,28 @@ def test_compact_size__counts_utf8_bytes():
     assert compact_size({"a": "é"}) == len('{"a":"é"}'.encode()) == 10
     with pytest.raises(ValueError, match="not JSON compliant"):
         compact_size(float("nan"))
+
+
+# -- caseSummary ---------------------------------------------------------------------------------
+
+
+def test_case_summary__pointers_into_the_data_are_accepted():
+    definition = base() | {"caseSummary": ["/customer", "/order/amount"]}
+    assert validate_definition(definition) == []
+
+
+@pytest.mark.parametrize(
+    ("summary", "path", "message"),
+    [
+        ("/customer", "$.caseSummary", "must be an array of at most 8 JSON Pointers"),
+        (["/a"] * 9, "$.caseSummary", "must be an array of at most 8 JSON Pointers"),
+        (["customer"], "$.caseSummary[0]", 'must be empty or start with "/"'),
+        ([""], "$.caseSummary[0]", "must point inside the data"),
+        ([7], "$.caseSummary[0]", "must be a string"),
+        (["/a", "/a"], "$.caseSummary[1]", "duplicate pointer '/a'"),
+    ],
+)
+def test_case_summary__refuses_what_is_not_a_list_of_data_pointers(summary, path, message):
+    definition = base() | {"caseSummary": summary}
+    problems = [(p.path, p.message) for p in validate_definition(definition)]
+    assert any(p == path and m.startswith(message) for p, m in problems), problems

@@ -1,10 +1,11 @@
 """Wait actions in flow definitions (SPEC §10): every problem of the construct, by its path."""
 
 import copy
+import time
 
 import pytest
 
-from executions.flows.checks import MAX_WAIT_SECONDS, unproducible
+from executions.flows.checks import MAX_WAIT_SECONDS, payload_problems, unproducible
 from executions.flows.publication import validate_definition
 
 T = "$.transitions[0]"
@@ -292,3 +293,20 @@ def test_a_wait_action_id_must_be_unique():
 )
 def test_unproducible__decides_only_the_plain_cases(schema, tokens, expected):
     assert unproducible(schema, tokens) == expected
+
+
+def test_wait__payload_schema_pattern_re2_cannot_compile_is_refused_with_its_path():
+    flow = definition()
+    wait = flow["transitions"][0]["actions"][1]["wait"]
+    wait["payloadSchema"]["properties"]["comment"]["pattern"] = "^(?<!x)y"
+    problems = validate_definition(flow)
+    assert [p.path for p in problems] == [f"{W}.payloadSchema.properties.comment.pattern"]
+    assert "linear-time engine (RE2)" in problems[0].message
+
+
+def test_wait__payload_pattern_is_checked_in_linear_time():
+    schema = {"type": "object", "properties": {"comment": {"pattern": "^(a+)+$"}}}
+    started = time.perf_counter()
+    problems = payload_problems(schema, {"comment": "a" * 10_000 + "!"})
+    assert time.perf_counter() - started < 0.050  # seconds
+    assert [p.path for p in problems] == ["$.comment"]

@@ -6,10 +6,9 @@ import time
 
 import pytest
 
-from executions.flows import patterns
+from executions.flows import patterns, schemas
 from executions.flows.checks import DRAFT
 from executions.flows.publication import DataError, validate_data, validate_definition
-from executions.worker import runner
 from reconciliation.evidence import output_errors
 
 CATASTROPHIC = "^(a+)+$"
@@ -78,7 +77,7 @@ def test_request_data__catastrophic_pattern_is_linear(schema):
 def test_worker_validators__contracts_and_data_schema_are_linear():
     schema = {"type": "object", "properties": {"v": {"pattern": CATASTROPHIC}}}
     for formats in (True, False):
-        validator = runner._validator(schema, formats=formats)
+        validator = schemas.validator(schema, formats=formats)
         assert not validator.is_valid({"v": HOSTILE})
         assert elapsed(lambda v=validator: v.is_valid({"v": HOSTILE})) < BUDGET
 

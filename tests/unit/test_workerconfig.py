@@ -1,12 +1,16 @@
 """WORKER_* validation: every rule names its variable, and nothing starts on a bad value."""
 
+from pathlib import Path
+
 import pytest
 
 from executions.worker.config import (
+    ENV_DEFAULTS,
     WorkerConfig,
     WorkerConfigError,
     WorkerDisabled,
     worker_config,
+    worker_tunables,
 )
 
 DEFAULTS = {
@@ -73,3 +77,15 @@ def test_worker_config__retry_cap_not_below_its_base():
 def test_worker_config__disabled_says_so(value):
     with pytest.raises(WorkerDisabled, match="WORKER_ENABLED is false"):
         worker_config({**DEFAULTS, "WORKER_ENABLED": value})
+
+
+def test_env_defaults__are_the_ones_env_example_documents():
+    """The defaults are written once (executions/worker/config.py); .env.example must agree."""
+    example = Path(__file__).resolve().parents[2] / ".env.example"
+    documented = dict(
+        line.split("=", 1)
+        for line in example.read_text().splitlines()
+        if line.startswith("WORKER_") and "=" in line
+    )
+    assert {k: documented[k] for k in ENV_DEFAULTS} == ENV_DEFAULTS
+    assert worker_tunables(ENV_DEFAULTS) == WorkerConfig()

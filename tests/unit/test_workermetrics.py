@@ -1,6 +1,7 @@
 """The worker's counters and histogram, and the validation of WORKER_METRICS_PORT/HOST."""
 
 import threading
+import uuid
 
 import pytest
 
@@ -20,9 +21,10 @@ from executions.worker.metrics import (
     WorkerMetrics,
     metrics_address,
 )
-from executions.worker.runner import RunOutcome
-from executions.worker.runtime import result_of
+from executions.worker.wire import Ending, ExecutionResult, RunOutcome
 from tests.support.prometheus import scrape
+
+ID = uuid.UUID("3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d")
 
 
 def test_worker_metrics__every_series_exists_from_the_start_at_zero():
@@ -37,9 +39,9 @@ def test_worker_metrics__every_series_exists_from_the_start_at_zero():
 def test_worker_metrics__counts_each_run_outcome_once_where_it_belongs():
     metrics = WorkerMetrics()
     for status in ("SUCCEEDED", "SUCCEEDED", "FAILED", "RETRY_WAIT", "RECONCILIATION_REQUIRED"):
-        metrics.run_ended(result_of("e", RunOutcome(status=ExecutionStatus(status))))
-    metrics.run_ended("superseded")
-    metrics.run_ended("interrupted")
+        metrics.run_ended(ExecutionResult.of(ID, RunOutcome(status=ExecutionStatus(status))))
+    metrics.run_ended(ExecutionResult(ID, Ending.SUPERSEDED))
+    metrics.run_ended(ExecutionResult(ID, Ending.INTERRUPTED))
     metrics.run_raised()
     metrics.lease_lost()
 

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
         try:
-            load_registry()
+            load_registry(config)
         except IntegrationConfigError as exc:
             raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         reasons = unrestricted_reasons(connection=connection)

@@ -16,6 +16,7 @@ from actions.registry import (
     resolve,
     use_registry,
 )
+from executions.worker.config import WorkerConfig, WorkerConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "integrations.toml"
 
@@ -74,12 +75,21 @@ def test_load_registry__timeout_checked_against_the_configured_lease(settings, t
         '[routes."p.x@1"]\nadapter = "http.json"\nurl = "http://127.0.0.1:9/x"\n'
     )
     settings.INTEGRATIONS_FILE = str(path)
-    settings.WORKER_ENV = {**settings.WORKER_ENV, "WORKER_LEASE_SECONDS": "15"}
 
     with pytest.raises(IntegrationConfigError) as caught:
-        load_registry()
+        load_registry(WorkerConfig(lease_seconds=15, renew_seconds=5))
 
     assert "WORKER_LEASE_SECONDS=15" in caught.value.reason
+
+
+def test_load_registry__a_bad_lease_setting_is_refused_not_replaced_by_a_default(settings):
+    settings.INTEGRATIONS_FILE = ""
+    settings.WORKER_ENV = {**settings.WORKER_ENV, "WORKER_LEASE_SECONDS": "soon"}
+
+    with pytest.raises(WorkerConfigError, match="WORKER_LEASE_SECONDS"):
+        load_registry()
+    (error,) = check_integrations_file()
+    assert (error.id, "WORKER_LEASE_SECONDS" in error.msg) == ("actions.E002", True)
 
 
 def test_system_check__reports_the_key(settings, tmp_path):

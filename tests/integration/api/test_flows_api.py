@@ -3,9 +3,9 @@
 import pytest
 
 from executions.flows.canonical import sha256_hex
-from executions.models import Flow
+from executions.models import Flow, Request
 
-from .conftest import FLOW, assert_error, flow_definition
+from .conftest import FLOW, assert_error, caller, flow_definition
 
 pytestmark = pytest.mark.django_db
 
@@ -76,3 +76,40 @@ def test_publish_then_create__the_new_version_is_used(admin, alice):
     admin.post("/api/v1/flows", FLOW)
     admin.post("/api/v1/flows", flow_definition(version=2, initialState="SUBMITTED"))
     assert alice.create()["flowVersion"] == 2
+
+
+# --- Flows are platform-wide (docs/adr/0007-platform-wide-flows.md) ---------------------------
+
+
+def test_platform_wide__a_flow_published_by_any_tenants_admin_serves_every_tenant(
+    alice, alice_elsewhere
+):
+    globex_admin = caller(sub="ops", tenant="globex", scope="flows:admin")
+    assert globex_admin.post("/api/v1/flows", FLOW).status_code == 201
+    for requester in (alice, alice_elsewhere):
+        assert requester.create()["flowVersion"] == 1
+    acme_admin = caller(sub="root", tenant="acme", scope="flows:admin")
+    listed = acme_admin.get("/api/v1/flows").json()
+    assert [(f["key"], f["version"]) for f in listed] == [("claims", 1)]
+
+
+def test_platform_wide__a_loadflow_flow_is_usable_by_every_tenant(flow, alice, alice_elsewhere):
+    """`manage.py loadflow` (flow_publish, no tenant at all) publishes for everyone."""
+    mine, theirs = alice.create(), alice_elsewhere.create()
+    assert (mine["flowKey"], theirs["flowKey"]) == ("claims", "claims")
+    assert_error(alice.get(f"/api/v1/requests/{theirs['id']}"), 404, "NOT_FOUND")
+
+
+def test_platform_wide__one_token_publishes_and_creates_requests_on_its_flow(api):
+    both = caller(sub="ops", tenant="acme", scope="flows:admin requests:write requests:read")
+    assert both.post("/api/v1/flows", FLOW).status_code == 201
+    created = both.create()
+    assert created["flowKey"] == "claims"
+    assert both.get(f"/api/v1/requests/{created['id']}").status_code == 200
+    stored = Request.objects.get(id=created["id"])
+    assert (stored.owner, stored.scope) == ("ops", "acme")  # requests stay the tenant's
+
+
+def test_platform_wide__flows_admin_alone_reads_no_tenants_requests(alice, admin, flow):
+    created = alice.create()
+    assert_error(admin.get(f"/api/v1/requests/{created['id']}"), 403, "FORBIDDEN")

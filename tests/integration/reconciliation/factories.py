@@ -28,6 +28,7 @@ DEFINITION: dict[str, Any] = {
     "initialState": "DRAFT",
     "states": ["DRAFT", "CHARGED", "DECLINED"],
     "dataSchema": {"type": "object"},
+    "caseSummary": ["/customer", "/amount"],
     "transitions": [
         {
             "id": "charge",
@@ -76,7 +77,7 @@ class RequestFactory(factory.django.DjangoModelFactory):
     flow = factory.SubFactory(FlowFactory)
     owner = "alice"
     scope = "acme"
-    data = factory.LazyFunction(lambda: {"amount": 42})
+    data = factory.LazyFunction(lambda: {"amount": 42, "customer": "cus_ada"})
     state = "DRAFT"
     revision = 2
 

@@ -9,7 +9,6 @@ import psycopg
 import pytest
 from django.db import connection
 
-from executions.checkpoints import checkpoint_start, checkpoint_succeed
 from executions.claims import executions_claim
 from executions.finalize import execution_fail
 from executions.leases import ExecutionSuperseded, Fence, leases_renew
@@ -25,7 +24,7 @@ from executions.models import (
 )
 from orquestador import errors
 from reconciliation import services
-from tests.support.worker import expire_lease
+from tests.support.worker import expire_lease, save_checkpoint, start_checkpoint
 
 from .factories import ExecutionFactory, RequestFactory
 
@@ -50,8 +49,8 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
     fence, which A still believes in."""
     execution = _pending_case()
     (claim_a,) = executions_claim(conn=conn_a, owner="worker-a", limit=1, lease_seconds=0.5)
-    fence_a = claim_a.fence("worker-a")
-    checkpoint_start(
+    fence_a = claim_a.fence
+    start_checkpoint(
         conn=conn_a,
         fence=fence_a,
         action_id="charge",
@@ -64,10 +63,10 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
     )
     expire_lease(conn_b, execution.pk)
     (claim_b,) = executions_claim(conn=conn_b, owner="worker-b", limit=1, lease_seconds=60)
-    assert claim_b.token == fence_a.token + 1
+    assert claim_b.fence.token == fence_a.token + 1
     status = execution_fail(
         conn=conn_b,
-        fence=claim_b.fence("worker-b"),
+        fence=claim_b.fence,
         error_code=errors.UNCERTAIN_WRITE,
         error_detail="a non-idempotent write was left RUNNING",
         settlement=None,
@@ -129,7 +128,7 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
 
         # The provider answers worker A late; A saves its output as the operator resolves.
         late_save, resolved = _race(
-            lambda: checkpoint_succeed(
+            lambda: save_checkpoint(
                 conn=conn_a, fence=fence_a, action_id="charge", attempt=1, output={"late": True}
             ),
             lambda: RESOLUTIONS[resolution](execution_id, operator),
@@ -153,7 +152,7 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
             leases_renew(conn=conn_a, owner="worker-a", held=[fence_a], lease_seconds=60) == set()
         )
         with pytest.raises(ExecutionSuperseded):
-            checkpoint_succeed(
+            save_checkpoint(
                 conn=conn_a, fence=fence_a, action_id="charge", attempt=1, output={"late": True}
             )
         if resolution == "abandon":
@@ -164,17 +163,17 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
         # now that the execution is RUNNING again.
         assert execution.status == ExecutionStatus.PENDING
         (claim_c,) = executions_claim(conn=conn_b, owner="worker-c", limit=1, lease_seconds=60)
-        assert claim_c.token == resolved.fencing_token + 1
+        assert claim_c.fence.token == resolved.fencing_token + 1
         with pytest.raises(ExecutionSuperseded):
-            checkpoint_succeed(
+            save_checkpoint(
                 conn=conn_a, fence=fence_a, action_id="charge", attempt=1, output={"late": True}
             )
         assert (
             leases_renew(conn=conn_a, owner="worker-a", held=[fence_a], lease_seconds=60) == set()
         )
-        fence_c = claim_c.fence("worker-c")
+        fence_c = claim_c.fence
         assert leases_renew(conn=conn_b, owner="worker-c", held=[fence_c], lease_seconds=60) == {
-            (execution_id, claim_c.token)
+            (execution_id, claim_c.fence.token)
         }
 
 

@@ -91,14 +91,17 @@ def runworker(env: dict[str, str], catalog: Path, log: Path) -> Iterator[subproc
                     process.wait(timeout=DEADLINE)
 
 
-def accept_charge(amount: int = 42) -> Execution:
+def accept_charge(amount: int = 42, customer: str = "cus_ada") -> Execution:
     """Publish the billing flow, create a request and accept its charge transition."""
     flow_publish(definition=DEFINITION)
     alice = Principal(
         subject="alice", tenant="acme", permissions=frozenset({"requests:write", "requests:read"})
     )
     request = request_create(
-        principal=alice, flow_key=DEFINITION["key"], flow_version=None, data={"amount": amount}
+        principal=alice,
+        flow_key=DEFINITION["key"],
+        flow_version=None,
+        data={"amount": amount, "customer": customer},
     )
     request.refresh_from_db()
     execution, _ = transition_accept(

@@ -5,7 +5,6 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from executions.checkpoints import checkpoint_start
 from executions.leases import ExecutionSuperseded
 from orquestador import errors
 from orquestador.errors import CodedError
@@ -28,6 +27,7 @@ from tests.support.worker import (
     run_claim,
     running_scheduler,
     runtime_for,
+    start_checkpoint,
     wait_until,
 )
 
@@ -61,9 +61,9 @@ def test_cancel__fences_out_the_holder_of_a_running_execution(conn, make_flow):
     )
 
     with pytest.raises(ExecutionSuperseded):
-        checkpoint_start(
+        start_checkpoint(
             conn=conn,
-            fence=found.fence("worker-a"),
+            fence=found.fence,
             action_id="a",
             sequence=0,
             capability="A",
@@ -72,7 +72,7 @@ def test_cancel__fences_out_the_holder_of_a_running_execution(conn, make_flow):
             input_hash="0" * 64,
             previous_attempt=0,
         )
-    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.fence.token + 1
 
 
 def test_cancel__with_an_uncertain_write_goes_to_reconciliation(conn, make_flow, runtime_dsn):
@@ -83,7 +83,7 @@ def test_cancel__with_an_uncertain_write_goes_to_reconciliation(conn, make_flow,
     ) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=30)
         with pytest.raises(SimulatedCrash):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
 
     result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
 
@@ -114,7 +114,7 @@ def test_cancel__after_a_successful_write_goes_to_reconciliation(conn, make_flow
     with runtime_for(runtime_dsn, reg) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=30)
         with pytest.raises(SimulatedCrash):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
 
     result = execution_cancel(execution_id=accepted.execution_id, actor="ops", reason="stop")
 
@@ -203,7 +203,7 @@ def test_cancelexecution__a_write_done_goes_to_reconciliation(conn, make_flow, r
     with runtime_for(runtime_dsn, reg) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=30)
         with pytest.raises(SimulatedCrash):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
     out = io.StringIO()
 
     call_command("cancelexecution", str(accepted.execution_id), reason="stop", stdout=out)

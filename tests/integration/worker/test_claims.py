@@ -77,13 +77,13 @@ def test_claim__sets_lease_from_the_database_clock_and_bumps_attempts_and_token(
 
     row = execution_row(conn, accepted.execution_id)
     assert row["status"] == "RUNNING"
-    assert (row["attempts"], row["fencing_token"]) == (1, 1) == (found.attempts, found.token)
+    assert (row["attempts"], row["fencing_token"]) == (1, 1) == (found.attempts, found.fence.token)
     assert row["lease_owner"] == "worker-a"
     assert row["next_attempt_at"] == row["lease_expires_at"]
     lease = row["lease_expires_at"]
     assert before.timestamp() + 30 <= lease.timestamp() <= after.timestamp() + 30
     assert before <= row["started_at"] <= after
-    assert (found.request_id, found.transition_id) == (accepted.request_id, "go")
+    assert (found.fence.request_id, found.transition_id) == (accepted.request_id, "go")
 
 
 def test_claim__takes_due_retries_and_expired_leases_but_nothing_else(conn, flow_id):
@@ -115,7 +115,7 @@ def test_claim__takes_due_retries_and_expired_leases_but_nothing_else(conn, flow
 
     found = {c.execution_id: c for c in claim(conn, "worker-a", limit=10)}
     assert set(found) == {due, expired}
-    assert (found[expired].token, found[expired].attempts) == (2, 2)  # a takeover fences
+    assert (found[expired].fence.token, found[expired].attempts) == (2, 2)  # a takeover fences
     assert execution_row(conn, expired)["lease_owner"] == "worker-a"
     assert execution_row(conn, held)["lease_owner"] == "other"
     assert execution_row(conn, later)["status"] == "RETRY_WAIT"
@@ -148,7 +148,7 @@ def test_claim__takes_a_suspended_execution_only_once_its_deadline_passed(conn, 
     found = claim(conn, "worker-a", limit=5)
 
     assert [c.execution_id for c in found] == [timed_out]
-    assert (found[0].token, found[0].attempts) == (1, 1)
+    assert (found[0].fence.token, found[0].attempts) == (1, 1)
     assert execution_row(conn, waiting)["status"] == "SUSPENDED"
 
 

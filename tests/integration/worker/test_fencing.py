@@ -4,12 +4,12 @@ import threading
 
 import pytest
 
-from executions.checkpoints import checkpoint_settle, checkpoint_start, checkpoint_succeed
+from executions.checkpoints import checkpoint_settle
 from executions.claims import execution_load
 from executions.finalize import (
     AttemptSettlement,
+    FinalizeItem,
     execution_fail,
-    execution_finalize,
     execution_schedule_retry,
 )
 from executions.leases import ExecutionSuperseded
@@ -24,11 +24,14 @@ from tests.support.worker import (
     enqueue,
     execution_row,
     expire_lease,
+    finalize_one,
     ok,
     registry,
     request_row,
     run_claim,
     runtime_for,
+    save_checkpoint,
+    start_checkpoint,
     wait_until,
 )
 
@@ -36,17 +39,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _start(conn, fence, *, previous_attempt=0):
-    return checkpoint_start(
-        conn=conn,
-        fence=fence,
-        action_id="a",
-        sequence=0,
-        capability="A",
-        capability_version=1,
-        effect="READ_ONLY",
-        input_hash="0" * 64,
-        previous_attempt=previous_attempt,
-    )
+    return start_checkpoint(conn=conn, fence=fence, previous_attempt=previous_attempt)
 
 
 @pytest.fixture
@@ -56,7 +49,7 @@ def takeover(conn, make_flow):
     (first,) = claim(conn, "worker-a", lease_seconds=0.2)
     expire_lease(conn, accepted.execution_id)
     (second,) = claim(conn, "worker-b", lease_seconds=30)
-    return accepted, first.fence("worker-a"), second.fence("worker-b")
+    return accepted, first.fence, second.fence
 
 
 def test_stale_token__can_neither_load_nor_start_a_checkpoint(conn, takeover):
@@ -73,7 +66,7 @@ def test_stale_token__can_neither_save_nor_settle_a_checkpoint(conn, takeover):
     accepted, stale, current = takeover
     assert _start(conn, current) == 1
     with pytest.raises(ExecutionSuperseded):
-        checkpoint_succeed(conn=conn, fence=stale, action_id="a", attempt=1, output={"x": 1})
+        save_checkpoint(conn=conn, fence=stale, action_id="a", attempt=1, output={"x": 1})
     with pytest.raises(ExecutionSuperseded), conn.transaction():
         checkpoint_settle(
             conn=conn,
@@ -108,20 +101,21 @@ def test_stale_token__can_neither_retry_nor_fail_nor_finish(conn, takeover):
                 actor="t",
                 payload={},
             )
-    checkpoint_succeed(conn=conn, fence=current, action_id="a", attempt=1, output={})
+    save_checkpoint(conn=conn, fence=current, action_id="a", attempt=1, output={})
     with pytest.raises(ExecutionSuperseded):
-        execution_finalize(
+        finalize_one(
             conn=conn,
-            fence=stale,
-            from_state="DRAFT",
-            accepted_revision=2,
-            request_version=2,
-            action_ids=["a"],
-            data={"stale": True},
-            target_state="DONE",
-            result={"outcome": "OK", "targetState": "DONE"},
-            payload={},
-            actor="t",
+            item=FinalizeItem(
+                fence=stale,
+                from_state="DRAFT",
+                accepted_revision=2,
+                request_version=2,
+                action_ids=["a"],
+                data={"stale": True},
+                target_state="DONE",
+                result={"outcome": "OK", "targetState": "DONE"},
+                payload={},
+            ),
         )
     # Every refused transaction rolled back whole: B's execution, checkpoint and request stand.
     execution = execution_row(conn, accepted.execution_id)
@@ -145,7 +139,7 @@ def test_expired_lease__fences_out_its_own_holder_even_before_a_takeover(conn, m
     (found,) = claim(conn, "worker-a", lease_seconds=0.2)
     expire_lease(conn, accepted.execution_id)  # same token, but the lease ran out by DB time
     with pytest.raises(ExecutionSuperseded):
-        _start(conn, found.fence("worker-a"))
+        _start(conn, found.fence)
     assert checkpoint_rows(conn, accepted.execution_id) == {}
 
 
@@ -162,22 +156,20 @@ def test_late_return__after_a_takeover_changes_nothing(conn, make_flow, runtime_
 
     with runtime_for(runtime_dsn, registry(binding("A", slow))) as runtime_a:
         (found_a,) = claim(conn, "worker-a", lease_seconds=0.5)  # no heartbeat renews it
-        worker_a = threading.Thread(
-            target=lambda: results.update(a=run_claim(runtime_a, found_a, "worker-a"))
-        )
+        worker_a = threading.Thread(target=lambda: results.update(a=run_claim(runtime_a, found_a)))
         worker_a.start()
         assert slow.entered.wait(10)
         expire_lease(conn, accepted.execution_id)
 
         with runtime_for(runtime_dsn, registry(binding("A", fast))) as runtime_b:
             (found_b,) = claim(conn, "worker-b", lease_seconds=30)
-            assert found_b.token == found_a.token + 1
-            assert run_claim(runtime_b, found_b, "worker-b").status == "completed"
+            assert found_b.fence.token == found_a.fence.token + 1
+            assert run_claim(runtime_b, found_b).status == "completed"
 
         slow.gate.set()  # the provider answered A after all
         worker_a.join(timeout=10)
 
-    assert results["a"] == "superseded"  # settled, not failed, not retried
+    assert results["a"].status == "superseded"  # settled, not failed, not retried
     request = request_row(conn, accepted.request_id)
     assert request["data"] == {"who": "B"}
     assert (request["state"], request["revision"], request["blocked_by_id"]) == ("DONE", 3, None)

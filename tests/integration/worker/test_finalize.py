@@ -64,7 +64,7 @@ def test_finalize__rolls_back_as_a_whole_and_recovers_by_lease(
     with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
         (found,) = claim(conn, "worker-a", lease_seconds=0.5)
         with pytest.raises(psycopg.errors.RaiseException, match="injected failure"):
-            run_claim(runtime, found, "worker-a")
+            run_claim(runtime, found)
 
     # Nothing of the final transaction stuck; the checkpoint did.
     request = request_row(conn, accepted.request_id)
@@ -91,14 +91,23 @@ def test_finalize__rolls_back_as_a_whole_and_recovers_by_lease(
     assert (request["state"], request["revision"], request["blocked_by_id"]) == ("DONE", 3, None)
 
 
-def test_finalize__refuses_a_request_that_changed_during_the_run(conn, make_flow, runtime_dsn):
+@pytest.mark.parametrize(
+    "meddling",
+    [
+        "UPDATE request SET version = version + 1 WHERE id = %s",
+        "UPDATE request SET revision = revision + 1 WHERE id = %s",
+        "UPDATE request SET state = 'OTHER' WHERE id = %s",
+    ],
+    ids=["version", "revision", "state"],
+)
+def test_finalize__refuses_a_request_that_changed_during_the_run(
+    conn, make_flow, runtime_dsn, meddling
+):
     accepted = None
 
     def meddle(ctx):
         # Someone writes the request behind the block while the action runs.
-        conn.execute(
-            "UPDATE request SET version = version + 1 WHERE id = %s", [accepted.request_id]
-        )
+        conn.execute(meddling, [accepted.request_id])
         return ok()
 
     accepted = enqueue(conn, make_flow([action("a", "A")]))
@@ -108,4 +117,36 @@ def test_finalize__refuses_a_request_that_changed_during_the_run(conn, make_flow
     execution = execution_row(conn, accepted.execution_id)
     assert (execution["status"], execution["error_code"]) == ("FAILED", errors.REQUEST_MODIFIED)
     request = request_row(conn, accepted.request_id)
-    assert (request["state"], request["data"], request["blocked_by_id"]) == ("DRAFT", {}, None)
+    assert (request["data"], request["blocked_by_id"]) == ({}, None)
+
+
+def test_finalize__a_checkpoint_no_longer_succeeded_is_a_contract_mismatch_for_an_operator(
+    conn, make_flow, runtime_dsn
+):
+    accepted = None
+
+    def unsettle_a(ctx):
+        # Something other than this holder rewrites the first action's checkpoint meanwhile.
+        conn.execute(
+            "UPDATE action_execution SET status = 'UNKNOWN' "
+            "WHERE execution_id = %s AND action_id = 'a'",
+            [accepted.execution_id],
+        )
+        return ok()
+
+    accepted = enqueue(conn, make_flow([action("a", "A"), action("b", "B")]))
+    reg = registry(
+        binding("A", ScriptedAdapter(), effect="IDEMPOTENT_WRITE"),
+        binding("B", ScriptedAdapter(script=[unsettle_a])),
+    )
+    with runtime_for(runtime_dsn, reg) as rt:
+        assert run_next(conn, rt).status == "failed"
+
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["error_code"]) == (
+        "RECONCILIATION_REQUIRED",
+        errors.CONTRACT_MISMATCH,
+    )
+    assert "a UNKNOWN" in execution["error_detail"]
+    request = request_row(conn, accepted.request_id)
+    assert (request["state"], request["blocked_by_id"]) == ("DRAFT", accepted.execution_id)

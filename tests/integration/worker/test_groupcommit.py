@@ -73,7 +73,7 @@ def test_group_commit__merges_concurrent_starts_and_fences_each_item(conn, make_
         "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s", [stale.execution_id]
     )
     writes = GroupWrites(actor="t")
-    items = [StartItem(c.fence("w"), "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
+    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
     state = {}
 
     def start():
@@ -104,7 +104,7 @@ def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, 
     writes = GroupWrites(actor="t")
     items = [
         FinalizeItem(
-            fence=c.fence("w"),
+            fence=c.fence,
             from_state="DRAFT",
             accepted_revision=2,
             request_version=2,

@@ -24,9 +24,7 @@ def test_renew__extends_a_held_lease_from_the_database_clock(conn, flow_id):
     (found,) = claim(conn, "worker-a", lease_seconds=2)
     before = _lease(conn, accepted.execution_id)
 
-    renewed = leases_renew(
-        conn=conn, owner="worker-a", held=[found.fence("worker-a")], lease_seconds=30
-    )
+    renewed = leases_renew(conn=conn, owner="worker-a", held=[found.fence], lease_seconds=30)
 
     assert renewed == {(accepted.execution_id, 1)}
     row = execution_row(conn, accepted.execution_id)
@@ -39,7 +37,7 @@ def test_renew__needs_the_exact_holder(conn, flow_id, wrong):
     accepted = enqueue(conn, flow_id)
     other = enqueue(conn, flow_id)
     (found,) = claim(conn, "worker-a")
-    fence = found.fence("worker-a")
+    fence = found.fence
     bad = {
         "token": dataclasses.replace(fence, token=fence.token + 1),
         "owner": dataclasses.replace(fence, owner="worker-b"),
@@ -58,9 +56,7 @@ def test_renew__an_expired_lease_does_not_revive(conn, flow_id):
     expire_lease(conn, accepted.execution_id)
     before = _lease(conn, accepted.execution_id)
 
-    renewed = leases_renew(
-        conn=conn, owner="worker-a", held=[found.fence("worker-a")], lease_seconds=30
-    )
+    renewed = leases_renew(conn=conn, owner="worker-a", held=[found.fence], lease_seconds=30)
 
     assert renewed == set()
     row = execution_row(conn, accepted.execution_id)
@@ -71,13 +67,13 @@ def test_renew__an_expired_lease_does_not_revive(conn, flow_id):
     )
     # The only way back is a claim, which takes a new token.
     (again,) = claim(conn, "worker-a")
-    assert again.token == found.token + 1
+    assert again.fence.token == found.fence.token + 1
 
 
 def test_renew__batches_every_held_lease_and_reports_the_lost_ones(conn, flow_id):
     ids = [enqueue(conn, flow_id).execution_id for _ in range(3)]
     found = claim(conn, "worker-a", limit=3, lease_seconds=5)
-    fences = [c.fence("worker-a") for c in found]
+    fences = [c.fence for c in found]
     # Someone else took the second one (a cancellation or a reclaim bumps its token).
     conn.execute("UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s", [ids[1]])
 
@@ -93,6 +89,4 @@ def test_renew__of_nothing_sends_nothing(conn):
 def test_fence__carries_the_four_holder_coordinates(conn, flow_id):
     accepted = enqueue(conn, flow_id)
     (found,) = claim(conn, "worker-a")
-    assert found.fence("worker-a") == Fence(
-        accepted.execution_id, accepted.request_id, 1, "worker-a"
-    )
+    assert found.fence == Fence(accepted.execution_id, accepted.request_id, 1, "worker-a")

@@ -90,8 +90,8 @@ def test_checkpoint_write__looks_up_each_holder_by_its_execution_id(
     items = [
         {
             "execution_id": str(found.execution_id),
-            "request_id": str(found.request_id),
-            "token": found.token,
+            "request_id": str(found.fence.request_id),
+            "token": found.fence.token,
             "owner": "worker-a",
             **fields,
         }
@@ -179,8 +179,8 @@ def _generic_plan(conn: psycopg.Connection, statement: str, params: dict) -> lis
 def _fence(found) -> dict:
     return {
         "execution_id": str(found.execution_id),
-        "request_id": str(found.request_id),
-        "token": found.token,
+        "request_id": str(found.fence.request_id),
+        "token": found.fence.token,
         "owner": "worker-a",
     }
 

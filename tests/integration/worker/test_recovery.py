@@ -38,7 +38,7 @@ def _crash(conn, runtime_dsn, *bindings, lease_seconds=0.3):
     with runtime_for(runtime_dsn, registry(*bindings)) as runtime:
         (found,) = claim(conn, "doomed", lease_seconds=lease_seconds)
         with pytest.raises(SimulatedCrash):
-            run_claim(runtime, found, "doomed")
+            run_claim(runtime, found)
     expire_lease(conn, found.execution_id)
     return found
 
@@ -81,7 +81,7 @@ def test_recovery__checkpoints_survive_a_crash_and_succeeded_actions_are_not_rer
     assert call.input == {"price": 10}  # mapped from the recovered output
     assert (call.attempt, call.external_key) == (2, f"{accepted.execution_id}:book")
     execution = execution_row(conn, accepted.execution_id)
-    assert (execution["attempts"], execution["fencing_token"]) == (2, crashed.token + 1)
+    assert (execution["attempts"], execution["fencing_token"]) == (2, crashed.fence.token + 1)
     assert request_row(conn, accepted.request_id)["data"] == {"booking": {"ref": "bk-1"}}
 
 

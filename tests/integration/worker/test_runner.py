@@ -65,6 +65,26 @@ def _types(conn, accepted):
     return [t for t, _ in audit_events(conn, accepted.request_id)]
 
 
+# -- the pinned flow version ---------------------------------------------------------------
+def test_run__follows_its_pinned_flow_version_while_a_newer_one_is_published(conn, make_flow, run):
+    def rules(outcome, target):
+        return [{"id": outcome, "when": True, "target": target, "outcome": outcome}]
+
+    pinned = make_flow([action("a", "A")], key="pinned", version=1, rules=rules("V1", "DONE"))
+    accepted = enqueue(conn, pinned)
+    newer = make_flow([action("b", "B")], key="pinned", version=2, rules=rules("V2", "OTHER"))
+    assert newer != pinned
+    first, second = ScriptedAdapter(), ScriptedAdapter()
+
+    result = run(binding("A", first), binding("B", second))
+
+    assert (result.status, result.state["outcome"]) == ("completed", "V1")
+    assert (len(first.calls), second.calls) == (1, [])
+    assert set(checkpoint_rows(conn, accepted.execution_id)) == {"a"}
+    assert request_row(conn, accepted.request_id)["state"] == "DONE"
+    assert execution_row(conn, accepted.execution_id)["flow_id"] == pinned
+
+
 # -- success --------------------------------------------------------------------------------
 def test_run__one_no_op_action_completes_and_releases_the_request(conn, make_flow, run):
     flow_id = make_flow([action("check", "NO_OP", input={"x": {"from": "/data/x"}})])

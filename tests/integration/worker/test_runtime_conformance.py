@@ -8,18 +8,19 @@ packages through a local runtime on the same registry.
 import dataclasses
 import json
 import threading
+import uuid
 
 import pytest
 
-from executions.leases import ExecutionSuperseded
+from executions.leases import ExecutionSuperseded, Fence
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.runtime import (
-    ExecutionPackage,
     LocalWorkerRuntime,
     WorkerRequest,
     dispatch_once,
     is_superseded_refusal,
 )
+from executions.worker.wire import ExecutionPackage, package_json, package_read
 from tests.support.worker import (
     FAST,
     GateAdapter,
@@ -71,15 +72,11 @@ def make_runtime(request, runtime_dsn):
         runtime.close()
 
 
-def _dispatch(runtime, found, owner="w", cancelled=None):
+def _dispatch(runtime, found, cancelled=None):
     return dispatch_once(
         runtime,
-        package_of(found, owner),
-        WorkerRequest(
-            execution_id=str(found.execution_id),
-            fence=found.token,
-            cancelled=cancelled or threading.Event(),
-        ),
+        package_of(found),
+        WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
     )
 
 
@@ -88,8 +85,9 @@ def test_runtime__completes_with_the_folded_state(conn, make_flow, make_runtime)
     accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
     (found,) = claim(conn, "w")
     result = _dispatch(runtime, found)
-    assert result.execution_id == str(accepted.execution_id)
+    assert result.execution_id == accepted.execution_id
     assert result.status == "completed"
+    assert result.execution_status == "SUCCEEDED"
     assert result.state["executionStatus"] == "SUCCEEDED"
     assert result.output == {"outcome": "OK", "targetState": "DONE"}
 
@@ -105,7 +103,8 @@ def test_runtime__reports_failed_and_suspended(
     enqueue(conn, make_flow([action("a", "A")]))
     (found,) = claim(conn, "w")
     result = _dispatch(runtime, found)
-    assert (result.status, result.state["executionStatus"]) == (status, execution_status)
+    assert (result.status, result.execution_status) == (status, execution_status)
+    assert result.state["executionStatus"] == execution_status
 
 
 def test_runtime__a_stale_fence_is_a_superseded_refusal_settled_not_retried(
@@ -119,9 +118,9 @@ def test_runtime__a_stale_fence_is_a_superseded_refusal_settled_not_retried(
         "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s",
         [accepted.execution_id],
     )
-    assert _dispatch(runtime, found) == "superseded"
+    assert _dispatch(runtime, found).status == "superseded"
     assert adapter.calls == []
-    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.fence.token + 1
 
 
 def test_runtime__cancel_reaches_only_the_exact_holder(conn, make_flow, make_runtime):
@@ -136,27 +135,29 @@ def test_runtime__cancel_reaches_only_the_exact_holder(conn, make_flow, make_run
     )
     thread.start()
     assert gate.entered.wait(10)
-    assert runtime.cancel(str(found.execution_id), "test", fence=found.token + 1) is False
+    assert runtime.cancel(str(found.execution_id), "test", token=found.fence.token + 1) is False
     assert not cancelled.is_set()
-    assert runtime.cancel(str(found.execution_id), "test", fence=found.token) is True
+    assert runtime.cancel(str(found.execution_id), "test", token=found.fence.token) is True
     thread.join(10)
     assert cancelled.is_set() and gate.cancelled_seen.is_set()
-    assert outcome["r"] == "interrupted"  # stopped without writing; recovered by lease
+    assert outcome["r"].status == "interrupted"  # stopped without writing; recovered by lease
     assert runtime.cancel(str(found.execution_id), "after") is False  # released
 
 
 def test_package__is_json_with_identity_and_resume_coordinates_only():
     package = ExecutionPackage(
-        execution_id="3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d",
-        request_id="9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10",
+        fence=Fence(
+            uuid.UUID("3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d"),
+            uuid.UUID("9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10"),
+            7,
+            "host:1:abc",
+        ),
         flow_id=4,
         transition_id="go",
-        fencing_token=7,
-        lease_owner="host:1:abc",
         attempts=2,
         principal={"subject": "alice", "tenant": "acme"},
     )
-    text = package.to_json()
+    text = package_json(package)
     assert set(json.loads(text)) == {
         "executionId",
         "requestId",
@@ -169,7 +170,8 @@ def test_package__is_json_with_identity_and_resume_coordinates_only():
         "resumeEvent",
         "metadata",
     }
-    assert ExecutionPackage.from_json(text) == package
+    assert json.loads(text)["fencingToken"] == 7
+    assert package_read(json.loads(text)) == package
 
 
 def test_superseded_refusal__names_its_own_execution_only():

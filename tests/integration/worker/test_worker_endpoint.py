@@ -13,6 +13,7 @@ from executions.leases import ExecutionSuperseded
 from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
 from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
 from executions.worker.runtime import WorkerRequest, dispatch_once, is_superseded_refusal
+from executions.worker.wire import package_json
 from tests.support.worker import (
     FAST,
     ScriptedAdapter,
@@ -82,7 +83,7 @@ def test_endpoint__refuses_a_caller_without_the_token(
     adapter = ScriptedAdapter()
     worker_endpoint.serve(registry(binding("A", adapter)))
     accepted, found = claimed(conn, make_flow, adapter)
-    package = json.loads(package_of(found, "w").to_json())
+    package = json.loads(package_json(package_of(found)))
     package["principal"] = {"subject": "mallory", "scope": "acme", "roles": []}
     headers = {} if authorization is None else {"Authorization": authorization}
     response = post(worker_endpoint.url + "execute", package, **headers)
@@ -199,10 +200,10 @@ def test_endpoint__a_stale_fence_is_409_superseded_and_the_remote_runtime_settle
         "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s",
         [accepted.execution_id],
     )
-    package = package_of(found, "w")
+    package = package_of(found)
     response = post(
         worker_endpoint.url + "execute",
-        package.to_json().encode(),
+        package_json(package).encode(),
         token=worker_endpoint.token,
     )
     assert response.status_code == 409
@@ -210,25 +211,23 @@ def test_endpoint__a_stale_fence_is_409_superseded_and_the_remote_runtime_settle
 
     target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
     with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
-        request = WorkerRequest(execution_id=package.execution_id, fence=found.token)
+        request = WorkerRequest(fence=found.fence)
         lease = runtime.allocate(request)
         with pytest.raises(ExecutionSuperseded) as refused:
             runtime.execute(lease, package)
         runtime.release(lease)
         assert is_superseded_refusal(refused.value, accepted.execution_id)
-        assert dispatch_once(runtime, package, request) == "superseded"
+        assert dispatch_once(runtime, package, request).status == "superseded"
     assert adapter.calls == []
-    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.token + 1
+    assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.fence.token + 1
 
 
 # ------------------------------------------------------------------------------
 # Failures of the remote runtime are errors, never superseded
 # ------------------------------------------------------------------------------
 def _dispatch_fails(runtime, found):
-    package = package_of(found, "w")
-    request = WorkerRequest(
-        execution_id=package.execution_id, fence=found.token, cancelled=threading.Event()
-    )
+    package = package_of(found)
+    request = WorkerRequest(fence=found.fence, cancelled=threading.Event())
     with pytest.raises(RemoteWorkerError) as failed:
         dispatch_once(runtime, package, request)
     assert not is_superseded_refusal(failed.value, package.execution_id)

@@ -1,0 +1,303 @@
+"""What crosses the worker runtime boundary (SPEC §8), and its one JSON form.
+
+Going in, an `ExecutionPackage`: the holder (`Fence`) and what to run, never code. Coming out, an
+`ExecutionResult`: where the run left the execution (`RunOutcome`), folded into the SPI's
+`completed` / `suspended` / `failed`; `dispatch_once` adds `superseded` and `interrupted` for a
+dispatch that ended without a result. Both runtimes and the worker endpoint read and write these
+through this module only, so the JSON field names below are written once. They are public
+(SPEC §8, seeds/worker-runtime.md): never rename them.
+
+Invariants:
+- the holder is one `Fence` end to end (claim -> package -> request -> lease -> every write); the
+  JSON carries it as `executionId`, `requestId`, `fencingToken`, `leaseOwner`;
+- reading is strict: `package_read` refuses unknown fields and wrong types with a
+  `PackageInvalid` naming the field, and `result_read` refuses anything that is not a result for
+  the expected execution with a `ResultInvalid`.
+"""
+
+import datetime
+import enum
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..leases import Fence
+from ..models import ExecutionStatus
+
+MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
+SUPERSEDED = "superseded"  # the wire code of a superseded refusal
+INTERRUPTED = "interrupted"  # the wire code of a holder told to stop between two steps
+PACKAGE_KEYS = frozenset(
+    {
+        "executionId",
+        "requestId",
+        "flowId",
+        "transitionId",
+        "fencingToken",
+        "leaseOwner",
+        "attempts",
+        "principal",
+        "resumeEvent",
+        "metadata",
+    }
+)
+
+
+class PackageInvalid(Exception):
+    """A posted body is not an acceptable package; the message says why and is safe to show."""
+
+
+class ResultInvalid(Exception):
+    """An endpoint's answer is not a result for the execution it was sent."""
+
+
+# ------------------------------------------------------------------------------
+# Going in
+# ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExecutionPackage:
+    """Identity and resume coordinates of one dispatch: the holder, the flow and transition."""
+
+    fence: Fence
+    flow_id: int
+    transition_id: str
+    attempts: int = 1
+    principal: dict[str, Any] | None = None
+    resume_event: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def execution_id(self) -> uuid.UUID:
+        return self.fence.execution_id
+
+
+def package_json(package: ExecutionPackage) -> str:
+    return json.dumps(
+        {
+            "executionId": str(package.fence.execution_id),
+            "requestId": str(package.fence.request_id),
+            "flowId": package.flow_id,
+            "transitionId": package.transition_id,
+            "fencingToken": package.fence.token,
+            "leaseOwner": package.fence.owner,
+            "attempts": package.attempts,
+            "principal": package.principal,
+            "resumeEvent": package.resume_event,
+            "metadata": package.metadata,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _uuid(raw: dict[str, Any], key: str) -> uuid.UUID:
+    value = raw.get(key)
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return uuid.UUID(value)
+    except ValueError:
+        raise PackageInvalid(f"{key} must be a UUID string") from None
+
+
+def _integer(raw: dict[str, Any], key: str, *, minimum: int) -> int:
+    value = raw.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise PackageInvalid(f"{key} must be an integer of at least {minimum}")
+    return value
+
+
+def _text(raw: dict[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT_LENGTH:
+        raise PackageInvalid(f"{key} must be a string of 1 to {MAX_TEXT_LENGTH} characters")
+    return value
+
+
+def _object(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise PackageInvalid(f"{key} must be an object or null")
+    return value
+
+
+def package_read(raw: dict[str, Any]) -> ExecutionPackage:
+    """Validate a package field by field; raise PackageInvalid saying what is wrong."""
+    unknown = sorted(set(raw) - PACKAGE_KEYS)
+    if unknown:
+        raise PackageInvalid(f"unknown fields: {', '.join(k[:40] for k in unknown[:5])}")
+    if raw.get("resumeEvent") is not None:
+        raise PackageInvalid("resumeEvent is not supported by flows of this version")
+    return ExecutionPackage(
+        fence=Fence(
+            execution_id=_uuid(raw, "executionId"),
+            request_id=_uuid(raw, "requestId"),
+            token=_integer(raw, "fencingToken", minimum=0),
+            owner=_text(raw, "leaseOwner"),
+        ),
+        flow_id=_integer(raw, "flowId", minimum=1),
+        transition_id=_text(raw, "transitionId"),
+        attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
+        # Honoured only because the caller has already presented the endpoint's token.
+        principal=_object(raw, "principal"),
+        resume_event=None,
+        metadata=_object(raw, "metadata") or {},
+    )
+
+
+def cancel_json(execution_id: uuid.UUID, token: int, reason: str | None) -> str:
+    return json.dumps({"executionId": str(execution_id), "fence": token, "reason": reason})
+
+
+def cancel_read(raw: dict[str, Any]) -> tuple[uuid.UUID, int | None, str | None]:
+    """(execution id, token or None, reason) of a posted cancel; PackageInvalid if malformed."""
+    execution_id = _uuid(raw, "executionId")
+    token = _integer(raw, "fence", minimum=0) if raw.get("fence") is not None else None
+    reason = raw.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise PackageInvalid("reason must be a string or null")
+    return execution_id, token, (reason or "")[:MAX_TEXT_LENGTH] or None
+
+
+# ------------------------------------------------------------------------------
+# Coming out
+# ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where one run left its execution."""
+
+    status: ExecutionStatus  # SUCCEEDED, RETRY_WAIT, FAILED or RECONCILIATION_REQUIRED
+    error_code: str | None = None
+    target_state: str | None = None
+    outcome: str | None = None
+    next_attempt_at: datetime.datetime | None = None
+
+
+class Ending(enum.StrEnum):
+    """How a dispatch ended. The first three are the SPI's results; the last two are refusals
+    that carry no run (the execution was left as it was)."""
+
+    COMPLETED = "completed"
+    SUSPENDED = "suspended"
+    FAILED = "failed"
+    SUPERSEDED = SUPERSEDED
+    INTERRUPTED = INTERRUPTED
+
+
+_ENDING_OF = {
+    ExecutionStatus.SUCCEEDED: Ending.COMPLETED,
+    # Not failed: it rests until its retry is due, then any worker resumes it.
+    ExecutionStatus.RETRY_WAIT: Ending.SUSPENDED,
+    ExecutionStatus.FAILED: Ending.FAILED,
+    ExecutionStatus.RECONCILIATION_REQUIRED: Ending.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """How one dispatch ended and, unless it was refused, where the run left the execution."""
+
+    execution_id: uuid.UUID
+    status: Ending
+    run: RunOutcome | None = None  # None exactly when superseded or interrupted
+
+    @classmethod
+    def of(cls, execution_id: uuid.UUID, run: RunOutcome) -> "ExecutionResult":
+        return cls(execution_id, _ENDING_OF[run.status], run)
+
+    @property
+    def execution_status(self) -> ExecutionStatus | None:
+        """The status the run left (None when the dispatch was refused)."""
+        return self.run.status if self.run is not None else None
+
+    # The folded state and its mirrors, as the SPI names them.
+    @property
+    def state(self) -> dict[str, Any]:
+        run = self.run
+        if run is None:
+            return {}
+        return {
+            "executionStatus": str(run.status),
+            "errorCode": run.error_code,
+            "targetState": run.target_state,
+            "outcome": run.outcome,
+        }
+
+    @property
+    def output(self) -> dict[str, Any] | None:
+        if self.status != Ending.COMPLETED or self.run is None:
+            return None
+        return {"outcome": self.run.outcome, "targetState": self.run.target_state}
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        if self.status != Ending.FAILED or self.run is None:
+            return None
+        return {"code": self.run.error_code}
+
+    @property
+    def suspended_on(self) -> dict[str, Any] | None:
+        if self.status != Ending.SUSPENDED or self.run is None:
+            return None
+        due = self.run.next_attempt_at
+        return {"retryAt": due.isoformat() if due is not None else None}
+
+
+def result_wire(result: ExecutionResult) -> dict[str, Any]:
+    """The JSON of a result (completed, suspended or failed)."""
+    return {
+        "executionId": str(result.execution_id),
+        "status": str(result.status),
+        "state": result.state,
+        "output": result.output,
+        "error": result.error,
+        "suspendedOn": result.suspended_on,
+    }
+
+
+def _optional_text(state: dict[str, Any], key: str) -> str | None:
+    value = state.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ResultInvalid(f"the result's state.{key} is not a string")
+    return value
+
+
+def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
+    """Read an endpoint's result for `execution_id`; anything else raises ResultInvalid."""
+    if not isinstance(raw, dict):
+        raise ResultInvalid("the result is not a JSON object")
+    if raw.get("executionId") != str(execution_id):
+        raise ResultInvalid("the result is for another execution")
+    state = raw.get("state")
+    if not isinstance(state, dict):
+        raise ResultInvalid("the result has no state object")
+    try:
+        status = ExecutionStatus(state.get("executionStatus"))
+        ending = _ENDING_OF[status]
+    except (ValueError, KeyError):
+        raise ResultInvalid("the result's state has no resting executionStatus") from None
+    if raw.get("status") != ending:
+        raise ResultInvalid(f"the result's status {str(raw.get('status'))[:40]!r} is not {ending}")
+    for key in ("output", "error", "suspendedOn"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise ResultInvalid(f"the result has a {key!r} that is no object")
+    due = None
+    retry_at = (raw.get("suspendedOn") or {}).get("retryAt")
+    if retry_at is not None:
+        try:
+            due = datetime.datetime.fromisoformat(retry_at)
+        except (TypeError, ValueError):
+            raise ResultInvalid("the result's suspendedOn.retryAt is not a timestamp") from None
+    run = RunOutcome(
+        status=status,
+        error_code=_optional_text(state, "errorCode"),
+        target_state=_optional_text(state, "targetState"),
+        outcome=_optional_text(state, "outcome"),
+        next_attempt_at=due,
+    )
+    return ExecutionResult(execution_id, ending, run)
+
+
+def refusal_wire(code: str, execution_id: uuid.UUID) -> dict[str, str]:
+    """The exact 409 body of a superseded or interrupted dispatch."""
+    return {"code": code, "executionId": str(execution_id)}

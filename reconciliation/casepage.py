@@ -1,0 +1,198 @@
+"""The case page, put together: what explain.py says about the case, the forms the operator may
+use, and, once resolved, who resolved it and what the execution has done since.
+
+Read-only: it only reads through selectors and renders. The forms post to the admin actions
+(adminactions.py), which render this page again, with the operator's typed input and the
+errors, when a resolution is refused or the form is invalid.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.admin import helpers
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+
+from actions.lookup import supports_lookup
+from executions.models import AuditType, ExecutionStatus
+
+from . import explain, selectors
+from .forms import ResolutionForm
+from .resolutions import RESOLUTIONS, ResolutionAction
+
+FINAL_STATUSES = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+REFRESH_SECONDS = 5  # how often a resolved case's page reloads while the execution still runs
+
+
+@dataclass(frozen=True)
+class CaseForm:
+    """A resolution the operator may apply, with its form, as the case page shows it."""
+
+    resolution: ResolutionAction
+    form: ResolutionForm
+    suggested: bool
+    risk: str | None  # the risk of this choice against the evidence, named; None when none
+
+
+def forms_for(
+    request: HttpRequest,
+    case: selectors.CaseDetail,
+    *,
+    suggestion: explain.Suggestion,
+    bound: dict[str, ResolutionForm] | None = None,
+) -> list[CaseForm]:
+    """The resolutions the operator may apply to this case, suggested one first."""
+    action_ids = [view.checkpoint.action_id for view in case.uncertain]
+    lookup = case.latest_lookup(action_ids[0]) if action_ids else None
+    prefill = {}
+    if len(action_ids) == 1 and lookup and lookup.get("happened") and lookup.get("outputValid"):
+        # Offer the provider's record only when it would pass the output schema.
+        prefill["output"] = json.dumps(
+            lookup["output"], indent=2, sort_keys=True, ensure_ascii=False
+        )
+    offered = []
+    for resolution in RESOLUTIONS:
+        if not request.user.has_perm(resolution.permission):
+            continue
+        if resolution.settles_one_action and not case.uncertain:
+            continue
+        risks = {a: explain.risk(resolution.name, case.latest_lookup(a)) for a in action_ids}
+        form = (bound or {}).get(resolution.name) or resolution.form_class(
+            action_ids=action_ids if resolution.settles_one_action else None,
+            initial=prefill if resolution.form_class.takes_output else None,
+            risks=risks,
+            auto_id=f"{resolution.field_prefix}_%s",
+        )
+        offered.append(
+            CaseForm(
+                resolution,
+                form,
+                suggested=resolution.name == suggestion.resolution,
+                risk=next((r for r in risks.values() if r), None),
+            )
+        )
+    offered.sort(key=lambda item: not item.suggested)
+    return offered
+
+
+@dataclass(frozen=True)
+class ResolvedCard:
+    """Who resolved the case, how, when and why, with the evidence they had."""
+
+    resolution: str
+    operator: str
+    at: str
+    reason: str
+    lookup_status: str
+    action_id: str | None
+
+
+def resolved_card(case: selectors.CaseDetail) -> ResolvedCard | None:
+    event = next(
+        (
+            entry.event
+            for entry in reversed(case.timeline)
+            if entry.event.type == AuditType.RECONCILIATION_RESOLVED
+            and entry.event.execution_id == case.execution.pk
+        ),
+        None,
+    )
+    if event is None:
+        return None
+    payload = event.payload
+    evidence = payload.get("evidence") or {}
+    lookup = evidence.get("lookup")
+    if lookup is None and evidence.get("lookups"):
+        lookup = evidence["lookups"][-1]
+    return ResolvedCard(
+        resolution={
+            "WRITE_HAPPENED": "The write happened",
+            "WRITE_NOT_HAPPENED": "The write did not happen (one replay)",
+            "ABANDONED": "Abandoned",
+        }.get(payload.get("resolution"), str(payload.get("resolution"))),
+        operator=str(payload.get("operator") or event.actor),
+        at=explain.utc(event.created_at),
+        reason=str(payload.get("reason") or ""),
+        lookup_status=explain.lookup_status(lookup),
+        action_id=payload.get("actionId"),
+    )
+
+
+def live_status(case: selectors.CaseDetail, now: Any) -> str:
+    """What the execution is doing now, in words."""
+    execution = case.execution
+    status = execution.status
+    if status == ExecutionStatus.PENDING:
+        return (
+            f"PENDING since {explain.utc(execution.next_attempt_at)}: waiting for a worker to "
+            "claim it; none has yet. If this lasts, check that a worker is running."
+        )
+    if status == ExecutionStatus.RUNNING:
+        held = (
+            f"held by {execution.lease_owner}, "
+            f"lease until {explain.utc(execution.lease_expires_at)}"
+            if execution.lease_owner
+            else "claimed"
+        )
+        return f"RUNNING: {held} (attempt {execution.attempts})."
+    if status == ExecutionStatus.RETRY_WAIT:
+        return f"RETRY_WAIT: next attempt at {explain.utc(execution.next_attempt_at)}."
+    if status in FINAL_STATUSES:
+        return f"{status} at {explain.utc(execution.finished_at)}."
+    return f"{status}."
+
+
+def case_context(
+    request: HttpRequest,
+    case: selectors.CaseDetail,
+    *,
+    may_lookup: bool,
+    bound: dict[str, ResolutionForm] | None = None,
+) -> dict[str, Any]:
+    """The case page's context (beyond the admin site's)."""
+    now = timezone.now()
+    execution = case.execution
+    uncertain = [view.checkpoint for view in case.uncertain] if case.is_open else []
+    first = uncertain[0] if uncertain else None
+    lookup_view = case.latest_lookup_view(first.action_id) if first else None
+    lookup = lookup_view.payload if lookup_view else None
+    can_lookup = bool(first) and supports_lookup(first.capability, first.capability_version)
+    suggestion = explain.suggest(uncertain=uncertain, lookup=lookup, can_lookup=can_lookup)
+    events = [entry.event for entry in case.timeline]
+    card = None if case.is_open else resolved_card(case)
+    return {
+        "case": case,
+        "short_id": str(execution.pk)[:8],
+        "why": explain.why(
+            error_code=execution.error_code,
+            error_detail=execution.error_detail,
+            uncertain=uncertain,
+            timeline=events,
+        )
+        if case.is_open
+        else None,
+        "waiting": explain.age((now - execution.created_at).total_seconds()),
+        "summary_fields": explain.summary_fields(execution.flow.definition, case.request.data),
+        "first_uncertain": first,
+        "latest_lookup": lookup,
+        "lookup_status": explain.lookup_status(lookup),
+        "latest_lookup_at": explain.utc(lookup_view.event.created_at) if lookup_view else None,
+        "lookup_age": explain.age((now - lookup_view.event.created_at).total_seconds())
+        if lookup_view
+        else None,
+        "can_lookup": can_lookup and may_lookup,
+        "suggestion": suggestion,
+        "resolutions": forms_for(request, case, suggestion=suggestion, bound=bound)
+        if case.is_open
+        else [],
+        "may_resolve": any(request.user.has_perm(r.permission) for r in RESOLUTIONS),
+        "resolved": card,
+        "live_status": None if case.is_open else live_status(case, now),
+        "refresh_seconds": REFRESH_SECONDS
+        if card and execution.status not in FINAL_STATUSES
+        else None,
+        "changelist_url": reverse("admin:reconciliation_reconciliationcase_changelist"),
+        "selected_name": helpers.ACTION_CHECKBOX_NAME,
+    }

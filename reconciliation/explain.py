@@ -1,0 +1,236 @@
+"""What a case says about itself: why it is uncertain, what identifies it, what the provider
+said, and which resolution the evidence suggests, with its consequence in words.
+
+Pure functions of what the case page already read (selectors.CaseDetail): no queries, no clock
+(the caller passes `now`). The suggestion follows the evidence and nothing else: where the
+evidence is inconclusive (no lookup, or a lookup that settled nothing) it is to ask the provider
+again or check with it directly, and no resolution is pre-selected.
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from executions.flows import pointer
+from executions.models import AuditEvent, AuditType, CheckpointStatus
+
+from .evidence import clip
+
+SUMMARY_VALUE_CHARS = 80  # characters of one case-summary value shown
+WHY_DETAIL_CHARS = 200  # characters of an error detail quoted in the one-sentence why
+
+# Lookup statuses, as the queue and the case page name them.
+NOT_ASKED, HAPPENED, NOT_FOUND, LOOKUP_ERROR = "not asked", "happened", "not found", "error"
+
+# Resolution names of resolutions.py (the table), as suggested here.
+WRITE_HAPPENED = "resolve_write_happened"
+WRITE_NOT_HAPPENED = "resolve_write_not_happened"
+ABANDON = "abandon_execution"
+
+
+def utc(moment: datetime | None) -> str:
+    """A moment as UTC to the second ("2026-12-01 05:54:51 UTC"), or "—"."""
+    if moment is None:
+        return "—"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def age(seconds: float) -> str:
+    """A duration an operator reads at a glance: "45 s", "3 min", "2 h 5 min", "3 d 4 h"."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def lookup_status(lookup: dict[str, Any] | None) -> str:
+    """not asked / happened / not found / error, from a recorded lookup's payload."""
+    if lookup is None:
+        return NOT_ASKED
+    if lookup.get("happened") is True:
+        return HAPPENED
+    if lookup.get("happened") is False:
+        return NOT_FOUND
+    return LOOKUP_ERROR
+
+
+def summary_fields(definition: dict[str, Any], data: Any) -> list[tuple[str, str]]:
+    """The flow's `caseSummary` pointers with the request data's values there, for display."""
+    fields = []
+    for where in definition.get("caseSummary") or []:
+        try:
+            value = pointer.resolve(data, where)
+        except pointer.PointerError:
+            value = pointer.MISSING
+        if value is pointer.MISSING:
+            shown = "—"
+        elif isinstance(value, str):
+            shown = clip(value, SUMMARY_VALUE_CHARS)
+        else:
+            shown = clip(json.dumps(value, ensure_ascii=False), SUMMARY_VALUE_CHARS)
+        fields.append((where.lstrip("/").replace("/", " / ") or where, shown))
+    return fields
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """A worker that took over an expired lease, as the audit records it."""
+
+    at: datetime
+    previous_owner: str
+    previous_token: int
+
+
+def takeovers(timeline: list[AuditEvent]) -> list[Takeover]:
+    return [
+        Takeover(
+            at=event.created_at,
+            previous_owner=str(event.payload.get("previousOwner") or "an unknown worker"),
+            previous_token=int(event.payload.get("previousToken") or 0),
+        )
+        for event in timeline
+        if event.type == "LEASE_TAKEN_OVER"
+    ]
+
+
+def why(
+    *,
+    error_code: str | None,
+    error_detail: str | None,
+    uncertain: list[Any],
+    timeline: list[AuditEvent],
+) -> str:
+    """Why the case needs a person, in one sentence."""
+    cancelled = next(
+        (e for e in reversed(timeline) if e.type == AuditType.EXECUTION_CANCELLED), None
+    )
+    if uncertain:
+        checkpoint = uncertain[0]
+        call = f"the call of {checkpoint.action_id!r} to {checkpoint.capability}"
+        started = utc(checkpoint.started_at)
+        if checkpoint.status == CheckpointStatus.RUNNING:
+            lost = next(
+                (t for t in takeovers(timeline) if t.previous_token == checkpoint.fencing_token),
+                None,
+            )
+            if lost is not None:
+                return (
+                    f"Worker {lost.previous_owner} lost its lease at {utc(lost.at)} while {call} "
+                    f"was in flight (sent {started}); nobody knows whether the provider applied "
+                    "it, and this write is never repeated without an operator."
+                )
+            if cancelled is not None:
+                return (
+                    f"{cancelled.actor} cancelled the execution at {utc(cancelled.created_at)} "
+                    f"while {call} was in flight (sent {started}); nobody knows whether the "
+                    "provider applied it."
+                )
+            return (
+                f"The worker running attempt {checkpoint.attempt} stopped (its lease ran out) "
+                f"while {call} was in flight (sent {started}); nobody knows whether the provider "
+                "applied it, and this write is never repeated without an operator."
+            )
+        said = clip(checkpoint.error_detail or checkpoint.error_code or "", WHY_DETAIL_CHARS)
+        return (
+            f"The outcome of {call} at attempt {checkpoint.attempt} (sent {started}) is unknown"
+            + (f": {said}" if said else "")
+            + "."
+        )
+    if cancelled is not None:
+        return (
+            f"{cancelled.actor} cancelled the execution at {utc(cancelled.created_at)} after one "
+            "of its writes had happened; the request stays blocked until someone decides what "
+            "that write means."
+        )
+    detail = clip(error_detail or "", WHY_DETAIL_CHARS)
+    return f"{error_code or 'The execution'} needs an operator" + (
+        f": {detail}." if detail else "."
+    )
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    resolution: str | None  # a name of resolutions.py, or None: nothing is pre-selected
+    headline: str
+    consequence: str
+    ask_provider: bool  # asking (again) is the next step
+
+
+def suggest(*, uncertain: list[Any], lookup: dict[str, Any] | None, can_lookup: bool) -> Suggestion:
+    """The resolution the evidence supports for the first uncertain action, if any."""
+    if not uncertain:
+        return Suggestion(
+            ABANDON,
+            "Abandon the execution.",
+            "No write is in doubt, so there is nothing to settle: abandoning ends it FAILED and "
+            "releases the request with its data and state as they are.",
+            False,
+        )
+    status = lookup_status(lookup)
+    if status == HAPPENED and lookup.get("outputValid"):
+        return Suggestion(
+            WRITE_HAPPENED,
+            "The write happened: record the provider's output.",
+            "The action is recorded SUCCEEDED with the output the provider reported (pre-filled "
+            "below) and the execution continues; the provider is not called again.",
+            False,
+        )
+    if status == HAPPENED:
+        return Suggestion(
+            None,
+            "The provider says the write happened, but its record does not match the output "
+            "schema.",
+            "Check the record with the provider and enter a valid output by hand under “The "
+            "write happened”, or abandon the execution. Do not replay: that would repeat the "
+            "write.",
+            False,
+        )
+    if status == NOT_FOUND:
+        return Suggestion(
+            WRITE_NOT_HAPPENED,
+            "The write did not happen: replay it once.",
+            "The action is recorded FAILED (REPLAY_AUTHORIZED) and the worker calls the provider "
+            "once more with the same external key.",
+            False,
+        )
+    where = "Ask the provider again" if status == LOOKUP_ERROR else "Ask the provider"
+    if not can_lookup:
+        return Suggestion(
+            None,
+            "Check with the provider directly.",
+            "This capability has no lookup by external key: find the write at the provider by "
+            "its external key, then record what you found. Nothing is pre-selected.",
+            False,
+        )
+    return Suggestion(
+        None,
+        f"{where}, or check with it directly.",
+        "The evidence is inconclusive"
+        + (f" (the last lookup settled nothing: {lookup.get('detail')})" if lookup else "")
+        + ": nothing is pre-selected until the provider has answered.",
+        True,
+    )
+
+
+def risk(resolution: str, lookup: dict[str, Any] | None) -> str | None:
+    """The risk of choosing `resolution` against the latest lookup, named; None when none."""
+    status = lookup_status(lookup)
+    if resolution == WRITE_NOT_HAPPENED and status == HAPPENED:
+        return (
+            "The provider said this write happened. Replaying it may repeat it (a second charge "
+            "at a provider that does not deduplicate by key)."
+        )
+    if resolution == WRITE_HAPPENED and status == NOT_FOUND:
+        return (
+            "The provider said this write did not happen. Recording it as done continues as "
+            "though it had, and nothing will make it happen."
+        )
+    return None

@@ -1,0 +1,241 @@
+"""The case page explains itself: why the case is uncertain, what identifies it, what the provider
+said, the suggested resolution, a second confirmation against the evidence, errors that keep
+what the operator typed, the operator who came second, and the resolved case's summary."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from executions.models import AuditType, CheckpointStatus, Execution, ExecutionStatus
+from reconciliation import services
+
+from .factories import audit, reconciliation_case, row
+
+pytestmark = pytest.mark.django_db
+
+QUEUE = "admin:reconciliation_reconciliationcase_changelist"
+OUTPUT = {"chargeId": "ch_1", "status": "paid"}
+
+
+def _case_url(case: Execution) -> str:
+    return reverse("admin:reconciliation_reconciliationcase_change", args=[case.pk])
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _post(case: Execution, action: str, **fields: str) -> dict:
+    return {"action": action, "_selected_action": str(case.pk), "post": "yes", **fields}
+
+
+def _lookup(case: Execution, *, happened: bool | None, output: dict | None = None) -> None:
+    """A provider lookup recorded as evidence, as checkpoint_record_lookup appends it."""
+    audit(
+        case.request,
+        case,
+        AuditType.RECONCILIATION_EVIDENCE,
+        actionId="charge",
+        happened=happened,
+        output=output,
+        outputValid=None if output is None else True,
+        outputProblems=[],
+        detail="" if happened is not None else "503 from the lookup",
+        operator="olga",
+    )
+
+
+def _section(page: str, element_id: str) -> str:
+    start = page.index(f'id="{element_id}"')
+    return page[start : start + 4000]
+
+
+def test_case_page__says_why_what_and_what_next_at_the_top(operator, charge_registry):
+    case = reconciliation_case()
+    page = _client(operator).get(_case_url(case)).content.decode()
+    top = _section(page, "case-explained")
+    assert "Why it needs you:" in top and "is unknown" in top
+    assert "read timed out after the request was sent" in top
+    assert "customer</b> cus_ada" in top and "amount</b> 42" in top
+    assert "Provider evidence:</strong>\n    not asked yet" in top
+    assert "Suggested resolution:" in top and "Ask the provider, or check with it directly" in top
+    assert 'id="lookup-charge"' in top  # the lookup button sits beside the suggestion
+    assert "nothing is pre-selected" in top
+    assert page.index('id="case-explained"') < page.index('id="case-checkpoints"')
+    assert "— suggested" not in page
+
+
+def test_case_page__a_crash_in_flight_is_explained(operator, charge_registry):
+    case = reconciliation_case(
+        checkpoint_status=CheckpointStatus.RUNNING, error_code=None, error_detail=None
+    )
+    why = _section(_client(operator).get(_case_url(case)).content.decode(), "case-why")
+    assert "stopped (its lease ran out) while the call of &#x27;charge&#x27;" in why
+    assert "was in flight" in why and "never repeated without an operator" in why
+
+
+@pytest.mark.parametrize(
+    ("happened", "output", "headline", "suggested"),
+    [
+        (True, OUTPUT, "The write happened: record the provider&#x27;s output.", "happened"),
+        (False, None, "The write did not happen: replay it once.", "not-happened"),
+        (None, None, "Ask the provider again, or check with it directly.", None),
+    ],
+)
+def test_suggestion__follows_the_provider(
+    operator, charge_registry, happened, output, headline, suggested
+):
+    case = reconciliation_case()
+    _lookup(case, happened=happened, output=output)
+    page = _client(operator).get(_case_url(case)).content.decode()
+    assert headline in _section(page, "case-suggestion")
+    if suggested:
+        form = _section(page, f"resolve-{suggested}")
+        assert "— suggested" in form
+        # The suggested resolution is the first form offered.
+        assert page.index(f'id="resolve-{suggested}"') < page.index('id="resolve-abandon"')
+    else:
+        assert "— suggested" not in page
+    if happened:
+        assert "ch_1" in _section(page, "resolve-happened")  # the provider's output, pre-filled
+
+
+def test_replay_after_the_provider_said_happened__needs_a_second_confirmation(
+    operator, charge_registry
+):
+    case = reconciliation_case()
+    _lookup(case, happened=True, output=OUTPUT)
+    client = _client(operator)
+    page = client.get(_case_url(case)).content.decode()
+    assert "Against the evidence: The provider said this write happened" in page
+    before = row(case.pk)
+    reason = "Support says the customer was not charged."
+    refused = client.post(
+        reverse(QUEUE), _post(case, "resolve_write_not_happened", action_id="charge", reason=reason)
+    )
+    assert refused.status_code == 200  # the case page again, not a separate one
+    again = refused.content.decode()
+    assert 'id="case-explained"' in again
+    assert "Confirm that you choose this against the evidence" in again
+    assert reason in again  # what the operator typed is kept
+    assert row(case.pk) == before
+
+    confirmed = client.post(
+        reverse(QUEUE),
+        _post(
+            case,
+            "resolve_write_not_happened",
+            action_id="charge",
+            reason=reason,
+            confirm_risk="on",
+        ),
+    )
+    assert confirmed.status_code == 302 and confirmed.url == _case_url(case)
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+
+
+def test_happened_after_the_provider_said_not_found__needs_a_second_confirmation(
+    operator, charge_registry
+):
+    case = reconciliation_case()
+    _lookup(case, happened=False)
+    before = row(case.pk)
+    response = _client(operator).post(
+        reverse(QUEUE),
+        _post(
+            case,
+            "resolve_write_happened",
+            action_id="charge",
+            reason="The provider's dashboard shows it.",
+            output='{"chargeId": "ch_2", "status": "paid"}',
+        ),
+    )
+    assert response.status_code == 200
+    assert "The provider said this write did not happen" in response.content.decode()
+    assert row(case.pk) == before
+
+
+def test_following_the_evidence__needs_no_confirmation(operator, charge_registry):
+    case = reconciliation_case()
+    _lookup(case, happened=False)
+    response = _client(operator).post(
+        reverse(QUEUE), _post(case, "resolve_write_not_happened", action_id="charge", reason="r")
+    )
+    assert response.status_code == 302
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    ("output", "problem"),
+    [('{"x": 1}', "output schema"), ("{not json", "The output is not valid JSON")],
+)
+def test_a_refused_output__stays_on_the_case_with_what_was_typed(
+    operator, charge_registry, output, problem
+):
+    case = reconciliation_case()
+    before = row(case.pk)
+    reason = "Typed with care: the provider's support confirmed the charge."
+    response = _client(operator).post(
+        reverse(QUEUE),
+        _post(case, "resolve_write_happened", action_id="charge", reason=reason, output=output),
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="case-explained"' in page and problem in page
+    assert reason.replace("'", "&#x27;") in page
+    assert output.replace('"', "&quot;") in page
+    assert row(case.pk) == before
+
+
+def test_the_operator_who_comes_second__stays_on_the_case_and_sees_who_resolved(
+    operator, make_user, charge_registry
+):
+    case = reconciliation_case()
+    services.execution_resolve_write_not_happened(
+        execution_id=case.pk, action_id="charge", reason="first", operator=operator
+    )
+    second = make_user("sam", "view_reconciliationcase", "abandon_execution")
+    response = _client(second).post(
+        reverse(QUEUE), _post(case, "abandon_execution", reason="second"), follow=True
+    )
+    assert response.redirect_chain[-1][0] == _case_url(case)
+    page = response.content.decode()
+    assert f"case {str(case.pk)[:8]} was already settled by olga at" in page
+    assert "WRITE_NOT_HAPPENED" in page
+
+
+def test_a_resolved_case__shows_who_what_when_why_and_the_live_status(operator, charge_registry):
+    case = reconciliation_case()
+    services.execution_resolve_write_not_happened(
+        execution_id=case.pk,
+        action_id="charge",
+        reason="No charge at the provider.",
+        operator=operator,
+    )
+    page = _client(operator).get(_case_url(case)).content.decode()
+    card = _section(page, "case-resolved")
+    assert "The write did not happen (one replay)" in card and "olga" in card
+    assert "No charge at the provider." in card
+    assert "PENDING since" in card and "none has yet" in card
+    assert 'http-equiv="refresh"' in page  # it keeps itself current while the execution runs
+    assert 'id="case-resolutions"' not in page
+
+
+def test_an_abandoned_case__shows_no_uncertain_checkpoint(operator, charge_registry):
+    case = reconciliation_case()
+    services.execution_abandon(execution_id=case.pk, reason="gone", operator=operator)
+    page = _client(operator).get(_case_url(case)).content.decode()
+    assert "(uncertain)" not in page and "Abandoned" in _section(page, "case-resolved")
+    assert 'http-equiv="refresh"' not in page  # FAILED is final
+
+
+def test_a_reader_without_resolution_permissions__sees_no_resolution_control(
+    viewer, charge_registry
+):
+    case = reconciliation_case()
+    page = _client(viewer).get(_case_url(case)).content.decode()
+    assert "Suggested resolution:" in page  # the explanation is for everyone who may read it
+    assert 'id="no-resolution-permission"' in page
+    assert 'name="reason"' not in page and "lookup-charge" not in page

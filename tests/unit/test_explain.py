@@ -1,0 +1,89 @@
+"""What a case says about itself, as pure functions: ages, lookup statuses, the case summary,
+the suggestion the evidence supports, and the risk of choosing against it."""
+
+import pytest
+
+from reconciliation import explain
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (0, "0 s"),
+        (59, "59 s"),
+        (60, "1 min"),
+        (3599, "59 min"),
+        (3600, "1 h"),
+        (3660, "1 h 1 min"),
+        (86400, "1 d"),
+        (90000, "1 d 1 h"),
+        (-5, "0 s"),
+    ],
+)
+def test_age__in_words(seconds, words):
+    assert explain.age(seconds) == words
+
+
+@pytest.mark.parametrize(
+    ("lookup", "status"),
+    [
+        (None, "not asked"),
+        ({"happened": True}, "happened"),
+        ({"happened": False}, "not found"),
+        ({"happened": None}, "error"),
+    ],
+)
+def test_lookup_status(lookup, status):
+    assert explain.lookup_status(lookup) == status
+
+
+def test_summary_fields__read_the_data_at_each_pointer():
+    definition = {"caseSummary": ["/customer/name", "/amount", "/missing", "/note"]}
+    data = {"customer": {"name": "Ada"}, "amount": 12.5, "note": "x" * 200}
+    fields = explain.summary_fields(definition, data)
+    assert fields[:3] == [("customer / name", "Ada"), ("amount", "12.5"), ("missing", "—")]
+    assert len(fields[3][1]) == explain.SUMMARY_VALUE_CHARS and fields[3][1].endswith("…")
+    assert explain.summary_fields({}, data) == []
+
+
+UNCERTAIN = [object()]  # suggest() only asks whether there is an uncertain action
+
+
+@pytest.mark.parametrize(
+    ("lookup", "can_lookup", "resolution", "ask"),
+    [
+        ({"happened": True, "outputValid": True}, True, explain.WRITE_HAPPENED, False),
+        ({"happened": True, "outputValid": False}, True, None, False),
+        ({"happened": False}, True, explain.WRITE_NOT_HAPPENED, False),
+        ({"happened": None, "detail": "503"}, True, None, True),
+        (None, True, None, True),
+        (None, False, None, False),
+    ],
+)
+def test_suggest__follows_the_evidence_and_preselects_nothing_when_inconclusive(
+    lookup, can_lookup, resolution, ask
+):
+    suggestion = explain.suggest(uncertain=UNCERTAIN, lookup=lookup, can_lookup=can_lookup)
+    assert (suggestion.resolution, suggestion.ask_provider) == (resolution, ask)
+    assert suggestion.headline and suggestion.consequence
+
+
+def test_suggest__with_nothing_uncertain__abandon():
+    suggestion = explain.suggest(uncertain=[], lookup=None, can_lookup=False)
+    assert suggestion.resolution == explain.ABANDON
+
+
+@pytest.mark.parametrize(
+    ("resolution", "lookup", "risky"),
+    [
+        (explain.WRITE_NOT_HAPPENED, {"happened": True}, True),
+        (explain.WRITE_HAPPENED, {"happened": False}, True),
+        (explain.WRITE_NOT_HAPPENED, {"happened": False}, False),
+        (explain.WRITE_HAPPENED, {"happened": True}, False),
+        (explain.WRITE_NOT_HAPPENED, None, False),
+        (explain.WRITE_HAPPENED, {"happened": None}, False),
+        (explain.ABANDON, {"happened": True}, False),
+    ],
+)
+def test_risk__only_against_the_provider_s_answer(resolution, lookup, risky):
+    assert (explain.risk(resolution, lookup) is not None) == risky
