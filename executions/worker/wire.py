@@ -166,11 +166,13 @@ def cancel_read(raw: dict[str, Any]) -> tuple[uuid.UUID, int | None, str | None]
 class RunOutcome:
     """Where one run left its execution."""
 
-    status: ExecutionStatus  # SUCCEEDED, RETRY_WAIT, FAILED or RECONCILIATION_REQUIRED
+    status: ExecutionStatus  # SUCCEEDED, SUSPENDED, RETRY_WAIT, FAILED, RECONCILIATION_REQUIRED
     error_code: str | None = None
     target_state: str | None = None
     outcome: str | None = None
-    next_attempt_at: datetime.datetime | None = None
+    next_attempt_at: datetime.datetime | None = None  # RETRY_WAIT: when due; SUSPENDED: deadline
+    waiting_on: str | None = None  # SUSPENDED: the wait action (or asynchronous action)
+    waiting_for: str | None = None  # SUSPENDED: its event (`callback` for a provider's answer)
 
 
 class Ending(enum.StrEnum):
@@ -184,11 +186,15 @@ class Ending(enum.StrEnum):
     INTERRUPTED = INTERRUPTED
 
 
+# The SPI's three results (seeds/worker-runtime.md): `completed`, `suspended` only for a wait,
+# and `failed` for everything else, whose folded state says which (a retry that is due later,
+# FAILED, CANCELLED or RECONCILIATION_REQUIRED).
 _ENDING_OF = {
     ExecutionStatus.SUCCEEDED: Ending.COMPLETED,
-    # Not failed: it rests until its retry is due, then any worker resumes it.
-    ExecutionStatus.RETRY_WAIT: Ending.SUSPENDED,
+    ExecutionStatus.SUSPENDED: Ending.SUSPENDED,
+    ExecutionStatus.RETRY_WAIT: Ending.FAILED,
     ExecutionStatus.FAILED: Ending.FAILED,
+    ExecutionStatus.CANCELLED: Ending.FAILED,
     ExecutionStatus.RECONCILIATION_REQUIRED: Ending.FAILED,
 }
 
@@ -216,11 +222,13 @@ class ExecutionResult:
         run = self.run
         if run is None:
             return {}
+        due = run.next_attempt_at
         return {
             "executionStatus": str(run.status),
             "errorCode": run.error_code,
             "targetState": run.target_state,
             "outcome": run.outcome,
+            "nextAttemptAt": due.isoformat() if due is not None else None,
         }
 
     @property
@@ -240,7 +248,11 @@ class ExecutionResult:
         if self.status != Ending.SUSPENDED or self.run is None:
             return None
         due = self.run.next_attempt_at
-        return {"retryAt": due.isoformat() if due is not None else None}
+        return {
+            "actionId": self.run.waiting_on,
+            "event": self.run.waiting_for,
+            "deadline": due.isoformat() if due is not None else None,
+        }
 
 
 def result_wire(result: ExecutionResult) -> dict[str, Any]:
@@ -282,18 +294,21 @@ def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise ResultInvalid(f"the result has a {key!r} that is no object")
     due = None
-    retry_at = (raw.get("suspendedOn") or {}).get("retryAt")
-    if retry_at is not None:
+    next_attempt_at = _optional_text(state, "nextAttemptAt")
+    if next_attempt_at is not None:
         try:
-            due = datetime.datetime.fromisoformat(retry_at)
-        except (TypeError, ValueError):
-            raise ResultInvalid("the result's suspendedOn.retryAt is not a timestamp") from None
+            due = datetime.datetime.fromisoformat(next_attempt_at)
+        except ValueError:
+            raise ResultInvalid("the result's state.nextAttemptAt is not a timestamp") from None
+    suspended_on = raw.get("suspendedOn") or {}
     run = RunOutcome(
         status=status,
         error_code=_optional_text(state, "errorCode"),
         target_state=_optional_text(state, "targetState"),
         outcome=_optional_text(state, "outcome"),
         next_attempt_at=due,
+        waiting_on=_optional_text(suspended_on, "actionId"),
+        waiting_for=_optional_text(suspended_on, "event"),
     )
     return ExecutionResult(execution_id, ending, run)
 

@@ -115,9 +115,15 @@ def test_approval__survives_a_sigkill_after_suspension_and_one_after_resume(
             what="the execution to suspend",
         )
         # SIGKILL the worker that suspended it; a fresh one takes its place.
-        suspender = next(w for w in workers if "execution suspended" in w.output())
+        # (it logs right after the commit that the test saw)
+        suspender = wait_until(
+            lambda: next((w for w in workers if "execution suspended" in w.output()), None),
+            timeout=TIMEOUT,
+            what="the suspending worker's log line",
+        )
         os.kill(suspender.pid, signal.SIGKILL)
         assert suspender.wait() == -signal.SIGKILL
+        suspender.close()
         workers.remove(suspender)
         workers.append(WorkerProcess(env, tmp_path / "worker-2.log"))
         assert provider.calls("/charges") == 0  # nothing runs past the wait

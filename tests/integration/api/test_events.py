@@ -62,9 +62,7 @@ def suspend(conn: psycopg.Connection, flow_id: int):
     """An accepted execution a worker ran up to its first wait, where it suspended."""
     accepted = enqueue(conn, flow_id)
     (found,) = claim(conn, "worker-a", lease_seconds=30)
-    reached = wait_reach(
-        conn=conn, fence=found.fence("worker-a"), action=APPROVAL, sequence=0, payload={}
-    )
+    reached = wait_reach(conn=conn, fence=found.fence, action=APPROVAL, sequence=0, payload={})
     assert reached.output is None and reached.deadline is not None
     return accepted
 
@@ -183,7 +181,7 @@ def test_resume__a_payload_the_schema_refuses_is_event_invalid_and_changes_nothi
 
     body = assert_error(response, 422, "EVENT_INVALID", "payloadSchema")
     assert body["problems"] == [
-        {"path": "$", "message": "Additional properties are not allowed ('x' was unexpected)"},
+        {"path": "$", "message": "additional properties are not allowed ('x' unexpected)"},
         {"path": "$.approved", "message": "'yes' is not of type 'boolean'"},
     ]
     assert execution_row(runtime_conn, accepted.execution_id) == before
@@ -264,7 +262,7 @@ def test_early_event__is_kept_and_consumed_when_the_wait_is_reached(
     assert send(approver, accepted.execution_id, payload={"approved": False}).status_code == 200
     (found,) = claim(runtime_conn, "worker-a", lease_seconds=30)
     reached = wait_reach(
-        conn=runtime_conn, fence=found.fence("worker-a"), action=APPROVAL, sequence=0, payload={}
+        conn=runtime_conn, fence=found.fence, action=APPROVAL, sequence=0, payload={}
     )
     assert reached.output == {"approved": False}
     assert reached.deadline is None
