@@ -345,17 +345,18 @@ RETURNING id
 REQUEST_LOCK = "SELECT blocked_by_id FROM request WHERE id = %(request_id)s FOR NO KEY UPDATE"
 
 # Which writes of an execution are outstanding: a write effect (IDEMPOTENT_WRITE or
-# NON_IDEMPOTENT_WRITE) whose checkpoint is SUCCEEDED (it happened) or RUNNING/UNKNOWN (it may
-# have). Either one means the request must not be released as FAILED. Locks nothing; reads the
-# execution's checkpoints through action_execution_action_uniq.
+# NON_IDEMPOTENT_WRITE) whose checkpoint is SUCCEEDED (it happened) or RUNNING, UNKNOWN or
+# ACCEPTED (it may have, or an asynchronous provider is carrying it out). Either one means the
+# request must not be released as FAILED. Locks nothing; reads the execution's checkpoints
+# through action_execution_action_uniq.
 WRITES_OUTSTANDING = """
-SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN')), false) AS uncertain,
+SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')), false) AS uncertain,
        COALESCE(bool_or(c.status = 'SUCCEEDED'), false) AS succeeded,
        (array_agg(c.action_id ORDER BY c.sequence DESC))[1] AS last_action_id
   FROM action_execution AS c
  WHERE c.execution_id = %(execution_id)s
    AND c.effect IN ('IDEMPOTENT_WRITE', 'NON_IDEMPOTENT_WRITE')
-   AND c.status IN ('SUCCEEDED', 'RUNNING', 'UNKNOWN')
+   AND c.status IN ('SUCCEEDED', 'RUNNING', 'UNKNOWN', 'ACCEPTED')
 """
 
 # End an execution FAILED (nothing outstanding): lease cleared, safe error recorded. Fenced; one
@@ -718,6 +719,18 @@ UPDATE execution AS e
 RETURNING e.fencing_token
 """
 
+# An asynchronous provider accepted the holder's call: its RUNNING checkpoint becomes ACCEPTED.
+# First statement of the acceptance transaction (the execution row is locked by
+# WAIT_HOLDER_LOCK before it); one row through action_execution_action_uniq, only if it is this
+# holder's attempt. EXECUTION_SUSPEND follows, with the contract's callback_timeout_seconds.
+CHECKPOINT_ACCEPT = """
+UPDATE action_execution AS c
+   SET status = 'ACCEPTED'
+ WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
+   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
+RETURNING c.id
+"""
+
 # --- Callbacks of asynchronous providers (executions/callbacks.py) -----------------------------
 
 # The checkpoint a callback names by its external key, with its execution. Through
@@ -765,7 +778,7 @@ UPDATE action_execution
        finished_at = clock_timestamp()
  WHERE execution_id = %(execution_id)s
    AND action_id = %(action_id)s
-   AND status IN ('RUNNING', 'UNKNOWN')
+   AND status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')
 RETURNING id
 """
 

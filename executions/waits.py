@@ -179,6 +179,44 @@ def wait_reach(
     return WaitReached(deadline=deadline)
 
 
+def call_accept(
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    action_id: str,
+    attempt: int,
+    timeout_seconds: float,
+    payload: dict,
+) -> datetime.datetime:
+    """An asynchronous provider accepted the call: ACCEPTED, SUSPENDED until the callback is
+    overdue, EXECUTION_SUSPENDED; return that deadline."""
+    with conn.transaction():
+        _lock_holder(conn, fence, f"accept {action_id}")
+        params = {**fence.params(), "action_id": action_id, "attempt": attempt}
+        if conn.execute(sql.CHECKPOINT_ACCEPT, params).fetchone() is None:
+            raise ExecutionSuperseded(fence.execution_id, step=f"accept {action_id}")
+        row = conn.execute(
+            sql.EXECUTION_SUSPEND, {**fence.params(), "timeout_seconds": timeout_seconds}
+        ).fetchone()
+        if row is None:
+            raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
+        deadline = row[0]
+        _audit(
+            conn,
+            request_id=fence.request_id,
+            execution_id=fence.execution_id,
+            type=AuditType.EXECUTION_SUSPENDED,
+            actor=SYSTEM_ACTOR + ":worker",
+            payload={
+                **payload,
+                "actionId": action_id,
+                "event": CALLBACK_EVENT,
+                "deadline": deadline.isoformat(),
+            },
+        )
+    return deadline
+
+
 def wait_deadline(
     *, conn: psycopg.Connection, fence: Fence, action: dict[str, Any]
 ) -> tuple[datetime.datetime, bool]:

@@ -61,6 +61,8 @@ from ..flows.schemas import contract_problem
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import CheckpointStatus, ExecutionStatus
 from ..waits import (
+    CALLBACK_EVENT,
+    call_accept,
     is_wait,
     wait_checkpoint_expire,
     wait_deadline,
@@ -272,6 +274,26 @@ class _Run:
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": contract.key})
         result = self.call(binding, action_input, action_id, attempt, key, snapshot, extra)
+        if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
+            # The provider will call back (executions/callbacks.py); until then, or until the
+            # callback is overdue, the execution waits without a lease.
+            deadline = call_accept(
+                conn=self.conn,
+                fence=self.fence,
+                action_id=action_id,
+                attempt=attempt,
+                timeout_seconds=contract.callback_timeout_seconds,
+                payload={"transitionId": self.transition_id},
+            )
+            logger.info("execution suspended", extra={**extra, "deadline": str(deadline)})
+            raise _Suspended(
+                RunOutcome(
+                    status=ExecutionStatus.SUSPENDED,
+                    next_attempt_at=deadline,
+                    waiting_on=action_id,
+                    waiting_for=CALLBACK_EVENT,
+                )
+            )
         output = result.output if result.output is not None else {}
         problem = None
         if result.outcome == Outcome.SUCCEEDED:

@@ -63,7 +63,7 @@ def accepted_call(runtime_conn):
         "INSERT INTO action_execution (execution_id, action_id, sequence, capability, "
         "capability_version, effect, status, input_hash, external_key, fencing_token) "
         "VALUES (%s, 'check', 0, %s, 1, 'READ_ONLY', 'ACCEPTED', 'h', %s, %s)",
-        [accepted.execution_id, CAPABILITY, f"{accepted.execution_id}:check", found.token],
+        [accepted.execution_id, CAPABILITY, f"{accepted.execution_id}:check", found.fence.token],
     )
     runtime_conn.execute(
         "UPDATE execution SET status = 'SUSPENDED', lease_owner = NULL, lease_expires_at = NULL,"
