@@ -7,6 +7,7 @@ services and the worker, and the audit trail is append-only. The one write here 
 durable cancellation service; the operators' resolutions live in the reconciliation admin.
 """
 
+import json
 import uuid
 from typing import Any
 
@@ -26,6 +27,7 @@ from reconciliation.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execut
 from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
 
 CANCEL_EXECUTION = "executions.cancel_execution"
+PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
 
 
 class CancelForm(forms.Form):
@@ -48,6 +50,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     """Viewable with the "view" permission; never added, changed or deleted through the admin."""
 
     actions = None
+    change_form_template = "admin/readonly_change_form.html"  # no History: nothing is edited
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # counting every filter choice would scan the table
     list_per_page = 50
@@ -244,10 +247,17 @@ class ActionExecutionAdmin(ReadOnlyAdmin):
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ("id", "type", "request", "execution", "actor", "created_at")
+    list_display = ("id", "type", "request", "execution", "actor", "created_at", "payload_summary")
     list_filter = ("type",)
     list_select_related = ("request", "execution")
     search_fields = ("=actor",)
     search_help_text = "A request or execution id, or an exact actor."
     uuid_search_fields = ("request_id", "execution_id")
     ordering = ("-id",)
+
+    @admin.display(description="payload")
+    def payload_summary(self, obj: AuditEvent) -> str:
+        text = json.dumps(obj.payload, sort_keys=True, ensure_ascii=False)
+        return (
+            text if len(text) <= PAYLOAD_SUMMARY_CHARS else text[: PAYLOAD_SUMMARY_CHARS - 1] + "…"
+        )

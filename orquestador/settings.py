@@ -10,6 +10,8 @@ from pathlib import Path
 import environ
 
 from executions.worker.config import ENV_DEFAULTS as worker_defaults
+from executions.worker.config import WorkerConfigError
+from executions.worker.pooling import database_pooler
 from orquestador import bearer
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -106,6 +108,17 @@ DATABASES = {
 DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)  # seconds
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Behind a transaction pooler (DATABASE_POOLER=transaction: PgBouncer with pool_mode=transaction)
+# consecutive transactions of one connection may run on different server sessions, so nothing
+# may rely on session state: no server-side cursors, no prepared statements. Empty: a direct
+# connection (or a session pooler), and nothing changes. executions/worker/pooling.py says more.
+try:
+    DATABASE_POOLER = database_pooler(env.str("DATABASE_POOLER", default=""))
+except WorkerConfigError as exc:
+    raise environ.ImproperlyConfigured(str(exc)) from None
+if DATABASE_POOLER == "transaction":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 # The role that grantruntime grants to: always the user named in DATABASE_URL.
 RUNTIME_DATABASE_USER = env.db_url_config(DATABASE_URL)["USER"]
 
@@ -123,6 +136,8 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# Dates and times shown in the admin: UTC to the second, everywhere (orquestador/formats/).
+FORMAT_MODULE_PATH = ["orquestador.formats"]
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
@@ -213,6 +228,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Submit transitions on requests and poll their executions.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "executions.api.schema.strict_request_bodies",
+    ],
 }
 
 # ------------------------------------------------------------------------------

@@ -15,15 +15,23 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from executions.models import ExecutionStatus
 
-from . import casepage, filters, selectors
+from . import casepage, explain, filters, selectors
 from .adminactions import CaseActions, case_url
+from .evidence import clip
 from .models import BlockedRequest, ReconciliationCase
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
+QUEUE_DETAIL_CHARS = 60  # characters of an error detail in a queue row
+
+# The admin home opens on the desk's state (templates/admin/operations_index.html); there is no
+# public site behind "View site".
+admin.site.index_template = "admin/operations_index.html"
+admin.site.site_url = None
 
 
 def _search(queryset: QuerySet, term: str, *, execution_field: str, request_field: str):
@@ -41,13 +49,13 @@ def _search(queryset: QuerySet, term: str, *, execution_field: str, request_fiel
 class ReconciliationCaseAdmin(CaseActions, admin.ModelAdmin):
     list_display = (
         "case",
-        "request_link",
+        "waiting",
         "flow",
-        "transition_id",
+        "summary",
+        "why",
+        "lookup",
         "status",
-        "error_code",
-        "attempts",
-        "created_at",
+        "created",
     )
     list_filter = (
         filters.StatusFilter,
@@ -76,12 +84,33 @@ class ReconciliationCaseAdmin(CaseActions, admin.ModelAdmin):
 
     @admin.display(description="case", ordering="created_at")
     def case(self, obj: ReconciliationCase) -> str:
-        return str(obj.pk)
+        return format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
 
-    @admin.display(description="request")
-    def request_link(self, obj: ReconciliationCase) -> str:
-        url = reverse("admin:executions_request_change", args=[obj.request_id])
-        return format_html('<a href="{}">{}</a>', url, obj.request_id)
+    @admin.display(description="waiting")
+    def waiting(self, obj: ReconciliationCase) -> str:
+        if obj.status != OPEN:
+            return "—"
+        return explain.age((timezone.now() - obj.created_at).total_seconds())
+
+    @admin.display(description="request data")
+    def summary(self, obj: ReconciliationCase) -> str:
+        fields = explain.summary_fields(obj.flow.definition, obj.request.data)
+        return " · ".join(f"{label} {value}" for label, value in fields) or "—"
+
+    @admin.display(description="why")
+    def why(self, obj: ReconciliationCase) -> str:
+        detail = clip(obj.error_detail, QUEUE_DETAIL_CHARS)
+        return f"{obj.error_code or '—'}: {detail}" if detail else (obj.error_code or "—")
+
+    @admin.display(description="provider")
+    def lookup(self, obj: ReconciliationCase) -> str:
+        if not getattr(obj, "lookup_asked", False):
+            return explain.NOT_ASKED
+        return explain.lookup_status({"happened": obj.lookup_happened})
+
+    @admin.display(description="created (UTC)", ordering="created_at")
+    def created(self, obj: ReconciliationCase) -> str:
+        return explain.utc(obj.created_at).removesuffix(" UTC")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -20,6 +20,7 @@ from django.urls import reverse
 from executions.models import ExecutionStatus
 
 from . import explain, permissions, selectors, services
+from .forms import ResolutionForm
 from .models import ReconciliationCase
 from .resolutions import RESOLUTIONS, ResolutionAction
 
@@ -54,6 +55,25 @@ def _settled_by(execution_id: Any, settled: Any) -> str:
         f"case {short(execution_id)} was already settled by {settled.actor} at "
         f"{explain.utc(settled.created_at)} ({what}); nothing was written."
     )
+
+
+def _supported(
+    resolution: ResolutionAction, case: ReconciliationCase
+) -> tuple[dict[str, Any] | None, str]:
+    """What a bulk resolution would apply to one case (None: skipped), and why, in words."""
+    detail = selectors.case_detail(execution_id=case.pk)
+    if len(detail.uncertain) != 1:
+        return None, f"it has {len(detail.uncertain)} uncertain actions: resolve it on its page"
+    action_id = detail.uncertain[0].checkpoint.action_id
+    lookup = detail.latest_lookup(action_id)
+    status = explain.lookup_status(lookup)
+    if resolution.name == explain.WRITE_HAPPENED:
+        if status == explain.HAPPENED and lookup.get("outputValid"):
+            data = {"action_id": action_id, "output": lookup["output"]}
+            return data, "the provider found the write; its output is recorded"
+    elif resolution.name == explain.WRITE_NOT_HAPPENED and status == explain.NOT_FOUND:
+        return {"action_id": action_id}, "the provider found no write; it is replayed once"
+    return None, f"the provider's answer does not support it (lookup: {status})"
 
 
 def _resolution_action(resolution: ResolutionAction):
@@ -162,6 +182,51 @@ class CaseActions:
                     )
         return self.back(request, selected)
 
+    def resolve_by_evidence(
+        self,
+        request: HttpRequest,
+        cases: list[ReconciliationCase],
+        resolution: ResolutionAction,
+        selected: list[Any],
+    ):
+        """Settle many cases at once, each only where its provider's answer supports it.
+
+        The page lists, case by case, what will be done and what is skipped and why; after the
+        operator's reason, each case gets its own result.
+        """
+        plans = [(case, *_supported(resolution, case)) for case in cases]
+        if "post" in request.POST:
+            form = ResolutionForm(request.POST)
+            if form.is_valid():
+                reason = form.cleaned_data["reason"]
+                for case, data, note in plans:
+                    name = f"Case {short(case.pk)}"
+                    if data is None:
+                        self.message_user(request, f"{name}: skipped, {note}.", messages.WARNING)
+                        continue
+                    try:
+                        resolution.apply(case.pk, {**data, "reason": reason}, request.user)
+                    except services.ResolutionRefused as exc:
+                        self.message_user(request, f"{name}: {exc.detail}", messages.ERROR)
+                    else:
+                        self.message_user(request, f"{name}: resolved ({note}).", messages.SUCCESS)
+                return self.back(request, selected)
+        else:
+            form = ResolutionForm()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"{resolution.title}, where the provider's answer supports it",
+            "subtitle": None,
+            "explanation": resolution.explanation,
+            "cases": cases,
+            "plans": plans,
+            "form": form,
+            "action_name": resolution.name,
+            "selected_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/reconciliation/resolve.html", context)
+
     def resolve(self, request: HttpRequest, queryset: QuerySet, resolution: ResolutionAction):
         """Confirm (with a reason, and the action to settle), then apply to each open case."""
         selected = list(queryset.values_list("pk", flat=True))
@@ -169,13 +234,9 @@ class CaseActions:
         if not cases:
             return self.back(request, selected)
         action_ids, risks = None, None
+        if resolution.settles_one_action and len(cases) > 1:
+            return self.resolve_by_evidence(request, cases, resolution, selected)
         if resolution.settles_one_action:
-            # Settling an action needs evidence about that one write: one case at a time.
-            if len(cases) != 1:
-                self.message_user(
-                    request, "Choose exactly one case for this resolution.", messages.ERROR
-                )
-                return None
             detail = selectors.case_detail(execution_id=cases[0].pk)
             action_ids = [view.checkpoint.action_id for view in detail.uncertain]
             # Choosing against the provider's latest answer needs a second confirmation.

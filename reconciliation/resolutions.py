@@ -43,7 +43,7 @@ RESOLUTIONS = (
     ResolutionAction(
         name="resolve_write_happened",
         key="happened",
-        description="Resolve: the write happened (record its output, continue)",
+        description="Resolve: the write happened (one case; or each whose lookup found it)",
         title="The write happened",
         button="Record: the write happened",
         explanation="The uncertain action is recorded SUCCEEDED with the output below, and the "
@@ -62,7 +62,7 @@ RESOLUTIONS = (
     ResolutionAction(
         name="resolve_write_not_happened",
         key="not-happened",
-        description="Resolve: the write did not happen (replay it once, same external key)",
+        description="Resolve: the write did not happen, replay once (one case; or each not found)",
         title="The write did not happen",
         button="Record: the write did not happen",
         explanation="The uncertain action is recorded FAILED with REPLAY_AUTHORIZED, and the "

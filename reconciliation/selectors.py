@@ -8,9 +8,11 @@ comes first and the order is total, as keyset pagination needs.
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, JSONField, Min, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
 
 from actions.lookup import supports_lookup
 from executions.models import (
@@ -35,11 +37,20 @@ def cases() -> QuerySet[ReconciliationCase]:
     resolved = AuditEvent.objects.filter(
         execution=OuterRef("pk"), type=AuditType.RECONCILIATION_RESOLVED
     )
+    lookups = AuditEvent.objects.filter(
+        execution=OuterRef("pk"), type=AuditType.RECONCILIATION_EVIDENCE
+    ).order_by("-id")
     return (
         ReconciliationCase.objects.filter(
             Q(status=ExecutionStatus.RECONCILIATION_REQUIRED) | Q(Exists(resolved))
         )
         .select_related("request", "flow")
+        .annotate(
+            lookup_asked=Exists(lookups),
+            lookup_happened=Subquery(
+                lookups.values("payload__happened")[:1], output_field=JSONField()
+            ),
+        )
         .order_by(*QUEUE_ORDER)
     )
 
@@ -73,7 +84,8 @@ def capabilities(*, statuses: tuple[str, ...] | None = None) -> list[str]:
     rows = ActionExecution.objects.all()
     if statuses is not None:
         rows = rows.filter(execution__status__in=statuses)
-    pairs = rows.values_list("capability", "capability_version").distinct()
+    # order_by(): the model's default ordering would join DISTINCT and repeat each name.
+    pairs = rows.order_by().values_list("capability", "capability_version").distinct()
     return sorted(f"{name}@{version}" for name, version in pairs)
 
 
@@ -231,4 +243,48 @@ def last_settlement(*, execution_id: uuid.UUID | str) -> AuditEvent | None:
         )
         .order_by("-id")
         .first()
+    )
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The admin home's view of the desk."""
+
+    open_cases: int
+    oldest: Any  # created_at of the oldest open case, or None
+    by_capability: list[tuple[str, int]]
+    resolved_by_people: int  # in the last 24 hours
+    resolved_automatically: int  # in the last 24 hours, by system:prober
+
+
+AUTOMATIC_ACTOR = "system:prober"  # the actor of automatic resolutions (SPEC §10)
+
+
+def overview() -> Overview:
+    """Open cases (served by execution_reconcile_idx), by capability, and the day's resolutions."""
+    open_rows = Execution.objects.filter(status=ExecutionStatus.RECONCILIATION_REQUIRED)
+    totals = open_rows.aggregate(count=Count("id"), oldest=Min("created_at"))
+    by_capability = (
+        ActionExecution.objects.filter(
+            execution__status=ExecutionStatus.RECONCILIATION_REQUIRED,
+            status__in=("RUNNING", "UNKNOWN"),
+        )
+        .order_by()
+        .values_list("capability", "capability_version")
+        .annotate(cases=Count("execution_id", distinct=True))
+    )
+    day = AuditEvent.objects.filter(
+        type=AuditType.RECONCILIATION_RESOLVED,
+        created_at__gte=timezone.now() - timedelta(hours=24),
+    )
+    automatic = day.filter(actor=AUTOMATIC_ACTOR).count()
+    return Overview(
+        open_cases=totals["count"],
+        oldest=totals["oldest"],
+        by_capability=sorted(
+            ((f"{name}@{version}", cases) for name, version, cases in by_capability),
+            key=lambda item: (-item[1], item[0]),
+        ),
+        resolved_by_people=day.count() - automatic,
+        resolved_automatically=automatic,
     )

@@ -21,8 +21,11 @@ def _invalid(detail: str) -> CodedError:
 
 def check_declared_length(content_length: str | None) -> None:
     """Refuse a body whose declared Content-Length is over MAX_BODY_BYTES, before reading it."""
-    if content_length and content_length.strip().isdigit():
-        if int(content_length) > MAX_BODY_BYTES:
+    declared = (content_length or "").strip()
+    # ASCII digits only ('²'.isdigit() is true, and int() refuses it); any number longer than the
+    # limit's own digits is over it, whatever its length.
+    if declared.isascii() and declared.isdigit():
+        if len(declared) > len(str(MAX_BODY_BYTES)) or int(declared) > MAX_BODY_BYTES:
             raise _invalid(f"the body is larger than {MAX_BODY_BYTES} bytes")
 
 

@@ -7,6 +7,7 @@ expected (no "5" for 5, no true for 1), a non-object body. Each refusal names th
 import re
 from typing import Any
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -23,6 +24,9 @@ MAX_PAYLOAD_BYTES = 256 * 1024  # bytes of an event's payload, as compact UTF-8 
 EVENT_ID = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
 
 MAX_REVISION = 2**63 - 1  # PostgreSQL bigint
+# Strings the database can store: no NUL (jsonb and text refuse it). The body parser refuses it
+# first, anywhere in a body (400); this states it in the OpenAPI schema of each top-level string.
+NO_NUL = RegexValidator(r"^[^\x00]*$", message="must not contain a NUL character")
 
 
 class StrictCharField(serializers.CharField):
@@ -90,12 +94,20 @@ def _messages(**extra: str) -> dict[str, str]:
     return {"required": "is required", "null": "must not be null", **extra}
 
 
+def _name_messages() -> dict[str, str]:
+    return _messages(
+        blank="must not be empty",
+        min_length="must not be empty",
+        max_length=f"must be at most {MAX_NAME_LENGTH} characters",
+    )
+
+
 class RequestCreateSerializer(StrictSerializer):
     flowKey = StrictCharField(
+        min_length=1,
         max_length=MAX_NAME_LENGTH,
-        error_messages=_messages(
-            blank="must not be empty", max_length=f"must be at most {MAX_NAME_LENGTH} characters"
-        ),
+        validators=[NO_NUL],
+        error_messages=_name_messages(),
         help_text="The key of a published flow.",
     )
     flowVersion = StrictIntegerField(
@@ -110,16 +122,16 @@ class RequestCreateSerializer(StrictSerializer):
     data = JsonObjectField(
         error_messages=_messages(),
         help_text="The request's data: validated against the flow's dataSchema, and at most "
-        "256 KiB as compact UTF-8 JSON.",
+        "256 KiB as compact UTF-8 JSON. No string in it, at any depth, may hold NUL (\\u0000).",
     )
 
 
 class TransitionAcceptSerializer(StrictSerializer):
     transitionId = StrictCharField(
+        min_length=1,
         max_length=MAX_NAME_LENGTH,
-        error_messages=_messages(
-            blank="must not be empty", max_length=f"must be at most {MAX_NAME_LENGTH} characters"
-        ),
+        validators=[NO_NUL],
+        error_messages=_name_messages(),
         help_text="The id of a transition of the request's flow.",
     )
     expectedRevision = StrictIntegerField(
@@ -134,9 +146,12 @@ class TransitionAcceptSerializer(StrictSerializer):
 
 class ExecutionCancelSerializer(StrictSerializer):
     reason = StrictCharField(
+        min_length=1,
         max_length=MAX_REASON_CHARS,
+        validators=[RegexValidator(r"^[^\x00]*\S[^\x00]*$", message="must not be only spaces")],
         error_messages=_messages(
             blank="must not be empty",
+            min_length="must not be empty",
             max_length=f"must be at most {MAX_REASON_CHARS} characters",
         ),
         help_text="Why it is cancelled, for the audit trail: 1 to "
@@ -262,15 +277,36 @@ class FlowViewSerializer(serializers.Serializer):
     publishedAt = serializers.DateTimeField(source="published_at")
 
 
-class FlowDefinitionSerializer(serializers.Serializer):
-    """Documentation only: a flow definition as SPEC §4 describes it."""
+def _name(**kwargs: Any) -> serializers.CharField:
+    kwargs.setdefault("validators", [NO_NUL])
+    return serializers.CharField(min_length=1, max_length=MAX_NAME_LENGTH, **kwargs)
 
-    key = serializers.CharField()
-    version = serializers.IntegerField()
-    initialState = serializers.CharField()
-    states = serializers.ListField(child=serializers.CharField())
-    dataSchema = JsonObjectField()
-    transitions = serializers.ListField(child=JsonObjectField())
+
+class FlowDefinitionSerializer(serializers.Serializer):
+    """A flow definition as SPEC §4 describes it: the OpenAPI schema of `POST /api/v1/flows`.
+
+    The view checks the whole definition itself (`executions.flows.checks`, every problem with
+    its path, 422 FLOW_INVALID); this states its shape, so that a generated client sends what the
+    check can accept. Nested strings must not hold NUL either (400 INVALID_BODY).
+    """
+
+    key = _name(
+        validators=[RegexValidator(r"^[a-z0-9][a-z0-9_-]*$"), NO_NUL],
+        help_text="Lowercase letters, digits, '-' and '_', starting with a letter or digit.",
+    )
+    version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION)
+    initialState = _name(help_text="One of `states`.")
+    states = serializers.ListField(child=_name(), min_length=1)
+    dataSchema = JsonObjectField(help_text="JSON Schema Draft 2020-12, self-contained.")
+    transitions = serializers.ListField(
+        child=JsonObjectField(), help_text="Each with id, from, actions, decision (SPEC §4)."
+    )
+    caseSummary = serializers.ListField(
+        child=serializers.CharField(validators=[NO_NUL]),
+        required=False,
+        max_length=8,
+        help_text="JSON Pointers into the request data shown on reconciliation cases.",
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -53,6 +53,12 @@ from .serializers import (
 READ = (REQUESTS_READ, REQUESTS_READ_TENANT)
 # Idempotency-Key: 1 to 255 visible ASCII characters, spaces allowed inside.
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
+IDEMPOTENCY_KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": "^" + IDEMPOTENCY_KEY.pattern + "$",
+}
 
 
 class BearerScheme(OpenApiAuthenticationExtension):
@@ -81,6 +87,11 @@ class ApiView(APIView):
     metadata_class = None  # OPTIONS is not served: 405
     # Permissions by HTTP method; holding any one of a method's permissions is enough.
     required_permissions: dict[str, tuple[str, ...]] = {}
+
+    @property
+    def allowed_methods(self) -> list[str]:
+        """What the Allow header of a 405 lists: the methods served, so never OPTIONS."""
+        return [m for m in super().allowed_methods if m != "OPTIONS"]
 
 
 def json_body(request: DrfRequest) -> Any:
@@ -230,7 +241,7 @@ class TransitionCollectionView(ApiView):
             _path_id("request_id", "request"),
             OpenApiParameter(
                 "Idempotency-Key",
-                OpenApiTypes.STR,
+                IDEMPOTENCY_KEY_SCHEMA,
                 OpenApiParameter.HEADER,
                 description="1 to 255 visible ASCII characters, unique per acceptance you mean.",
             ),

@@ -41,6 +41,9 @@ ENV_DEFAULTS = {
     # Where runworker runs what it claims (executions/worker/remote.py): local or remote.
     "WORKER_RUNTIME": DEFAULT_RUNTIME,
     "WORKER_REMOTE_URL": "",
+    # Behind a transaction pooler (DATABASE_POOLER, executions/worker/pooling.py): a direct
+    # connection for LISTEN.
+    "WORKER_LISTEN_DATABASE_URL": "",
 }
 
 _TRUE = frozenset({"true", "1", "yes", "on"})

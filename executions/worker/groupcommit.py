@@ -6,8 +6,9 @@ statements and three commits; on a small machine that, not the work, bounds thro
 threads that want the same kind of write at the same moment share one statement and one commit.
 
 Invariants:
-- leader/follower, no timer: the first thread to arrive writes at once, on its own connection,
-  everything queued at that moment (a batch of one when the process is idle, so latency is
+- leader/follower, no timer: the first thread to arrive writes at once, on a connection it
+  borrows from the process's few shared ones for that statement only, everything queued at
+  that moment (a batch of one when the process is idle, so latency is
   never traded for throughput); threads arriving meanwhile queue up and the first of them leads
   the next batch;
 - each item is fenced on its own inside the grouped statement (executions/sql.py): an item whose
@@ -18,8 +19,10 @@ Invariants:
   autocommit statement, and multi-row locks are taken in id order.
 """
 
+import contextlib
 import threading
 from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +33,18 @@ from ..finalize import FinalizeItem, executions_finalize
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+# Where a write gets its connection: one the caller holds, or a source it borrows one from for
+# the length of one statement (the runtime's small pool: executions/worker/runtime.py).
+ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection]]
+Database = psycopg.Connection | ConnectionSource
+
+
+def borrowed(db: Database) -> AbstractContextManager[psycopg.Connection]:
+    """A connection for one step: `db` itself, or one borrowed from it and given back after."""
+    if isinstance(db, psycopg.Connection):
+        return contextlib.nullcontext(db)
+    return db()
 
 
 @dataclass
@@ -63,8 +78,10 @@ class GroupCommit(Generic[Item, Result]):
         self.batches = 0  # statements sent, for tests and benchmarks
         self.items = 0  # items written
 
-    def submit(self, conn: psycopg.Connection, item: Item) -> Result | None:
-        """Write `item` (alone or with others); return its result, None if it matched nothing."""
+    def submit(self, db: Database, item: Item) -> Result | None:
+        """Write `item` (alone or with others); return its result, None if it matched nothing.
+
+        Only the leader of a batch uses `db`: followers wait holding no connection."""
         ticket = _Ticket(item)
         with self._lock:
             self._queue.append(ticket)
@@ -73,22 +90,33 @@ class GroupCommit(Generic[Item, Result]):
         if not lead:
             ticket.ready.wait()
         if not ticket.written:  # leading, from the start or handed over
-            self._lead(conn)
+            self._lead(db)
         return ticket.outcome()
 
-    def _lead(self, conn: psycopg.Connection) -> None:
-        with self._lock:
-            batch, self._queue = self._queue, []
+    def _lead(self, db: Database) -> None:
+        batch: list[_Ticket[Item]] | None = None
         try:
-            self._write(conn, batch)
-        finally:
+            with borrowed(db) as conn:
+                with self._lock:  # taken once a connection is ours: the batch grew meanwhile
+                    batch, self._queue = self._queue, []
+                self._write(conn, batch)
+        except BaseException as exc:
+            if batch is not None:
+                raise
+            # No connection could be had: everything waiting fails with that error (the leader's
+            # own item included), exactly as a failed statement would fail it.
+            with self._lock:
+                batch, self._queue = self._queue, []
             for ticket in batch:
+                ticket.error = exc
+        finally:
+            for ticket in batch or ():
                 ticket.written = True
             with self._lock:
                 successor = self._queue[0] if self._queue else None
                 if successor is None:
                     self._leading = False
-            for ticket in batch:
+            for ticket in batch or ():
                 ticket.ready.set()
             if successor is not None:
                 successor.lead = True

@@ -33,8 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import psycopg
-
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
@@ -72,7 +70,7 @@ from ..waits import (
 )
 from . import recovery
 from .config import WorkerConfig
-from .groupcommit import GroupWrites
+from .groupcommit import Database, GroupWrites, borrowed
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
 from .wire import RunOutcome
@@ -119,14 +117,14 @@ class _Run:
     def __init__(
         self,
         *,
-        conn: psycopg.Connection,
+        db: Database,
         fence: Fence,
         attempts: int,
         deps: RunnerDeps,
         cancelled: threading.Event,
         transition_id: str,
     ) -> None:
-        self.conn, self.fence, self.deps, self.cancelled = conn, fence, deps, cancelled
+        self.db, self.fence, self.deps, self.cancelled = db, fence, deps, cancelled
         self.attempts = attempts
         self.transition_id = transition_id
         self.log_extra = fence.log_extra(attempt=attempts)
@@ -135,8 +133,10 @@ class _Run:
 
     def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
         if snapshot is None:
-            snapshot = execution_load(conn=self.conn, fence=self.fence)
-        definition = self.deps.flows.get(conn=self.conn, flow_id=flow_id)
+            with borrowed(self.db) as conn:
+                snapshot = execution_load(conn=conn, fence=self.fence)
+        with borrowed(self.db) as conn:
+            definition = self.deps.flows.get(conn=conn, flow_id=flow_id)
         transition = find_transition(definition, self.transition_id)
         try:
             decision = recovery.before_run(
@@ -255,7 +255,7 @@ class _Run:
 
         self.check_not_cancelled(f"start {action_id}")
         attempt = self.deps.writes.starts.submit(
-            self.conn,
+            self.db,
             StartItem(
                 fence=self.fence,
                 action_id=action_id,
@@ -315,7 +315,7 @@ class _Run:
             raise ExecutionInterrupted(self.fence.execution_id, step=f"settle {action_id}")
         _stop_unless_proceeding(decision)
         saved = self.deps.writes.successes.submit(
-            self.conn, SucceedItem(self.fence, action_id, attempt, output, binding.effect)
+            self.db, SucceedItem(self.fence, action_id, attempt, output, binding.effect)
         )
         if saved is None:
             raise ExecutionSuperseded(
@@ -393,8 +393,9 @@ class _Run:
                 "ruleIds": list(decision.rule_ids),
             },
         )
-        if self.deps.writes.finals.submit(self.conn, item) is None:
-            refused = finalize_refusal(conn=self.conn, item=item)  # raises if superseded
+        if self.deps.writes.finals.submit(self.db, item) is None:
+            with borrowed(self.db) as conn:
+                refused = finalize_refusal(conn=conn, item=item)  # raises if superseded
             raise _Ended(
                 recovery.finalize_refused(
                     request_unchanged=refused.request_unchanged, unsettled=refused.unsettled
@@ -437,16 +438,17 @@ class _Run:
         settlement: AttemptSettlement | None,
         reconcile: bool,
     ) -> RunOutcome:
-        status = execution_fail(
-            conn=self.conn,
-            fence=self.fence,
-            error_code=code,
-            error_detail=detail,
-            settlement=settlement,
-            reconcile=reconcile,
-            actor=WORKER_ACTOR,
-            payload={"transitionId": self.transition_id},
-        )
+        with borrowed(self.db) as conn:
+            status = execution_fail(
+                conn=conn,
+                fence=self.fence,
+                error_code=code,
+                error_detail=detail,
+                settlement=settlement,
+                reconcile=reconcile,
+                actor=WORKER_ACTOR,
+                payload={"transitionId": self.transition_id},
+            )
         event = (
             "reconciliation required"
             if status == ExecutionStatus.RECONCILIATION_REQUIRED
@@ -471,20 +473,21 @@ class _Run:
             config=self.deps.config,
             rng=self.deps.rng,
         )
-        due = execution_schedule_retry(
-            conn=self.conn,
-            fence=self.fence,
-            settlement=settlement,
-            delay_seconds=delay,
-            actor=WORKER_ACTOR,
-            payload={
-                "transitionId": self.transition_id,
-                "actionId": settlement.action_id,
-                "attempt": settlement.attempt,
-                "errorCode": settlement.error_code,
-                "delaySeconds": round(delay, 3),
-            },
-        )
+        with borrowed(self.db) as conn:
+            due = execution_schedule_retry(
+                conn=conn,
+                fence=self.fence,
+                settlement=settlement,
+                delay_seconds=delay,
+                actor=WORKER_ACTOR,
+                payload={
+                    "transitionId": self.transition_id,
+                    "actionId": settlement.action_id,
+                    "attempt": settlement.attempt,
+                    "errorCode": settlement.error_code,
+                    "delaySeconds": round(delay, 3),
+                },
+            )
         logger.info(
             "retry scheduled",
             extra={
@@ -504,7 +507,7 @@ class _Run:
 
 def execution_run(
     *,
-    conn: psycopg.Connection,
+    db: Database,
     fence: Fence,
     flow_id: int,
     transition_id: str,
@@ -515,12 +518,14 @@ def execution_run(
 ) -> RunOutcome:
     """Run one claimed execution to its next resting state, as the holder `fence`.
 
-    `snapshot` is what the claim read under this token, if the caller has it; otherwise it is
-    loaded here with a fenced read. Raises ExecutionSuperseded when another holder owns it,
+    `db` is a connection, or where to borrow one for each step (the runtime's few shared ones):
+    a run holds no connection between its writes, so none while an adapter runs. `snapshot` is
+    what the claim read under this token, if the caller has it; otherwise it is loaded here with
+    a fenced read. Raises ExecutionSuperseded when another holder owns it,
     ExecutionInterrupted when told to stop; both leave everything this holder committed in place.
     """
     return _Run(
-        conn=conn,
+        db=db,
         fence=fence,
         attempts=attempts,
         deps=deps,

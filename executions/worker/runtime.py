@@ -15,8 +15,9 @@ Invariants:
   (reconciliation/cancel.py) that never depends on reaching a worker. In the local runtime it sets
   the per-execution `threading.Event` the adapters watch (`ActionContext.cancelled`), and only
   for the exact holder (execution id and token) it names;
-- `LocalWorkerRuntime` keeps one persistent database connection per execution slot (autocommit;
-  each write is its own short transaction), groups the hot-path writes of its slots
+- `LocalWorkerRuntime` keeps WRITE_CONNECTIONS persistent database connections that all its slots
+  share, each borrowed for one statement (autocommit; each write is its own short transaction),
+  so a slot waiting on a provider holds none; it groups the hot-path writes of its slots
   (executions/worker/groupcommit.py), and runs principal-less packages as the worker's system
   identity (`runs_as_system`).
 """
@@ -44,7 +45,12 @@ from .wire import Ending, ExecutionPackage, ExecutionResult
 logger = logging.getLogger("executions.worker")
 
 POOL_OPEN_TIMEOUT = 30.0  # seconds to open the runtime's connections at start
-POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (never, with one per slot)
+POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (each is held for one statement)
+# Connections a process's slots share for every database step of their runs (reads, checkpoints,
+# finalisations; the grouped writes need one per kind at most). With the scheduler's claim/listen
+# and heartbeat connections, a runworker process uses at most 4, whatever WORKER_CONCURRENCY: a
+# slot that waits on a provider holds none.
+WRITE_CONNECTIONS = 2
 POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own threads when closing
 # Executions of a statement before psycopg prepares it on a connection: 0, at once. The worker
 # runs a handful of fixed statements for its whole life (sql.WORKER_SESSION keeps their plans).
@@ -144,7 +150,8 @@ class LeaseBook:
 
 
 class LocalWorkerRuntime:
-    """Runs executions in the calling thread, one persistent connection per slot."""
+    """Runs executions in the calling thread; all its slots share WRITE_CONNECTIONS connections,
+    each borrowed for one statement (or one grouped batch) at a time."""
 
     runs_as_system = True
 
@@ -157,7 +164,7 @@ class LocalWorkerRuntime:
         slots: int | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        size = slots if slots is not None else config.concurrency
+        size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
         self._pool = ConnectionPool(
             conninfo,
             min_size=size,
@@ -197,18 +204,18 @@ class LocalWorkerRuntime:
         LeaseBook.check(lease, package)
         if package.resume_event is not None:
             raise ValueError("resume events are not supported by flows of this version")
-        # The pool checks a returned connection: one left broken by a failed run is replaced.
-        with self._pool.connection() as conn:
-            outcome = execution_run(
-                conn=conn,
-                fence=package.fence,
-                flow_id=package.flow_id,
-                transition_id=package.transition_id,
-                attempts=package.attempts,
-                deps=self._deps,
-                cancelled=lease.cancelled,
-                snapshot=lease.snapshot,
-            )
+        # Each step borrows a connection and gives it back at once; the pool checks a returned
+        # connection, so one left broken by a failed statement is replaced.
+        outcome = execution_run(
+            db=self._pool.connection,
+            fence=package.fence,
+            flow_id=package.flow_id,
+            transition_id=package.transition_id,
+            attempts=package.attempts,
+            deps=self._deps,
+            cancelled=lease.cancelled,
+            snapshot=lease.snapshot,
+        )
         return ExecutionResult.of(package.execution_id, outcome)
 
     def release(self, lease: WorkerLease) -> None:

@@ -17,9 +17,11 @@ Invariants:
   checkpoints; another worker recovers it once the lease expires;
 - a superseded refusal is settled (logged, slot released), never retried.
 
-Connections: one per slot (the runtime's), one for the heartbeat, and one that LISTENs and also
-runs the claim statement (notifications that arrive meanwhile are buffered, not lost). All
-autocommit; no transaction spans more than one short write.
+Connections: at most 4 per process whatever WORKER_CONCURRENCY: the runtime's shared ones
+(runtime.WRITE_CONNECTIONS, borrowed per statement), one for the heartbeat, and one that LISTENs
+and also runs the claim statement (notifications that arrive meanwhile are buffered, not lost);
+Django's own is closed after the start-up role check. All autocommit; no transaction spans more
+than one short write.
 """
 
 import logging

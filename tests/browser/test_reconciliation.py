@@ -176,6 +176,21 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
             provider.plan(CHARGES, drop(apply=False))
             waiting = accept_charge(amount=99)
             wait_for_reconciliation(waiting, worker, log)
+
+            # The home page shows the desk; the queue tells the open case apart at a glance.
+            browser.get(f"{live_server.url}/admin/")
+            desk = wait.until(ec.presence_of_element_located((By.ID, "desk-overview"))).text
+            assert "Open cases 1" in desk and "payments.charge@1: 1" in desk
+            assert "5 by operators" in desk
+            screenshots(browser, "home")
+            browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
+            row = (
+                wait.until(ec.presence_of_element_located((By.LINK_TEXT, str(waiting.pk)[:8])))
+                .find_element(By.XPATH, "./ancestor::tr")
+                .text
+            )
+            assert "cus_ada" in row and "not asked" in row
+            screenshots(browser, "queue")
             log_in(browser, wait, live_server, "victor")
             browser.get(
                 f"{live_server.url}/admin/reconciliation/reconciliationcase/{waiting.pk}/change/"

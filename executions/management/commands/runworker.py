@@ -7,6 +7,7 @@ from django.db import connection
 from actions.registry import IntegrationConfigError, load_registry
 from executions.worker.config import WorkerConfigError, WorkerDisabled, worker_config
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
+from executions.worker.pooling import pooling_config
 from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler, database_conninfo
@@ -24,8 +25,20 @@ class Command(BaseCommand):
             config = worker_config(settings.WORKER_ENV)
             metrics_at = metrics_address(settings.WORKER_ENV)
             remote = remote_target(settings.WORKER_ENV, token=settings.WORKER_ENDPOINT_TOKEN)
+            pooling = pooling_config(
+                {**settings.WORKER_ENV, "DATABASE_POOLER": settings.DATABASE_POOLER},
+                database_url=settings.DATABASE_URL,
+            )
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
+        if pooling.transaction_pooled:
+            # The web process runs behind a transaction pooler; the worker's own connections
+            # still use session settings and prepared statements, so it must not.
+            raise CommandError(
+                "DATABASE_POOLER=transaction: runworker does not run through a transaction "
+                "pooler yet; give runworker a DATABASE_URL that reaches PostgreSQL directly "
+                "(the web process may keep the pooler)"
+            )
         try:
             load_registry(config)
         except IntegrationConfigError as exc:

@@ -243,3 +243,19 @@ def test_create__needs_requests_write(auditor, flow):
     response = auditor.post("/api/v1/requests", {"flowKey": "claims", "data": {"applicant": "A"}})
     assert_error(response, 403, "FORBIDDEN", "requests:write")
     assert not Request.objects.exists()
+
+
+@pytest.mark.parametrize("length", ["²", "9" * 5000, "-1", "1e9"])
+def test_create__a_strange_content_length_is_never_a_500(alice, flow, length):
+    body = b'{"flowKey": "claims", "data": {"applicant": "Ada"}}'
+    response = alice.client.generic(
+        "POST",
+        "/api/v1/requests",
+        data=body,
+        content_type="application/json",
+        CONTENT_LENGTH=length,
+        **alice.headers,
+    )
+    assert response.status_code in (201, 400), response.content
+    assert response["Content-Type"].startswith("application/json")
+    assert "code" in response.json() or "id" in response.json()

@@ -1,6 +1,7 @@
 """The OpenAPI 3 schema at /api/schema/ lists every endpoint with every status it answers."""
 
 import io
+import re
 
 import pytest
 from django.core.management import call_command
@@ -141,3 +142,67 @@ def test_schema__generates_without_warnings_and_validates(api):
         "spectacular", "--validate", "--fail-on-warn", "--format", "openapi-json", stdout=out
     )
     assert '"openapi"' in out.getvalue()
+
+
+# --- The schema says what the server enforces ----------------------------------------------------
+
+
+def test_schema__request_bodies_refuse_unknown_fields_as_the_server_does(schema):
+    components = schema["components"]["schemas"]
+    bodies = {
+        operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]
+        for operations in schema["paths"].values()
+        for operation in operations.values()
+        if "requestBody" in operation
+    }
+    assert bodies == {
+        "RequestCreate",
+        "TransitionAccept",
+        "ExecutionCancel",
+        "FlowDefinition",
+    }
+    for name in bodies:
+        assert components[name]["additionalProperties"] is False, name
+
+
+def test_schema__names_are_one_to_100_characters_without_nul(schema):
+    components = schema["components"]["schemas"]
+    for component, field in (
+        ("RequestCreate", "flowKey"),
+        ("TransitionAccept", "transitionId"),
+        ("FlowDefinition", "key"),
+        ("FlowDefinition", "initialState"),
+    ):
+        spec = components[component]["properties"][field]
+        assert (spec["minLength"], spec["maxLength"]) == (1, 100), (component, field)
+        assert re.search(spec["pattern"], "a") and not re.search(spec["pattern"], "a\x00")
+    assert components["ExecutionCancel"]["properties"]["reason"]["minLength"] == 1
+
+
+def test_schema__idempotency_key_has_the_servers_pattern_and_length(schema):
+    operation = schema["paths"]["/api/v1/requests/{request_id}/transitions"]["post"]
+    (header,) = [p for p in operation["parameters"] if p["name"] == "Idempotency-Key"]
+    assert header["in"] == "header"
+    assert header["schema"]["maxLength"] == 255
+    assert header["schema"]["minLength"] == 1
+    assert header["schema"]["pattern"].startswith("^[\\x21-\\x7e]")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("options", "/api/v1/requests"),
+        ("delete", "/api/v1/requests"),
+        ("options", "/api/v1/flows"),
+        ("put", "/api/v1/flows"),
+    ],
+)
+def test_allow_header__lists_exactly_the_methods_served(alice, admin, method, path):
+    response = getattr(admin.client, method)(path, **admin.headers)
+    assert response.status_code == 405
+    allowed = {m.strip() for m in response["Allow"].split(",")}
+    assert "OPTIONS" not in allowed
+    documented = {
+        m.upper() for m in Client().get("/api/schema/", {"format": "json"}).json()["paths"][path]
+    }
+    assert documented <= allowed <= documented | {"HEAD"}

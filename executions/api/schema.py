@@ -1,0 +1,21 @@
+"""The OpenAPI schema says what the server enforces (drf-spectacular post-processing).
+
+Request bodies are strict: the parser and the serializers refuse any field they do not know, so
+every request body's component gets `additionalProperties: false`, and a generated client never
+sends what the server would refuse.
+"""
+
+from typing import Any
+
+
+def strict_request_bodies(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """POSTPROCESSING_HOOKS entry: `additionalProperties: false` on every request body."""
+    components = result.get("components", {}).get("schemas", {})
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            for media in content.values():
+                name = media.get("schema", {}).get("$ref", "").rpartition("/")[2]
+                if name in components:
+                    components[name]["additionalProperties"] = False
+    return result

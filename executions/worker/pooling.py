@@ -1,0 +1,91 @@
+"""Running behind a connection pooler (PgBouncer in transaction pooling mode), validated at start.
+
+`DATABASE_POOLER=transaction` says DATABASE_URL goes through a transaction pooler: consecutive
+transactions of one client connection may run on different server sessions. Then nothing may
+rely on session state:
+- no prepared statements (PgBouncer 1.18 has no protocol-level support for them);
+- no session settings (SET): they would stay on a server session another client gets next;
+- LISTEN needs a session of its own, so it goes to `WORKER_LISTEN_DATABASE_URL`, a direct
+  connection to the same database; without it the worker polls every WORKER_POLL_MS and says so
+  at start.
+Without a pooler nothing changes (LISTEN/NOTIFY on DATABASE_URL, SPEC §3).
+
+`pooling_config(raw, database_url=...)` refuses combinations that cannot work, naming the
+variables: an unknown pooler mode, a listen URL without a pooler (it would change nothing but
+open one more connection), a listen URL on another database (notifications would never arrive)
+or through the same host and port as DATABASE_URL (the pooler itself: LISTEN would be lost).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from psycopg.conninfo import conninfo_to_dict
+
+from .config import WorkerConfigError
+
+POOLER_MODES = ("", "transaction")
+
+
+@dataclass(frozen=True)
+class PoolingConfig:
+    pooler: str = ""  # "" (direct) or "transaction"
+    listen_url: str = ""  # a direct connection for LISTEN; "" when none
+
+    @property
+    def transaction_pooled(self) -> bool:
+        return self.pooler == "transaction"
+
+    @property
+    def listens(self) -> bool:
+        """Whether the worker can LISTEN: directly, or on the separate listen connection."""
+        return not self.transaction_pooled or bool(self.listen_url)
+
+
+def database_pooler(raw: str) -> str:
+    """The DATABASE_POOLER mode, or WorkerConfigError naming it (the web process checks it too)."""
+    mode = raw.strip().lower()
+    if mode not in POOLER_MODES:
+        raise WorkerConfigError(
+            f"DATABASE_POOLER must be empty (a direct connection or a session pooler) or "
+            f"'transaction' (DATABASE_URL goes through a transaction pooler such as PgBouncer "
+            f"with pool_mode=transaction), got {raw!r}"
+        )
+    return mode
+
+
+def _endpoint(url: str, name: str) -> dict[str, str]:
+    try:
+        params = conninfo_to_dict(url)
+    except Exception as exc:  # psycopg raises ProgrammingError for a malformed string
+        raise WorkerConfigError(f"{name} is not a valid PostgreSQL URL: {exc}") from None
+    return {k: str(params.get(k) or "") for k in ("host", "port", "dbname")}
+
+
+def pooling_config(raw: Mapping[str, str], *, database_url: str) -> PoolingConfig:
+    """Validate DATABASE_POOLER and WORKER_LISTEN_DATABASE_URL against DATABASE_URL."""
+    pooler = database_pooler(raw.get("DATABASE_POOLER", ""))
+    listen_url = raw.get("WORKER_LISTEN_DATABASE_URL", "").strip()
+    if not listen_url:
+        return PoolingConfig(pooler=pooler)
+    if pooler != "transaction":
+        raise WorkerConfigError(
+            "WORKER_LISTEN_DATABASE_URL is set but DATABASE_POOLER is not 'transaction': without "
+            "a transaction pooler the worker LISTENs on DATABASE_URL; unset "
+            "WORKER_LISTEN_DATABASE_URL, or set DATABASE_POOLER=transaction if DATABASE_URL "
+            "goes through one"
+        )
+    listen = _endpoint(listen_url, "WORKER_LISTEN_DATABASE_URL")
+    pooled = _endpoint(database_url, "DATABASE_URL")
+    if listen["dbname"] != pooled["dbname"]:
+        raise WorkerConfigError(
+            f"WORKER_LISTEN_DATABASE_URL names database {listen['dbname']!r} but DATABASE_URL "
+            f"names {pooled['dbname']!r}: notifications are per database, so it must be the "
+            "same database as DATABASE_URL, reached directly"
+        )
+    if (listen["host"], listen["port"] or "5432") == (pooled["host"], pooled["port"] or "5432"):
+        raise WorkerConfigError(
+            "WORKER_LISTEN_DATABASE_URL has the same host and port as DATABASE_URL, which goes "
+            "through the transaction pooler: LISTEN needs a session of its own, so it must be a "
+            "direct connection to PostgreSQL (its own host or port)"
+        )
+    return PoolingConfig(pooler=pooler, listen_url=listen_url)

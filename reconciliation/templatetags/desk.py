@@ -1,0 +1,15 @@
+"""The admin home's view of the reconciliation desk, for those who may read cases."""
+
+from django import template
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from reconciliation import selectors
+
+register = template.Library()
+
+
+@register.simple_tag
+def desk_overview(user: AbstractBaseUser | AnonymousUser) -> selectors.Overview | None:
+    if not user.has_perm("reconciliation.view_reconciliationcase"):
+        return None
+    return selectors.overview()

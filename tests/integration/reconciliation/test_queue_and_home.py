@@ -1,0 +1,156 @@
+"""The queue and the admin home: rows that tell cases apart, one filter entry per capability,
+bulk actions that only do what each case's evidence supports, the desk on the home page, and
+no dead ends (an empty History, a "View site" that leads nowhere, times without a zone)."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from executions.models import (
+    ActionExecution,
+    AuditEvent,
+    AuditType,
+    CheckpointStatus,
+    Execution,
+    ExecutionStatus,
+)
+from reconciliation import selectors, services
+
+from .factories import CheckpointFactory, audit, reconciliation_case, row
+
+pytestmark = pytest.mark.django_db
+
+QUEUE = "admin:reconciliation_reconciliationcase_changelist"
+OUTPUT = {"chargeId": "ch_1", "status": "paid"}
+UTC_TO_THE_SECOND = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _lookup(case: Execution, *, happened: bool | None, output: dict | None = None) -> None:
+    audit(
+        case.request,
+        case,
+        AuditType.RECONCILIATION_EVIDENCE,
+        actionId="charge",
+        happened=happened,
+        output=output,
+        outputValid=None if output is None else True,
+        outputProblems=[],
+        detail="",
+        operator="olga",
+    )
+
+
+def test_queue_rows__tell_cases_apart(operator, charge_registry):
+    asked, fresh = reconciliation_case(), reconciliation_case()
+    Execution.objects.filter(pk=asked.pk).update(created_at=timezone.now() - timedelta(minutes=7))
+    _lookup(asked, happened=True, output=OUTPUT)
+    page = _client(operator).get(reverse(QUEUE)).content.decode()
+    for case in (asked, fresh):
+        assert f'title="{case.pk}">{str(case.pk)[:8]}</span>' in page  # short id, full in title
+    assert "7 min" in page  # how long the oldest has waited
+    assert "customer cus_ada · amount 42" in page
+    assert "UNCERTAIN_WRITE: the connection dropped after the request was sent" in page
+    rows = {case.pk: response_row(page, case.pk) for case in (asked, fresh)}
+    assert ">happened<" in rows[asked.pk] and ">not asked<" in rows[fresh.pk]
+    assert "Created (UTC)" in page
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d<", rows[fresh.pk])  # to the second
+
+
+def response_row(page: str, execution_id) -> str:
+    start = page.index(f'title="{execution_id}"')
+    return page[start : page.index("</tr>", start)]
+
+
+def test_capability_filter__lists_each_capability_once(operator, charge_registry):
+    for _ in range(4):
+        case = reconciliation_case()
+        CheckpointFactory(
+            execution=case, action_id="refund", sequence=1, status=CheckpointStatus.SUCCEEDED
+        )
+    assert selectors.capabilities(statuses=(ExecutionStatus.RECONCILIATION_REQUIRED,)) == [
+        "payments.charge@1"
+    ]
+    page = _client(operator).get(reverse(QUEUE)).content.decode()
+    assert page.count("capability=payments.charge%401") == 1
+
+
+def test_home__shows_the_desk(operator, charge_registry):
+    older, _newer = reconciliation_case(), reconciliation_case()
+    Execution.objects.filter(pk=older.pk).update(created_at=timezone.now() - timedelta(hours=2))
+    done = reconciliation_case()
+    services.execution_abandon(execution_id=done.pk, reason="duplicate", operator=operator)
+    page = _client(operator).get(reverse("admin:index")).content.decode()
+    desk = page[page.index('id="desk-overview"') :]
+    assert re.search(r'id="desk-open">2<', desk)
+    assert "2 h" in desk and "payments.charge@1</a>: 2" in desk
+    assert "0 automatically (system:prober), 1 by operators" in desk
+    assert "View site" not in page
+
+
+def test_home__without_the_view_permission__shows_no_desk(make_user):
+    someone = make_user("nina", "view_flow")
+    page = _client(someone).get(reverse("admin:index")).content.decode()
+    assert 'id="desk-overview"' not in page
+
+
+def test_bulk_write_happened__only_where_the_provider_found_it(operator, charge_registry):
+    found, absent, unasked = reconciliation_case(), reconciliation_case(), reconciliation_case()
+    _lookup(found, happened=True, output=OUTPUT)
+    _lookup(absent, happened=False)
+    before = {case.pk: row(case.pk) for case in (absent, unasked)}
+    client = _client(operator)
+    selected = {
+        "action": "resolve_write_happened",
+        "_selected_action": [found.pk, absent.pk, unasked.pk],
+    }
+    confirm = client.post(reverse(QUEUE), selected).content.decode()
+    assert "will be resolved:</strong> the provider found the write" in confirm
+    assert confirm.count("skipped:</strong>") == 2 and "lookup: not asked" in confirm
+
+    done = client.post(
+        reverse(QUEUE), {**selected, "post": "yes", "reason": "Lookups checked."}, follow=True
+    )
+    messages = [str(m) for m in done.context["messages"]]
+    assert any(m.startswith(f"Case {str(found.pk)[:8]}: resolved") for m in messages)
+    assert sum("skipped" in m for m in messages) == 2
+    checkpoint = ActionExecution.objects.get(execution=found)
+    assert (checkpoint.status, checkpoint.output) == (CheckpointStatus.SUCCEEDED, OUTPUT)
+    assert {case.pk: row(case.pk) for case in (absent, unasked)} == before
+
+
+def test_bulk_write_not_happened__only_where_the_provider_found_nothing(operator, charge_registry):
+    found, absent = reconciliation_case(), reconciliation_case()
+    _lookup(found, happened=True, output=OUTPUT)
+    _lookup(absent, happened=False)
+    _client(operator).post(
+        reverse(QUEUE),
+        {
+            "action": "resolve_write_not_happened",
+            "_selected_action": [found.pk, absent.pk],
+            "post": "yes",
+            "reason": "Lookups checked.",
+        },
+    )
+    assert Execution.objects.get(pk=absent.pk).status == ExecutionStatus.PENDING
+    assert Execution.objects.get(pk=found.pk).status == ExecutionStatus.RECONCILIATION_REQUIRED
+    resolved = AuditEvent.objects.get(type=AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.execution_id == absent.pk
+
+
+def test_read_only_pages__have_no_empty_history_and_times_to_the_second(operator):
+    case = reconciliation_case()
+    client = _client(operator)
+    page = client.get(reverse("admin:executions_execution_change", args=[case.pk])).content.decode()
+    assert "/history/" not in page
+    events = client.get(reverse("admin:executions_auditevent_changelist")).content.decode()
+    assert UTC_TO_THE_SECOND.search(events)
