@@ -167,13 +167,14 @@ class _Run:
         previous = snapshot.checkpoints.get(action_id)
         if previous is None:
             self.check_not_cancelled(f"reach {action_id}")
-            reached = wait_reach(
-                conn=self.conn,
-                fence=self.fence,
-                action=action,
-                sequence=sequence,
-                payload={"transitionId": self.transition_id},
-            )
+            with borrowed(self.db) as conn:
+                reached = wait_reach(
+                    conn=conn,
+                    fence=self.fence,
+                    action=action,
+                    sequence=sequence,
+                    payload={"transitionId": self.transition_id},
+                )
             if reached.output is not None:
                 logger.info("wait met by a kept event", extra=extra)
                 return reached.output
@@ -182,23 +183,24 @@ class _Run:
             logger.info("wait reused", extra=extra)
             return previous.output or {}
         if previous.status == CheckpointStatus.WAITING:
-            deadline, passed = wait_deadline(conn=self.conn, fence=self.fence, action=action)
-            if not passed:  # reclaimed before its deadline: wait on
-                due = wait_resuspend(
-                    conn=self.conn, fence=self.fence, action=action, deadline=deadline
-                )
-                return self.suspend(action, due, extra)
-            if "onTimeout" in action["wait"]:
-                output = wait_time_out_continue(
-                    conn=self.conn,
-                    fence=self.fence,
-                    action=action,
-                    payload={"transitionId": self.transition_id},
-                )
-                logger.info("wait timed out; onTimeout payload used", extra=extra)
-                return output
-            with self.conn.transaction():
-                wait_checkpoint_expire(conn=self.conn, fence=self.fence, action_id=action_id)
+            with borrowed(self.db) as conn:
+                deadline, passed = wait_deadline(conn=conn, fence=self.fence, action=action)
+                if not passed:  # reclaimed before its deadline: wait on
+                    due = wait_resuspend(
+                        conn=conn, fence=self.fence, action=action, deadline=deadline
+                    )
+                    return self.suspend(action, due, extra)
+                if "onTimeout" in action["wait"]:
+                    output = wait_time_out_continue(
+                        conn=conn,
+                        fence=self.fence,
+                        action=action,
+                        payload={"transitionId": self.transition_id},
+                    )
+                    logger.info("wait timed out; onTimeout payload used", extra=extra)
+                    return output
+                with conn.transaction():
+                    wait_checkpoint_expire(conn=conn, fence=self.fence, action_id=action_id)
         # Timed out without onTimeout (now, or by an earlier holder that stopped after recording
         # it): the execution fails under the usual rule for a failure.
         raise _Ended(
@@ -277,14 +279,15 @@ class _Run:
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
             # The provider will call back (executions/callbacks.py); until then, or until the
             # callback is overdue, the execution waits without a lease.
-            deadline = call_accept(
-                conn=self.conn,
-                fence=self.fence,
-                action_id=action_id,
-                attempt=attempt,
-                timeout_seconds=contract.callback_timeout_seconds,
-                payload={"transitionId": self.transition_id},
-            )
+            with borrowed(self.db) as conn:
+                deadline = call_accept(
+                    conn=conn,
+                    fence=self.fence,
+                    action_id=action_id,
+                    attempt=attempt,
+                    timeout_seconds=contract.callback_timeout_seconds,
+                    payload={"transitionId": self.transition_id},
+                )
             logger.info("execution suspended", extra={**extra, "deadline": str(deadline)})
             raise _Suspended(
                 RunOutcome(

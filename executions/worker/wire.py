@@ -28,8 +28,12 @@ from ..models import ExecutionStatus
 MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
 SUPERSEDED = "superseded"  # the wire code of a superseded refusal
 INTERRUPTED = "interrupted"  # the wire code of a holder told to stop between two steps
+# The version of the package and result JSON below. A reader refuses any other (a package with a
+# 400 naming it, a result as garbled), so a rolling deploy that mixes versions fails loudly.
+FORMAT_VERSION = 1
 PACKAGE_KEYS = frozenset(
     {
+        "formatVersion",
         "executionId",
         "requestId",
         "flowId",
@@ -75,6 +79,7 @@ class ExecutionPackage:
 def package_json(package: ExecutionPackage) -> str:
     return json.dumps(
         {
+            "formatVersion": FORMAT_VERSION,
             "executionId": str(package.fence.execution_id),
             "requestId": str(package.fence.request_id),
             "flowId": package.flow_id,
@@ -126,8 +131,17 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
     unknown = sorted(set(raw) - PACKAGE_KEYS)
     if unknown:
         raise PackageInvalid(f"unknown fields: {', '.join(k[:40] for k in unknown[:5])}")
-    if raw.get("resumeEvent") is not None:
-        raise PackageInvalid("resumeEvent is not supported by flows of this version")
+    version = raw.get("formatVersion")
+    if version != FORMAT_VERSION:
+        raise PackageInvalid(
+            f"formatVersion {str(version)[:20]} is not supported (this worker reads "
+            f"formatVersion {FORMAT_VERSION})"
+        )
+    resume_event = _object(raw, "resumeEvent")
+    if resume_event is not None and not (
+        isinstance(resume_event.get("eventId"), str) and isinstance(resume_event.get("event"), str)
+    ):
+        raise PackageInvalid("resumeEvent must be an object with eventId and event strings")
     return ExecutionPackage(
         fence=Fence(
             execution_id=_uuid(raw, "executionId"),
@@ -140,7 +154,8 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
         attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
         # Honoured only because the caller has already presented the endpoint's token.
         principal=_object(raw, "principal"),
-        resume_event=None,
+        # The event itself is already durable (its wait's checkpoint); this says why it runs.
+        resume_event=resume_event,
         metadata=_object(raw, "metadata") or {},
     )
 
@@ -258,6 +273,7 @@ class ExecutionResult:
 def result_wire(result: ExecutionResult) -> dict[str, Any]:
     """The JSON of a result (completed, suspended or failed)."""
     return {
+        "formatVersion": FORMAT_VERSION,
         "executionId": str(result.execution_id),
         "status": str(result.status),
         "state": result.state,
@@ -278,6 +294,11 @@ def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
     """Read an endpoint's result for `execution_id`; anything else raises ResultInvalid."""
     if not isinstance(raw, dict):
         raise ResultInvalid("the result is not a JSON object")
+    if raw.get("formatVersion") != FORMAT_VERSION:
+        raise ResultInvalid(
+            f"the result's formatVersion {str(raw.get('formatVersion'))[:20]} is not "
+            f"{FORMAT_VERSION}"
+        )
     if raw.get("executionId") != str(execution_id):
         raise ResultInvalid("the result is for another execution")
     state = raw.get("state")

@@ -74,10 +74,10 @@ def make_runtime(request, runtime_dsn):
         runtime.close()
 
 
-def _dispatch(runtime, found, cancelled=None):
+def _dispatch(runtime, found, cancelled=None, resume_event=None):
     return dispatch_once(
         runtime,
-        package_of(found),
+        dataclasses.replace(package_of(found), resume_event=resume_event),
         WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
     )
 
@@ -162,6 +162,7 @@ def test_package__is_json_with_identity_and_resume_coordinates_only():
     )
     text = package_json(package)
     assert set(json.loads(text)) == {
+        "formatVersion",
         "executionId",
         "requestId",
         "flowId",
@@ -220,6 +221,9 @@ def test_runtime__suspends_on_a_wait_then_resumes_from_its_checkpoints(
         payload={"ok": True},
     )
     (again,) = claim(conn, "w")
-    completed = _dispatch(runtime, again)
+    # A resume dispatch says which event it runs for; both runtimes accept it.
+    completed = _dispatch(
+        runtime, again, resume_event={"eventId": "e", "event": "manager.approval"}
+    )
     assert (completed.status, completed.execution_status) == ("completed", "SUCCEEDED")
     assert len(adapter.calls) == 1  # the earlier action was not repeated
