@@ -10,7 +10,12 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
 from rest_framework import serializers, status
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import AllowAny
@@ -171,6 +176,13 @@ class RequestCollectionView(ApiView):
         description="The request starts in the flow's initialState, owned by the token's sub in "
         "its tenant. Without flowVersion, the highest published version. Needs requests:write.",
         request=RequestCreateSerializer,
+        examples=[
+            OpenApiExample(
+                "The demo flow",
+                value={"flowKey": "onboarding", "data": {"applicant": "Ada", "amount": 120}},
+                request_only=True,
+            )
+        ],
         parameters=[
             WWW_AUTHENTICATE,
             OpenApiParameter("Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[201]),
@@ -237,6 +249,13 @@ class TransitionCollectionView(ApiView):
         "With an Idempotency-Key, a retry of the same body on the same request returns the "
         "same execution (202), even after the request has moved on. Needs requests:write.",
         request=TransitionAcceptSerializer,
+        examples=[
+            OpenApiExample(
+                "Submit a new request",
+                value={"transitionId": "submit", "expectedRevision": 1},
+                request_only=True,
+            )
+        ],
         parameters=[
             _path_id("request_id", "request"),
             OpenApiParameter(
