@@ -166,19 +166,29 @@ class ExecutionCancelSerializer(StrictSerializer):
 
 class ExecutionEventSerializer(StrictSerializer):
     eventId = StrictCharField(
+        min_length=1,
         max_length=MAX_EVENT_ID_CHARS,
+        validators=[
+            RegexValidator(
+                rf"^{EVENT_ID.pattern}$",
+                message="must be visible ASCII characters (spaces only inside)",
+            )
+        ],
         error_messages=_messages(
             blank="must not be empty",
+            min_length="must not be empty",
             max_length=f"must be at most {MAX_EVENT_ID_CHARS} characters",
         ),
         help_text="The sender's id for this event, unique per execution: sending it again with "
         "the same body is a harmless replay. 1 to 255 visible ASCII characters.",
     )
     event = StrictCharField(
+        min_length=1,
         max_length=MAX_NAME_LENGTH,
-        error_messages=_messages(
-            blank="must not be empty", max_length=f"must be at most {MAX_NAME_LENGTH} characters"
-        ),
+        validators=[
+            RegexValidator(rf"^{IDENTIFIER.pattern}$", message=f"must be {IDENTIFIER_RULE}")
+        ],
+        error_messages=_name_messages(),
         help_text="The event's name, as the flow's wait action names it.",
     )
     payload = JsonObjectField(
@@ -205,6 +215,15 @@ class ExecutionEventSerializer(StrictSerializer):
                 f"must be at most {MAX_PAYLOAD_BYTES} bytes as compact UTF-8 JSON"
             )
         return value
+
+
+class CallbackSerializer(serializers.Serializer):
+    """Documentation only: the body an asynchronous provider posts (read by callbacks.py)."""
+
+    externalKey = serializers.CharField(
+        max_length=200, help_text="The call's external key, <executionId>:<actionId>."
+    )
+    output = JsonObjectField(help_text="The call's output, valid against the output schema.")
 
 
 class WaitingForSerializer(serializers.Serializer):

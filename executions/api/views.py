@@ -43,6 +43,7 @@ from ..flows.publication import flow_publish
 from ..waits import MAX_KEPT_EVENTS, execution_resume
 from .parsers import StrictJSONParser, check_declared_length
 from .serializers import (
+    CallbackSerializer,
     ErrorSerializer,
     ExecutionCancelSerializer,
     ExecutionEventSerializer,
@@ -439,7 +440,7 @@ class CallbackView(APIView):
         "body>`; no JWT. The output is validated against the contract's output schema; the "
         "execution then continues. The same body again answers 200 and changes nothing.",
         auth=[],
-        request={"application/json": {"type": "object"}},
+        request=CallbackSerializer,
         parameters=[
             OpenApiParameter(
                 "X-Signature", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True

@@ -122,6 +122,7 @@ def test_schema__views_have_exactly_the_public_fields(schema):
         "waitingFor",
     }
     assert set(components["WaitingFor"]["properties"]) == {"actionId", "event", "deadline"}
+    assert "waitingFor" not in components["ExecutionView"]["required"]  # only while SUSPENDED
     assert set(components["RequestView"]["properties"]) == {
         "id",
         "flowKey",
@@ -159,6 +160,8 @@ def test_schema__request_bodies_refuse_unknown_fields_as_the_server_does(schema)
         "RequestCreate",
         "TransitionAccept",
         "ExecutionCancel",
+        "ExecutionEvent",
+        "Callback",
         "FlowDefinition",
     }
     for name in bodies:
