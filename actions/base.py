@@ -22,7 +22,7 @@ import enum
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Outcome(enum.StrEnum):
@@ -126,8 +126,10 @@ class RoutableAdapter(Adapter, Protocol):
     output_schema: dict[str, Any] | None
 
 
+@runtime_checkable
 class LookupAdapter(Protocol):
-    """An adapter that can ask its provider whether a write happened, by its external key."""
+    """An adapter that can ask its provider whether a write happened, by its external key
+    (actions/lookup.py asks only adapters that are one, on routes with a `lookup_url`)."""
 
     def lookup(self, external_key: str, binding: "Binding") -> LookupResult: ...
 

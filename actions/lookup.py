@@ -5,8 +5,16 @@ never settles anything by itself; an operator decides, and the output they recor
 again. Nothing here touches the database.
 """
 
-from .base import LookupResult
+from .base import Binding, LookupAdapter, LookupResult
 from .registry import IntegrationUnavailable, Registry, get_registry
+
+
+def _lookup_adapter(binding: Binding) -> LookupAdapter | None:
+    """The binding's adapter when it can look a write up on this route (a `lookup_url`)."""
+    adapter = binding.adapter
+    if isinstance(adapter, LookupAdapter) and binding.route.options.get("lookup_url"):
+        return adapter
+    return None
 
 
 def lookup_by_key(
@@ -20,10 +28,10 @@ def lookup_by_key(
     contract's output schema before anyone may record it.
     """
     binding = (registry or get_registry()).resolve(capability, version)
-    lookup = getattr(binding.adapter, "lookup", None)
-    if lookup is None or not binding.route.options.get("lookup_url"):
+    adapter = _lookup_adapter(binding)
+    if adapter is None:
         raise IntegrationUnavailable(capability, version, "no lookup by key is configured")
-    return lookup(external_key, binding)
+    return adapter.lookup(external_key, binding)
 
 
 def supports_lookup(capability: str, version: int, *, registry: Registry | None = None) -> bool:
@@ -32,4 +40,4 @@ def supports_lookup(capability: str, version: int, *, registry: Registry | None 
         binding = (registry or get_registry()).resolve(capability, version)
     except IntegrationUnavailable:
         return False
-    return hasattr(binding.adapter, "lookup") and bool(binding.route.options.get("lookup_url"))
+    return _lookup_adapter(binding) is not None

@@ -19,9 +19,11 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from orquestador.errors import CodedError
+from reconciliation import insight
 from reconciliation.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 
 from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
@@ -130,6 +132,11 @@ class RequestAdmin(ReadOnlyAdmin):
     search_help_text = "A request id, or an exact owner or scope."
     uuid_search_fields = ("id", "blocked_by_id")
     ordering = ("-created_at", "-id")
+    readonly_fields = ("timeline",)
+
+    @admin.display(description="timeline (UTC)")
+    def timeline(self, obj: Request) -> str:
+        return insight.timeline_html(obj.pk)
 
 
 @admin.register(Execution)
@@ -155,6 +162,16 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ordering = ("-created_at", "-id")
     inlines = (CheckpointInline,)
     exclude = ("idempotency_fingerprint",)
+    readonly_fields = ("lease_now", "timeline")
+
+    @admin.display(description="lease now")
+    def lease_now(self, obj: Execution) -> str:
+        return insight.lease_sentence(obj, timezone.now())
+
+    @admin.display(description="timeline of the request (UTC)")
+    def timeline(self, obj: Execution) -> str:
+        return insight.timeline_html(obj.request_id)
+
     actions = ("cancel_execution",)
 
     def has_cancel_execution_permission(self, request: HttpRequest) -> bool:

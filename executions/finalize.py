@@ -55,6 +55,20 @@ class AttemptSettlement:
     output: dict[str, Any] | None = None
 
 
+def _settle(conn: psycopg.Connection, fence: Fence, settlement: AttemptSettlement) -> None:
+    """Settle the attempt's checkpoint: the first statement of a retry or failure transaction."""
+    checkpoint_settle(
+        conn=conn,
+        fence=fence,
+        action_id=settlement.action_id,
+        attempt=settlement.attempt,
+        status=settlement.status,
+        error_code=settlement.error_code,
+        error_detail=settlement.error_detail,
+        output=settlement.output,
+    )
+
+
 def _audit(
     conn: psycopg.Connection, fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
 ) -> None:
@@ -146,16 +160,7 @@ def execution_schedule_retry(
 ) -> datetime.datetime:
     """Settle the attempt and schedule the next one, in one transaction; return when it is due."""
     with conn.transaction():
-        checkpoint_settle(
-            conn=conn,
-            fence=fence,
-            action_id=settlement.action_id,
-            attempt=settlement.attempt,
-            status=settlement.status,
-            error_code=settlement.error_code,
-            error_detail=settlement.error_detail,
-            output=settlement.output,
-        )
+        _settle(conn, fence, settlement)
         row = conn.execute(
             sql.EXECUTION_SCHEDULE_RETRY,
             {
@@ -197,16 +202,7 @@ def execution_fail(
     with conn.transaction():
         conn.execute(sql.REQUEST_LOCK, {"request_id": fence.request_id})
         if settlement is not None:
-            checkpoint_settle(
-                conn=conn,
-                fence=fence,
-                action_id=settlement.action_id,
-                attempt=settlement.attempt,
-                status=settlement.status,
-                error_code=settlement.error_code,
-                error_detail=settlement.error_detail,
-                output=settlement.output,
-            )
+            _settle(conn, fence, settlement)
         uncertain, succeeded, last_write = conn.execute(
             sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id}
         ).fetchone()

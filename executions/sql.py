@@ -1,69 +1,117 @@
-"""Every SQL statement of the execution queue, in one place.
+"""Every SQL statement of the execution queue, in one place (one idea, hence past 400 lines).
 
-Each statement is a named constant with `%(name)s` parameters; the comment above it says what it
-does, which rows it locks and which index it expects to use.
+Each statement is a named constant with `%(name)s` parameters, never built from input. Only the
+fence is composed; statements otherwise repeat their SET lists and guards on purpose, so each can
+be read whole when its locks and plan are checked. Above it:
+what it does, which rows it locks (`Locks:`) and which index it expects (`Index:`). Why the plans
+look the way they do, with the figures that decided it: docs/adr/0009.
+
+Invariants:
+- every statement that runs as a holder after a claim carries the fence, written once (`FENCE`,
+  composed into the statements below when this module is imported): the execution by id and
+  request, the exact fencing token, status RUNNING, the lease owner, and a lease that has not
+  expired by database time. A holder that matches no row gets `ExecutionSuperseded` from its
+  caller; nothing here is ever a silent no-op. tests/integration/worker/test_plans.py finds every
+  statement carrying the fence and checks it plans through execution_pkey; a statement that
+  compares a holder's token without the fence fails it too (operator writes, which guard on the
+  token read under their own lock, are listed in `OPERATOR_GUARDED`);
+- lock order everywhere: request, then execution, then checkpoints; a statement that locks several
+  rows of one table locks them in id order;
+- a RUNNING execution's next_attempt_at equals its lease_expires_at (a CHECK), so the one partial
+  index execution_claim_idx serves due work and expired leases alike.
 """
 
-# Channel on which committed work is announced to idle workers. The payload is the execution id;
-# listeners treat any notification as "claim now" and never trust the payload for correctness.
+_FENCE = (
+    "e.id = {execution_id} AND e.request_id = {request_id} AND e.fencing_token = {token}\n"
+    "   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = {owner}\n"
+    "   AND e.lease_expires_at > {now}"
+)
+
+
+def _fence(execution_id: str, request_id: str, token: str, owner: str, now: str) -> str:
+    """The fence over the execution row `e`, from where a statement reads the holder's four
+    coordinates (its parameters, or the columns of one item of a grouped write)."""
+    return _FENCE.format(
+        execution_id=execution_id, request_id=request_id, token=token, owner=owner, now=now
+    )
+
+
+# The fence, as each kind of statement reads the holder: one holder's parameters; one item of a
+# grouped write (`item`, `req`); one entry of the lease renewal's arrays (`h`, clock read once).
+FENCE = _fence("%(execution_id)s", "%(request_id)s", "%(token)s", "%(owner)s", "clock_timestamp()")
+FENCES = {
+    "{fence}": FENCE,
+    "{fence_of_item}": _fence(
+        "item.execution_id", "item.request_id", "item.token", "item.owner", "clock_timestamp()"
+    ),
+    "{fence_of_request_item}": _fence(
+        "req.execution_id", "req.request_id", "req.token", "req.owner", "clock_timestamp()"
+    ),
+    "{fence_of_renewal}": _fence(
+        "h.execution_id", "h.request_id", "h.token", "%(owner)s", "clock.now_at"
+    ),
+}
+# Statements that compare a token without the fence: operator writes, guarded on the status and
+# token they read under their own request-then-execution lock (reconciliation/).
+OPERATOR_GUARDED = frozenset(
+    {
+        "EXECUTION_CANCEL",
+        "EXECUTION_CANCEL_TO_RECONCILIATION",
+        "RECONCILE_REQUEUE",
+        "RECONCILE_ABANDON",
+        # A resume (an event, or a provider's callback) of a SUSPENDED execution, which no
+        # holder has: guarded on the status and token read under its request-then-execution lock.
+        "RESUME_EXECUTION",
+    }
+)
+
+
+def _fenced(template: str) -> str:
+    """`template` with its fence placeholder replaced (at import time, from the constants above)."""
+    for placeholder, predicate in FENCES.items():
+        template = template.replace(placeholder, predicate)
+    return template
+
+
+# Channel on which committed work is announced to idle workers; listeners treat any
+# notification as "claim now" and never trust its payload for correctness.
 NOTIFY_CHANNEL = "orquestador_executions"
 
-# Announce new due work. Sent inside the transaction that creates or requeues the execution, so
-# PostgreSQL delivers it only if, and right after, that transaction commits. Locks nothing.
+# Announce new due work, from inside the transaction that creates or requeues it (delivered
+# only if, and right after, it commits).
+# Locks: nothing.
+# Index: none.
 NOTIFY_WORK = "SELECT pg_notify('orquestador_executions', %(execution_id)s::text)"
 
-# Subscribe this session to NOTIFY_WORK (the worker's listening connection). Locks nothing.
+# Subscribe the worker's listening connection to NOTIFY_WORK.
+# Locks: nothing.
+# Index: none.
 LISTEN_WORK = "LISTEN orquestador_executions"
 
-# Run once on every worker connection. The worker's statements are few, fixed and prepared
-# (psycopg prepares a statement on its fifth run), and their best plan does not depend on the
-# parameter values: key lookups, and the claim's scan of execution_claim_idx. One generic plan per
-# connection then spares the planner on every execution. Locks nothing.
+# Once per worker connection: one generic plan per statement (their best plans do not
+# depend on parameter values; docs/adr/0009).
+# Locks: nothing.
+# Index: none.
 WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"
 
-# Run once more on the connection that claims (it runs CLAIM_EXECUTIONS and nothing else). The
-# claim must walk execution_claim_idx in claim order and stop after %(limit)s rows. A queue that
-# fills in bursts (thousands of acceptances in one transaction) leaves the planner's statistics
-# far behind: believing a handful of rows are due, it prefers a bitmap scan of every due row
-# and a sort, which at a 17,000-row backlog takes 9 ms per claim instead of 0.2 ms. The claim
-# never needs a sort node, so none is allowed on this connection. Locks nothing.
+# Once more on the claiming connection: no sort node, so the claim always walks its index
+# in claim order (docs/adr/0009).
+# Locks: nothing.
+# Index: none.
 CLAIM_SESSION = "SET enable_sort = off"
 
 # --- Worker: claim, lease, load, checkpoints, retry, failure, finalisation --------------------
-# Every statement below that writes after a claim is fenced: it names the execution by id and
-# request, and requires the exact fencing token, status RUNNING, the lease owner and a lease that
-# has not expired by database time:
-#     e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-#     AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-#     AND e.lease_expires_at > clock_timestamp()
-# (the grouped statements read the same four coordinates per item from %(items)s). The status is
-# tested with IS NOT DISTINCT FROM, which for this NOT NULL column means exactly `=`, but which the
-# planner does not take as proof of execution_claim_idx's predicate: a fenced statement therefore
-# cannot use that partial index, and always finds its row through execution_pkey. With `=`, once
-# finished history makes execution_pkey deep and a VACUUM taken while nothing was in flight has
-# left execution_claim_idx counted empty, the generic plan walks execution_claim_idx end to end
-# for the id (its third column) on every fenced statement: 0.3-0.6 ms at a 10,000-row backlog
-# instead of 0.01 ms. When a holder matches no row the caller raises ExecutionSuperseded
-# (executions/leases.py); nothing here is ever a silent no-op. Lock order everywhere: request,
-# then execution, then checkpoints; a statement that locks several rows of one table locks them
-# in id order.
-# A RUNNING execution's next_attempt_at always equals its lease_expires_at (a CHECK), so the one
-# partial index execution_claim_idx serves due work and expired leases alike.
 
-# Claim up to %(limit)s due executions for %(owner)s, in one statement and one transaction.
-# `due` walks execution_claim_idx (next_attempt_at, created_at, id, partial on the four claimable
-# statuses) in claim order and locks each row FOR UPDATE SKIP LOCKED, so concurrent claimers pass
-# each other's rows instead of waiting and never take the same one. A PENDING or RETRY_WAIT row
-# is due once next_attempt_at has passed; a RUNNING row once its lease has expired (its
-# next_attempt_at is the lease expiry); a SUSPENDED row once its wait's deadline has passed (its
-# next_attempt_at is the deadline), so that a worker settles the timeout. The UPDATE then takes
-# each locked row: attempts + 1, fencing token + 1 (fencing out any earlier holder), owner and
-# lease from one reading of the database clock. Committed by itself (autocommit) before any
+# Claim up to %(limit)s due executions for %(owner)s (PENDING, due RETRY_WAIT, RUNNING with
+# an expired lease), in claim order: attempts + 1, token + 1, owner and lease from one reading
+# of the database clock; returns what the new holder runs with (the accepted request snapshot
+# and, for a reclaim, its checkpoints), read under the new token. Committed before any
 # evaluation or adapter call.
-# It also returns what the new holder needs to run, read under the new token in the same
-# statement: the accepted request snapshot (the request row by primary key, not locked: it is
-# blocked by this execution) and, for a reclaimed execution (attempts > 1), its checkpoints
-# through action_execution_action_uniq. A first attempt has none, so it skips that read.
+# Locks: each claimed execution row, FOR UPDATE SKIP LOCKED (claimers pass each
+# other's rows, never take the same one); the request row is read, not locked (blocked by this
+# execution).
+# Index: execution_claim_idx (next_attempt_at, created_at, id; partial on the claimable statuses),
+# walked in order; request by primary key; checkpoints by action_execution_action_uniq.
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
@@ -106,15 +154,14 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
           END AS checkpoints
 """
 
-# Renew the leases of every execution this process holds, in one statement. Each entry of the
-# three arrays is one held execution (id, request id, token); a row is renewed only with its
-# exact id, request, token and owner, status RUNNING and a lease that has not expired yet, so an
-# expired lease never revives: reclaiming it is the only way back, and that takes a new token.
-# The rows it returns are the renewed ones; any held execution missing from them has lost its
-# lease. `held` locks the matching execution rows by primary key in id order (the order of every
-# multi-row lock on executions here), so it cannot deadlock with a grouped checkpoint or
-# finalisation of the same process; it takes no request lock and never waits on a claim.
-RENEW_LEASES = """
+# Renew every lease this process holds (three arrays, one entry per holder), only under
+# the exact fence: an expired lease never revives. Returns (id, token) of each renewed row; a
+# holder missing from it has lost its lease.
+# Locks: the held execution rows, FOR NO KEY UPDATE in id order (as every
+# multi-row lock on executions); no request lock, never waits on a claim.
+# Index: execution_pkey.
+RENEW_LEASES = _fenced(
+    """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
                AS lease_until
@@ -126,12 +173,7 @@ held AS (
            unnest(%(execution_ids)s::uuid[], %(request_ids)s::uuid[], %(tokens)s::bigint[])
                AS h(execution_id, request_id, token),
            clock
-     WHERE e.id = h.execution_id
-       AND e.request_id = h.request_id
-       AND e.fencing_token = h.token
-       AND e.status IS NOT DISTINCT FROM 'RUNNING'
-       AND e.lease_owner = %(owner)s
-       AND e.lease_expires_at > clock.now_at
+     WHERE {fence_of_renewal}
      ORDER BY e.id
        FOR NO KEY UPDATE OF e
 )
@@ -142,22 +184,27 @@ UPDATE execution AS e
  WHERE e.id = held.id
 RETURNING e.id, e.fencing_token
 """
+)
 
-# Is this holder's lease still valid? A fenced read used to tell "superseded" apart from another
-# reason a fenced write matched nothing. Locks nothing; one row by primary key.
-LEASE_PROBE = """
+# Is this holder's lease still valid? Tells "superseded" apart from another reason a fenced
+# write matched nothing.
+# Locks: nothing.
+# Index: execution_pkey.
+LEASE_PROBE = _fenced(
+    """
 SELECT e.lease_expires_at
   FROM execution AS e
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 """
+)
 
-# Load what a holder needs to run its execution: the accepted request snapshot and every
-# checkpoint already written. Fenced, so a stale holder loads nothing. Locks nothing (the request
-# is blocked by this execution, so nothing else writes it); one execution and one request row by
-# primary key, checkpoints through action_execution_action_uniq (execution_id, action_id).
-LOAD_EXECUTION = """
+# What a holder runs with: the accepted request snapshot and every checkpoint so far.
+# Fenced, so a stale holder loads nothing.
+# Locks: nothing (the request is blocked by this execution).
+# Index: execution_pkey, request by primary key, checkpoints by
+# action_execution_action_uniq.
+LOAD_EXECUTION = _fenced(
+    """
 SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revision,
        COALESCE(
            (SELECT jsonb_agg(jsonb_build_object(
@@ -172,30 +219,25 @@ SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revi
            '[]'::jsonb) AS checkpoints
   FROM execution AS e
   JOIN request AS r ON r.id = e.request_id
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 """
+)
 
-# The pinned flow's definition (immutable once published, so workers cache it by id). Locks
-# nothing; one row by primary key.
+# The pinned flow's definition (immutable once published; workers cache it by id).
+# Locks: nothing.
+# Index: flow primary key.
 FLOW_DEFINITION = "SELECT definition FROM flow WHERE id = %(flow_id)s"
 
-# Start attempts of actions: commit their RUNNING checkpoints before the adapters are called.
-# One statement for one or many holders (%(items)s, a JSON array; executions/worker/groupcommit.py
-# groups the starts of concurrent execution threads into one commit). `holder` keeps the items
-# whose fence holds by the database clock and locks their execution rows (FOR NO KEY UPDATE, in
-# id order: the items are sorted by execution id and each row is locked as the nested loop
-# reaches it, one execution_pkey lookup per item). A locking subquery is never flattened, so the
-# plan cannot turn into a scan of every RUNNING execution (a hash join over
-# execution_claim_idx, which the planner picks when its statistics lag a burst of claims: 2.4 ms
-# at a 20,000-row backlog instead of 0.08 ms). The insert or update runs under those locks and
-# commits with the statement, so no other holder can claim a row in between. A first attempt
-# inserts attempt 1; a later one updates the same row (action_execution_action_uniq) to
-# attempt + 1, only if it is still what the holder loaded (same attempt, hash, key and effect,
-# and not SUCCEEDED). Returns (execution id, attempt) per started item; an item missing from the
-# result was superseded or its checkpoint changed.
-CHECKPOINT_START = """
+# Commit the RUNNING checkpoints of one or many holders (%(items)s, grouped by
+# executions/worker/groupcommit.py) before their adapters are called: a first attempt inserts
+# attempt 1, a later one moves the same row to attempt + 1 only if it is still what the holder
+# loaded (same attempt, hash, key and effect, not SUCCEEDED). Returns (execution id, attempt)
+# per started item; a missing item was superseded or its checkpoint changed.
+# Locks: each holder's execution row, FOR NO KEY UPDATE, items in execution id order,
+# inside a LATERAL subquery that is never flattened (one lookup per item).
+# Index: execution_pkey per item; action_execution_action_uniq.
+CHECKPOINT_START = _fenced(
+    """
 WITH durability AS MATERIALIZED (
     SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
 ),
@@ -213,10 +255,7 @@ holder AS (
      CROSS JOIN LATERAL (
                SELECT e.id
                  FROM execution AS e
-                WHERE e.id = item.execution_id AND e.request_id = item.request_id
-                  AND e.fencing_token = item.token
-                  AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = item.owner
-                  AND e.lease_expires_at > clock_timestamp()
+                WHERE {fence_of_item}
                   FOR NO KEY UPDATE OF e
            ) AS locked
 )
@@ -242,14 +281,15 @@ SELECT h.execution_id, h.action_id, h.sequence, h.capability, h.capability_versi
    AND c.effect = EXCLUDED.effect
 RETURNING c.execution_id, c.attempt
 """
+)
 
-# Record validated outputs: each holder's RUNNING checkpoint becomes SUCCEEDED. One statement
-# for one or many holders (%(items)s, grouped like CHECKPOINT_START), with the same locks, taken
-# the same way (items in execution id order, one execution_pkey lookup each), and the same
-# fence, checked by database time inside the statement that commits; one checkpoint per item
-# (action_execution_action_uniq), only if it is that holder's attempt. Returns the execution id
-# of every item saved; an item missing from the result was superseded.
-CHECKPOINT_SUCCEED = """
+# Record the validated outputs of one or many holders (%(items)s, grouped like
+# CHECKPOINT_START): each holder's RUNNING checkpoint of its attempt becomes SUCCEEDED. Returns
+# the execution id of every item saved; a missing item was superseded.
+# Locks: as CHECKPOINT_START.
+# Index: execution_pkey per item; action_execution_action_uniq.
+CHECKPOINT_SUCCEED = _fenced(
+    """
 WITH durability AS MATERIALIZED (
     SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
 ),
@@ -266,10 +306,7 @@ holder AS (
      CROSS JOIN LATERAL (
                SELECT e.id
                  FROM execution AS e
-                WHERE e.id = item.execution_id AND e.request_id = item.request_id
-                  AND e.fencing_token = item.token
-                  AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = item.owner
-                  AND e.lease_expires_at > clock_timestamp()
+                WHERE {fence_of_item}
                   FOR NO KEY UPDATE OF e
            ) AS locked
 )
@@ -284,20 +321,19 @@ UPDATE action_execution AS c
    AND c.status = 'RUNNING' AND c.fencing_token = h.token AND c.attempt = h.attempt
 RETURNING c.execution_id
 """
+)
 
-# Settle an attempt that did not succeed: FAILED (it certainly had no effect, or the effect is
-# safe to repeat) or UNKNOWN (it may have had one), with a safe error code and detail; `output`
-# keeps what a write returned when it cannot be trusted (null otherwise). Runs as the first
-# statement of the retry and failure transactions: locks the execution row and checks the fence
-# at the start of the transaction; the transaction's last write checks it again.
-CHECKPOINT_SETTLE = """
+# Settle an attempt that did not succeed, FAILED or UNKNOWN (`output` keeps what a write
+# returned when it cannot be trusted); the first statement of the retry and failure
+# transactions, whose last write checks the fence again.
+# Locks: the execution row, FOR NO KEY UPDATE, until the transaction ends.
+# Index: execution_pkey; action_execution_action_uniq.
+CHECKPOINT_SETTLE = _fenced(
+    """
 WITH holder AS (
     SELECT e.id
       FROM execution AS e
-     WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s
-       AND e.fencing_token = %(token)s AND e.status IS NOT DISTINCT FROM 'RUNNING'
-       AND e.lease_owner = %(owner)s
-       AND e.lease_expires_at > clock_timestamp()
+     WHERE {fence}
        FOR NO KEY UPDATE
 )
 UPDATE action_execution AS c
@@ -311,12 +347,14 @@ UPDATE action_execution AS c
    AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
 RETURNING c.id
 """
+)
 
-# Schedule a retry: RETRY_WAIT, due after %(delay_seconds)s by the database clock, lease cleared,
-# the attempt's error kept for the execution view. Fenced; one row by primary key, still locked
-# from CHECKPOINT_SETTLE in the same transaction. The row stays in execution_claim_idx, keyed by
-# its new next_attempt_at, where a claim finds it once due.
-EXECUTION_SCHEDULE_RETRY = """
+# Schedule a retry: RETRY_WAIT, due after %(delay_seconds)s by the database clock, lease
+# cleared, the attempt's error kept; the row stays in execution_claim_idx under its new due time.
+# Locks: the execution row (already locked by CHECKPOINT_SETTLE).
+# Index: execution_pkey.
+EXECUTION_SCHEDULE_RETRY = _fenced(
+    """
 UPDATE execution AS e
    SET status = 'RETRY_WAIT',
        lease_owner = NULL,
@@ -325,30 +363,45 @@ UPDATE execution AS e
                          + make_interval(secs => %(delay_seconds)s::double precision),
        error_code = %(error_code)s,
        error_detail = %(error_detail)s
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 RETURNING e.next_attempt_at
 """
+)
 
-# Append one audit event (executions/audit.py), returning its id. Insert only (the table is
-# append-only); its foreign keys take KEY SHARE locks on the request and execution rows, which the
-# writer already holds.
+# Refresh this worker's registry row (reconciliation.WorkerProcess, the Workers page): the
+# heartbeat's one statement; the first inserts the row, every later one refreshes last_seen_at
+# and running.
+# Locks: that one row.
+# Index: worker_process_pkey (owner).
+WORKER_SEEN = """
+INSERT INTO worker_process (owner, host, pid, started_at, last_seen_at, concurrency, running,
+                            renew_seconds, lease_seconds, version)
+VALUES (%(owner)s, %(host)s, %(pid)s, clock_timestamp(), clock_timestamp(), %(concurrency)s,
+        %(running)s, %(renew_seconds)s, %(lease_seconds)s, %(version)s)
+ON CONFLICT (owner) DO UPDATE
+   SET last_seen_at = clock_timestamp(), running = EXCLUDED.running
+"""
+
+# Append one audit event (the table is append-only) for executions/audit.py; returns its id.
+# Locks: KEY SHARE on the request and execution rows, through the foreign keys (the
+# writer already holds stronger locks).
+# Index: none.
 AUDIT_APPEND = """
 INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
 VALUES (%(request_id)s, %(execution_id)s, %(type)s, %(actor)s, %(payload)s)
 RETURNING id
 """
 
-# Lock a request before its execution, for failure and cancellation (the lock order of
-# finalisation). Locks one request row by primary key; returns the execution that blocks it.
+# Lock a request before its execution (the one lock order); returns who blocks it.
+# Locks: the request row, FOR NO KEY UPDATE.
+# Index: request primary key.
 REQUEST_LOCK = "SELECT blocked_by_id FROM request WHERE id = %(request_id)s FOR NO KEY UPDATE"
 
-# Which writes of an execution are outstanding: a write effect (IDEMPOTENT_WRITE or
-# NON_IDEMPOTENT_WRITE) whose checkpoint is SUCCEEDED (it happened) or RUNNING, UNKNOWN or
-# ACCEPTED (it may have, or an asynchronous provider is carrying it out). Either one means the
-# request must not be released as FAILED. Locks nothing; reads the execution's checkpoints
-# through action_execution_action_uniq.
+# Which writes of an execution are outstanding: a write effect SUCCEEDED (it happened) or
+# RUNNING/UNKNOWN/ACCEPTED (it may have, or an asynchronous provider is carrying it out); either
+# keeps the request from being released as FAILED.
+# Locks: nothing.
+# Index: action_execution_action_uniq.
 WRITES_OUTSTANDING = """
 SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')), false) AS uncertain,
        COALESCE(bool_or(c.status = 'SUCCEEDED'), false) AS succeeded,
@@ -359,9 +412,12 @@ SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')), false) 
    AND c.status IN ('SUCCEEDED', 'RUNNING', 'UNKNOWN', 'ACCEPTED')
 """
 
-# End an execution FAILED (nothing outstanding): lease cleared, safe error recorded. Fenced; one
-# row by primary key, locked after its request. REQUEST_RELEASE follows in the same transaction.
-EXECUTION_FAIL = """
+# End an execution FAILED (nothing outstanding): lease cleared, safe error recorded;
+# REQUEST_RELEASE follows in the same transaction.
+# Locks: the execution row, after its request.
+# Index: execution_pkey.
+EXECUTION_FAIL = _fenced(
+    """
 UPDATE execution AS e
    SET status = 'FAILED',
        lease_owner = NULL,
@@ -369,31 +425,32 @@ UPDATE execution AS e
        error_code = %(error_code)s,
        error_detail = %(error_detail)s,
        finished_at = clock_timestamp()
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 RETURNING e.id
 """
+)
 
-# Hand an execution to an operator: RECONCILIATION_REQUIRED, lease cleared, the request stays
-# blocked. Fenced; one row by primary key, locked after its request. The row leaves
-# execution_claim_idx and enters execution_reconcile_idx.
-EXECUTION_REQUIRE_RECONCILIATION = """
+# Hand an execution to an operator: RECONCILIATION_REQUIRED, lease cleared, the request
+# stays blocked; it moves from execution_claim_idx to execution_reconcile_idx.
+# Locks: the execution row, after its request.
+# Index: execution_pkey.
+EXECUTION_REQUIRE_RECONCILIATION = _fenced(
+    """
 UPDATE execution AS e
    SET status = 'RECONCILIATION_REQUIRED',
        lease_owner = NULL,
        lease_expires_at = NULL,
        error_code = %(error_code)s,
        error_detail = %(error_detail)s
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 RETURNING e.id
 """
+)
 
-# Release the request an execution held, leaving its data, state and revision as they were
-# (version + 1: the row changed). Runs under the request lock; one row by primary key, only while
-# this execution holds it.
+# Release the request an execution held, data, state and revision unchanged (version + 1),
+# only while this execution holds it.
+# Locks: the request row (already locked by the caller).
+# Index: request primary key.
 REQUEST_RELEASE = """
 UPDATE request
    SET blocked_by_id = NULL,
@@ -404,21 +461,16 @@ UPDATE request
 RETURNING version
 """
 
-# Finalise successful executions, one or many (%(items)s, grouped like CHECKPOINT_START), in one
-# statement, hence one transaction: for each item all of it commits or none of it does, and the
-# checkpoints stay as they were.
-# - `req` locks each request first (FOR NO KEY UPDATE, in id order), only if it is still the
-#   accepted snapshot (blocked by this execution, same state, revision and version as loaded);
-# - `held` then locks each execution (in id order) under the fence, only if every expected
-#   action (action_ids) has a SUCCEEDED checkpoint and no checkpoint is anything else;
-# - `done` marks those executions SUCCEEDED with their business result, lease cleared;
-# - `moved` writes each request's new data and state, revision + 1, version + 1, unblocked;
-# - `audit` appends TRANSITION_COMPLETED for each.
-# Returns (execution id, new request revision) per finalised item. An item missing from the
-# result was superseded, or its request or checkpoints changed (LEASE_PROBE, then FINALIZE_PROBE,
-# tell which). Rows
-# by primary key; checkpoints through action_execution_action_uniq.
-EXECUTION_FINALIZE = """
+# Finalise one or many successful executions (%(items)s, grouped like CHECKPOINT_START) in
+# one statement: for each item, only if the request is still the accepted snapshot and every
+# expected checkpoint is SUCCEEDED (and none is anything else), mark the execution SUCCEEDED
+# with its result, write the request's data and state (revision + 1, version + 1, unblocked)
+# and append TRANSITION_COMPLETED; all of an item or none of it. Returns (execution id, new
+# revision) per finalised item; LEASE_PROBE then FINALIZE_PROBE say why an item is missing.
+# Locks: requests first (FOR NO KEY UPDATE, id order), then executions (fenced, id order).
+# Index: request and execution primary keys; action_execution_action_uniq.
+EXECUTION_FINALIZE = _fenced(
+    """
 WITH item AS (
     SELECT *
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
@@ -439,9 +491,7 @@ held AS (
     SELECT req.*
       FROM execution AS e
       JOIN req ON req.execution_id = e.id
-     WHERE e.request_id = req.request_id AND e.fencing_token = req.token
-       AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = req.owner
-       AND e.lease_expires_at > clock_timestamp()
+     WHERE {fence_of_request_item}
        AND (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED') = 0
                    AND count(*) FILTER (WHERE c.action_id = ANY(req.action_ids))
                        = cardinality(req.action_ids)
@@ -485,12 +535,13 @@ SELECT done.id, moved.revision
   JOIN held ON held.execution_id = done.id
   JOIN moved ON moved.id = held.request_id
 """
+)
 
-# Why a final commit matched nothing although the holder's lease still holds (read after the
-# refusal, never on the way to a commit): is the request still the accepted snapshot, and which
-# expected checkpoints are missing or not SUCCEEDED ("action STATUS", in action order, then any
-# other checkpoint not SUCCEEDED). Locks nothing; the request by primary key, the checkpoints
-# through action_execution_action_uniq.
+# Why a final commit matched nothing although the lease holds (read after the refusal only):
+# is the request still the accepted snapshot, and which expected checkpoints are missing or not
+# SUCCEEDED ("action STATUS", in action order, then any other checkpoint not SUCCEEDED).
+# Locks: nothing.
+# Index: request primary key; action_execution_action_uniq.
 FINALIZE_PROBE = """
 SELECT r.blocked_by_id IS NOT DISTINCT FROM %(execution_id)s AND r.state = %(from_state)s
        AND r.revision = %(accepted_revision)s AND r.version = %(request_version)s,
@@ -516,10 +567,14 @@ SELECT r.blocked_by_id IS NOT DISTINCT FROM %(execution_id)s AND r.state = %(fro
 # One transaction: find the request, lock it, then lock the execution, then write with the token
 # read under the lock and bump it, so whoever holds the lease is fenced out of every later write.
 
-# The request an execution belongs to, read before taking any lock. Locks nothing.
+# The request an execution belongs to, read before taking any lock (operator writes).
+# Locks: nothing.
+# Index: execution_pkey.
 EXECUTION_REQUEST_OF = "SELECT request_id FROM execution WHERE id = %(execution_id)s"
 
-# Lock the execution after its request. Locks one execution row by primary key.
+# Lock the execution after its request (operator writes); returns its status and token.
+# Locks: the execution row, FOR NO KEY UPDATE.
+# Index: execution_pkey.
 EXECUTION_LOCK = """
 SELECT request_id, status, fencing_token
   FROM execution
@@ -527,8 +582,10 @@ SELECT request_id, status, fencing_token
    FOR NO KEY UPDATE
 """
 
-# Cancel: CANCELLED under a new token, lease cleared. Guards on the status and token read under
-# the lock; one row by primary key, which leaves execution_claim_idx.
+# Cancel: CANCELLED under token + 1, lease cleared; guarded on the status and token read
+# under the lock (an operator guard, not a holder's fence).
+# Locks: the execution row (already locked).
+# Index: execution_pkey.
 EXECUTION_CANCEL = """
 UPDATE execution
    SET status = 'CANCELLED',
@@ -542,9 +599,10 @@ UPDATE execution
 RETURNING fencing_token
 """
 
-# Cancel an execution whose writes are outstanding: it cannot simply stop, so it goes to an
-# operator (RECONCILIATION_REQUIRED) under a new token, lease cleared, request still blocked.
-# Same guard and row as EXECUTION_CANCEL.
+# Cancel an execution whose writes are outstanding: RECONCILIATION_REQUIRED under token + 1,
+# lease cleared, request still blocked; same guard as EXECUTION_CANCEL.
+# Locks: the execution row (already locked).
+# Index: execution_pkey.
 EXECUTION_CANCEL_TO_RECONCILIATION = """
 UPDATE execution
    SET status = 'RECONCILIATION_REQUIRED',
@@ -650,7 +708,7 @@ UPDATE execution AS e
    SET status = 'SUSPENDED',
        lease_owner = NULL,
        lease_expires_at = NULL,
-       next_attempt_at = %(deadline)s
+       next_attempt_at = %(deadline)s::timestamptz
  WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
    AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
    AND e.lease_expires_at > clock_timestamp()
@@ -723,13 +781,22 @@ RETURNING e.fencing_token
 # First statement of the acceptance transaction (the execution row is locked by
 # WAIT_HOLDER_LOCK before it); one row through action_execution_action_uniq, only if it is this
 # holder's attempt. EXECUTION_SUSPEND follows, with the contract's callback_timeout_seconds.
-CHECKPOINT_ACCEPT = """
+CHECKPOINT_ACCEPT = _fenced(
+    """
+WITH holder AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE {fence}
+       FOR NO KEY UPDATE
+)
 UPDATE action_execution AS c
    SET status = 'ACCEPTED'
- WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
+  FROM holder
+ WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
    AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
 RETURNING c.id
 """
+)
 
 # --- Callbacks of asynchronous providers (executions/callbacks.py) -----------------------------
 
@@ -765,9 +832,10 @@ RETURNING c.id
 # of every later write. Abandoning releases the request with REQUEST_RELEASE in the same
 # transaction.
 
-# Settle an uncertain checkpoint (RUNNING or UNKNOWN) as the operator established: SUCCEEDED with
-# the output they recorded, or FAILED with REPLAY_AUTHORIZED, written under the new token. Runs
-# under the execution lock; one row through action_execution_action_uniq (execution_id, action_id).
+# Settle an uncertain checkpoint (RUNNING or UNKNOWN) as the operator established:
+# SUCCEEDED with the output they recorded, or FAILED with REPLAY_AUTHORIZED, under the new token.
+# Locks: the checkpoint row, under the execution lock.
+# Index: action_execution_action_uniq.
 RECONCILE_SETTLE_CHECKPOINT = """
 UPDATE action_execution
    SET status = %(status)s,
@@ -782,10 +850,10 @@ UPDATE action_execution
 RETURNING id
 """
 
-# Requeue a resolved execution: PENDING and due now under a new token, lease and error cleared.
-# Guards on the status and token read under the lock (no row: another resolution won). One row by
-# primary key; it leaves execution_reconcile_idx for execution_claim_idx, where the next claim
-# finds it.
+# Requeue a resolved execution: PENDING and due now under token + 1, lease and error
+# cleared; guarded on the status and token read under the lock (no row: another resolution won).
+# Locks: the execution row (already locked).
+# Index: execution_pkey; it moves to execution_claim_idx.
 RECONCILE_REQUEUE = """
 UPDATE execution
    SET status = 'PENDING',
@@ -800,8 +868,10 @@ UPDATE execution
 RETURNING fencing_token
 """
 
-# Abandon an execution in reconciliation: FAILED under a new token, lease cleared, with the error
-# code that says so. Same guard and row as RECONCILE_REQUEUE; it leaves execution_reconcile_idx.
+# Abandon an execution in reconciliation: FAILED under token + 1, lease cleared, with the
+# code that says so; same guard as RECONCILE_REQUEUE.
+# Locks: the execution row (already locked).
+# Index: execution_pkey.
 RECONCILE_ABANDON = """
 UPDATE execution
    SET status = 'FAILED',
@@ -823,19 +893,21 @@ RETURNING fencing_token
 # Executions by final status are not counted here for that reason: the workers count the ones
 # they finish (executions/worker/metrics.py).
 
-# Make the metrics transaction read-only; its first statement. Locks nothing.
+# Make the metrics transaction read-only (its first statement).
+# Locks: nothing.
+# Index: none.
 METRICS_READ_ONLY = "SET TRANSACTION READ ONLY"
 
-# Bound every later statement of the metrics transaction, so a slow read fails the scrape instead
-# of piling scrapes up behind it. Transaction-local; locks nothing.
+# Bound every later statement of the metrics transaction, so a slow read fails the scrape
+# instead of piling scrapes up.
+# Locks: nothing.
+# Index: none.
 METRICS_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout_ms)s, true)"
 
-# Live executions by status (PENDING, RETRY_WAIT, RUNNING, SUSPENDED): how many, how many are due
-# now (a RUNNING one once its lease has expired: its next_attempt_at is the lease expiry; a
-# SUSPENDED one once its wait's deadline has passed), and how long, in seconds, the oldest due one
-# has been due (0 when none is), all against one reading of the database clock. Walks
-# execution_claim_idx (partial on exactly these four statuses) and reads
-# those rows' heap tuples for their status; no finished row is visited. Locks nothing.
+# Live executions by status (PENDING, RETRY_WAIT, RUNNING): how many, how many are due, and
+# the age in seconds of the oldest due one, against one reading of the clock.
+# Locks: nothing.
+# Index: execution_claim_idx (partial on exactly these statuses); no finished row.
 METRICS_QUEUE = """
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now_at
@@ -850,9 +922,9 @@ SELECT e.status,
  GROUP BY e.status, clock.now_at
 """
 
-# Executions waiting for an operator, and the age in seconds of the oldest of them (since its
-# creation; 0 when none waits). An index-only scan of execution_reconcile_idx (created_at,
-# partial on RECONCILIATION_REQUIRED). Locks nothing.
+# Executions waiting for an operator, and the age in seconds of the oldest.
+# Locks: nothing.
+# Index: execution_reconcile_idx, index only.
 METRICS_RECONCILIATION = """
 SELECT count(*) AS backlog,
        COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(e.created_at)), 0)::double precision
@@ -861,8 +933,9 @@ SELECT count(*) AS backlog,
  WHERE e.status = 'RECONCILIATION_REQUIRED'
 """
 
-# Requests held by an execution (blocked_by set). An index-only scan of request_blocked_idx
-# (partial on blocked_by_id IS NOT NULL). Locks nothing.
+# Requests held by an execution (blocked_by set).
+# Locks: nothing.
+# Index: request_blocked_idx, index only.
 METRICS_BLOCKED_REQUESTS = """
 SELECT count(*) AS blocked
   FROM request AS r
@@ -871,24 +944,24 @@ SELECT count(*) AS blocked
 
 # -- purgehistory (executions/history.py) -------------------------------------------------------
 
-# The purge's cutoff, read once from the database clock: finished before this is old enough.
-# Locks nothing.
+# The purge's cutoff, read once from the database clock.
+# Locks: nothing.
+# Index: none.
 PURGE_CUTOFF = "SELECT now() - make_interval(days => %(days)s)"
 
-# Bound how long one purge batch may wait for a lock (transaction-local). Locks nothing.
+# Bound how long one purge batch may wait for a lock (transaction-local).
+# Locks: nothing.
+# Index: none.
 PURGE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, true)"
 
-# Purge one batch of old history, in one short transaction of its own: up to %(limit)s final
-# executions (SUCCEEDED, FAILED, CANCELLED only: never RECONCILIATION_REQUIRED, whose evidence an
-# operator needs, nor live work) finished before %(cutoff)s and not purged yet, oldest first,
-# through execution_purge_idx. It locks those execution rows (SKIP LOCKED: two purges never wait
-# on each other; no worker ever locks a final row, and the claim's rows are all live, so it never
-# waits on a claim nor makes one wait), deletes their checkpoints (inputs' hashes, outputs, error
-# details: the bulk of history) through action_execution_action_uniq and the events sent to them
-# (payloads) through execution_event_uniq, and clears the execution's
-# own payloads (error detail, actor snapshot), keeping what the execution view shows (status,
-# outcome, target state, error code) and the audit trail, which is append-only. Returns one row
-# per purged execution with the numbers of checkpoints and events deleted for it.
+# Purge one batch of old history in its own short transaction: up to %(limit)s final
+# executions (never RECONCILIATION_REQUIRED nor live work) finished before %(cutoff)s, oldest
+# first; deletes their checkpoints and events, clears the execution's own payloads, keeps what
+# the execution view shows and the append-only audit trail. Returns one row per purged
+# execution with the checkpoints and events deleted.
+# Locks: those execution rows, FOR UPDATE SKIP LOCKED (two purges never wait on each other;
+# no worker locks a final row).
+# Index: execution_purge_idx; action_execution_action_uniq; execution_event_uniq.
 PURGE_BATCH = """
 WITH batch AS (
     SELECT e.id

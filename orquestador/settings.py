@@ -236,7 +236,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # ------------------------------------------------------------------------------
-# Logging: one JSON object per line (orquestador/logging.py)
+# Logging: one JSON object per line (orquestador/jsonlog.py)
 # ------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {

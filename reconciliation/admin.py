@@ -16,14 +16,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from executions.models import ExecutionStatus
 
-from . import casepage, explain, filters, selectors
+from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
 from .evidence import clip
-from .models import BlockedRequest, ReconciliationCase
+from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
 QUEUE_DETAIL_CHARS = 60  # characters of an error detail in a queue row
@@ -219,6 +219,77 @@ class BlockedRequestAdmin(admin.ModelAdmin):
 
     def get_list_display_links(self, request: HttpRequest, list_display: Any) -> None:
         return None  # the columns link to the request and to the case
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(WorkerProcess)
+class WorkerProcessAdmin(admin.ModelAdmin):
+    """Every runworker as it last reported itself: live, silent or gone, and what it holds."""
+
+    list_display = (
+        "owner",
+        "state",
+        "seen",
+        "host",
+        "pid",
+        "started",
+        "concurrency",
+        "running",
+        "holds",
+        "version",
+    )
+    ordering = ("-last_seen_at",)
+    sortable_by = ()
+    list_per_page = 100
+    show_full_result_count = False
+    actions = None
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+        # One read of who holds what for the whole page (insight.workers), not one per row.
+        self._views = {view.worker.owner: view for view in insight.workers()}
+        return super().changelist_view(request, extra_context)
+
+    def _view(self, obj: WorkerProcess) -> insight.WorkerView | None:
+        return getattr(self, "_views", {}).get(obj.owner)
+
+    @admin.display(description="state")
+    def state(self, obj: WorkerProcess) -> str:
+        return insight.state_of(obj, timezone.now())
+
+    @admin.display(description="last seen")
+    def seen(self, obj: WorkerProcess) -> str:
+        ago = explain.age((timezone.now() - obj.last_seen_at).total_seconds())
+        return f"{ago} ago ({explain.utc(obj.last_seen_at)})"
+
+    @admin.display(description="started (UTC)")
+    def started(self, obj: WorkerProcess) -> str:
+        return explain.utc(obj.started_at).removesuffix(" UTC")
+
+    @admin.display(description="holds")
+    def holds(self, obj: WorkerProcess) -> str:
+        view = self._view(obj)
+        if view is None or not view.holding:
+            return "—"
+        return format_html_join(
+            " ",
+            '<a href="{}" title="{}">{}</a>',
+            (
+                (
+                    reverse("admin:executions_execution_change", args=[e.pk]),
+                    f"{e.pk}, lease until {explain.utc(e.lease_expires_at)}",
+                    str(e.pk)[:8],
+                )
+                for e in view.holding
+            ),
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

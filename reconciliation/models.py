@@ -8,6 +8,9 @@ permission: cases are never added, changed or deleted through a form; every writ
 `reconciliation/services.py`.
 """
 
+from django.db import models
+from django.db.models.functions import Now
+
 from executions.models import Execution, Request
 
 from .permissions import CODENAMES
@@ -26,3 +29,28 @@ class BlockedRequest(Request):
         proxy = True
         verbose_name = "blocked request"
         default_permissions = ("view",)
+
+
+class WorkerProcess(models.Model):
+    """A runworker process as it last reported itself; its heartbeat refreshes the row
+    (executions.sql.WORKER_SEEN). Read by the Workers page (insight.py)."""
+
+    owner = models.CharField(primary_key=True, max_length=200)  # its lease owner name
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    concurrency = models.PositiveIntegerField()
+    running = models.PositiveIntegerField(default=0)  # executions it ran at its last heartbeat
+    renew_seconds = models.FloatField()  # its WORKER_RENEW_SECONDS
+    lease_seconds = models.FloatField()  # its WORKER_LEASE_SECONDS
+    version = models.CharField(max_length=50)
+
+    class Meta:
+        db_table = "worker_process"
+        verbose_name = "worker"
+        default_permissions = ("view",)
+        indexes = [models.Index(fields=["last_seen_at"], name="worker_process_seen_idx")]
+
+    def __str__(self) -> str:
+        return self.owner

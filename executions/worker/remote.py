@@ -234,10 +234,9 @@ class RemoteWorkerRuntime:
     def cancel(
         self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool:
-        lease = self._leases.holder(execution_id, token)
+        lease = self._leases.signal(execution_id, token)
         if lease is None:
             return False
-        lease.cancelled.set()
         body = cancel_json(lease.fence.execution_id, lease.fence.token, reason)
         try:
             response = self._post(self._cancel_url, body, self._cancel_timeout)

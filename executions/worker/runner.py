@@ -8,13 +8,9 @@ Invariants (each step names the module that keeps it):
   included), resolve the trusted binding (INTEGRATION_UNAVAILABLE before any call), validate the
   input, commit the RUNNING checkpoint, call the adapter with no transaction open, validate the
   output, commit SUCCEEDED (checkpoints.py); the next action starts only after that commit;
-- what a run does with an existing checkpoint, an adapter's result or a refused final commit is
-  the recovery table of SPEC §3, written as pure decisions in executions/worker/recovery.py
-  (reuse, proceed, retry, fail, reconcile); this module gathers what they need and applies them.
-  Every ending is written by `_Run.end`, after the decision, never while an exception is built.
-  PERMANENT and every other failure end FAILED with the request released, or
-  RECONCILIATION_REQUIRED when any write is SUCCEEDED, RUNNING or UNKNOWN (finalize.py decides
-  under the request lock). An adapter that raises is an UNKNOWN outcome;
+- what a run does with an existing checkpoint, an adapter's result (one that raises is UNKNOWN)
+  or a refused final commit is a pure decision of executions/worker/recovery.py (the SPEC §3
+  table); this module applies it, and writes every ending through endings.py, after deciding;
 - finalisation: the pure evaluator decides; updates apply to a copy of the accepted data, which
   must pass the flow's dataSchema and the size limit; then one fenced transaction
   (finalize.py). A final commit that fails leaves RUNNING and the checkpoints for recovery;
@@ -40,10 +36,7 @@ from orquestador import errors
 from ..checkpoints import StartItem, SucceedItem, external_key
 from ..claims import FlowCache, Snapshot, execution_load
 from ..finalize import (
-    AttemptSettlement,
     FinalizeItem,
-    execution_fail,
-    execution_schedule_retry,
     finalize_refusal,
 )
 from ..flows.evaluator import (
@@ -70,14 +63,12 @@ from ..waits import (
 )
 from . import recovery
 from .config import WorkerConfig
+from .endings import RunScope, run_end
 from .groupcommit import Database, GroupWrites, borrowed
 from .recovery import Decision, Verb
-from .retry import retry_delay_seconds
 from .wire import RunOutcome
 
 logger = logging.getLogger("executions.worker")
-
-WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker writes
 
 Resolver = Callable[[str, int], Binding]
 
@@ -128,6 +119,7 @@ class _Run:
         self.attempts = attempts
         self.transition_id = transition_id
         self.log_extra = fence.log_extra(attempt=attempts)
+        self.scope = RunScope(db, fence, transition_id, deps.config, deps.rng, self.log_extra)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -156,7 +148,7 @@ class _Run:
                     outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
             return self.finish(definition, transition, snapshot, outputs)
         except _Ended as ended:
-            return self.end(ended.decision)
+            return run_end(ended.decision, self.scope)
         except _Suspended as suspended:
             return suspended.outcome
 
@@ -417,94 +409,6 @@ class _Run:
             status=ExecutionStatus.SUCCEEDED,
             target_state=decision.target,
             outcome=decision.outcome,
-        )
-
-    # -- endings: the only writes a decision causes ----------------------------------------
-
-    def end(self, decision: Decision) -> RunOutcome:
-        if decision.verb == Verb.INTERRUPT:
-            raise ExecutionInterrupted(self.fence.execution_id, step="end")
-        if decision.verb == Verb.RETRY and decision.settlement is not None:
-            return self.retry(decision.settlement, retry_after=decision.retry_after)
-        return self.fail(
-            decision.code or errors.PERMANENT_FAILURE,
-            decision.detail,
-            settlement=decision.settlement,
-            reconcile=decision.verb == Verb.RECONCILE,
-        )
-
-    def fail(
-        self,
-        code: str,
-        detail: str | None,
-        *,
-        settlement: AttemptSettlement | None,
-        reconcile: bool,
-    ) -> RunOutcome:
-        with borrowed(self.db) as conn:
-            status = execution_fail(
-                conn=conn,
-                fence=self.fence,
-                error_code=code,
-                error_detail=detail,
-                settlement=settlement,
-                reconcile=reconcile,
-                actor=WORKER_ACTOR,
-                payload={"transitionId": self.transition_id},
-            )
-        event = (
-            "reconciliation required"
-            if status == ExecutionStatus.RECONCILIATION_REQUIRED
-            else "execution failed"
-        )
-        logger.warning(
-            event,
-            extra={
-                **self.log_extra,
-                "status": status,
-                "error_code": code,
-                "action_id": settlement.action_id if settlement else None,
-                "detail": detail,
-            },
-        )
-        return RunOutcome(status=ExecutionStatus(status), error_code=code)
-
-    def retry(self, settlement: AttemptSettlement, *, retry_after: float | None) -> RunOutcome:
-        delay = retry_delay_seconds(
-            attempt=settlement.attempt,
-            retry_after=retry_after,
-            config=self.deps.config,
-            rng=self.deps.rng,
-        )
-        with borrowed(self.db) as conn:
-            due = execution_schedule_retry(
-                conn=conn,
-                fence=self.fence,
-                settlement=settlement,
-                delay_seconds=delay,
-                actor=WORKER_ACTOR,
-                payload={
-                    "transitionId": self.transition_id,
-                    "actionId": settlement.action_id,
-                    "attempt": settlement.attempt,
-                    "errorCode": settlement.error_code,
-                    "delaySeconds": round(delay, 3),
-                },
-            )
-        logger.info(
-            "retry scheduled",
-            extra={
-                **self.log_extra,
-                "action_id": settlement.action_id,
-                "action_attempt": settlement.attempt,
-                "error_code": settlement.error_code,
-                "delay_seconds": round(delay, 3),
-            },
-        )
-        return RunOutcome(
-            status=ExecutionStatus.RETRY_WAIT,
-            error_code=settlement.error_code,
-            next_attempt_at=due,
         )
 
 

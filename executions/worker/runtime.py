@@ -38,8 +38,9 @@ from .. import sql
 from ..claims import FlowCache, Snapshot
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from .config import WorkerConfig
+from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
-from .runner import WORKER_ACTOR, Resolver, RunnerDeps, execution_run
+from .runner import Resolver, RunnerDeps, execution_run
 from .wire import Ending, ExecutionPackage, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
@@ -136,8 +137,9 @@ class LeaseBook:
             if self._leases.get(lease.fence.execution_id) is lease:
                 del self._leases[lease.fence.execution_id]
 
-    def holder(self, execution_id: str | uuid.UUID, token: int | None) -> WorkerLease | None:
-        """The lease held for `execution_id` (under `token`, when given), or None."""
+    def signal(self, execution_id: str | uuid.UUID, token: int | None) -> WorkerLease | None:
+        """Set the stop signal of the lease held for `execution_id` (under `token`, when given)
+        and return it; None when there is no such holder (nothing is signalled)."""
         try:
             key = uuid.UUID(str(execution_id))
         except ValueError:
@@ -146,6 +148,7 @@ class LeaseBook:
             lease = self._leases.get(key)
         if lease is None or (token is not None and lease.fence.token != token):
             return None
+        lease.cancelled.set()
         return lease
 
 
@@ -222,10 +225,9 @@ class LocalWorkerRuntime:
     def cancel(
         self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool:
-        lease = self._leases.holder(execution_id, token)
+        lease = self._leases.signal(execution_id, token)
         if lease is None:
             return False
-        lease.cancelled.set()
         logger.info(
             "execution cancel signalled",
             extra={**lease.fence.log_extra(), "reason": reason},

@@ -6,7 +6,8 @@ Invariants:
   local backlog while its lease ticks away;
 - idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
   WORKER_POLL_MS (due retries, expired leases, lost notifications);
-- the heartbeat renews every held lease in one statement every WORKER_RENEW_SECONDS. A lease that
+- the heartbeat renews every held lease in one statement every WORKER_RENEW_SECONDS, and
+  refreshes this worker's registry row (sql.WORKER_SEEN) in one more. A lease that
   comes back lost cancels exactly that holder (execution id and token): its per-execution
   `threading.Event`, never a thread, so a renewal that returns late cannot disturb a different
   execution now running on the same thread. If renewals cannot reach the database for a whole
@@ -24,8 +25,11 @@ Django's own is closed after the start-up role check. All autocommit; no transac
 than one short write.
 """
 
+import importlib.metadata
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -51,6 +55,10 @@ REFILL_WAIT_SECONDS = 0.002  # seconds: with a backlog (the last claim was full)
 #                               when work arrives by notification or poll
 STOP_GRACE_SECONDS = 1.0  # seconds after the drain for signalled work to notice and stop
 RECONNECT_WAIT_SECONDS = 1.0  # seconds between attempts to reach a database that went away
+try:  # reported in the worker registry
+    VERSION = importlib.metadata.version("orquestador")
+except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
+    VERSION = "unknown"
 LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
 
 
@@ -99,7 +107,7 @@ class Scheduler:
         self.conninfo = conninfo
         self.runtime = runtime
         self.owner = owner or lease_owner_name()
-        # Counters only: recording is one lock and an addition, never I/O (workermetrics.py).
+        # Counters only: recording is one lock and an addition, never I/O (metrics.py).
         self.metrics = metrics or WorkerMetrics()
         self.metrics.track_slots(slots=config.concurrency, busy=lambda: self.busy)
         self._stop_claiming = threading.Event()
@@ -301,13 +309,41 @@ class Scheduler:
     # -- heartbeat -------------------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        conn: psycopg.Connection | None = None
+        conn: psycopg.Connection | None = self._seen(None)
         try:
             while not self._stop_heartbeat.wait(self.config.renew_seconds):
-                conn = self._renew(conn)
+                conn = self._seen(self._renew(conn))
         finally:
             if conn is not None:
                 conn.close()
+
+    def _seen(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        """Refresh this worker's registry row (one statement); a failure is only logged."""
+        try:
+            if conn is None:
+                conn = psycopg.connect(
+                    self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD
+                )
+                conn.execute(sql.WORKER_SESSION)
+            conn.execute(
+                sql.WORKER_SEEN,
+                {
+                    "owner": self.owner,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "concurrency": self.config.concurrency,
+                    "running": self.busy,
+                    "renew_seconds": self.config.renew_seconds,
+                    "lease_seconds": self.config.lease_seconds,
+                    "version": VERSION,
+                },
+            )
+        except psycopg.Error:
+            logger.warning("worker registry not refreshed", extra={"owner": self.owner})
+            if conn is not None:
+                conn.close()
+            return None
+        return conn
 
     def _renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
         holdings = [h for h in self.holdings() if not h.lost]

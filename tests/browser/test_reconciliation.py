@@ -191,6 +191,12 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
             )
             assert "cus_ada" in row and "not asked" in row
             screenshots(browser, "queue")
+
+            # The Workers page shows the running worker as live.
+            browser.get(f"{live_server.url}/admin/reconciliation/workerprocess/")
+            table = wait.until(ec.presence_of_element_located((By.ID, "result_list"))).text
+            assert f":{worker.pid}:" in table and "live" in table
+            screenshots(browser, "workers")
             log_in(browser, wait, live_server, "victor")
             browser.get(
                 f"{live_server.url}/admin/reconciliation/reconciliationcase/{waiting.pk}/change/"

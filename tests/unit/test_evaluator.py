@@ -1,8 +1,6 @@
 """The pure evaluator of SPEC §4: values, conditions, hit policies, updates."""
 
-import ast
 import copy
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +20,7 @@ from executions.flows.evaluator import (
     resolve_value,
 )
 from orquestador import errors
+from tests.support.purity import imported_modules
 
 DATA = {"n": 5, "f": 2.5, "s": "b", "t": True, "z": None, "list": [1, "two"], "obj": {"k": 1}}
 OUTPUTS = {"verify": {"verified": True, "size": 10}, "empty": {}}
@@ -41,14 +40,7 @@ def rule(rid, when, target="APPROVED", outcome="APPROVED"):
 
 def test_module_is_pure():
     """No I/O, no clock, no ORM: the evaluator imports nothing that could reach them."""
-    source = Path(evaluator.__file__).read_text()
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add("." * node.level + (node.module or ""))
-    assert imported <= {"copy", "dataclasses", "typing", "orquestador", "."}
+    assert imported_modules(evaluator) <= {"copy", "dataclasses", "typing", "orquestador", "."}
 
 
 # -- values --------------------------------------------------------------------------------------

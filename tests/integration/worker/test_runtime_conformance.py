@@ -161,6 +161,7 @@ def test_package__is_json_with_identity_and_resume_coordinates_only():
         principal={"subject": "alice", "tenant": "acme"},
     )
     text = package_json(package)
+    # The public field names (SPEC §8), written out rather than taken from wire.py: this pins them.
     assert set(json.loads(text)) == {
         "formatVersion",
         "executionId",

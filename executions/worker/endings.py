@@ -1,0 +1,111 @@
+"""How a run ends, written: the fail, reconcile and retry decisions of recovery.py.
+
+Invariants:
+- a decision is written after it is made, never while an exception is being built: the runner
+  decides (pure), unwinds to its top, then calls `run_end` once;
+- each ending is one fenced transaction of executions/finalize.py, on a connection borrowed for
+  that write only: FAIL and RECONCILE through
+  `execution_fail` (which hands the run to an operator when a write is outstanding, under the
+  request lock), RETRY through `execution_schedule_retry` with a backoff from the worker's
+  configuration; a holder that no longer holds the execution gets `ExecutionSuperseded`;
+- INTERRUPT writes nothing: the RUNNING checkpoint stays for recovery by lease.
+"""
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from orquestador import errors
+
+from ..finalize import AttemptSettlement, execution_fail, execution_schedule_retry
+from ..leases import ExecutionInterrupted, Fence
+from ..models import ExecutionStatus
+from .config import WorkerConfig
+from .groupcommit import Database, borrowed
+from .recovery import Decision, Verb
+from .retry import retry_delay_seconds
+from .wire import RunOutcome
+
+logger = logging.getLogger("executions.worker")
+
+WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker writes
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """Who writes a run's ending, and where: fixed for the whole run."""
+
+    db: Database  # a connection, or where to borrow one for each write
+    fence: Fence
+    transition_id: str
+    config: WorkerConfig
+    rng: random.Random
+    log_extra: dict[str, Any]
+
+
+def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
+    """Write the ending `decision` chose for this holder's run; return where it left the run."""
+    if decision.verb == Verb.INTERRUPT:
+        raise ExecutionInterrupted(scope.fence.execution_id, step="end")
+    if decision.verb == Verb.RETRY and decision.settlement is not None:
+        return _retry(decision.settlement, decision.retry_after, scope)
+    settlement = decision.settlement
+    code = decision.code or errors.PERMANENT_FAILURE
+    with borrowed(scope.db) as conn:
+        status = execution_fail(
+            conn=conn,
+            fence=scope.fence,
+            error_code=code,
+            error_detail=decision.detail,
+            settlement=settlement,
+            reconcile=decision.verb == Verb.RECONCILE,
+            actor=WORKER_ACTOR,
+            payload={"transitionId": scope.transition_id},
+        )
+    reconciled = status == ExecutionStatus.RECONCILIATION_REQUIRED
+    logger.warning(
+        "reconciliation required" if reconciled else "execution failed",
+        extra={
+            **scope.log_extra,
+            "status": status,
+            "error_code": code,
+            "action_id": settlement.action_id if settlement else None,
+            "detail": decision.detail,
+        },
+    )
+    return RunOutcome(status=ExecutionStatus(status), error_code=code)
+
+
+def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunScope) -> RunOutcome:
+    delay = retry_delay_seconds(
+        attempt=settlement.attempt, retry_after=retry_after, config=scope.config, rng=scope.rng
+    )
+    with borrowed(scope.db) as conn:
+        due = execution_schedule_retry(
+            conn=conn,
+            fence=scope.fence,
+            settlement=settlement,
+            delay_seconds=delay,
+            actor=WORKER_ACTOR,
+            payload={
+                "transitionId": scope.transition_id,
+                "actionId": settlement.action_id,
+                "attempt": settlement.attempt,
+                "errorCode": settlement.error_code,
+                "delaySeconds": round(delay, 3),
+            },
+        )
+    logger.info(
+        "retry scheduled",
+        extra={
+            **scope.log_extra,
+            "action_id": settlement.action_id,
+            "action_attempt": settlement.attempt,
+            "error_code": settlement.error_code,
+            "delay_seconds": round(delay, 3),
+        },
+    )
+    return RunOutcome(
+        status=ExecutionStatus.RETRY_WAIT, error_code=settlement.error_code, next_attempt_at=due
+    )
