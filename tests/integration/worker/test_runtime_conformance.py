@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from actions.base import ActionResult, Outcome
 from executions.leases import ExecutionSuperseded, Fence
 from executions.waits import execution_resume
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
@@ -228,3 +229,41 @@ def test_runtime__suspends_on_a_wait_then_resumes_from_its_checkpoints(
     )
     assert (completed.status, completed.execution_status) == ("completed", "SUCCEEDED")
     assert len(adapter.calls) == 1  # the earlier action was not repeated
+
+
+def _recording():
+    seen: list[str | None] = []
+
+    def step(ctx):
+        seen.append(ctx.principal)
+        return ActionResult(outcome=Outcome.SUCCEEDED, output={})
+
+    return ScriptedAdapter(script=[step]), seen
+
+
+def _dispatch_as(runtime, found, principal):
+    package = dataclasses.replace(package_of(found), principal=principal)
+    return dispatch_once(
+        runtime, package, WorkerRequest(fence=found.fence, cancelled=threading.Event())
+    )
+
+
+@pytest.mark.parametrize(
+    ("principal", "expected"),
+    [
+        ({"subject": "alice", "scope": "acme", "roles": ["requests:write"]}, "alice@acme"),
+        ({"subject": "maria", "tenant": "acme"}, "maria@acme"),
+        (None, "system"),
+    ],
+)
+def test_runtime__the_package_principal_reaches_the_adapter(
+    conn, make_flow, make_runtime, principal, expected
+):
+    adapter, seen = _recording()
+    runtime = make_runtime(registry(binding("A", adapter)))
+    enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "w")
+
+    assert _dispatch_as(runtime, found, principal).status == "completed"
+
+    assert seen == [expected]
