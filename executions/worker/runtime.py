@@ -42,7 +42,7 @@ from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
-from .wire import Ending, ExecutionPackage, ExecutionResult
+from .wire import Ending, ExecutionPackage, ExecutionResult, principal_text
 
 logger = logging.getLogger("executions.worker")
 
@@ -225,8 +225,6 @@ class LocalWorkerRuntime:
 
     def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
         LeaseBook.check(lease, package)
-        if package.resume_event is not None:
-            raise ValueError("resume events are not supported by flows of this version")
         # Each step borrows a connection and gives it back at once; the pool checks a returned
         # connection, so one left broken by a failed statement is replaced.
         outcome = execution_run(
@@ -239,6 +237,7 @@ class LocalWorkerRuntime:
             cancelled=lease.cancelled,
             snapshot=lease.snapshot,
             report_deadline=lease.report_deadline,
+            principal=principal_text(package.principal),
         )
         return ExecutionResult.of(package.execution_id, outcome)
 
