@@ -40,6 +40,10 @@ class Contract:
     timeout_seconds: float = 10.0  # seconds, the adapter's total budget for one call
     input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     output_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    # Automatic probes of an uncertain write (reconciliation/probes.py, SPEC §10).
+    auto_reconcile: str = "found"  # "off" | "found" | "found-or-absent"
+    lookup_authoritative: bool = False  # "not found" on every probe means it did not happen
+    probe_window_seconds: int = 900  # seconds after the case opens that probes run
 
     @property
     def key(self) -> str:

@@ -12,6 +12,9 @@ from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler, database_conninfo
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+from reconciliation.probes import Prober
+
+PROBE_JOIN_SECONDS = 10  # seconds a stopping worker waits for a probe in flight
 
 
 class Command(BaseCommand):
@@ -72,5 +75,11 @@ class Command(BaseCommand):
                 "SIGTERM or Ctrl-C drains and stops it"
             )
             self.stdout.flush()
-            scheduler.run()
+            prober = Prober(owner=scheduler.owner)
+            prober.start()
+            try:
+                scheduler.run()
+            finally:
+                prober.stop.set()
+                prober.join(timeout=PROBE_JOIN_SECONDS)
         self.stdout.write("worker stopped")
