@@ -790,6 +790,10 @@ SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS
 
 # -- Automatic provider probes (reconciliation/probes.py) --------------------------------------
 
+# Name the prober's connection, so pg_stat_activity (and the connection budget) tells it apart
+# from the worker's own. Locks nothing.
+PROBER_SESSION = "SET application_name = 'orquestador-prober'"
+
 # Give each open case's first uncertain write (RUNNING or UNKNOWN, lowest sequence) one probe
 # row per attempt, due now. Reads the open cases through execution_reconcile_idx and their
 # checkpoints by action_execution_action_uniq; inserts only (a row another prober added first is
@@ -833,7 +837,7 @@ RETURNING p.key, p.execution_id, p.action_id, p.probes, p.opened_at, p.all_absen
 # (database time). One row by primary key.
 PROBE_LOCK = """
 SELECT key FROM case_probe
- WHERE key = %(key)s AND fencing_token = %(token)s AND lease_owner = %(owner)s
+ WHERE key = %(key)s AND fencing_token = %(probe_token)s AND lease_owner = %(owner)s
    AND lease_expires_at > clock_timestamp() AND finished_at IS NULL
    FOR UPDATE
 """

@@ -23,12 +23,13 @@ Invariants and transaction boundaries:
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 
 from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
@@ -113,7 +114,9 @@ def _settle(
 ) -> bool:
     """Record the answer and reschedule or finish the probe, fenced on its token."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.PROBE_LOCK, {"key": probe.key, "token": probe.token, "owner": owner})
+        cursor.execute(
+            sql.PROBE_LOCK, {"key": probe.key, "probe_token": probe.token, "owner": owner}
+        )
         if cursor.fetchone() is None:
             return False  # another prober holds it now: write nothing
         if evidence is not None and execution is not None:
@@ -140,6 +143,21 @@ def _settle(
     return True
 
 
+def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
+    """Finish a probe that asks nobody: the case closed, or there is no lookup to ask."""
+    _settle(
+        probe,
+        owner=owner,
+        finished=True,
+        outcome=outcome,
+        next_offset=None,
+        absent=False,
+        evidence=None,
+        execution=None,
+    )
+    return outcome
+
+
 def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
     """Ask the provider about one claimed probe and act on the answer; return the outcome."""
     execution = Execution.objects.filter(pk=probe.execution_id).first()
@@ -152,17 +170,7 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
         or checkpoint is None
         or not is_uncertain(checkpoint)
     ):
-        _settle(
-            probe,
-            owner=owner,
-            finished=True,
-            outcome="closed",
-            next_offset=None,
-            absent=False,
-            evidence=None,
-            execution=None,
-        )
-        return "closed"
+        return _close(probe, owner=owner, outcome="closed")
     try:
         binding = resolve(checkpoint.capability, checkpoint.capability_version)
         mode = binding.contract.auto_reconcile
@@ -174,17 +182,7 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
             checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
         )
     except IntegrationUnavailable:
-        _settle(
-            probe,
-            owner=owner,
-            finished=True,
-            outcome="no-lookup",
-            next_offset=None,
-            absent=False,
-            evidence=None,
-            execution=None,
-        )
-        return "no-lookup"
+        return _close(probe, owner=owner, outcome="no-lookup")
     contract = binding.contract
     evidence = lookup_evidence(result, checkpoint, contract.output_schema)
     offsets = probe_offsets(contract.probe_window_seconds)
@@ -254,6 +252,8 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
 
 def probes_run_once(*, owner: str) -> int:
     """One pass: enlist open cases, claim due probes, run them. Returns how many ran."""
+    with connection.cursor() as cursor:  # the prober's connection says whose it is
+        cursor.execute(sql.PROBER_SESSION)
     probes_enlist()
     claimed = probes_claim(owner=owner)
     two_person = bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
@@ -266,22 +266,28 @@ def probes_run_once(*, owner: str) -> int:
 
 
 class Prober(threading.Thread):
-    """The probe loop of a runworker process, until `stop` is set."""
+    """The probe loop of a runworker process, until `stop` is set.
 
-    def __init__(self, *, owner: str) -> None:
+    Probes are background work: a pass runs only while `may_probe()` (the worker has a free
+    slot), and its database connection is closed after every pass, so a busy worker keeps its
+    connection budget for executions.
+    """
+
+    def __init__(self, *, owner: str, may_probe: Callable[[], bool] = lambda: True) -> None:
         super().__init__(name="worker-prober", daemon=True)
         self.owner = owner
+        self.may_probe = may_probe
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             ran = 0
-            try:
-                close_old_connections()
-                ran = probes_run_once(owner=self.owner)
-            except Exception:
-                logger.exception("probe pass failed", extra={"owner": self.owner})
-                connection.close()
+            if self.may_probe():
+                try:
+                    ran = probes_run_once(owner=self.owner)
+                except Exception:
+                    logger.exception("probe pass failed", extra={"owner": self.owner})
+                finally:
+                    connection.close()
             if not ran:
                 self.stop.wait(PROBE_POLL_SECONDS)
-        connection.close()

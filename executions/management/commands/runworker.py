@@ -75,7 +75,9 @@ class Command(BaseCommand):
                 "SIGTERM or Ctrl-C drains and stops it"
             )
             self.stdout.flush()
-            prober = Prober(owner=scheduler.owner)
+            prober = Prober(
+                owner=scheduler.owner, may_probe=lambda: scheduler.busy < config.concurrency
+            )
             prober.start()
             try:
                 scheduler.run()
