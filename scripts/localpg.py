@@ -103,6 +103,9 @@ def _free_port() -> int:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As PostgreSQL binds its own socket: a restart finds its port free again even while
+        # connections of the previous run linger in TIME_WAIT, so clients reconnect to it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -44,6 +44,8 @@ ENV_DEFAULTS = {
     # Behind a transaction pooler (DATABASE_POOLER, executions/worker/pooling.py): a direct
     # connection for LISTEN.
     "WORKER_LISTEN_DATABASE_URL": "",
+    # Seconds of database outage after which runworker stops (exit status 3); empty: never.
+    "WORKER_DB_OUTAGE_EXIT_SECONDS": "",
 }
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -69,6 +71,9 @@ class WorkerConfig:
     retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     retry_after_max_seconds: float = DEFAULT_RETRY_AFTER_MAX_SECONDS
+    # Seconds the database may stay unreachable before runworker stops (exit status 3) so an
+    # orchestrator restarts it; None (the default): it waits for the database however long.
+    db_outage_exit_seconds: float | None = None
 
     def __post_init__(self) -> None:
         # The same rules whether built from the environment or in code (tests, benchmarks).
@@ -85,6 +90,11 @@ class WorkerConfig:
         ):
             if not value > 0:
                 raise WorkerConfigError(f"{name} must be positive, got {value!r}")
+        if self.db_outage_exit_seconds is not None and not self.db_outage_exit_seconds > 0:
+            raise WorkerConfigError(
+                "WORKER_DB_OUTAGE_EXIT_SECONDS must be empty (off) or a positive number of "
+                f"seconds, got {self.db_outage_exit_seconds!r}"
+            )
         if not self.renew_seconds < self.lease_seconds / 2:
             raise WorkerConfigError(
                 f"WORKER_RENEW_SECONDS must be strictly less than half of WORKER_LEASE_SECONDS "
@@ -157,4 +167,9 @@ def worker_tunables(raw: Mapping[str, str]) -> WorkerConfig:
         retry_base_seconds=_seconds(raw, "WORKER_RETRY_BASE_SECONDS"),
         retry_max_seconds=_seconds(raw, "WORKER_RETRY_MAX_SECONDS"),
         retry_after_max_seconds=_seconds(raw, "WORKER_RETRY_AFTER_MAX_SECONDS"),
+        db_outage_exit_seconds=(
+            _seconds(raw, "WORKER_DB_OUTAGE_EXIT_SECONDS")
+            if raw.get("WORKER_DB_OUTAGE_EXIT_SECONDS", "").strip()
+            else None
+        ),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from psycopg.conninfo import conninfo_to_dict
 
+from .. import sql
 from .config import WorkerConfigError
 
 POOLER_MODES = ("", "transaction")
@@ -39,6 +40,19 @@ class PoolingConfig:
     def listens(self) -> bool:
         """Whether the worker can LISTEN: directly, or on the separate listen connection."""
         return not self.transaction_pooled or bool(self.listen_url)
+
+    @property
+    def prepare_threshold(self) -> int | None:
+        """psycopg's prepare_threshold for the worker's connections: statements are prepared at
+        once on a direct connection (they are few and fixed), never through a transaction pooler."""
+        return None if self.transaction_pooled else 0
+
+    def session_statements(self, *, claims: bool = False) -> tuple[str, ...]:
+        """Session settings a new worker connection runs first: none through a transaction
+        pooler, where a SET would stay on a server session that another client gets next."""
+        if self.transaction_pooled:
+            return ()
+        return (sql.WORKER_SESSION, sql.CLAIM_SESSION) if claims else (sql.WORKER_SESSION,)
 
 
 def database_pooler(raw: str) -> str:

@@ -26,6 +26,7 @@ import logging
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,12 +35,12 @@ from psycopg_pool import ConnectionPool
 
 from actions.registry import resolve as registry_resolve
 
-from .. import sql
 from ..claims import FlowCache, Snapshot
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from .config import WorkerConfig
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
+from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
 from .wire import Ending, ExecutionPackage, ExecutionResult
 
@@ -101,8 +102,14 @@ class WorkerRuntime(Protocol):
     ) -> bool: ...
 
 
-def _configure(conn: psycopg.Connection) -> None:
-    conn.execute(sql.WORKER_SESSION)
+def _configurer(pooling: PoolingConfig) -> Callable[[psycopg.Connection], None]:
+    statements = pooling.session_statements()
+
+    def configure(conn: psycopg.Connection) -> None:
+        for statement in statements:
+            conn.execute(statement)
+
+    return configure
 
 
 class LeaseBook:
@@ -166,14 +173,16 @@ class LocalWorkerRuntime:
         resolve: Resolver | None = None,
         slots: int | None = None,
         rng: random.Random | None = None,
+        pooling: PoolingConfig | None = None,
     ) -> None:
+        pooling = pooling or PoolingConfig()
         size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
         self._pool = ConnectionPool(
             conninfo,
             min_size=size,
             max_size=size,
-            kwargs={"autocommit": True, "prepare_threshold": PREPARE_THRESHOLD},
-            configure=_configure,
+            kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
+            configure=_configurer(pooling),
             open=False,
             name="worker-runtime",
             timeout=POOL_GET_TIMEOUT,
@@ -193,6 +202,11 @@ class LocalWorkerRuntime:
 
     def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
         self._pool.close(timeout=timeout)
+
+    def refresh_connections(self) -> None:
+        """After a database outage: test the idle shared connections and replace broken ones,
+        so no run borrows a connection the outage closed."""
+        self._pool.check()
 
     def __enter__(self) -> "LocalWorkerRuntime":
         return self.open()

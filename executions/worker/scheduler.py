@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,8 @@ from ..claims import Claim, executions_claim
 from ..leases import Fence, lease_owner_name, leases_renew
 from .config import WorkerConfig
 from .metrics import WorkerMetrics
-from .runtime import PREPARE_THRESHOLD, WorkerRequest, WorkerRuntime, dispatch_once
+from .pooling import PoolingConfig
+from .runtime import WorkerRequest, WorkerRuntime, dispatch_once
 from .wire import ExecutionPackage
 
 logger = logging.getLogger("executions.worker")
@@ -54,7 +56,8 @@ REFILL_WAIT_SECONDS = 0.002  # seconds: with a backlog (the last claim was full)
 #                               for more slots to free up, so one claim fills several; never
 #                               when work arrives by notification or poll
 STOP_GRACE_SECONDS = 1.0  # seconds after the drain for signalled work to notice and stop
-RECONNECT_WAIT_SECONDS = 1.0  # seconds between attempts to reach a database that went away
+RECONNECT_FIRST_SECONDS = 0.1  # seconds before the first attempt to reach a database that went away
+RECONNECT_MAX_SECONDS = 5.0  # seconds between attempts at most (the backoff doubles up to this)
 try:  # reported in the worker registry
     VERSION = importlib.metadata.version("orquestador")
 except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
@@ -75,6 +78,53 @@ def database_conninfo(db: dict[str, Any], *, application_name: str = "orquestado
         **options,
     }
     return make_conninfo(**{k: str(v) for k, v in params.items() if v not in (None, "")})
+
+
+class DatabaseState:
+    """Whether this process can reach PostgreSQL, as its claim loop and heartbeat see it.
+
+    Logs once per change (unreachable, reachable again), not once per failed attempt, and says
+    how long an outage has lasted so far."""
+
+    def __init__(self, owner: str, on_return: Callable[[], None] | None = None) -> None:
+        self._owner = owner
+        self._on_return = on_return  # called once when the database is reachable again
+        self._lock = threading.Lock()
+        self.down_since: float | None = None
+        self.outages = 0  # outages seen since start, for tests and logs
+
+    def failed(self, where: str, exc: BaseException) -> None:
+        with self._lock:
+            if self.down_since is not None:
+                return
+            self.down_since = time.monotonic()
+            self.outages += 1
+        logger.warning(
+            "database unreachable",
+            extra={
+                "owner": self._owner,
+                "where": where,
+                "error": type(exc).__name__,
+                "detail": (str(exc).strip().splitlines() or [""])[0][:200],
+            },
+        )
+
+    def reached(self, where: str) -> None:
+        with self._lock:
+            if self.down_since is None:
+                return
+            lasted, self.down_since = time.monotonic() - self.down_since, None
+        logger.warning(
+            "database reachable again",
+            extra={"owner": self._owner, "where": where, "outage_seconds": round(lasted, 3)},
+        )
+        if self._on_return is not None:
+            self._on_return()
+
+    def down_for(self) -> float:
+        """Seconds the current outage has lasted (0 when the database is reachable)."""
+        with self._lock:
+            return 0.0 if self.down_since is None else time.monotonic() - self.down_since
 
 
 @dataclass
@@ -102,9 +152,19 @@ class Scheduler:
         runtime: WorkerRuntime,
         owner: str | None = None,
         metrics: WorkerMetrics | None = None,
+        pooling: PoolingConfig | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
+        self.pooling = pooling or PoolingConfig()
+        # Behind a transaction pooler LISTEN needs a session of its own: a direct connection
+        # (WORKER_LISTEN_DATABASE_URL), or none at all, and then the worker polls.
+        self.listen_conninfo = (
+            make_conninfo(self.pooling.listen_url, application_name="orquestador-worker")
+            if self.pooling.transaction_pooled and self.pooling.listen_url
+            else None
+        )
+        self._listener: psycopg.Connection | None = None
         self.runtime = runtime
         self.owner = owner or lease_owner_name()
         # Counters only: recording is one lock and an addition, never I/O (metrics.py).
@@ -119,6 +179,12 @@ class Scheduler:
         self._work: queue.SimpleQueue[tuple[Claim, Holding] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self.claimed = 0  # executions claimed by this scheduler, for tests and logs
+        # When the database comes back, the runtime replaces the connections the outage broke
+        # before any run borrows one.
+        self.database = DatabaseState(
+            self.owner, on_return=getattr(runtime, "refresh_connections", None)
+        )
+        self.outage_exit = False  # set when it stopped because of WORKER_DB_OUTAGE_EXIT_SECONDS
         self.running = threading.Event()  # set once it listens and claims
         self.idle = threading.Event()  # set while it waits for a notification or the poll
         self.finished = threading.Event()  # set when run() has returned
@@ -170,15 +236,28 @@ class Scheduler:
     # -- claiming --------------------------------------------------------------------------
 
     def _listen(self) -> psycopg.Connection:
-        conn = psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD)
-        conn.execute(sql.WORKER_SESSION)
-        conn.execute(sql.CLAIM_SESSION)
-        conn.execute(sql.LISTEN_WORK)
+        """The claiming connection; it also LISTENs, unless behind a transaction pooler."""
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, prepare_threshold=self.pooling.prepare_threshold
+        )
+        for statement in self.pooling.session_statements(claims=True):
+            conn.execute(statement)
+        if not self.pooling.transaction_pooled:
+            conn.execute(sql.LISTEN_WORK)
+        elif self.listen_conninfo is not None and self._listener is None:
+            self._listener = psycopg.connect(self.listen_conninfo, autocommit=True)
+            self._listener.execute(sql.LISTEN_WORK)
         return conn
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
     def _claim_loop(self) -> None:
         conn: psycopg.Connection | None = None
         backlog = False  # the last claim took all it asked for: more work is probably due
+        reconnect_wait = RECONNECT_FIRST_SECONDS
         try:
             while not self._stop_claiming.is_set():
                 try:
@@ -198,22 +277,46 @@ class Scheduler:
                     self.metrics.claim_done(
                         claimed=len(claims), seconds=time.perf_counter() - claim_started
                     )
+                    self.database.reached("claim")
+                    reconnect_wait = RECONNECT_FIRST_SECONDS
                     for claim in claims:
                         self._dispatch(claim)
                     backlog = len(claims) == limit
                     if not backlog:
                         self._wait_for_work(conn)
-                except psycopg.OperationalError:
+                except psycopg.OperationalError as exc:
+                    # Unreachable (or restarting): claim nothing, keep what runs, retry with a
+                    # capped backoff, and say so once, not at every attempt.
                     self.metrics.claim_failed()
-                    logger.exception("claim failed; reconnecting", extra={"owner": self.owner})
+                    self.database.failed("claim", exc)
+                    logger.debug("claim retry", extra={"owner": self.owner, "detail": str(exc)})
                     if conn is not None:
                         conn.close()
                     conn = None
+                    self._close_listener()
                     backlog = False
-                    self._stop_claiming.wait(RECONNECT_WAIT_SECONDS)
+                    if self._outage_too_long():
+                        break
+                    self._stop_claiming.wait(reconnect_wait)
+                    reconnect_wait = min(reconnect_wait * 2, RECONNECT_MAX_SECONDS)
         finally:
             if conn is not None:
                 conn.close()
+            self._close_listener()
+
+    def _outage_too_long(self) -> bool:
+        """WORKER_DB_OUTAGE_EXIT_SECONDS has passed in this outage: stop so an orchestrator
+        restarts the process (running work drains, then what is left is abandoned as usual)."""
+        limit = self.config.db_outage_exit_seconds
+        if limit is None or self.database.down_for() < limit:
+            return False
+        self.outage_exit = True
+        logger.error(
+            "database unreachable for too long; stopping",
+            extra={"owner": self.owner, "outage_seconds": round(self.database.down_for(), 3)},
+        )
+        self._stop_claiming.set()
+        return True
 
     def _free_slots(self, *, backlog: bool) -> int:
         """Wait for a free slot; return how many to claim (0 when stopping or still full)."""
@@ -238,13 +341,18 @@ class Scheduler:
     def _wait_for_work(self, conn: psycopg.Connection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
+        notifier = conn if not self.pooling.transaction_pooled else self._listener
         self.idle.set()
         try:
             while not self._stop_claiming.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
-                for _ in conn.notifies(timeout=min(remaining, WAKE_CHECK_SECONDS), stop_after=1):
+                wait = min(remaining, WAKE_CHECK_SECONDS)
+                if notifier is None:  # no session to LISTEN on: poll
+                    self._stop_claiming.wait(wait)
+                    continue
+                for _ in notifier.notifies(timeout=wait, stop_after=1):
                     return
         finally:
             self.idle.clear()
@@ -322,9 +430,12 @@ class Scheduler:
         try:
             if conn is None:
                 conn = psycopg.connect(
-                    self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD
+                    self.conninfo,
+                    autocommit=True,
+                    prepare_threshold=self.pooling.prepare_threshold,
                 )
-                conn.execute(sql.WORKER_SESSION)
+                for statement in self.pooling.session_statements():
+                    conn.execute(statement)
             conn.execute(
                 sql.WORKER_SEEN,
                 {
@@ -338,8 +449,11 @@ class Scheduler:
                     "version": VERSION,
                 },
             )
-        except psycopg.Error:
-            logger.warning("worker registry not refreshed", extra={"owner": self.owner})
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.database.failed("registry", exc)  # logged once per outage
+            else:
+                logger.warning("worker registry not refreshed", extra={"owner": self.owner})
             if conn is not None:
                 conn.close()
             return None
@@ -353,23 +467,30 @@ class Scheduler:
         try:
             if conn is None:
                 conn = psycopg.connect(
-                    self.conninfo, autocommit=True, prepare_threshold=PREPARE_THRESHOLD
+                    self.conninfo,
+                    autocommit=True,
+                    prepare_threshold=self.pooling.prepare_threshold,
                 )
-                conn.execute(sql.WORKER_SESSION)
+                for statement in self.pooling.session_statements():
+                    conn.execute(statement)
             renewed = leases_renew(
                 conn=conn,
                 owner=self.owner,
                 held=[h.fence for h in holdings],
                 lease_seconds=self.config.lease_seconds,
             )
-        except psycopg.Error:
-            logger.exception("lease renewal failed", extra={"owner": self.owner})
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.database.failed("renewal", exc)  # logged once per outage
+            else:
+                logger.exception("lease renewal failed", extra={"owner": self.owner})
             if conn is not None:
                 conn.close()
             for holding in holdings:
                 if sent_at - holding.renewed_at >= self.config.lease_seconds:
                     self._lease_lost(holding, reason="renewals failed for a whole lease")
             return None
+        self.database.reached("renewal")
         self._apply_renewal(holdings, renewed, sent_at=sent_at)
         return conn
 

@@ -1,16 +1,19 @@
 """Behind PgBouncer in transaction pooling mode (DATABASE_POOLER=transaction): real processes.
 
-The web process (gunicorn, the production configuration) serves the API through a real PgBouncer
-1.18 with fewer server connections than clients; every call answers as it does directly, and
-afterwards no server session carries anything a client left behind (settings, prepared
-statements, cursors, LISTEN). Refusals of combinations that cannot work are checked on real
-`runworker` and web processes. Skipped, saying why, where pgbouncer is not installed.
+The web process (gunicorn, the production configuration) and four runworker processes run
+through a real PgBouncer 1.18 with fewer server connections than clients; every call answers as
+it does directly, every execution completes, and afterwards no server session carries anything a
+client left behind (settings, prepared statements, cursors, LISTEN). Two of the workers LISTEN on
+a direct WORKER_LISTEN_DATABASE_URL, two poll. Refusals of combinations that cannot work are
+checked on real `runworker` and web processes. Skipped, saying why, where pgbouncer is not
+installed.
 """
 
 import concurrent.futures
 import copy
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from tests.conftest import ROOT, manage
 from tests.integration.api.conftest import FLOW
 from tests.support import tokens
 from tests.support.pgbouncer import PgBouncer, pgbouncer_missing
+from tests.support.worker import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
@@ -184,10 +188,6 @@ def test_api_through_pgbouncer__answers_every_call_and_leaks_no_session_state(
     [
         ({"DATABASE_POOLER": "session"}, "DATABASE_POOLER must be empty"),
         (
-            {"DATABASE_POOLER": "transaction"},
-            "runworker does not run through a transaction pooler yet",
-        ),
-        (
             {"WORKER_LISTEN_DATABASE_URL": "postgres://x:y@127.0.0.1:1/orquestador"},
             "WORKER_LISTEN_DATABASE_URL is set but DATABASE_POOLER is not 'transaction'",
         ),
@@ -217,3 +217,86 @@ def test_web_process__refuses_an_unknown_pooler_mode(process_env):
 
     assert refused.returncode != 0
     assert "DATABASE_POOLER must be empty" in refused.stderr
+
+
+def test_workers_and_api_through_pgbouncer__every_execution_completes_leaking_nothing(
+    pooled_web, bouncer, runtime_dsn, process_env, tmp_path
+):
+    definition = copy.deepcopy(FLOW)
+    definition["key"] = "pooled"
+    definition["transitions"][0]["actions"] = [
+        {"id": "noop", "capability": "NO_OP", "version": 1, "input": {}}
+    ]
+    flow_publish(definition=definition)
+    headers = {"Authorization": f"Bearer {tokens.token(sub='alice', tenant='acme')}"}
+    pooled = {
+        **process_env,
+        "DATABASE_URL": bouncer.dsn(runtime_dsn),
+        "DATABASE_POOLER": "transaction",
+        "WORKER_CONCURRENCY": "4",
+        "WORKER_LEASE_SECONDS": "10",
+        "WORKER_RENEW_SECONDS": "2",
+    }
+    workers = [
+        WorkerProcess(
+            pooled,
+            tmp_path / f"worker-{index}.log",
+            **({"WORKER_LISTEN_DATABASE_URL": runtime_dsn} if index < 2 else {}),
+        )
+        for index in range(4)
+    ]
+    try:
+        for worker in workers:
+            worker.wait_for_event("worker started")
+
+        def one_request(index: int) -> str:
+            with requests.Session() as http:
+                http.headers.update(headers)
+                created = http.post(
+                    f"{pooled_web}/api/v1/requests",
+                    json={"flowKey": "pooled", "data": {"applicant": f"Ada {index}"}},
+                    timeout=TIMEOUT,
+                )
+                assert created.status_code == 201, created.text
+                accepted = http.post(
+                    f"{pooled_web}/api/v1/requests/{created.json()['id']}/transitions",
+                    json={"transitionId": "submit", "expectedRevision": 1},
+                    timeout=TIMEOUT,
+                )
+                assert accepted.status_code == 202, accepted.text
+                return accepted.json()["id"]
+
+        with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+            ids = list(pool.map(one_request, range(CLIENTS * 4)))
+
+        with psycopg.connect(runtime_dsn, autocommit=True) as direct:
+            wait_until(
+                lambda: (
+                    direct.execute(
+                        "SELECT count(*) FROM execution "
+                        "WHERE id = ANY(%s) AND status = 'SUCCEEDED'",
+                        [ids],
+                    ).fetchone()[0]
+                    == len(ids)
+                ),
+                timeout=60,
+                what="every execution to succeed through the pooler",
+            )
+        for worker in workers:
+            worker.signal(signal.SIGTERM)
+        for worker in workers:
+            assert worker.wait() == 0, worker.output()
+    finally:
+        for worker in workers:
+            worker.close()
+
+    for index, worker in enumerate(workers):
+        output = worker.output()
+        assert "Traceback" not in output, output
+        assert not [e for e in worker.events() if e.get("level") == "ERROR"], output
+        assert ("no LISTEN" in output) is (index >= 2), output
+    claimed = sum(
+        e["claimed"] for w in workers for e in w.events() if e["event"] == "worker stopped"
+    )
+    assert claimed == len(ids)
+    assert_no_leaked_session_state(bouncer, runtime_dsn)

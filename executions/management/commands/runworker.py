@@ -1,4 +1,5 @@
 import signal
+import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -15,6 +16,8 @@ from orquestador.dbroles import restricted_role_message, unrestricted_reasons
 from reconciliation.probes import Prober
 
 PROBE_JOIN_SECONDS = 10  # seconds a stopping worker waits for a probe in flight
+
+OUTAGE_EXIT_STATUS = 3  # exit status when the database stayed unreachable too long
 
 
 class Command(BaseCommand):
@@ -34,14 +37,6 @@ class Command(BaseCommand):
             )
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
-        if pooling.transaction_pooled:
-            # The web process runs behind a transaction pooler; the worker's own connections
-            # still use session settings and prepared statements, so it must not.
-            raise CommandError(
-                "DATABASE_POOLER=transaction: runworker does not run through a transaction "
-                "pooler yet; give runworker a DATABASE_URL that reaches PostgreSQL directly "
-                "(the web process may keep the pooler)"
-            )
         try:
             load_registry(config)
         except IntegrationConfigError as exc:
@@ -62,11 +57,15 @@ class Command(BaseCommand):
         runtime = (
             RemoteWorkerRuntime(target=remote, config=config)
             if remote is not None
-            else LocalWorkerRuntime(conninfo=conninfo, config=config)
+            else LocalWorkerRuntime(conninfo=conninfo, config=config, pooling=pooling)
         )
         with endpoint, runtime:
             scheduler = Scheduler(
-                config=config, conninfo=conninfo, runtime=runtime, metrics=metrics
+                config=config,
+                conninfo=conninfo,
+                runtime=runtime,
+                metrics=metrics,
+                pooling=pooling,
             )
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: scheduler.request_stop())
@@ -74,6 +73,11 @@ class Command(BaseCommand):
                 f"worker {scheduler.owner} running {config.concurrency} slots; "
                 "SIGTERM or Ctrl-C drains and stops it"
             )
+            if not pooling.listens:
+                self.stdout.write(
+                    "DATABASE_POOLER=transaction and no WORKER_LISTEN_DATABASE_URL: no LISTEN, "
+                    f"so new work is found by polling every {config.poll_ms} ms"
+                )
             self.stdout.flush()
             prober = Prober(
                 owner=scheduler.owner, may_probe=lambda: scheduler.busy < config.concurrency
@@ -84,4 +88,11 @@ class Command(BaseCommand):
             finally:
                 prober.stop.set()
                 prober.join(timeout=PROBE_JOIN_SECONDS)
+        if scheduler.outage_exit:
+            # An orchestrator restarts it (WORKER_DB_OUTAGE_EXIT_SECONDS).
+            self.stderr.write(
+                "worker stopped: the database was unreachable for longer than "
+                "WORKER_DB_OUTAGE_EXIT_SECONDS"
+            )
+            sys.exit(OUTAGE_EXIT_STATUS)
         self.stdout.write("worker stopped")
