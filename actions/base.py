@@ -13,6 +13,9 @@ Outcome classes, and what the worker does with each:
 - UNKNOWN: the request may have reached the provider and its outcome is unknown (a timeout or a
   dropped connection after sending). For a NON_IDEMPOTENT_WRITE this goes to reconciliation; for
   the other effects it is retried like TRANSIENT.
+- ACCEPTED (asynchronous routes only): the provider took the call and will call back; the
+  checkpoint stays ACCEPTED and the execution SUSPENDED until the callback or the contract's
+  callback_timeout_seconds.
 """
 
 import enum
@@ -27,6 +30,9 @@ class Outcome(enum.StrEnum):
     TRANSIENT = "TRANSIENT"
     PERMANENT = "PERMANENT"
     UNKNOWN = "UNKNOWN"
+    # An asynchronous route's provider took the call (HTTP 202) and will post the output to
+    # POST /api/v1/callbacks/{capability}@{version}; the execution waits for it, SUSPENDED.
+    ACCEPTED = "ACCEPTED"
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class Contract:
     timeout_seconds: float = 10.0  # seconds, the adapter's total budget for one call
     input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     output_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    # seconds an asynchronous provider has to call back after accepting a call
+    callback_timeout_seconds: float = 3600.0
     # Automatic probes of an uncertain write (reconciliation/probes.py, SPEC §10).
     auto_reconcile: str = "found"  # "off" | "found" | "found-or-absent"
     lookup_authoritative: bool = False  # "not found" on every probe means it did not happen
@@ -59,6 +67,10 @@ class Route:
     adapter: str
     options: dict[str, Any] = field(default_factory=dict)  # url, method, lookup_url, ...
 
+    @property
+    def is_async(self) -> bool:
+        return bool(self.options.get("async"))
+
 
 @dataclass(frozen=True)
 class ActionContext:
@@ -73,6 +85,9 @@ class ActionContext:
     # Set when this execution must stop (lease lost, shutdown past the drain). Adapters with long
     # waits check it; an interruption never proves an external effect did not happen.
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Who caused this dispatch, as `sub@tenant` (`system` for timeouts and recovery); a route
+    # with `principal_header` forwards it to the provider.
+    principal: str | None = None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,12 @@ RESERVED_HEADERS = frozenset(
         "user-agent",
     }
 )
-COMMON_ROUTE_KEYS = ("adapter", "headers_from_env")
+COMMON_ROUTE_KEYS = ("adapter", "headers_from_env", "principal_header")
+# Route keys of adapters that can work asynchronously (`supports_async = True`).
+ASYNC_ROUTE_KEYS = ("async", "callback_secret_from_env")
+MIN_CALLBACK_SECRET_CHARS = 32  # characters of a callback secret (HMAC-SHA256 key)
+DEFAULT_CALLBACK_TIMEOUT_SECONDS = 3600.0  # seconds
+MAX_CALLBACK_TIMEOUT_SECONDS = 90 * 24 * 3600  # seconds: 90 days
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ CONTRACT_KEYS = (
     "effect",
     "max_attempts",
     "timeout_seconds",
+    "callback_timeout_seconds",
     "input_schema",
     "output_schema",
     "auto_reconcile",
@@ -177,6 +183,20 @@ def _contract(
         f"{key}.max_attempts", table.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
     )
     timeout = _timeout(f"{key}.timeout_seconds", table, lease_seconds)
+    callback_timeout = table.get("callback_timeout_seconds", DEFAULT_CALLBACK_TIMEOUT_SECONDS)
+    where = f"{key}.callback_timeout_seconds"
+    if (
+        isinstance(callback_timeout, bool)
+        or not isinstance(callback_timeout, int | float)
+        or not math.isfinite(callback_timeout)
+    ):
+        raise IntegrationConfigError(
+            where, f"must be a number of seconds, got {show_value(callback_timeout)}"
+        )
+    if not 1 <= callback_timeout <= MAX_CALLBACK_TIMEOUT_SECONDS:
+        raise IntegrationConfigError(
+            where, f"must be between 1 and {MAX_CALLBACK_TIMEOUT_SECONDS} seconds (90 days)"
+        )
     auto_reconcile = one_of(*AUTO_RECONCILE)(
         f"{key}.auto_reconcile", table.get("auto_reconcile", "found")
     )
@@ -194,6 +214,7 @@ def _contract(
         effect=effect,
         max_attempts=max_attempts,
         timeout_seconds=timeout,
+        callback_timeout_seconds=float(callback_timeout),
         input_schema=_schema(f"{key}.input_schema", table.get("input_schema", DEFAULT_SCHEMA)),
         output_schema=_schema(f"{key}.output_schema", table.get("output_schema", DEFAULT_SCHEMA)),
         auto_reconcile=auto_reconcile,
@@ -280,8 +301,12 @@ def _route(
     if "adapter" not in table:
         raise IntegrationConfigError(f"{key}.adapter", "is required")
     adapter_name = one_of(*sorted(adapters))(f"{key}.adapter", table["adapter"])
-    specs: Mapping[str, Option] = adapters[adapter_name].route_options
-    _only_keys(key, table, (*COMMON_ROUTE_KEYS, *specs))
+    adapter = adapters[adapter_name]
+    specs: Mapping[str, Option] = adapter.route_options
+    supports_async = getattr(adapter, "supports_async", False)
+    _only_keys(
+        key, table, (*COMMON_ROUTE_KEYS, *(ASYNC_ROUTE_KEYS if supports_async else ()), *specs)
+    )
     options: dict[str, Any] = {}
     for option, spec in specs.items():
         if option in table:
@@ -293,6 +318,12 @@ def _route(
     options["headers_from_env"] = _headers_from_env(
         f"{key}.headers_from_env", table.get("headers_from_env", {}), environ
     )
+    if "principal_header" in table:
+        options["principal_header"] = _principal_header(
+            f"{key}.principal_header", table["principal_header"], options["headers_from_env"]
+        )
+    if supports_async:
+        options.update(_async_options(key, table, environ))
     return Route(capability=capability, version=version, adapter=adapter_name, options=options)
 
 
@@ -325,6 +356,50 @@ def _headers_from_env(key: str, value: Any, environ: Mapping[str, str]) -> dict[
             )
         headers[header] = variable
     return headers
+
+
+def _principal_header(key: str, value: Any, configured: Mapping[str, str]) -> str:
+    """The header that carries `sub@tenant` of whoever caused the dispatch to the provider."""
+    if not isinstance(value, str) or not _HEADER_NAME.fullmatch(value):
+        raise IntegrationConfigError(key, "must be a valid HTTP header name")
+    if value.lower() in RESERVED_HEADERS or value.lower() == "authorization":
+        raise IntegrationConfigError(key, "is a header the adapter or a credential sets")
+    if value.lower() in {name.lower() for name in configured}:
+        raise IntegrationConfigError(key, "is already set from headers_from_env")
+    return value
+
+
+def _async_options(key: str, table: Mapping[str, Any], environ: Mapping[str, str]) -> dict:
+    """`async` and `callback_secret_from_env`: both or neither; the secret set now, 32+ chars."""
+    is_async = table.get("async", False)
+    if not isinstance(is_async, bool):
+        raise IntegrationConfigError(
+            f"{key}.async", f"must be true or false, got {show_value(is_async)}"
+        )
+    variable = table.get("callback_secret_from_env")
+    where = f"{key}.callback_secret_from_env"
+    if not is_async:
+        if variable is not None:
+            raise IntegrationConfigError(where, "applies only to a route with async = true")
+        return {"async": False}
+    if variable is None:
+        raise IntegrationConfigError(
+            where, "is required with async = true (callbacks are authenticated with it)"
+        )
+    if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
+        raise IntegrationConfigError(
+            where, "must be the name of an environment variable (the value is never written here)"
+        )
+    secret = environ.get(variable, "")
+    if not secret:
+        raise IntegrationConfigError(where, f"environment variable {variable} is not set")
+    if len(secret) < MIN_CALLBACK_SECRET_CHARS:
+        raise IntegrationConfigError(
+            where,
+            f"environment variable {variable} must hold at least {MIN_CALLBACK_SECRET_CHARS} "
+            "characters",
+        )
+    return {"async": True, "callback_secret_from_env": variable}
 
 
 def header_value_ok(value: str) -> bool:

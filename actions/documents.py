@@ -8,7 +8,9 @@ for this adapter is refused at start.
 
 Output: `{verified, sha256, size, mediaType}`; `verified` is true when the hash matches and, if
 `allowed_media_types` is configured, the media type is in it. A missing document (404) or one
-over `max_bytes` is PERMANENT; other failures follow `actions.outcomes` for a read.
+over `max_bytes` is PERMANENT; other failures follow `actions.outcomes` for a read. With
+`async = true` on the route, a 202 from the store is ACCEPTED: it verifies later and posts the
+output to the callback endpoint.
 """
 
 import hashlib
@@ -61,6 +63,9 @@ OUTPUT_SCHEMA = {
 class DocumentsVerifyAdapter:
     name = "documents.verify"
     fixed_effect = "READ_ONLY"
+    # A route may set async = true: a 202 means the store verifies later and calls back with
+    # the output.
+    supports_async = True
     input_schema = INPUT_SCHEMA
     output_schema = OUTPUT_SCHEMA
     route_options = {
@@ -109,6 +114,8 @@ class DocumentsVerifyAdapter:
             if exc.final and exc.stage is Stage.BODY:
                 return outcomes.permanent(f"document over max_bytes ({options['max_bytes']} bytes)")
             return outcomes.from_transport_error(exc, outcomes.READ_ONLY)
+        if binding.route.is_async and reply.status == 202:
+            return ActionResult(outcome=Outcome.ACCEPTED)
         if reply.status == 404:
             return outcomes.permanent("document not found in the document store")
         if reply.status != 200:

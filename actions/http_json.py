@@ -23,6 +23,7 @@ from orquestador import errors, strictjson
 
 from . import outcomes
 from .base import ActionContext, ActionResult, Binding, LookupResult, Outcome
+from .catalog import header_value_ok
 from .credentials import MissingCredential, credential_headers
 from .options import Option, http_url, integer, one_of, seconds
 from .transport import (
@@ -53,6 +54,7 @@ def parse_json_object(body: bytes) -> dict[str, Any] | None:
 class HttpJsonAdapter:
     name = "http.json"
     fixed_effect = None  # the contract declares the effect of the endpoint
+    supports_async = True  # a route may set async = true: a 202 means "will call back"
     input_schema = None
     output_schema = None
     route_options = {
@@ -71,6 +73,9 @@ class HttpJsonAdapter:
         started = time.monotonic()
         try:
             headers = self._headers(options, ctx.external_key)
+            principal = ctx.principal
+            if options.get("principal_header") and principal and header_value_ok(principal):
+                headers[options["principal_header"]] = principal
         except MissingCredential as exc:
             return outcomes.permanent(
                 f"{exc}; nothing was sent", code=errors.INTEGRATION_UNAVAILABLE
@@ -91,7 +96,10 @@ class HttpJsonAdapter:
         except TransportError as exc:
             result = outcomes.from_transport_error(exc, effect)
         else:
-            result = self._classify(reply, effect)
+            if binding.route.is_async and reply.status == 202:
+                result = ActionResult(outcome=Outcome.ACCEPTED)
+            else:
+                result = self._classify(reply, effect)
         logger.info(
             "integration call",
             extra={

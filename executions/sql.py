@@ -59,6 +59,9 @@ OPERATOR_GUARDED = frozenset(
         "EXECUTION_CANCEL_TO_RECONCILIATION",
         "RECONCILE_REQUEUE",
         "RECONCILE_ABANDON",
+        # A resume (an event, or a provider's callback) of a SUSPENDED execution, which no
+        # holder has: guarded on the status and token read under its request-then-execution lock.
+        "RESUME_EXECUTION",
     }
 )
 
@@ -395,17 +398,18 @@ RETURNING id
 REQUEST_LOCK = "SELECT blocked_by_id FROM request WHERE id = %(request_id)s FOR NO KEY UPDATE"
 
 # Which writes of an execution are outstanding: a write effect SUCCEEDED (it happened) or
-# RUNNING/UNKNOWN (it may have); either keeps the request from being released as FAILED.
+# RUNNING/UNKNOWN/ACCEPTED (it may have, or an asynchronous provider is carrying it out); either
+# keeps the request from being released as FAILED.
 # Locks: nothing.
 # Index: action_execution_action_uniq.
 WRITES_OUTSTANDING = """
-SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN')), false) AS uncertain,
+SELECT COALESCE(bool_or(c.status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')), false) AS uncertain,
        COALESCE(bool_or(c.status = 'SUCCEEDED'), false) AS succeeded,
        (array_agg(c.action_id ORDER BY c.sequence DESC))[1] AS last_action_id
   FROM action_execution AS c
  WHERE c.execution_id = %(execution_id)s
    AND c.effect IN ('IDEMPOTENT_WRITE', 'NON_IDEMPOTENT_WRITE')
-   AND c.status IN ('SUCCEEDED', 'RUNNING', 'UNKNOWN')
+   AND c.status IN ('SUCCEEDED', 'RUNNING', 'UNKNOWN', 'ACCEPTED')
 """
 
 # End an execution FAILED (nothing outstanding): lease cleared, safe error recorded;
@@ -611,6 +615,216 @@ UPDATE execution
 RETURNING fencing_token
 """
 
+# --- Waiting: wait actions, resumes and early events (executions/waits.py) ----------------------
+# The worker's writes (reach a wait, settle its timeout) are fenced like every write after a
+# claim and lock the request, then the execution. A resume (POST .../events) locks the request,
+# then the execution, and requires the state it read under those locks; it bumps the token, so a
+# worker that still believes it holds the execution is fenced out. Events are unique per
+# (execution, eventId) (execution_event_uniq), which every statement on them uses.
+
+# Lock the holder's execution row for a wait's transaction, fenced. Locks one row by primary key
+# (after REQUEST_LOCK). No row: superseded.
+WAIT_HOLDER_LOCK = """
+SELECT e.id
+  FROM execution AS e
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+   FOR NO KEY UPDATE
+"""
+
+# Take the oldest event kept for this wait (it came before the wait was reached): CONSUMED now.
+# Runs under the execution lock; one row through execution_event_uniq's execution prefix.
+EVENT_TAKE_KEPT = """
+UPDATE execution_event AS v
+   SET status = 'CONSUMED', consumed_at = clock_timestamp()
+ WHERE v.id = (SELECT k.id FROM execution_event AS k
+                WHERE k.execution_id = %(execution_id)s AND k.action_id = %(action_id)s
+                  AND k.status = 'KEPT'
+                ORDER BY k.id LIMIT 1)
+RETURNING v.event_id, v.event, v.payload, v.actor
+"""
+
+# Record a wait action's checkpoint under the holder's token: WAITING (the execution suspends) or
+# SUCCEEDED with a kept event's payload as output. Runs under the execution lock; inserts one row
+# (action_execution_action_uniq: a wait is reached once per execution).
+WAIT_CHECKPOINT_INSERT = """
+INSERT INTO action_execution
+       (execution_id, action_id, sequence, capability, capability_version, effect, status,
+        input_hash, external_key, attempt, fencing_token, output, started_at, finished_at)
+VALUES (%(execution_id)s, %(action_id)s, %(sequence)s, %(capability)s, 1, 'READ_ONLY',
+        %(status)s, %(input_hash)s, %(external_key)s, 1, %(token)s, %(output)s,
+        clock_timestamp(), CASE WHEN %(finished)s::boolean THEN clock_timestamp() END)
+"""
+
+# Suspend: SUSPENDED until the wait's deadline (next_attempt_at, by the database clock), lease
+# cleared, the request still blocked. Fenced; one row by primary key, locked by WAIT_HOLDER_LOCK.
+# The row stays in execution_claim_idx keyed by its deadline, where a claim finds it once due.
+EXECUTION_SUSPEND = """
+UPDATE execution AS e
+   SET status = 'SUSPENDED',
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       next_attempt_at = clock_timestamp()
+                         + make_interval(secs => %(timeout_seconds)s::double precision),
+       error_code = NULL,
+       error_detail = NULL
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+RETURNING e.next_attempt_at
+"""
+
+# Has this wait's deadline passed by the database clock? The deadline is the WAITING
+# checkpoint's start plus the wait's timeout. One row through action_execution_action_uniq.
+WAIT_DEADLINE = """
+SELECT c.started_at + make_interval(secs => %(timeout_seconds)s::double precision) AS deadline,
+       c.started_at + make_interval(secs => %(timeout_seconds)s::double precision)
+           <= clock_timestamp() AS passed
+  FROM action_execution AS c
+ WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
+"""
+
+# Settle a timed-out wait's checkpoint under the new holder's token: SUCCEEDED with the wait's
+# onTimeout payload, or FAILED with EVENT_TIMEOUT. Runs under the execution lock; one row through
+# action_execution_action_uniq, only while it is still WAITING.
+WAIT_CHECKPOINT_TIME_OUT = """
+UPDATE action_execution AS c
+   SET status = %(status)s,
+       output = %(output)s,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s,
+       fencing_token = %(token)s,
+       finished_at = clock_timestamp()
+ WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
+   AND c.status = 'WAITING'
+RETURNING c.id
+"""
+
+# Back to SUSPENDED until a deadline not yet reached (a holder that found the wait early, e.g. a
+# lease that expired between claim and suspend). Fenced like EXECUTION_SUSPEND.
+EXECUTION_SUSPEND_UNTIL = """
+UPDATE execution AS e
+   SET status = 'SUSPENDED',
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       next_attempt_at = %(deadline)s::timestamptz
+ WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
+   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
+   AND e.lease_expires_at > clock_timestamp()
+RETURNING e.next_attempt_at
+"""
+
+# A resume: lock the execution (after its request) and read what the decision needs. One row by
+# primary key.
+RESUME_LOCK = """
+SELECT e.status, e.fencing_token, e.flow_id, e.transition_id, e.next_attempt_at
+  FROM execution AS e
+ WHERE e.id = %(execution_id)s
+   FOR NO KEY UPDATE
+"""
+
+# The execution's checkpoints by action id, with their status (under the execution lock).
+# Through action_execution_action_uniq.
+RESUME_CHECKPOINTS = """
+SELECT c.action_id, c.status FROM action_execution AS c WHERE c.execution_id = %(execution_id)s
+"""
+
+# An event already received with this eventId (a replay), and how many are kept (early events
+# waiting for their wait) for this execution, per action. Through execution_event_uniq.
+EVENT_FIND = """
+SELECT v.fingerprint FROM execution_event AS v
+ WHERE v.execution_id = %(execution_id)s AND v.event_id = %(event_id)s
+"""
+EVENTS_KEPT = """
+SELECT v.action_id FROM execution_event AS v
+ WHERE v.execution_id = %(execution_id)s AND v.status = 'KEPT'
+"""
+
+# Record a received event (ACCEPTED: it resumed its wait; KEPT: it waits for its wait). One row;
+# execution_event_uniq refuses a second row with the same eventId.
+EVENT_INSERT = """
+INSERT INTO execution_event
+       (execution_id, event_id, event, action_id, payload, fingerprint, status, actor,
+        consumed_at)
+VALUES (%(execution_id)s, %(event_id)s, %(event)s, %(action_id)s, %(payload)s,
+        %(fingerprint)s, %(status)s, %(actor)s,
+        CASE WHEN %(consumed)s::boolean THEN clock_timestamp() END)
+"""
+
+# A resume's checkpoint: WAITING becomes SUCCEEDED with the event's payload, under the new token.
+# Under the execution lock; one row through action_execution_action_uniq.
+RESUME_CHECKPOINT = """
+UPDATE action_execution AS c
+   SET status = 'SUCCEEDED',
+       output = %(output)s,
+       fencing_token = %(new_token)s,
+       finished_at = clock_timestamp()
+ WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
+   AND c.status = 'WAITING'
+RETURNING c.id
+"""
+
+# A resume's execution: SUSPENDED becomes PENDING and due now under a new token. Guards on the
+# status and token read under the lock. One row by primary key; it keeps its place in
+# execution_claim_idx with the new key.
+RESUME_EXECUTION = """
+UPDATE execution AS e
+   SET status = 'PENDING',
+       fencing_token = e.fencing_token + 1,
+       next_attempt_at = clock_timestamp()
+ WHERE e.id = %(execution_id)s AND e.status = 'SUSPENDED' AND e.fencing_token = %(token)s
+RETURNING e.fencing_token
+"""
+
+# An asynchronous provider accepted the holder's call: its RUNNING checkpoint becomes ACCEPTED.
+# First statement of the acceptance transaction (the execution row is locked by
+# WAIT_HOLDER_LOCK before it); one row through action_execution_action_uniq, only if it is this
+# holder's attempt. EXECUTION_SUSPEND follows, with the contract's callback_timeout_seconds.
+CHECKPOINT_ACCEPT = _fenced(
+    """
+WITH holder AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE {fence}
+       FOR NO KEY UPDATE
+)
+UPDATE action_execution AS c
+   SET status = 'ACCEPTED'
+  FROM holder
+ WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
+   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
+RETURNING c.id
+"""
+)
+
+# --- Callbacks of asynchronous providers (executions/callbacks.py) -----------------------------
+
+# The checkpoint a callback names by its external key, with its execution. Through
+# action_execution_key_idx; locks nothing (the caller then locks request and execution).
+CALLBACK_CHECKPOINT = """
+SELECT c.execution_id, c.action_id, c.status, c.output, c.capability, c.capability_version,
+       e.request_id
+  FROM action_execution AS c
+  JOIN execution AS e ON e.id = c.execution_id
+ WHERE c.external_key = %(external_key)s
+"""
+
+# A callback's checkpoint: ACCEPTED becomes SUCCEEDED with the provider's output, under the new
+# token. Under the execution lock; one row through action_execution_action_uniq.
+CALLBACK_SETTLE = """
+UPDATE action_execution AS c
+   SET status = 'SUCCEEDED',
+       output = %(output)s,
+       error_code = NULL,
+       error_detail = NULL,
+       fencing_token = %(new_token)s,
+       finished_at = clock_timestamp()
+ WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
+   AND c.status = 'ACCEPTED'
+RETURNING c.id
+"""
+
 # --- Reconciliation: an operator's resolution (reconciliation/services.py) ---------------------
 # One transaction per resolution: EXECUTION_REQUEST_OF, then REQUEST_LOCK and EXECUTION_LOCK
 # (request before execution, as everywhere), require RECONCILIATION_REQUIRED, then write with the
@@ -632,7 +846,7 @@ UPDATE action_execution
        finished_at = clock_timestamp()
  WHERE execution_id = %(execution_id)s
    AND action_id = %(action_id)s
-   AND status IN ('RUNNING', 'UNKNOWN')
+   AND status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')
 RETURNING id
 """
 

@@ -50,6 +50,13 @@ def executions_writable(principal: Principal) -> QuerySet[Execution]:
     )
 
 
+def executions_resumable(principal: Principal) -> QuerySet[Execution]:
+    """The executions `principal` may send events to: every one of its tenant's."""
+    return Execution.objects.filter(
+        _request_filter(principal, prefix="request__", whole_tenant=True)
+    )
+
+
 def parse_id(value: str) -> uuid.UUID | None:
     """The UUID in a path segment, or None when it is not one (which callers answer as 404)."""
     try:

@@ -34,7 +34,9 @@ REQUESTS_WRITE = "requests:write"
 REQUESTS_READ = "requests:read"
 REQUESTS_READ_TENANT = "requests:read:tenant"  # read every request of the caller's tenant
 FLOWS_ADMIN = "flows:admin"
-PERMISSIONS = (REQUESTS_WRITE, REQUESTS_READ, REQUESTS_READ_TENANT, FLOWS_ADMIN)
+# Send events to the waiting executions of the caller's tenant (an approver need not own them).
+EXECUTIONS_RESUME = "executions:resume"
+PERMISSIONS = (REQUESTS_WRITE, REQUESTS_READ, REQUESTS_READ_TENANT, FLOWS_ADMIN, EXECUTIONS_RESUME)
 
 LEEWAY_SECONDS = 30  # seconds of clock skew tolerated on exp, nbf and iat
 MAX_TOKEN_BYTES = 8192  # bytes; longer bearer values are refused unread

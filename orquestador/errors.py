@@ -21,6 +21,10 @@ IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"  # 422
 FLOW_INVALID = "FLOW_INVALID"  # 422: a flow definition with problems, each with its path
 FLOW_CONFLICT = "FLOW_CONFLICT"  # 409: this key and version is published with other content
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"  # 405
+# An event's payload breaks the wait's payloadSchema (with `problems`).
+EVENT_INVALID = "EVENT_INVALID"  # 422
+# The execution is not waiting for this event, and the event cannot be kept for a wait ahead.
+NOT_WAITING = "NOT_WAITING"  # 409
 INTERNAL_ERROR = "INTERNAL_ERROR"  # 500: a fault of ours, logged; the detail says nothing more
 
 # Execution error codes (execution.error_code / checkpoint.error_code).
@@ -34,6 +38,8 @@ DECISION_AMBIGUOUS = "DECISION_AMBIGUOUS"
 RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
 PERMANENT_FAILURE = "PERMANENT_FAILURE"
 UNCERTAIN_WRITE = "UNCERTAIN_WRITE"
+# A wait action's deadline passed without its event, and the wait has no onTimeout payload.
+EVENT_TIMEOUT = "EVENT_TIMEOUT"
 TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, before retries run out
 # On a checkpoint: an operator established that this write did not happen and authorised one
 # replay with the same external key (RECONCILIATION.md). The worker runs that one attempt even

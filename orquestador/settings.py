@@ -233,6 +233,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "executions.api.schema.strict_request_bodies",
+        "executions.api.schema.optional_view_fields",
     ],
 }
 

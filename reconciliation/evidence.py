@@ -16,7 +16,11 @@ from executions.flows.schemas import contract_errors
 from executions.models import ActionExecution, CheckpointStatus
 
 # A checkpoint in one of these statuses may or may not have had its effect.
-UNCERTAIN_STATUSES = (CheckpointStatus.RUNNING, CheckpointStatus.UNKNOWN)
+UNCERTAIN_STATUSES = (
+    CheckpointStatus.RUNNING,
+    CheckpointStatus.UNKNOWN,
+    CheckpointStatus.ACCEPTED,  # an asynchronous provider's call whose callback never came
+)
 SAFE_DETAIL_CHARS = 300  # characters of an error detail shown or recorded
 LOOKUP_DETAIL_CHARS = 500  # characters of a lookup's detail recorded
 MAX_OUTPUT_BYTES = 64 * 1024  # bytes of compact JSON, for an output recorded by an operator

@@ -19,3 +19,18 @@ def strict_request_bodies(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 if name in components:
                     components[name]["additionalProperties"] = False
     return result
+
+
+# View fields that are present only in some states, so not `required` (the field's description
+# says when): the execution view's `waitingFor`, while SUSPENDED only.
+OPTIONAL_VIEW_FIELDS = {"ExecutionView": ("waitingFor",)}
+
+
+def optional_view_fields(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """POSTPROCESSING_HOOKS entry: drop OPTIONAL_VIEW_FIELDS from their views' `required`."""
+    components = result.get("components", {}).get("schemas", {})
+    for name, fields in OPTIONAL_VIEW_FIELDS.items():
+        required = components.get(name, {}).get("required")
+        if required:
+            components[name]["required"] = [f for f in required if f not in fields]
+    return result

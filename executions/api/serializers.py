@@ -4,6 +4,7 @@ Input serializers refuse what they do not know: an unknown field, a string where
 expected (no "5" for 5, no true for 1), a non-object body. Each refusal names the field.
 """
 
+import re
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -12,8 +13,15 @@ from rest_framework import serializers
 
 from reconciliation.cancel import MAX_REASON_CHARS
 
-from ..flows.checks import MAX_NAME_LENGTH, MAX_VERSION
+from ..flows.canonical import compact_size
+from ..flows.checks import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
+from ..waits import waiting_for
+
+MAX_EVENT_ID_CHARS = 255  # characters of an eventId
+MAX_PAYLOAD_BYTES = 256 * 1024  # bytes of an event's payload, as compact UTF-8 JSON
+# An eventId: 1 to 255 visible ASCII characters, spaces allowed inside (as Idempotency-Key).
+EVENT_ID = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
 
 MAX_REVISION = 2**63 - 1  # PostgreSQL bigint
 # Strings the database can store: no NUL (jsonb and text refuse it). The body parser refuses it
@@ -156,6 +164,76 @@ class ExecutionCancelSerializer(StrictSerializer):
         return value.strip()
 
 
+class ExecutionEventSerializer(StrictSerializer):
+    eventId = StrictCharField(
+        min_length=1,
+        max_length=MAX_EVENT_ID_CHARS,
+        validators=[
+            RegexValidator(
+                rf"^{EVENT_ID.pattern}$",
+                message="must be visible ASCII characters (spaces only inside)",
+            )
+        ],
+        error_messages=_messages(
+            blank="must not be empty",
+            min_length="must not be empty",
+            max_length=f"must be at most {MAX_EVENT_ID_CHARS} characters",
+        ),
+        help_text="The sender's id for this event, unique per execution: sending it again with "
+        "the same body is a harmless replay. 1 to 255 visible ASCII characters.",
+    )
+    event = StrictCharField(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        validators=[
+            RegexValidator(rf"^{IDENTIFIER.pattern}$", message=f"must be {IDENTIFIER_RULE}")
+        ],
+        error_messages=_name_messages(),
+        help_text="The event's name, as the flow's wait action names it.",
+    )
+    payload = JsonObjectField(
+        error_messages=_messages(),
+        help_text="The event's payload: validated against the wait's payloadSchema; it becomes "
+        "the wait action's output (at most 256 KiB as compact UTF-8 JSON).",
+    )
+
+    def validate_eventId(self, value: str) -> str:
+        if not EVENT_ID.fullmatch(value):
+            raise serializers.ValidationError(
+                "must be visible ASCII characters (spaces only inside)"
+            )
+        return value
+
+    def validate_event(self, value: str) -> str:
+        if not IDENTIFIER.fullmatch(value):
+            raise serializers.ValidationError(f"must be {IDENTIFIER_RULE}")
+        return value
+
+    def validate_payload(self, value: dict[str, Any]) -> dict[str, Any]:
+        if compact_size(value) > MAX_PAYLOAD_BYTES:
+            raise serializers.ValidationError(
+                f"must be at most {MAX_PAYLOAD_BYTES} bytes as compact UTF-8 JSON"
+            )
+        return value
+
+
+class CallbackSerializer(serializers.Serializer):
+    """Documentation only: the body an asynchronous provider posts (read by callbacks.py)."""
+
+    externalKey = serializers.CharField(
+        max_length=200, help_text="The call's external key, <executionId>:<actionId>."
+    )
+    output = JsonObjectField(help_text="The call's output, valid against the output schema.")
+
+
+class WaitingForSerializer(serializers.Serializer):
+    actionId = serializers.CharField(help_text="The wait action (or asynchronous action).")
+    event = serializers.CharField(
+        help_text="The event it waits for; `callback` for an asynchronous provider's answer."
+    )
+    deadline = serializers.DateTimeField(help_text="When the wait times out.")
+
+
 class RequestViewSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     flowKey = serializers.CharField(source="flow.key")
@@ -188,6 +266,21 @@ class ExecutionViewSerializer(serializers.Serializer):
     attempts = serializers.IntegerField()
     createdAt = serializers.DateTimeField(source="created_at")
     finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    waitingFor = serializers.SerializerMethodField(
+        required=False,
+        help_text="While SUSPENDED only (absent otherwise): what the execution waits for.",
+    )
+
+    def to_representation(self, instance: Execution) -> dict[str, Any]:
+        view = super().to_representation(instance)
+        if view.get("waitingFor") is None:
+            view.pop("waitingFor", None)
+        return view
+
+    @extend_schema_field(WaitingForSerializer)
+    def get_waitingFor(self, execution: Execution) -> dict[str, Any] | None:
+        found = waiting_for(execution)
+        return None if found is None else WaitingForSerializer(found).data
 
     def get_outcome(self, execution: Execution) -> str | None:
         return (execution.result or {}).get("outcome")

@@ -40,6 +40,12 @@ if settings.REQUEST_API_ENABLED:
             views.ExecutionCancelView.as_view(),
             name="api-execution-cancel",
         ),
+        path(
+            "v1/executions/<str:execution_id>/events",
+            views.ExecutionEventsView.as_view(),
+            name="api-execution-events",
+        ),
+        path("v1/callbacks/<str:name>", views.CallbackView.as_view(), name="api-callbacks"),
     ]
 
 if settings.FLOW_ADMIN_ENABLED:

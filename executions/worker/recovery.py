@@ -46,7 +46,9 @@ MAX_DETAIL_CHARS = 500  # characters of an internal error detail kept on a row
 ADAPTER_EXECUTION_CODES = frozenset(
     {errors.INPUT_INVALID, errors.OUTPUT_INVALID, errors.CONTRACT_MISMATCH}
 )
-UNCERTAIN = (CheckpointStatus.RUNNING, CheckpointStatus.UNKNOWN)
+# An asynchronous provider's ACCEPTED call is as uncertain as a RUNNING one once its callback is
+# overdue: it may or may not have been carried out.
+UNCERTAIN = (CheckpointStatus.RUNNING, CheckpointStatus.UNKNOWN, CheckpointStatus.ACCEPTED)
 
 
 class Verb(enum.StrEnum):

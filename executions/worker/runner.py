@@ -27,7 +27,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
@@ -50,7 +50,17 @@ from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import DataError, find_transition, validate_data
 from ..flows.schemas import contract_problem
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
-from ..models import ExecutionStatus
+from ..models import CheckpointStatus, ExecutionStatus
+from ..waits import (
+    CALLBACK_EVENT,
+    call_accept,
+    is_wait,
+    wait_checkpoint_expire,
+    wait_deadline,
+    wait_reach,
+    wait_resuspend,
+    wait_time_out_continue,
+)
 from . import recovery
 from .config import WorkerConfig
 from .endings import RunScope, run_end
@@ -85,6 +95,13 @@ def _stop_unless_proceeding(decision: Decision) -> Decision:
     if decision.ends_run:
         raise _Ended(decision)
     return decision
+
+
+class _Suspended(Exception):
+    """Internal: the run reached a wait and the execution is SUSPENDED (already written)."""
+
+    def __init__(self, outcome: RunOutcome) -> None:
+        self.outcome = outcome
 
 
 class _Run:
@@ -125,10 +142,76 @@ class _Run:
                 raise _Ended(decision)
             outputs: dict[str, dict[str, Any]] = {}
             for sequence, action in enumerate(transition.get("actions", [])):
-                outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
+                if is_wait(action):
+                    outputs[action["id"]] = self.wait(sequence, action, snapshot)
+                else:
+                    outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
             return self.finish(definition, transition, snapshot, outputs)
         except _Ended as ended:
             return run_end(ended.decision, self.scope)
+        except _Suspended as suspended:
+            return suspended.outcome
+
+    def wait(self, sequence: int, action: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+        """A wait action (executions/waits.py): its event's payload, or the run suspends."""
+        action_id = action["id"]
+        extra = {**self.log_extra, "action_id": action_id, "wait_event": action["wait"]["event"]}
+        previous = snapshot.checkpoints.get(action_id)
+        if previous is None:
+            self.check_not_cancelled(f"reach {action_id}")
+            with borrowed(self.db) as conn:
+                reached = wait_reach(
+                    conn=conn,
+                    fence=self.fence,
+                    action=action,
+                    sequence=sequence,
+                    payload={"transitionId": self.transition_id},
+                )
+            if reached.output is not None:
+                logger.info("wait met by a kept event", extra=extra)
+                return reached.output
+            return self.suspend(action, reached.deadline, extra)
+        if previous.status == CheckpointStatus.SUCCEEDED:
+            logger.info("wait reused", extra=extra)
+            return previous.output or {}
+        if previous.status == CheckpointStatus.WAITING:
+            with borrowed(self.db) as conn:
+                deadline, passed = wait_deadline(conn=conn, fence=self.fence, action=action)
+                if not passed:  # reclaimed before its deadline: wait on
+                    due = wait_resuspend(
+                        conn=conn, fence=self.fence, action=action, deadline=deadline
+                    )
+                    return self.suspend(action, due, extra)
+                if "onTimeout" in action["wait"]:
+                    output = wait_time_out_continue(
+                        conn=conn,
+                        fence=self.fence,
+                        action=action,
+                        payload={"transitionId": self.transition_id},
+                    )
+                    logger.info("wait timed out; onTimeout payload used", extra=extra)
+                    return output
+                with conn.transaction():
+                    wait_checkpoint_expire(conn=conn, fence=self.fence, action_id=action_id)
+        # Timed out without onTimeout (now, or by an earlier holder that stopped after recording
+        # it): the execution fails under the usual rule for a failure.
+        raise _Ended(
+            recovery.fail(
+                errors.EVENT_TIMEOUT,
+                f"wait {action_id!r} for event {action['wait']['event']!r} passed its deadline",
+            )
+        )
+
+    def suspend(self, action: dict[str, Any], deadline: Any, extra: dict[str, Any]) -> NoReturn:
+        logger.info("execution suspended", extra={**extra, "deadline": str(deadline)})
+        raise _Suspended(
+            RunOutcome(
+                status=ExecutionStatus.SUSPENDED,
+                next_attempt_at=deadline,
+                waiting_on=action["id"],
+                waiting_for=action["wait"]["event"],
+            )
+        )
 
     def action(
         self,
@@ -185,6 +268,27 @@ class _Run:
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": contract.key})
         result = self.call(binding, action_input, action_id, attempt, key, snapshot, extra)
+        if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
+            # The provider will call back (executions/callbacks.py); until then, or until the
+            # callback is overdue, the execution waits without a lease.
+            with borrowed(self.db) as conn:
+                deadline = call_accept(
+                    conn=conn,
+                    fence=self.fence,
+                    action_id=action_id,
+                    attempt=attempt,
+                    timeout_seconds=contract.callback_timeout_seconds,
+                    payload={"transitionId": self.transition_id},
+                )
+            logger.info("execution suspended", extra={**extra, "deadline": str(deadline)})
+            raise _Suspended(
+                RunOutcome(
+                    status=ExecutionStatus.SUSPENDED,
+                    next_attempt_at=deadline,
+                    waiting_on=action_id,
+                    waiting_for=CALLBACK_EVENT,
+                )
+            )
         output = result.output if result.output is not None else {}
         problem = None
         if result.outcome == Outcome.SUCCEEDED:

@@ -219,8 +219,6 @@ class LocalWorkerRuntime:
 
     def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
         LeaseBook.check(lease, package)
-        if package.resume_event is not None:
-            raise ValueError("resume events are not supported by flows of this version")
         # Each step borrows a connection and gives it back at once; the pool checks a returned
         # connection, so one left broken by a failed statement is replaced.
         outcome = execution_run(

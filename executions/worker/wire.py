@@ -28,8 +28,12 @@ from ..models import ExecutionStatus
 MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
 SUPERSEDED = "superseded"  # the wire code of a superseded refusal
 INTERRUPTED = "interrupted"  # the wire code of a holder told to stop between two steps
+# The version of the package and result JSON below. A reader refuses any other (a package with a
+# 400 naming it, a result as garbled), so a rolling deploy that mixes versions fails loudly.
+FORMAT_VERSION = 1
 PACKAGE_KEYS = frozenset(
     {
+        "formatVersion",
         "executionId",
         "requestId",
         "flowId",
@@ -75,6 +79,7 @@ class ExecutionPackage:
 def package_json(package: ExecutionPackage) -> str:
     return json.dumps(
         {
+            "formatVersion": FORMAT_VERSION,
             "executionId": str(package.fence.execution_id),
             "requestId": str(package.fence.request_id),
             "flowId": package.flow_id,
@@ -126,8 +131,17 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
     unknown = sorted(set(raw) - PACKAGE_KEYS)
     if unknown:
         raise PackageInvalid(f"unknown fields: {', '.join(k[:40] for k in unknown[:5])}")
-    if raw.get("resumeEvent") is not None:
-        raise PackageInvalid("resumeEvent is not supported by flows of this version")
+    version = raw.get("formatVersion")
+    if version != FORMAT_VERSION:
+        raise PackageInvalid(
+            f"formatVersion {str(version)[:20]} is not supported (this worker reads "
+            f"formatVersion {FORMAT_VERSION})"
+        )
+    resume_event = _object(raw, "resumeEvent")
+    if resume_event is not None and not (
+        isinstance(resume_event.get("eventId"), str) and isinstance(resume_event.get("event"), str)
+    ):
+        raise PackageInvalid("resumeEvent must be an object with eventId and event strings")
     return ExecutionPackage(
         fence=Fence(
             execution_id=_uuid(raw, "executionId"),
@@ -140,7 +154,8 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
         attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
         # Honoured only because the caller has already presented the endpoint's token.
         principal=_object(raw, "principal"),
-        resume_event=None,
+        # The event itself is already durable (its wait's checkpoint); this says why it runs.
+        resume_event=resume_event,
         metadata=_object(raw, "metadata") or {},
     )
 
@@ -166,11 +181,13 @@ def cancel_read(raw: dict[str, Any]) -> tuple[uuid.UUID, int | None, str | None]
 class RunOutcome:
     """Where one run left its execution."""
 
-    status: ExecutionStatus  # SUCCEEDED, RETRY_WAIT, FAILED or RECONCILIATION_REQUIRED
+    status: ExecutionStatus  # SUCCEEDED, SUSPENDED, RETRY_WAIT, FAILED, RECONCILIATION_REQUIRED
     error_code: str | None = None
     target_state: str | None = None
     outcome: str | None = None
-    next_attempt_at: datetime.datetime | None = None
+    next_attempt_at: datetime.datetime | None = None  # RETRY_WAIT: when due; SUSPENDED: deadline
+    waiting_on: str | None = None  # SUSPENDED: the wait action (or asynchronous action)
+    waiting_for: str | None = None  # SUSPENDED: its event (`callback` for a provider's answer)
 
 
 class Ending(enum.StrEnum):
@@ -184,11 +201,15 @@ class Ending(enum.StrEnum):
     INTERRUPTED = INTERRUPTED
 
 
+# The SPI's three results (seeds/worker-runtime.md): `completed`, `suspended` only for a wait,
+# and `failed` for everything else, whose folded state says which (a retry that is due later,
+# FAILED, CANCELLED or RECONCILIATION_REQUIRED).
 _ENDING_OF = {
     ExecutionStatus.SUCCEEDED: Ending.COMPLETED,
-    # Not failed: it rests until its retry is due, then any worker resumes it.
-    ExecutionStatus.RETRY_WAIT: Ending.SUSPENDED,
+    ExecutionStatus.SUSPENDED: Ending.SUSPENDED,
+    ExecutionStatus.RETRY_WAIT: Ending.FAILED,
     ExecutionStatus.FAILED: Ending.FAILED,
+    ExecutionStatus.CANCELLED: Ending.FAILED,
     ExecutionStatus.RECONCILIATION_REQUIRED: Ending.FAILED,
 }
 
@@ -216,11 +237,13 @@ class ExecutionResult:
         run = self.run
         if run is None:
             return {}
+        due = run.next_attempt_at
         return {
             "executionStatus": str(run.status),
             "errorCode": run.error_code,
             "targetState": run.target_state,
             "outcome": run.outcome,
+            "nextAttemptAt": due.isoformat() if due is not None else None,
         }
 
     @property
@@ -240,12 +263,17 @@ class ExecutionResult:
         if self.status != Ending.SUSPENDED or self.run is None:
             return None
         due = self.run.next_attempt_at
-        return {"retryAt": due.isoformat() if due is not None else None}
+        return {
+            "actionId": self.run.waiting_on,
+            "event": self.run.waiting_for,
+            "deadline": due.isoformat() if due is not None else None,
+        }
 
 
 def result_wire(result: ExecutionResult) -> dict[str, Any]:
     """The JSON of a result (completed, suspended or failed)."""
     return {
+        "formatVersion": FORMAT_VERSION,
         "executionId": str(result.execution_id),
         "status": str(result.status),
         "state": result.state,
@@ -266,6 +294,11 @@ def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
     """Read an endpoint's result for `execution_id`; anything else raises ResultInvalid."""
     if not isinstance(raw, dict):
         raise ResultInvalid("the result is not a JSON object")
+    if raw.get("formatVersion") != FORMAT_VERSION:
+        raise ResultInvalid(
+            f"the result's formatVersion {str(raw.get('formatVersion'))[:20]} is not "
+            f"{FORMAT_VERSION}"
+        )
     if raw.get("executionId") != str(execution_id):
         raise ResultInvalid("the result is for another execution")
     state = raw.get("state")
@@ -282,18 +315,21 @@ def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise ResultInvalid(f"the result has a {key!r} that is no object")
     due = None
-    retry_at = (raw.get("suspendedOn") or {}).get("retryAt")
-    if retry_at is not None:
+    next_attempt_at = _optional_text(state, "nextAttemptAt")
+    if next_attempt_at is not None:
         try:
-            due = datetime.datetime.fromisoformat(retry_at)
-        except (TypeError, ValueError):
-            raise ResultInvalid("the result's suspendedOn.retryAt is not a timestamp") from None
+            due = datetime.datetime.fromisoformat(next_attempt_at)
+        except ValueError:
+            raise ResultInvalid("the result's state.nextAttemptAt is not a timestamp") from None
+    suspended_on = raw.get("suspendedOn") or {}
     run = RunOutcome(
         status=status,
         error_code=_optional_text(state, "errorCode"),
         target_state=_optional_text(state, "targetState"),
         outcome=_optional_text(state, "outcome"),
         next_attempt_at=due,
+        waiting_on=_optional_text(suspended_on, "actionId"),
+        waiting_for=_optional_text(suspended_on, "event"),
     )
     return ExecutionResult(execution_id, ending, run)
 

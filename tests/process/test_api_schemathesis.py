@@ -31,7 +31,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 SCHEMATHESIS_SECONDS = int(os.environ.get("SCHEMATHESIS_SECONDS", "90"))  # generation budget
 START_DEADLINE = 60  # seconds for the server to answer /healthz
 SEED = 20261201
-SCOPES = "requests:write requests:read flows:admin"
+SCOPES = "requests:write requests:read flows:admin executions:resume"
+# Authenticated by an HMAC of the body with a route's secret, not by the bearer token: a
+# generated request can never be signed, so every answer would be 401. Its own tests cover it
+# (tests/integration/api/test_callbacks.py).
+UNSIGNABLE = "/api/v1/callbacks/"
 # Statuses a schema-valid request may still get (see the module docstring); never 400 or 5xx.
 VALID_MAY_GET = ["2xx", "401", "403", "404", "409", "422"]
 CONFIG = f"""
@@ -119,6 +123,8 @@ def test_schemathesis__every_check_passes_against_a_real_server(server, tmp_path
             "all",
             "--header",
             f"Authorization: Bearer {mint(env, SCOPES)}",
+            "--exclude-path-regex",
+            f"^{UNSIGNABLE}",
             "--max-time",
             str(SCHEMATHESIS_SECONDS),
             "--seed",
@@ -145,4 +151,5 @@ def test_schemathesis__every_check_passes_against_a_real_server(server, tmp_path
     print(result.stdout[-6000:])  # the run's summary, shown with -s or on failure
     report = result.stdout[-20000:] + result.stderr[-4000:]
     assert result.returncode == 0, report
-    assert "Tested: 7" in result.stdout, report  # every operation of the schema was exercised
+    # every operation of the schema was exercised, but the signed callback
+    assert "Tested: 8" in result.stdout, report

@@ -384,6 +384,78 @@ def test_parse_catalog__takes_an_already_parsed_document():
 
 
 # ------------------------------------------------------------------------------
+# Asynchronous routes, callback timeouts and the principal header
+# ------------------------------------------------------------------------------
+SECRET_ENV = {**ENV, "CALLBACK_SECRET": "s" * 32}
+
+
+def test_async_route__loads_with_its_secret_variable_and_callback_timeout(tmp_path):
+    catalog = load(
+        tmp_path,
+        CONTRACT
+        + "callback_timeout_seconds = 7200\n"
+        + ROUTE
+        + 'async = true\ncallback_secret_from_env = "CALLBACK_SECRET"\n'
+        + 'principal_header = "X-On-Behalf-Of"\n',
+        environ=SECRET_ENV,
+    )
+    route = catalog.routes["p.x@1"]
+    assert route.is_async
+    assert route.options["callback_secret_from_env"] == "CALLBACK_SECRET"
+    assert route.options["principal_header"] == "X-On-Behalf-Of"
+    assert catalog.contracts["p.x@1"].callback_timeout_seconds == 7200
+    assert "s" * 32 not in repr(catalog)  # the secret's value never enters the catalog
+
+
+def test_sync_route__is_not_async_and_has_the_default_callback_timeout(tmp_path):
+    catalog = load(tmp_path, CONTRACT + ROUTE)
+    assert not catalog.routes["p.x@1"].is_async
+    assert catalog.contracts["p.x@1"].callback_timeout_seconds == 3600
+
+
+@pytest.mark.parametrize(
+    ("extra", "environ", "key", "fragment"),
+    [
+        ("async = true\n", SECRET_ENV, "callback_secret_from_env", "is required"),
+        ('async = "yes"\n', SECRET_ENV, "async", "true or false"),
+        ('callback_secret_from_env = "CALLBACK_SECRET"\n', SECRET_ENV, "callback_secret", "async"),
+        (
+            'async = true\ncallback_secret_from_env = "NOPE"\n',
+            SECRET_ENV,
+            "callback_secret",
+            "not set",
+        ),
+        (
+            'async = true\ncallback_secret_from_env = "CALLBACK_SECRET"\n',
+            {**ENV, "CALLBACK_SECRET": "short"},
+            "callback_secret",
+            "at least 32",
+        ),
+        ('principal_header = "Idempotency-Key"\n', ENV, "principal_header", "adapter"),
+        ('principal_header = "bad header"\n', ENV, "principal_header", "header name"),
+    ],
+)
+def test_async_route__mistakes_name_their_key(tmp_path, extra, environ, key, fragment):
+    error = error_of(tmp_path, CONTRACT + ROUTE + extra, environ=environ)
+    assert key in error.key and fragment in error.reason
+
+
+@pytest.mark.parametrize("value", ["0", "7776001", '"1h"', "true"])
+def test_callback_timeout__out_of_range_or_not_a_number_is_refused(tmp_path, value):
+    error = error_of(tmp_path, CONTRACT + f"callback_timeout_seconds = {value}\n" + ROUTE)
+    assert error.key.endswith(".callback_timeout_seconds")
+
+
+def test_async__only_for_adapters_that_support_it(tmp_path):
+    text = (
+        '[contracts."x.y@1"]\neffect = "READ_ONLY"\n'
+        '[routes."x.y@1"]\nadapter = "documents.verify"\n'
+        'url = "http://127.0.0.1:9/docs/{documentId}"\n'
+        'async = true\ncallback_secret_from_env = "CALLBACK_SECRET"\n'
+    )
+    assert load(tmp_path, text, environ=SECRET_ENV).routes["x.y@1"].is_async
+
+
 # Automatic probes (SPEC §10)
 def test_catalog__probe_options__defaults_and_values(tmp_path):
     default = load(tmp_path, CONTRACT + ROUTE).contracts["p.x@1"]

@@ -160,3 +160,35 @@ def test_verify__forbidden__permanent(store):
 
     assert result.outcome is Outcome.PERMANENT
     assert "403" in result.error_detail
+
+
+ASYNC = {"async": True, "callback_secret_from_env": "STORE_CALLBACK_SECRET"}
+
+
+def verify_async(store, data):
+    b = binding(
+        "documents.verify",
+        effect="READ_ONLY",
+        adapter="documents.verify",
+        timeout=2.0,
+        environ={"STORE_CALLBACK_SECRET": "k" * 32},
+        url=store.url("/documents/{documentId}"),
+        **ASYNC,
+    )
+    return b.adapter.call(context(data, key="e:verify"), b)
+
+
+def test_verify__async_store__a_202_is_accepted_for_a_later_callback(store):
+    store.plan("/documents/doc-1", status(202, body=b""))
+
+    result = verify_async(store, {"documentId": "doc-1", "sha256": PDF_SHA})
+
+    assert (result.outcome, result.output) == (Outcome.ACCEPTED, None)
+
+
+def test_verify__async_store__a_document_now_is_verified_at_once(store):
+    store.put("doc-1", PDF)
+
+    result = verify_async(store, {"documentId": "doc-1", "sha256": PDF_SHA})
+
+    assert result.outcome is Outcome.SUCCEEDED and result.output["verified"] is True

@@ -411,3 +411,43 @@ def test_log_line__carries_no_body(provider, caplog):
 
     lines = [json.dumps(vars(r), default=str) for r in caplog.records]
     assert not any("ES00-private" in line or SECRET_MARK in line for line in lines)
+
+
+# ------------------------------------------------------------------------------
+# Asynchronous routes and the principal header
+# ------------------------------------------------------------------------------
+ASYNC_ENV = {"CALLBACK_SECRET": "c" * 40}
+
+
+def test_async_route__a_202_is_accepted_whatever_its_body(provider):
+    provider.plan("/verify", status(202, body=b'{"ticket": "t-1"}'))
+    b = binding(
+        url=provider.url("/verify"),
+        environ=ASYNC_ENV,
+        **{"async": True, "callback_secret_from_env": "CALLBACK_SECRET"},
+    )
+
+    result = call(b)
+
+    assert (result.outcome, result.output, result.error_code) == (Outcome.ACCEPTED, None, None)
+    assert provider.requests("/verify")[0].headers["idempotency-key"] == "exec-1:charge"
+
+
+def test_sync_route__a_202_with_a_json_object_is_a_plain_success(provider):
+    provider.plan("/verify", status(202, body=b'{"ticket": "t-1"}'))
+    assert call(binding(url=provider.url("/verify"))).outcome is Outcome.SUCCEEDED
+
+
+def test_principal_header__carries_who_caused_the_dispatch(provider):
+    b = binding(url=provider.url("/charges"), principal_header="X-On-Behalf-Of")
+    ctx = dataclasses.replace(context(), principal="maria@acme")
+
+    assert call(b, ctx).outcome is Outcome.SUCCEEDED
+
+    assert provider.requests("/charges")[0].headers["x-on-behalf-of"] == "maria@acme"
+
+
+def test_principal_header__is_not_sent_without_a_principal_or_a_route_asking(provider):
+    call(binding(url=provider.url("/a"), principal_header="X-On-Behalf-Of"))
+    call(binding(url=provider.url("/b")), dataclasses.replace(context(), principal="m@acme"))
+    assert all("x-on-behalf-of" not in r.headers for r in provider.requests())

@@ -32,8 +32,25 @@ EXPECTED = {
         "405",
         "409",
     },
+    ("/api/v1/executions/{execution_id}/events", "post"): {
+        "200",
+        "202",
+        "400",
+        "401",
+        "403",
+        "404",
+        "405",
+        "409",
+        "422",
+    },
     ("/api/v1/flows", "get"): {"200", "401", "403", "405"},
     ("/api/v1/flows", "post"): {"200", "201", "400", "401", "403", "405", "409", "422"},
+}
+
+
+# Authenticated by the provider's HMAC signature, not by a bearer token.
+SIGNED = {
+    ("/api/v1/callbacks/{name}", "post"): {"200", "400", "401", "404", "405", "409", "422"},
 }
 
 
@@ -59,7 +76,11 @@ def test_schema__every_endpoint_with_its_error_statuses(schema):
         for path, operations in schema["paths"].items()
         for method, operation in operations.items()
     }
-    assert found == EXPECTED
+    assert found == {**EXPECTED, **SIGNED}
+    for path, method in SIGNED:
+        operation = schema["paths"][path][method]
+        assert operation.get("security") in (None, [])
+        assert any(p["name"] == "X-Signature" for p in operation["parameters"])
     for (path, method), statuses in EXPECTED.items():
         operation = schema["paths"][path][method]
         assert operation["security"] == [{"bearerAuth": []}]
@@ -98,7 +119,10 @@ def test_schema__views_have_exactly_the_public_fields(schema):
         "attempts",
         "createdAt",
         "finishedAt",
+        "waitingFor",
     }
+    assert set(components["WaitingFor"]["properties"]) == {"actionId", "event", "deadline"}
+    assert "waitingFor" not in components["ExecutionView"]["required"]  # only while SUSPENDED
     assert set(components["RequestView"]["properties"]) == {
         "id",
         "flowKey",
@@ -136,6 +160,8 @@ def test_schema__request_bodies_refuse_unknown_fields_as_the_server_does(schema)
         "RequestCreate",
         "TransitionAccept",
         "ExecutionCancel",
+        "ExecutionEvent",
+        "Callback",
         "FlowDefinition",
     }
     for name in bodies:

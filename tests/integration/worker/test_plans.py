@@ -10,6 +10,7 @@ fenced statements are found in sql.py by their fence, not listed here: a new one
 soon as it exists, and one that compares a holder's token without the fence fails.
 """
 
+import datetime
 import json
 import re
 from collections.abc import Iterator
@@ -213,6 +214,8 @@ _VALUES = {
     "output": None,
     "synchronous_commit": "on",
     "actor": "worker-a",
+    "timeout_seconds": 60,
+    "deadline": datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
 }
 # Values of an item's columns (jsonb_to_recordset) by type, unless the holder gives them.
 _ITEM_VALUES = {"text": "a", "integer": 1, "bigint": 2, "jsonb": {}, "text[]": ["a"]}

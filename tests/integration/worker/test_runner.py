@@ -328,7 +328,9 @@ def test_run__a_transient_failure_schedules_a_retry_in_one_transaction(conn, mak
 
     result = run(*bindings)
 
-    assert result.status == "suspended" and result.suspended_on["retryAt"]
+    # Not a wait: the SPI says failed, and the folded state says when the retry is due.
+    assert result.status == "failed" and result.suspended_on is None
+    assert result.state["executionStatus"] == "RETRY_WAIT" and result.state["nextAttemptAt"]
     execution = execution_row(conn, accepted.execution_id)
     assert execution["status"] == "RETRY_WAIT"
     assert execution["error_code"] == "HTTP_503"

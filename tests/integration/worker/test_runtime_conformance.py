@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from executions.leases import ExecutionSuperseded, Fence
+from executions.waits import execution_resume
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.runtime import (
     LocalWorkerRuntime,
@@ -21,6 +22,7 @@ from executions.worker.runtime import (
     is_superseded_refusal,
 )
 from executions.worker.wire import ExecutionPackage, package_json, package_read
+from orquestador.auth import EXECUTIONS_RESUME, Principal
 from tests.support.worker import (
     FAST,
     GateAdapter,
@@ -72,10 +74,10 @@ def make_runtime(request, runtime_dsn):
         runtime.close()
 
 
-def _dispatch(runtime, found, cancelled=None):
+def _dispatch(runtime, found, cancelled=None, resume_event=None):
     return dispatch_once(
         runtime,
-        package_of(found),
+        dataclasses.replace(package_of(found), resume_event=resume_event),
         WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
     )
 
@@ -94,9 +96,10 @@ def test_runtime__completes_with_the_folded_state(conn, make_flow, make_runtime)
 
 @pytest.mark.parametrize(
     ("step", "status", "execution_status"),
-    [(permanent(), "failed", "FAILED"), (transient(), "suspended", "RETRY_WAIT")],
+    # A retry is not a wait: `failed`, with the folded state saying RETRY_WAIT.
+    [(permanent(), "failed", "FAILED"), (transient(), "failed", "RETRY_WAIT")],
 )
-def test_runtime__reports_failed_and_suspended(
+def test_runtime__reports_failed_with_the_folded_state(
     conn, make_flow, make_runtime, step, status, execution_status
 ):
     runtime = make_runtime(registry(binding("A", ScriptedAdapter(script=[step]))))
@@ -160,6 +163,7 @@ def test_package__is_json_with_identity_and_resume_coordinates_only():
     text = package_json(package)
     # The public field names (SPEC §8), written out rather than taken from wire.py: this pins them.
     assert set(json.loads(text)) == {
+        "formatVersion",
         "executionId",
         "requestId",
         "flowId",
@@ -184,3 +188,43 @@ def test_superseded_refusal__names_its_own_execution_only():
 
 def test_local_runtime__runs_as_the_system_identity():
     assert LocalWorkerRuntime.runs_as_system is True
+
+
+WAIT = {
+    "id": "approval",
+    "wait": {
+        "event": "manager.approval",
+        "payloadSchema": {"type": "object"},
+        "timeoutSeconds": 60,
+    },
+}
+
+
+def test_runtime__suspends_on_a_wait_then_resumes_from_its_checkpoints(
+    conn, make_flow, make_runtime
+):
+    adapter = ScriptedAdapter()
+    runtime = make_runtime(registry(binding("A", adapter)))
+    accepted = enqueue(conn, make_flow([action("a", "A"), WAIT]))
+    (found,) = claim(conn, "w")
+
+    suspended = _dispatch(runtime, found)
+
+    assert (suspended.status, suspended.execution_status) == ("suspended", "SUSPENDED")
+    assert suspended.suspended_on["actionId"] == "approval"
+    assert suspended.suspended_on["event"] == "manager.approval"
+    assert suspended.suspended_on["deadline"]
+    execution_resume(
+        principal=Principal("maria", "acme", frozenset({EXECUTIONS_RESUME})),
+        execution_id=str(accepted.execution_id),
+        event_id="e",
+        event="manager.approval",
+        payload={"ok": True},
+    )
+    (again,) = claim(conn, "w")
+    # A resume dispatch says which event it runs for; both runtimes accept it.
+    completed = _dispatch(
+        runtime, again, resume_event={"eventId": "e", "event": "manager.approval"}
+    )
+    assert (completed.status, completed.execution_status) == ("completed", "SUCCEEDED")
+    assert len(adapter.calls) == 1  # the earlier action was not repeated

@@ -115,6 +115,7 @@ def test_endpoint__refuses_to_serve_a_system_identity_runtime_without_a_token(se
 # ------------------------------------------------------------------------------
 def _valid():
     return {
+        "formatVersion": 1,
         "executionId": "3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d",
         "requestId": "9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10",
         "flowId": 4,
@@ -146,7 +147,10 @@ MALFORMED = {
     "attempts-null": {**_valid(), "attempts": None},
     "principal-not-object": {**_valid(), "principal": "alice"},
     "metadata-list": {**_valid(), "metadata": []},
-    "resume-event": {**_valid(), "resumeEvent": {"eventType": "approved", "payload": {}}},
+    "resume-event-without-ids": {**_valid(), "resumeEvent": {"eventType": "approved"}},
+    "resume-event-not-object": {**_valid(), "resumeEvent": "approved"},
+    "format-version-missing": {k: v for k, v in _valid().items() if k != "formatVersion"},
+    "format-version-unknown": {**_valid(), "formatVersion": 2},
     "unknown-field": {**_valid(), "code": "import os"},
     # A 30,000-deep array (60 KB, under the size limit) once raised RecursionError: a 500.
     "deep-array": b"[" * 30_000 + b"]" * 30_000,
@@ -156,6 +160,14 @@ MALFORMED = {
     .replace('"flowId": 0', '"flowId": ' + "9" * 5000)
     .encode(),
 }
+
+
+def test_endpoint__an_unknown_format_version_is_refused_naming_it(worker_endpoint):
+    worker_endpoint.serve(registry())
+    body = {**_valid(), "formatVersion": 2}
+    response = post(worker_endpoint.url + "execute", body, token=worker_endpoint.token)
+    assert response.status_code == 400
+    assert "formatVersion 2" in response.json()["detail"]
 
 
 @pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
