@@ -23,6 +23,9 @@ from orquestador import errors
 from orquestador.errors import CodedError
 
 MAX_REASON_CHARS = 2000  # characters of an operator's written reason
+# What "only spaces" means for a reason. Spelled out rather than str.strip()'s or a regular
+# expression's idea of white space, which differ (U+001C is space to Python, not to JSON Schema).
+REASON_SPACES = " \t\n\r\f\v"
 
 # Builds the refusal of a write: called with None when the execution does not exist, else with
 # the status it was found in when that is not a status the write expects.
@@ -31,7 +34,7 @@ Refuse = Callable[[str | None], CodedError]
 
 def clean_reason(reason: str | None, *, refused: type[CodedError] = CodedError) -> str:
     """The reason, stripped; refuse (REASON_REQUIRED) a blank or overlong one."""
-    text = (reason or "").strip()
+    text = (reason or "").strip(REASON_SPACES)
     if not text:
         raise refused(errors.REASON_REQUIRED, "A written reason is required.")
     if len(text) > MAX_REASON_CHARS:

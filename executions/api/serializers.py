@@ -12,6 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from reconciliation.cancel import MAX_REASON_CHARS
+from reconciliation.writes import REASON_SPACES
 
 from ..flows.canonical import compact_size
 from ..flows.checks import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
@@ -144,11 +145,16 @@ class TransitionAcceptSerializer(StrictSerializer):
     )
 
 
+REASON_PATTERN = r"^[^\x00]*[^\x00 \t\n\r\f\v][^\x00]*$"  # one character that is not a space
+
+
 class ExecutionCancelSerializer(StrictSerializer):
     reason = StrictCharField(
         min_length=1,
         max_length=MAX_REASON_CHARS,
-        validators=[RegexValidator(r"^[^\x00]*\S[^\x00]*$", message="must not be only spaces")],
+        # Spaces are spelled out (not \s/\S): regular-expression engines disagree on whether
+        # characters like U+001C are white space, and the schema must mean the same everywhere.
+        validators=[RegexValidator(REASON_PATTERN, message="must not be only spaces")],
         error_messages=_messages(
             blank="must not be empty",
             min_length="must not be empty",
@@ -159,9 +165,7 @@ class ExecutionCancelSerializer(StrictSerializer):
     )
 
     def validate_reason(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be only spaces")
-        return value.strip()
+        return value.strip(REASON_SPACES)
 
 
 class ExecutionEventSerializer(StrictSerializer):

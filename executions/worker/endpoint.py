@@ -35,6 +35,7 @@ from django.views.decorators.http import require_POST
 from orquestador import errors
 from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
 
+from ..models import Request
 from .config import worker_tunables
 from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from .wire import (
@@ -42,6 +43,7 @@ from .wire import (
     PackageInvalid,
     cancel_read,
     package_read,
+    principal_tenant,
     refusal_wire,
     result_wire,
 )
@@ -152,6 +154,17 @@ def execute(request: HttpRequest) -> JsonResponse:
         package = package_read(_json_object(request))
     except PackageInvalid as exc:
         return _error(400, errors.INVALID_BODY, str(exc))
+    tenant = principal_tenant(package.principal)
+    # Honoured only from a caller that presented the token above, and only within its tenant.
+    if (
+        tenant is not None
+        and Request.objects.filter(id=package.fence.request_id).exclude(scope=tenant).exists()
+    ):
+        return _error(
+            400,
+            errors.INVALID_BODY,
+            "principal.tenant: the package's principal is not of the request's tenant",
+        )
     try:
         result = dispatch_once(endpoint_runtime(), package, WorkerRequest(fence=package.fence))
     except Exception:

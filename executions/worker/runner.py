@@ -114,10 +114,12 @@ class _Run:
         deps: RunnerDeps,
         cancelled: threading.Event,
         transition_id: str,
+        principal: str = "system",
     ) -> None:
         self.db, self.fence, self.deps, self.cancelled = db, fence, deps, cancelled
         self.attempts = attempts
         self.transition_id = transition_id
+        self.principal = principal  # `sub@tenant` of whoever caused this dispatch
         self.log_extra = fence.log_extra(attempt=attempts)
         self.scope = RunScope(db, fence, transition_id, deps.config, deps.rng, self.log_extra)
 
@@ -340,6 +342,7 @@ class _Run:
             external_key=key,
             attempt=attempt,
             cancelled=self.cancelled,
+            principal=self.principal,
         )
         try:
             return binding.adapter.call(ctx, binding)
@@ -422,6 +425,7 @@ def execution_run(
     deps: RunnerDeps,
     cancelled: threading.Event,
     snapshot: Snapshot | None = None,
+    principal: str = "system",
 ) -> RunOutcome:
     """Run one claimed execution to its next resting state, as the holder `fence`.
 
@@ -438,6 +442,7 @@ def execution_run(
         deps=deps,
         cancelled=cancelled,
         transition_id=transition_id,
+        principal=principal,
     ).run(flow_id=flow_id, snapshot=snapshot)
 
 

@@ -42,7 +42,7 @@ from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
-from .wire import Ending, ExecutionPackage, ExecutionResult
+from .wire import Ending, ExecutionPackage, ExecutionResult, principal_text
 
 logger = logging.getLogger("executions.worker")
 
@@ -230,6 +230,7 @@ class LocalWorkerRuntime:
             deps=self._deps,
             cancelled=lease.cancelled,
             snapshot=lease.snapshot,
+            principal=principal_text(package.principal),
         )
         return ExecutionResult.of(package.execution_id, outcome)
 

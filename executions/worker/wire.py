@@ -76,6 +76,27 @@ class ExecutionPackage:
         return self.fence.execution_id
 
 
+SYSTEM_PRINCIPAL = "system"  # who runs a package without a principal (timeouts, recovery)
+
+
+def principal_text(principal: dict[str, Any] | None) -> str:
+    """`sub@tenant` of a package's principal, as adapters forward it; `system` without one."""
+    if not principal:
+        return SYSTEM_PRINCIPAL
+    subject = principal.get("subject")
+    tenant = principal.get("tenant", principal.get("scope"))
+    if not isinstance(subject, str) or not isinstance(tenant, str):
+        return SYSTEM_PRINCIPAL
+    return f"{subject}@{tenant}"
+
+
+def principal_tenant(principal: dict[str, Any] | None) -> str | None:
+    if not principal:
+        return None
+    tenant = principal.get("tenant", principal.get("scope"))
+    return tenant if isinstance(tenant, str) else None
+
+
 def package_json(package: ExecutionPackage) -> str:
     return json.dumps(
         {

@@ -180,6 +180,13 @@ def test_cancel__a_reason_at_the_limit_is_kept_whole(alice, accepted):
     assert AuditEvent.objects.get(type="EXECUTION_CANCELLED").payload["reason"] == reason
 
 
+def test_cancel__a_reason_the_schema_accepts_is_accepted(alice, accepted):
+    """U+001C is white space to Python but not to JSON Schema: the schema's word wins."""
+    response = alice.post(f"/api/v1/executions/{accepted['id']}/cancel", {"reason": "\u001c"})
+    assert response.status_code == 202, response.content
+    assert AuditEvent.objects.get(type="EXECUTION_CANCELLED").payload["reason"] == "\u001c"
+
+
 @pytest.mark.parametrize("who", ["bob", "alice_elsewhere"])
 def test_cancel__another_owners_or_tenants_execution_is_not_found(request, accepted, who):
     other = request.getfixturevalue(who)
