@@ -48,6 +48,10 @@ class Contract:
     output_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     # seconds an asynchronous provider has to call back after accepting a call
     callback_timeout_seconds: float = 3600.0
+    # Automatic probes of an uncertain write (reconciliation/probes.py, SPEC §10).
+    auto_reconcile: str = "found"  # "off" | "found" | "found-or-absent"
+    lookup_authoritative: bool = False  # "not found" on every probe means it did not happen
+    probe_window_seconds: int = 900  # seconds after the case opens that probes run
 
     @property
     def key(self) -> str:

@@ -10,6 +10,7 @@ Every contract needs a route and every route a contract. Schemas an adapter decl
 part of every contract it serves (a contract's own schemas are added with allOf).
 """
 
+import dataclasses
 import datetime as dt
 import math
 import os
@@ -154,22 +155,27 @@ def parse_catalog(
 # ------------------------------------------------------------------------------
 # Contracts
 # ------------------------------------------------------------------------------
+CONTRACT_KEYS = (
+    "effect",
+    "max_attempts",
+    "timeout_seconds",
+    "callback_timeout_seconds",
+    "input_schema",
+    "output_schema",
+    "auto_reconcile",
+    "lookup_authoritative",
+    "probe_window_seconds",
+)
+AUTO_RECONCILE = ("off", "found", "found-or-absent")
+PROBE_WINDOW_LIMITS = (5, 86_400)  # seconds: probe_window_seconds accepts this range
+DEFAULT_PROBE_WINDOW = 900  # seconds
+
+
 def _contract(
     key: str, capability: str, version: int, table: Any, lease_seconds: float
 ) -> Contract:
     table = _table(key, table)
-    _only_keys(
-        key,
-        table,
-        (
-            "effect",
-            "max_attempts",
-            "timeout_seconds",
-            "callback_timeout_seconds",
-            "input_schema",
-            "output_schema",
-        ),
-    )
+    _only_keys(key, table, CONTRACT_KEYS)
     if "effect" not in table:
         raise IntegrationConfigError(f"{key}.effect", f"is required ({' | '.join(EFFECTS)})")
     effect = one_of(*EFFECTS)(f"{key}.effect", table["effect"])
@@ -191,6 +197,17 @@ def _contract(
         raise IntegrationConfigError(
             where, f"must be between 1 and {MAX_CALLBACK_TIMEOUT_SECONDS} seconds (90 days)"
         )
+    auto_reconcile = one_of(*AUTO_RECONCILE)(
+        f"{key}.auto_reconcile", table.get("auto_reconcile", "found")
+    )
+    authoritative = table.get("lookup_authoritative", False)
+    if not isinstance(authoritative, bool):
+        raise IntegrationConfigError(
+            f"{key}.lookup_authoritative", f"must be true or false, not {show_value(authoritative)}"
+        )
+    window = integer(minimum=PROBE_WINDOW_LIMITS[0], maximum=PROBE_WINDOW_LIMITS[1])(
+        f"{key}.probe_window_seconds", table.get("probe_window_seconds", DEFAULT_PROBE_WINDOW)
+    )
     return Contract(
         capability=capability,
         version=version,
@@ -200,6 +217,9 @@ def _contract(
         callback_timeout_seconds=float(callback_timeout),
         input_schema=_schema(f"{key}.input_schema", table.get("input_schema", DEFAULT_SCHEMA)),
         output_schema=_schema(f"{key}.output_schema", table.get("output_schema", DEFAULT_SCHEMA)),
+        auto_reconcile=auto_reconcile,
+        lookup_authoritative=authoritative,
+        probe_window_seconds=window,
     )
 
 
@@ -259,13 +279,8 @@ def _with_adapter_schemas(contract: Contract, adapter: RoutableAdapter) -> Contr
             return declared
         return {"allOf": [declared, own]}
 
-    return Contract(
-        capability=contract.capability,
-        version=contract.version,
-        effect=contract.effect,
-        max_attempts=contract.max_attempts,
-        timeout_seconds=contract.timeout_seconds,
-        callback_timeout_seconds=contract.callback_timeout_seconds,
+    return dataclasses.replace(
+        contract,
         input_schema=combine(contract.input_schema, getattr(adapter, "input_schema", None)),
         output_schema=combine(contract.output_schema, getattr(adapter, "output_schema", None)),
     )

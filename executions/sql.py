@@ -1022,3 +1022,71 @@ SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS
   LEFT JOIN (SELECT execution_id, count(*) AS events FROM events_gone GROUP BY execution_id) AS v
          ON v.execution_id = p.id
 """
+
+# -- Automatic provider probes (reconciliation/probes.py) --------------------------------------
+
+# Name the prober's connection, so pg_stat_activity (and the connection budget) tells it apart
+# from the worker's own. Locks nothing.
+PROBER_SESSION = "SET application_name = 'orquestador-prober'"
+
+# Give each open case's first uncertain write (RUNNING or UNKNOWN, lowest sequence) one probe
+# row per attempt, due now. Reads the open cases through execution_reconcile_idx and their
+# checkpoints by action_execution_action_uniq; inserts only (a row another prober added first is
+# left alone).
+PROBES_ENLIST = """
+INSERT INTO case_probe (key, execution_id, action_id, opened_at, next_probe_at)
+SELECT e.id::text || ':' || c.action_id || ':' || c.attempt, e.id, c.action_id,
+       clock_timestamp(), clock_timestamp()
+  FROM execution e
+  CROSS JOIN LATERAL (
+        SELECT action_id, attempt FROM action_execution
+         WHERE execution_id = e.id AND status IN ('RUNNING', 'UNKNOWN')
+         ORDER BY sequence LIMIT 1) c
+ WHERE e.status = 'RECONCILIATION_REQUIRED'
+ON CONFLICT (key) DO NOTHING
+"""
+
+# Claim due probes like work: FOR UPDATE SKIP LOCKED over unfinished probes whose time has come
+# and whose lease (if any) ran out, through case_probe_due_idx; each gets this worker's lease
+# and token + 1, so an earlier holder's writes (PROBE_LOCK) match nothing. Locks those rows only.
+PROBES_CLAIM = """
+WITH due AS (
+    SELECT key FROM case_probe
+     WHERE finished_at IS NULL AND next_probe_at <= clock_timestamp()
+       AND (lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+     ORDER BY next_probe_at, key
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE case_probe p
+   SET lease_owner = %(owner)s,
+       lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+       fencing_token = p.fencing_token + 1
+  FROM due
+ WHERE p.key = due.key
+RETURNING p.key, p.execution_id, p.action_id, p.probes, p.opened_at, p.all_absent,
+          p.fencing_token
+"""
+
+# Lock one claimed probe for its settlement, fenced: this owner, this token, lease not run out
+# (database time). One row by primary key.
+PROBE_LOCK = """
+SELECT key FROM case_probe
+ WHERE key = %(key)s AND fencing_token = %(probe_token)s AND lease_owner = %(owner)s
+   AND lease_expires_at > clock_timestamp() AND finished_at IS NULL
+   FOR UPDATE
+"""
+
+# Settle a probe locked by PROBE_LOCK: count it, reschedule it or finish it, release its lease.
+# One row by primary key.
+PROBE_SETTLE = """
+UPDATE case_probe
+   SET probes = probes + 1,
+       all_absent = %(all_absent)s,
+       next_probe_at = COALESCE(%(next_probe_at)s, next_probe_at),
+       finished_at = CASE WHEN %(finished)s THEN clock_timestamp() END,
+       outcome = %(outcome)s,
+       lease_owner = NULL,
+       lease_expires_at = NULL
+ WHERE key = %(key)s
+"""

@@ -146,6 +146,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 # Dates and times shown in the admin: UTC to the second, everywhere (orquestador/formats/).
 FORMAT_MODULE_PATH = ["orquestador.formats"]
+# With it, the automatic prober never replays a write on its own (SPEC §10).
+RECONCILIATION_TWO_PERSON = env.bool("RECONCILIATION_TWO_PERSON", default=False)
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"

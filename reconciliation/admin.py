@@ -45,8 +45,21 @@ def _search(queryset: QuerySet, term: str, *, execution_field: str, request_fiel
     return selectors.with_external_key(queryset, term, execution_field=execution_field)
 
 
+class ViewOnly:
+    """Never added, changed or deleted through a form (a ModelAdmin mixin)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(ReconciliationCase)
-class ReconciliationCaseAdmin(CaseActions, admin.ModelAdmin):
+class ReconciliationCaseAdmin(ViewOnly, CaseActions, admin.ModelAdmin):
     list_display = (
         "case",
         "waiting",
@@ -112,15 +125,6 @@ class ReconciliationCaseAdmin(CaseActions, admin.ModelAdmin):
     def created(self, obj: ReconciliationCase) -> str:
         return explain.utc(obj.created_at).removesuffix(" UTC")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def change_view(
         self,
         request: HttpRequest,
@@ -160,7 +164,7 @@ class ReconciliationCaseAdmin(CaseActions, admin.ModelAdmin):
 
 
 @admin.register(BlockedRequest)
-class BlockedRequestAdmin(admin.ModelAdmin):
+class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
     list_display = (
         "request_link",
         "flow",
@@ -220,18 +224,9 @@ class BlockedRequestAdmin(admin.ModelAdmin):
     def get_list_display_links(self, request: HttpRequest, list_display: Any) -> None:
         return None  # the columns link to the request and to the case
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(WorkerProcess)
-class WorkerProcessAdmin(admin.ModelAdmin):
+class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
     """Every runworker as it last reported itself: live, silent or gone, and what it holds."""
 
     list_display = (
@@ -290,12 +285,3 @@ class WorkerProcessAdmin(admin.ModelAdmin):
                 for e in view.holding
             ),
         )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -54,3 +54,35 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.owner
+
+
+class CaseProbe(models.Model):
+    """One automatic probe schedule: an open case's uncertain write at one attempt, asked about
+    at the provider by runworker (probes.py) until it is settled or its window ends."""
+
+    key = models.CharField(primary_key=True, max_length=300)  # executionId:actionId:attempt
+    execution_id = models.UUIDField()
+    action_id = models.CharField(max_length=100)
+    opened_at = models.DateTimeField()
+    probes = models.PositiveIntegerField(db_default=0)
+    next_probe_at = models.DateTimeField()
+    all_absent = models.BooleanField(db_default=True)  # every answer so far was "not found"
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(db_default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=30, blank=True, db_default="")
+
+    class Meta:
+        db_table = "case_probe"
+        default_permissions = ()
+        indexes = [
+            models.Index(
+                fields=["next_probe_at", "key"],
+                name="case_probe_due_idx",
+                condition=models.Q(finished_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.key

@@ -49,10 +49,13 @@ def _socket_ports(pid: int) -> set[int]:
 
 
 def backends_of(conn: psycopg.Connection, pid: int) -> int:
-    """PostgreSQL backends whose client is a socket of process `pid`."""
+    """PostgreSQL backends whose client is a socket of process `pid`, but for its prober's (a
+    connection open only during a probe pass, while a slot is free: README, "Connections")."""
     ports = sorted(_socket_ports(pid))
     return conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports]
+        "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s)"
+        " AND application_name IS DISTINCT FROM 'orquestador-prober'",
+        [ports],
     ).fetchone()[0]
 
 

@@ -454,3 +454,34 @@ def test_async__only_for_adapters_that_support_it(tmp_path):
         'async = true\ncallback_secret_from_env = "CALLBACK_SECRET"\n'
     )
     assert load(tmp_path, text, environ=SECRET_ENV).routes["x.y@1"].is_async
+
+
+# Automatic probes (SPEC §10)
+def test_catalog__probe_options__defaults_and_values(tmp_path):
+    default = load(tmp_path, CONTRACT + ROUTE).contracts["p.x@1"]
+    assert (default.auto_reconcile, default.lookup_authoritative) == ("found", False)
+    assert default.probe_window_seconds == 900
+    text = (
+        CONTRACT
+        + 'auto_reconcile = "found-or-absent"\nlookup_authoritative = true\n'
+        + "probe_window_seconds = 86400\n"
+        + ROUTE
+    )
+    contract = load(tmp_path, text).contracts["p.x@1"]
+    assert (contract.auto_reconcile, contract.lookup_authoritative) == ("found-or-absent", True)
+    assert contract.probe_window_seconds == 86400
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "reason"),
+    [
+        ('auto_reconcile = "always"', "auto_reconcile", "found-or-absent"),
+        ('lookup_authoritative = "yes"', "lookup_authoritative", "true or false"),
+        ("probe_window_seconds = 4", "probe_window_seconds", "5"),
+        ("probe_window_seconds = 86401", "probe_window_seconds", "86400"),
+    ],
+)
+def test_catalog__probe_options__refused(tmp_path, line, key, reason):
+    error = error_of(tmp_path, CONTRACT + line + "\n" + ROUTE)
+    assert error.key == f'contracts."p.x@1".{key}'
+    assert reason in str(error)

@@ -13,6 +13,9 @@ from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler, database_conninfo
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+from reconciliation.probes import Prober
+
+PROBE_JOIN_SECONDS = 10  # seconds a stopping worker waits for a probe in flight
 
 OUTAGE_EXIT_STATUS = 3  # exit status when the database stayed unreachable too long
 
@@ -76,7 +79,15 @@ class Command(BaseCommand):
                     f"so new work is found by polling every {config.poll_ms} ms"
                 )
             self.stdout.flush()
-            scheduler.run()
+            prober = Prober(
+                owner=scheduler.owner, may_probe=lambda: scheduler.busy < config.concurrency
+            )
+            prober.start()
+            try:
+                scheduler.run()
+            finally:
+                prober.stop.set()
+                prober.join(timeout=PROBE_JOIN_SECONDS)
         if scheduler.outage_exit:
             # An orchestrator restarts it (WORKER_DB_OUTAGE_EXIT_SECONDS).
             self.stderr.write(

@@ -109,6 +109,7 @@ def integrations_file(provider: JsonProvider, store: DocumentStore) -> str:
             'contracts."e2e.charge@1"',
             {
                 "effect": "NON_IDEMPOTENT_WRITE",
+                "auto_reconcile": "off",  # these scenarios end where an operator takes over
                 "timeout_seconds": 5,
                 "input_schema": {"type": "object", "required": ["amount"]},
                 "output_schema": {"type": "object", "required": ["id"]},

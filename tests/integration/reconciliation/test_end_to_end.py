@@ -6,6 +6,7 @@ import pytest
 from executions.models import ActionExecution, AuditEvent, AuditType, CheckpointStatus
 from reconciliation import services
 from tests.support.providers import JsonProvider, drop
+from tests.support.worker import wait_until
 
 from .worker import (
     CHARGES,
@@ -123,3 +124,22 @@ def test_abandon__fails_and_releases_the_request_and_the_worker_leaves_it(
         before.data,
     )
     assert provider.calls(CHARGES) == 1
+
+
+def test_prober__settles_an_applied_write_with_nobody_paged(provider, process_env, tmp_path):
+    # The provider applies the charge and drops the connection; runworker's prober asks it by
+    # key, finds the charge and resolves the case itself; the worker finishes without a repeat.
+    catalog = write_catalog(tmp_path, provider, auto_reconcile="found")
+    provider.plan(CHARGES, drop(apply=True))
+    execution = accept_charge()
+    log = tmp_path / "worker.log"
+    with runworker(process_env, catalog, log):
+        wait_until(
+            lambda: status_of(execution.pk) == "SUCCEEDED",
+            timeout=60,
+            what=f"the prober to settle the case and the worker to finish it:\n{log}",
+        )
+    assert provider.calls(CHARGES) == 1  # the charge was never sent again
+    resolved = AuditEvent.objects.get(execution=execution, type=AuditType.RECONCILIATION_RESOLVED)
+    assert (resolved.actor, resolved.payload["resolution"]) == ("system:prober", "WRITE_HAPPENED")
+    assert request_of(execution).state == "CHARGED"

@@ -31,15 +31,17 @@ def charged(path: str, request: Any, number: int) -> dict[str, Any]:
     return {"chargeId": f"ch_{number}", "status": "paid"}
 
 
-def write_catalog(directory: Path, provider: JsonProvider) -> Path:
+def write_catalog(directory: Path, provider: JsonProvider, *, auto_reconcile: str = "off") -> Path:
     """INTEGRATIONS_FILE routing payments.charge@1 to the provider, with its lookup (the same
-    contract as conftest.charge_catalog)."""
+    contract as conftest.charge_catalog). Automatic probes are off unless asked for: most tests
+    here watch an operator settle the case."""
     base = provider.url(CHARGES)
     path = directory / "integrations.toml"
     path.write_text(
         f"""
 [contracts."payments.charge@1"]
 effect = "NON_IDEMPOTENT_WRITE"
+auto_reconcile = "{auto_reconcile}"
 max_attempts = 2
 timeout_seconds = 3
 input_schema = {{ type = "object", required = ["amount"] }}

@@ -4,6 +4,7 @@ malformed packages, the superseded 409 round trip, and the remote runtime's tran
 import json
 import socket
 import threading
+import uuid
 
 import pytest
 import requests
@@ -14,6 +15,7 @@ from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
 from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
 from executions.worker.runtime import WorkerRequest, dispatch_once, is_superseded_refusal
 from executions.worker.wire import package_json
+from tests.support.providers import JsonProvider, slow, status
 from tests.support.worker import (
     FAST,
     ScriptedAdapter,
@@ -266,3 +268,77 @@ def test_remote_runtime__a_refused_token_is_an_error_not_superseded(
         assert runtime.cancel(str(found.execution_id), "test") is False  # released
     assert "401" in str(error)
     assert adapter.calls == []
+
+
+# ------------------------------------------------------------------------------
+# A misbehaving endpoint: a timeout, a garbled result, a 409 naming another execution
+# ------------------------------------------------------------------------------
+EXECUTE = "/internal/worker/execute"
+
+
+@pytest.fixture
+def fake_endpoint():
+    with JsonProvider() as server:
+        yield server
+
+
+def _against(fake_endpoint):
+    target = RemoteTarget(url=fake_endpoint.url("/internal/worker/"), token="w" * 40)
+    return RemoteWorkerRuntime(target=target, config=FAST)
+
+
+def test_remote_runtime__an_endpoint_slower_than_its_budget_is_an_error(
+    conn, make_flow, fake_endpoint
+):
+    fake_endpoint.plan(EXECUTE, slow(10))  # FAST: a read budget of lease - renew = 1.5 s
+    _, found = claimed(conn, make_flow, ScriptedAdapter())
+    with _against(fake_endpoint) as runtime:
+        error = _dispatch_fails(runtime, found)
+    assert "could not be reached" in str(error) or "timed out" in str(error)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[]",
+        json.dumps(
+            {
+                "formatVersion": 1,
+                "executionId": str(uuid.uuid4()),
+                "status": "completed",
+                "state": {"executionStatus": "SUCCEEDED"},
+            }
+        ).encode(),
+        json.dumps(
+            {
+                "formatVersion": 2,
+                "executionId": "{id}",
+                "status": "completed",
+                "state": {"executionStatus": "SUCCEEDED"},
+            }
+        ).encode(),
+    ],
+    ids=["not-json", "array", "another-execution", "another-format-version"],
+)
+def test_remote_runtime__a_garbled_result_is_an_error_never_a_result(
+    conn, make_flow, fake_endpoint, body
+):
+    _, found = claimed(conn, make_flow, ScriptedAdapter())
+    body = body.replace(b"{id}", str(found.execution_id).encode())
+    fake_endpoint.plan(EXECUTE, status(200, body=body))
+    with _against(fake_endpoint) as runtime:
+        error = _dispatch_fails(runtime, found)
+    assert "answer" in str(error)  # the endpoint answered, with something that is no result
+    assert execution_row(conn, found.execution_id)["status"] == "RUNNING"  # left for recovery
+
+
+def test_remote_runtime__a_409_naming_another_execution_is_an_error_not_superseded(
+    conn, make_flow, fake_endpoint
+):
+    _, found = claimed(conn, make_flow, ScriptedAdapter())
+    other = json.dumps({"code": "superseded", "executionId": str(uuid.uuid4())}).encode()
+    fake_endpoint.plan(EXECUTE, status(409, body=other))
+    with _against(fake_endpoint) as runtime:
+        error = _dispatch_fails(runtime, found)
+    assert "409" in str(error)

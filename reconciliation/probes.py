@@ -1,0 +1,293 @@
+"""Automatic provider probes: runworker asks the provider about an uncertain write before anyone
+is paged, and settles the case itself when the provider's answer is conclusive (SPEC §10).
+
+Invariants and transaction boundaries:
+- every open case's first uncertain write gets one probe row per attempt (PROBES_ENLIST); its
+  schedule is `probe_offsets(window)` after the case opened, window = the contract's
+  `probe_window_seconds`;
+- a probe is claimed like work (PROBES_CLAIM: FOR UPDATE SKIP LOCKED, a lease, token + 1) and
+  every later write about it is fenced on that token (PROBE_LOCK), so two workers never probe the
+  same case at once and a prober whose probe lease ran out writes nothing;
+- the provider is asked outside any transaction; its answer is appended as
+  RECONCILIATION_EVIDENCE by `system:prober` together with the probe's settlement, in one
+  transaction;
+- an automatic resolution goes through the operators' fenced services (services.py) as
+  `system:prober`, in their own transaction: they lock the request, then the execution, and
+  require RECONCILIATION_REQUIRED, so a probe and an operator never both resolve a case;
+- `auto_reconcile = "found"` resolves "write happened" when the provider reports the write with an
+  output valid against the contract; `"found-or-absent"` with `lookup_authoritative = true` also
+  resolves "did not happen" (one replay, same key) once every probe across the whole window said
+  "not found" — except with RECONCILIATION_TWO_PERSON, where the prober never replays;
+  `"off"` probes nothing.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from actions.lookup import lookup_by_key
+from actions.registry import IntegrationUnavailable, resolve
+from executions import sql
+from executions.audit import audit_append
+from executions.models import ActionExecution, AuditType, Execution, ExecutionStatus
+
+from . import services
+from .evidence import is_uncertain, lookup_evidence
+
+logger = logging.getLogger("reconciliation.probes")
+
+PROBER = "system:prober"  # the actor of probes and automatic resolutions (SPEC §10)
+SCHEDULE = (1, 5, 30, 120, 600)  # seconds after the case opened, within the window
+MIN_PROBES = 3  # a window too short for the schedule is still probed this many times
+PROBE_LEASE_SECONDS = 60  # seconds a claimed probe is this worker's
+PROBE_BATCH = 5  # probes claimed at once
+PROBE_POLL_SECONDS = 1.0  # seconds between probe passes when nothing was due
+
+
+def probe_offsets(window: float) -> list[float]:
+    """When to ask, in seconds after the case opened: the schedule cut to the window, the last
+    at the window's end; a short window is compressed to MIN_PROBES probes."""
+    offsets = [float(o) for o in SCHEDULE if o < window] + [float(window)]
+    if len(offsets) < MIN_PROBES:
+        offsets = [window * (i + 1) / MIN_PROBES for i in range(MIN_PROBES)]
+    return offsets
+
+
+class SystemOperator:
+    """The prober as the operators' services see it: authenticated, allowed, named."""
+
+    is_authenticated = True
+
+    def __init__(self, name: str = PROBER) -> None:
+        self.name = name
+
+    def has_perm(self, permission: str) -> bool:
+        return True
+
+    def get_username(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Claimed:
+    key: str
+    execution_id: Any
+    action_id: str
+    probes: int
+    opened_at: Any
+    all_absent: bool
+    token: int
+
+
+def probes_enlist() -> int:
+    """Give every open case's first uncertain write a probe row; return how many were added."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.PROBES_ENLIST)
+        return cursor.rowcount
+
+
+def probes_claim(*, owner: str, limit: int = PROBE_BATCH) -> list[Claimed]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            sql.PROBES_CLAIM,
+            {"owner": owner, "limit": limit, "lease_seconds": PROBE_LEASE_SECONDS},
+        )
+        return [Claimed(*row) for row in cursor.fetchall()]
+
+
+def _settle(
+    probe: Claimed,
+    *,
+    owner: str,
+    finished: bool,
+    outcome: str,
+    next_offset: float | None,
+    absent: bool,
+    evidence: dict[str, Any] | None,
+    execution: Execution | None,
+) -> bool:
+    """Record the answer and reschedule or finish the probe, fenced on its token."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            sql.PROBE_LOCK, {"key": probe.key, "probe_token": probe.token, "owner": owner}
+        )
+        if cursor.fetchone() is None:
+            return False  # another prober holds it now: write nothing
+        if evidence is not None and execution is not None:
+            audit_append(
+                cursor,
+                request_id=execution.request_id,
+                execution_id=execution.pk,
+                type=AuditType.RECONCILIATION_EVIDENCE,
+                actor=PROBER,
+                payload={**evidence, "operator": PROBER, "probe": probe.probes + 1},
+            )
+        cursor.execute(
+            sql.PROBE_SETTLE,
+            {
+                "key": probe.key,
+                "finished": finished,
+                "outcome": outcome,
+                "next_probe_at": None
+                if next_offset is None
+                else probe.opened_at + timedelta(seconds=next_offset),
+                "all_absent": probe.all_absent and absent,
+            },
+        )
+    return True
+
+
+def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
+    """Finish a probe that asks nobody: the case closed, or there is no lookup to ask."""
+    _settle(
+        probe,
+        owner=owner,
+        finished=True,
+        outcome=outcome,
+        next_offset=None,
+        absent=False,
+        evidence=None,
+        execution=None,
+    )
+    return outcome
+
+
+def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
+    """Ask the provider about one claimed probe and act on the answer; return the outcome."""
+    execution = Execution.objects.filter(pk=probe.execution_id).first()
+    checkpoint = ActionExecution.objects.filter(
+        execution_id=probe.execution_id, action_id=probe.action_id
+    ).first()
+    if (
+        execution is None
+        or execution.status != ExecutionStatus.RECONCILIATION_REQUIRED
+        or checkpoint is None
+        or not is_uncertain(checkpoint)
+    ):
+        return _close(probe, owner=owner, outcome="closed")
+    try:
+        binding = resolve(checkpoint.capability, checkpoint.capability_version)
+        mode = binding.contract.auto_reconcile
+        if mode == "off":
+            raise IntegrationUnavailable(
+                checkpoint.capability, checkpoint.capability_version, "off"
+            )
+        result = lookup_by_key(
+            checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
+        )
+    except IntegrationUnavailable:
+        return _close(probe, owner=owner, outcome="no-lookup")
+    contract = binding.contract
+    evidence = lookup_evidence(result, checkpoint, contract.output_schema)
+    offsets = probe_offsets(contract.probe_window_seconds)
+    number = probe.probes + 1  # this probe's number
+    last = number >= len(offsets)
+    absent = result.happened is False
+    if two_person and mode == "found-or-absent":
+        mode = "found"  # the prober never replays on its own under the two-person rule
+    decide = None
+    if result.happened is True and evidence["outputValid"]:
+        decide = "happened"
+    elif (
+        last
+        and absent
+        and probe.all_absent
+        and mode == "found-or-absent"
+        and (contract.lookup_authoritative)
+    ):
+        decide = "not-happened"
+    finished = decide is not None or last or result.happened is True
+    if decide is not None:
+        outcome = f"resolved-{decide}"
+    else:
+        outcome = "found-invalid" if result.happened else "exhausted" if last else "waiting"
+    if not _settle(
+        probe,
+        owner=owner,
+        finished=finished,
+        outcome=outcome,
+        next_offset=None if finished else offsets[number],
+        absent=absent,
+        evidence=evidence,
+        execution=execution,
+    ):
+        return "superseded"
+    if decide is None:
+        return outcome
+    reason = f"Automatic: probe {number} of {len(offsets)} — the provider " + (
+        "reports the write, with an output valid against the contract."
+        if decide == "happened"
+        else "found no write on any probe across the whole window (lookup_authoritative)."
+    )
+    try:
+        if decide == "happened":
+            services.execution_resolve_write_happened(
+                execution_id=execution.pk,
+                action_id=checkpoint.action_id,
+                output=result.output,
+                reason=reason,
+                operator=SystemOperator(),
+            )
+        else:
+            services.execution_resolve_write_not_happened(
+                execution_id=execution.pk,
+                action_id=checkpoint.action_id,
+                reason=reason,
+                operator=SystemOperator(),
+            )
+    except services.ResolutionRefused as exc:
+        logger.info(
+            "automatic resolution refused",
+            extra={"execution_id": str(execution.pk), "code": exc.code},
+        )
+        return "refused"
+    return outcome
+
+
+def probes_run_once(*, owner: str) -> int:
+    """One pass: enlist open cases, claim due probes, run them. Returns how many ran."""
+    with connection.cursor() as cursor:  # the prober's connection says whose it is
+        cursor.execute(sql.PROBER_SESSION)
+    probes_enlist()
+    claimed = probes_claim(owner=owner)
+    two_person = bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
+    for probe in claimed:
+        try:
+            probe_one(probe, owner=owner, two_person=two_person)
+        except Exception:  # one probe's fault must not stop the others; its lease lapses
+            logger.exception("probe failed", extra={"execution_id": str(probe.execution_id)})
+    return len(claimed)
+
+
+class Prober(threading.Thread):
+    """The probe loop of a runworker process, until `stop` is set.
+
+    Probes are background work: a pass runs only while `may_probe()` (the worker has a free
+    slot), and its database connection is closed after every pass, so a busy worker keeps its
+    connection budget for executions.
+    """
+
+    def __init__(self, *, owner: str, may_probe: Callable[[], bool] = lambda: True) -> None:
+        super().__init__(name="worker-prober", daemon=True)
+        self.owner = owner
+        self.may_probe = may_probe
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            ran = 0
+            if self.may_probe():
+                try:
+                    ran = probes_run_once(owner=self.owner)
+                except Exception:
+                    logger.exception("probe pass failed", extra={"owner": self.owner})
+                finally:
+                    connection.close()
+            if not ran:
+                self.stop.wait(PROBE_POLL_SECONDS)

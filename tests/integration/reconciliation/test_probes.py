@@ -1,0 +1,218 @@
+"""Automatic provider probes against a real provider on loopback: the schedule, the evidence
+recorded by system:prober, automatic resolutions through the operators' fenced services, the
+two-person rule, and that two probers, or a prober and an operator, never resolve a case twice."""
+
+import threading
+
+import pytest
+import requests
+from django.utils import timezone
+
+from actions.catalog import parse_catalog
+from actions.registry import ADAPTERS, build_registry, use_registry
+from executions.models import (
+    ActionExecution,
+    AuditEvent,
+    AuditType,
+    CheckpointStatus,
+    Execution,
+    ExecutionStatus,
+)
+from reconciliation import probes, services
+from reconciliation.models import CaseProbe
+from tests.support.providers import JsonProvider
+
+from .conftest import charge_catalog
+from .factories import reconciliation_case
+from .worker import CHARGES, charged
+
+
+def test_probe_offsets__the_schedule_cut_and_compressed_to_the_window():
+    assert probes.probe_offsets(900) == [1, 5, 30, 120, 600, 900]
+    assert probes.probe_offsets(60) == [1, 5, 30, 60]
+    assert probes.probe_offsets(10) == [1, 5, 10]
+    assert probes.probe_offsets(5) == pytest.approx([5 / 3, 10 / 3, 5])
+
+
+@pytest.fixture
+def provider():
+    with JsonProvider(respond=charged) as server:
+        yield server
+
+
+def _registry(provider, **options):
+    document = charge_catalog(provider.url(CHARGES))
+    document["contracts"]["payments.charge@1"].update(options)
+    catalog = parse_catalog(document, adapters=ADAPTERS, lease_seconds=60, environ={})
+    return use_registry(build_registry(catalog))
+
+
+def _charge_applied(provider, case: Execution) -> None:
+    """The provider applied the lost call: it has a charge under the case's external key."""
+    requests.post(
+        provider.url(CHARGES),
+        json={"amount": 42},
+        headers={"Idempotency-Key": f"{case.pk}:charge"},
+        timeout=5,
+    )
+
+
+def _due_now() -> None:
+    """Fast-forward: every unfinished probe is due."""
+    CaseProbe.objects.filter(finished_at__isnull=True).update(next_probe_at=timezone.now())
+
+
+def _by_prober(type_: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(type=type_, actor=probes.PROBER).order_by("id"))
+
+
+@pytest.mark.django_db
+def test_found__resolved_write_happened_by_the_prober(provider):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1") == 1
+    checkpoint = ActionExecution.objects.get(execution=case)
+    assert checkpoint.status == CheckpointStatus.SUCCEEDED and checkpoint.output["status"] == "paid"
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+    (evidence,) = _by_prober(AuditType.RECONCILIATION_EVIDENCE)
+    assert evidence.payload["happened"] is True and evidence.payload["probe"] == 1
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["resolution"] == "WRITE_HAPPENED"
+    assert resolved.payload["evidence"]["lookup"]["auditEventId"] == evidence.pk
+    assert CaseProbe.objects.get().outcome == "resolved-happened"
+
+
+@pytest.mark.django_db
+def test_not_found__records_and_waits_for_the_next_probe(provider):
+    case = reconciliation_case()
+    with _registry(provider):
+        probes.probes_run_once(owner="w1")
+    probe = CaseProbe.objects.get()
+    assert (probe.probes, probe.finished_at, probe.lease_owner) == (1, None, None)
+    assert (probe.next_probe_at - probe.opened_at).total_seconds() == pytest.approx(5)
+    assert _by_prober(AuditType.RECONCILIATION_EVIDENCE)[0].payload["happened"] is False
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.RECONCILIATION_REQUIRED
+    assert _by_prober(AuditType.RECONCILIATION_RESOLVED) == []
+
+
+@pytest.mark.django_db
+def test_absent_on_every_probe__authoritative__one_replay(provider):
+    case = reconciliation_case()
+    options = {
+        "auto_reconcile": "found-or-absent",
+        "lookup_authoritative": True,
+        "probe_window_seconds": 5,
+    }
+    with _registry(provider, **options):
+        for number in (1, 2):
+            probes.probes_run_once(owner="w1")
+            assert Execution.objects.get(pk=case.pk).status == "RECONCILIATION_REQUIRED", number
+            _due_now()
+        probes.probes_run_once(owner="w1")  # the third, at the window's end
+    checkpoint = ActionExecution.objects.get(execution=case)
+    assert (checkpoint.status, checkpoint.error_code) == ("FAILED", "REPLAY_AUTHORIZED")
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["resolution"] == "WRITE_NOT_HAPPENED"
+    assert len(_by_prober(AuditType.RECONCILIATION_EVIDENCE)) == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"auto_reconcile": "found-or-absent", "probe_window_seconds": 5},  # not authoritative
+        {"auto_reconcile": "found", "lookup_authoritative": True, "probe_window_seconds": 5},
+    ],
+)
+def test_absent__without_authority_to_replay__waits_for_a_person(provider, options):
+    case = reconciliation_case()
+    with _registry(provider, **options):
+        for _ in range(3):
+            probes.probes_run_once(owner="w1")
+            _due_now()
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.RECONCILIATION_REQUIRED
+    assert CaseProbe.objects.get().outcome == "exhausted"
+    assert len(_by_prober(AuditType.RECONCILIATION_EVIDENCE)) == 3
+
+
+@pytest.mark.django_db
+def test_two_person_rule__the_prober_never_replays(provider, settings):
+    settings.RECONCILIATION_TWO_PERSON = True
+    case = reconciliation_case()
+    options = {
+        "auto_reconcile": "found-or-absent",
+        "lookup_authoritative": True,
+        "probe_window_seconds": 5,
+    }
+    with _registry(provider, **options):
+        for _ in range(3):
+            probes.probes_run_once(owner="w1")
+            _due_now()
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.RECONCILIATION_REQUIRED
+    assert _by_prober(AuditType.RECONCILIATION_RESOLVED) == []
+
+
+@pytest.mark.django_db
+def test_auto_reconcile_off__asks_nobody(provider):
+    reconciliation_case()
+    with _registry(provider, auto_reconcile="off"):
+        probes.probes_run_once(owner="w1")
+    assert provider.requests() == []
+    assert CaseProbe.objects.get().outcome == "no-lookup"
+
+
+@pytest.mark.django_db
+def test_an_operator_who_resolved_first__the_probe_closes_without_writing(provider, operator):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    with _registry(provider):
+        probes.probes_enlist()
+        (claimed,) = probes.probes_claim(owner="w1")
+        services.execution_abandon(execution_id=case.pk, reason="by hand", operator=operator)
+        assert probes.probe_one(claimed, owner="w1", two_person=False) == "closed"
+    assert [e.actor for e in AuditEvent.objects.filter(type="RECONCILIATION_RESOLVED")] == ["olga"]
+    assert _by_prober(AuditType.RECONCILIATION_EVIDENCE) == []
+
+
+@pytest.mark.django_db
+def test_a_stale_prober__writes_nothing(provider):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    with _registry(provider):
+        probes.probes_enlist()
+        (stale,) = probes.probes_claim(owner="w1")
+        CaseProbe.objects.update(lease_expires_at=timezone.now())  # its probe lease ran out
+        (fresh,) = probes.probes_claim(owner="w2")
+        assert fresh.token == stale.token + 1
+        assert probes.probe_one(stale, owner="w1", two_person=False) == "superseded"
+        assert Execution.objects.get(pk=case.pk).status == "RECONCILIATION_REQUIRED"
+        assert probes.probe_one(fresh, owner="w2", two_person=False) == "resolved-happened"
+    assert len(_by_prober(AuditType.RECONCILIATION_RESOLVED)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_probers_at_once__one_probe_and_one_resolution(provider):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    barrier = threading.Barrier(2)
+    ran: list[int] = []
+
+    def prober(owner: str) -> None:
+        from django.db import connection
+
+        try:
+            barrier.wait(timeout=10)
+            ran.append(probes.probes_run_once(owner=owner))
+        finally:
+            connection.close()
+
+    with _registry(provider):
+        threads = [threading.Thread(target=prober, args=(f"w{n}",)) for n in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert sorted(ran) == [0, 1]
+    assert [r.method for r in provider.requests() if "/by-key/" in r.path] == ["GET"]
+    assert len(_by_prober(AuditType.RECONCILIATION_RESOLVED)) == 1
