@@ -491,17 +491,18 @@ class Scheduler:
             if conn is not None:
                 conn.close()
 
-    def _seen(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
-        """Refresh this worker's registry row (one statement); a failure is only logged."""
+    def _seen(
+        self, conn: psycopg.Connection | None, *, retry_stale: bool = True
+    ) -> psycopg.Connection | None:
+        """Refresh this worker's registry row (one statement); a failure is only logged.
+
+        A connection opened before an outage is broken once the server is back: the first
+        statement on it fails although the database is reachable. That is not a new outage, so
+        a failure on an already-open connection is retried once on a fresh one before it counts.
+        """
+        stale = conn is not None
         try:
-            if conn is None:
-                conn = psycopg.connect(
-                    self.conninfo,
-                    autocommit=True,
-                    prepare_threshold=self.pooling.prepare_threshold,
-                )
-                for statement in self.pooling.session_statements():
-                    conn.execute(statement)
+            conn = conn or self._connect()
             conn.execute(
                 sql.WORKER_SEEN,
                 {
@@ -516,6 +517,9 @@ class Scheduler:
                 },
             )
         except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) and stale and retry_stale:
+                conn.close()
+                return self._seen(None, retry_stale=False)
             if isinstance(exc, psycopg.OperationalError):
                 self.database.failed("registry", exc)  # logged once per outage
             else:
@@ -535,20 +539,18 @@ class Scheduler:
             return conn
         sent_at = time.monotonic()
         try:
-            if conn is None:
-                conn = psycopg.connect(
-                    self.conninfo,
-                    autocommit=True,
-                    prepare_threshold=self.pooling.prepare_threshold,
-                )
-                for statement in self.pooling.session_statements():
-                    conn.execute(statement)
-            renewed = leases_renew(
-                conn=conn,
-                owner=self.owner,
-                held=[h.fence for h in holdings],
-                lease_seconds=self.config.lease_seconds,
-            )
+            try:
+                conn = conn or self._connect()
+                renewed = self._renew_on(conn, holdings)
+            except psycopg.OperationalError:
+                # A connection opened before an outage fails its first statement once the server
+                # is back; that is not a new outage: one retry on a fresh connection (as _seen).
+                if conn is None or not conn.broken:
+                    raise
+                conn.close()
+                conn = None
+                conn = self._connect()
+                renewed = self._renew_on(conn, holdings)
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self.database.failed("renewal", exc)  # logged once per outage
@@ -563,6 +565,24 @@ class Scheduler:
         self.database.reached("renewal")
         self._apply_renewal(holdings, renewed, sent_at=sent_at)
         return conn
+
+    def _connect(self) -> psycopg.Connection:
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, prepare_threshold=self.pooling.prepare_threshold
+        )
+        for statement in self.pooling.session_statements():
+            conn.execute(statement)
+        return conn
+
+    def _renew_on(
+        self, conn: psycopg.Connection, holdings: list[Holding]
+    ) -> set[tuple[uuid.UUID, int]]:
+        return leases_renew(
+            conn=conn,
+            owner=self.owner,
+            held=[h.fence for h in holdings],
+            lease_seconds=self.config.lease_seconds,
+        )
 
     def _apply_renewal(
         self, sent: list[Holding], renewed: set[tuple[uuid.UUID, int]], *, sent_at: float
