@@ -21,8 +21,12 @@ Invariants:
   index execution_claim_idx serves due work and expired leases alike.
 """
 
+# `IS NOT DISTINCT FROM` (never NULL here: the columns are NOT NULL or compared to a constant)
+# is not indexable, so no statistics can lead the planner to execution_request_idx or a status
+# index instead of the primary key: the fenced row is always found by `e.id`.
 _FENCE = (
-    "e.id = {execution_id} AND e.request_id = {request_id} AND e.fencing_token = {token}\n"
+    "e.id = {execution_id} AND e.request_id IS NOT DISTINCT FROM {request_id}\n"
+    "   AND e.fencing_token = {token}\n"
     "   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = {owner}\n"
     "   AND e.lease_expires_at > {now}"
 )
@@ -645,14 +649,14 @@ RETURNING fencing_token
 
 # Lock the holder's execution row for a wait's transaction, fenced. Locks one row by primary key
 # (after REQUEST_LOCK). No row: superseded.
-WAIT_HOLDER_LOCK = """
+WAIT_HOLDER_LOCK = _fenced(
+    """
 SELECT e.id
   FROM execution AS e
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
    FOR NO KEY UPDATE
 """
+)
 
 # Take the oldest event kept for this wait (it came before the wait was reached): CONSUMED now.
 # Runs under the execution lock; one row through execution_event_uniq's execution prefix.
@@ -681,7 +685,8 @@ VALUES (%(execution_id)s, %(action_id)s, %(sequence)s, %(capability)s, 1, 'READ_
 # Suspend: SUSPENDED until the wait's deadline (next_attempt_at, by the database clock), lease
 # cleared, the request still blocked. Fenced; one row by primary key, locked by WAIT_HOLDER_LOCK.
 # The row stays in execution_claim_idx keyed by its deadline, where a claim finds it once due.
-EXECUTION_SUSPEND = """
+EXECUTION_SUSPEND = _fenced(
+    """
 UPDATE execution AS e
    SET status = 'SUSPENDED',
        lease_owner = NULL,
@@ -690,11 +695,10 @@ UPDATE execution AS e
                          + make_interval(secs => %(timeout_seconds)s::double precision),
        error_code = NULL,
        error_detail = NULL
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 RETURNING e.next_attempt_at
 """
+)
 
 # Has this wait's deadline passed by the database clock? The deadline is the WAITING
 # checkpoint's start plus the wait's timeout. One row through action_execution_action_uniq.
@@ -724,17 +728,17 @@ RETURNING c.id
 
 # Back to SUSPENDED until a deadline not yet reached (a holder that found the wait early, e.g. a
 # lease that expired between claim and suspend). Fenced like EXECUTION_SUSPEND.
-EXECUTION_SUSPEND_UNTIL = """
+EXECUTION_SUSPEND_UNTIL = _fenced(
+    """
 UPDATE execution AS e
    SET status = 'SUSPENDED',
        lease_owner = NULL,
        lease_expires_at = NULL,
        next_attempt_at = %(deadline)s::timestamptz
- WHERE e.id = %(execution_id)s AND e.request_id = %(request_id)s AND e.fencing_token = %(token)s
-   AND e.status IS NOT DISTINCT FROM 'RUNNING' AND e.lease_owner = %(owner)s
-   AND e.lease_expires_at > clock_timestamp()
+ WHERE {fence}
 RETURNING e.next_attempt_at
 """
+)
 
 # A resume: lock the execution (after its request) and read what the decision needs. One row by
 # primary key.
