@@ -16,6 +16,10 @@ transition; a pointer into a wait action's output must be one its payloadSchema 
 that is decidable without running anything. Problems are reported all at once, each with a
 JSON-path-like location such as
 `$.transitions[0].actions[1].input.amount.from`. Pure: no database, no I/O.
+
+Longer than our other modules because it is one idea: every check reads the same accumulated
+view of the definition (its states, the actions before each one, what each wait can produce)
+and appends to one problem list; split across files they would pass that view back and forth.
 """
 
 import re
