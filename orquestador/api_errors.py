@@ -10,8 +10,7 @@ A fault of ours is logged with its traceback and answered with a bare `INTERNAL_
 import logging
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.views import defaults
+from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -116,12 +115,3 @@ def _flatten(detail: Any, path: str = "") -> list[str]:
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
     """Any unknown URL under /api/: a JSON 404, whatever the method."""
     return JsonResponse(error_body(errors.NOT_FOUND, "no such API endpoint"), status=404)
-
-
-def server_error(request: HttpRequest) -> HttpResponse:
-    """Django's handler500: JSON under /api/, the usual page elsewhere."""
-    if request.path.startswith("/api/"):
-        return JsonResponse(
-            error_body(errors.INTERNAL_ERROR, "internal error; it has been logged"), status=500
-        )
-    return defaults.server_error(request)
