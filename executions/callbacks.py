@@ -32,6 +32,7 @@ from orquestador.errors import CodedError
 from reconciliation.evidence import output_errors
 
 from . import sql
+from .audit import audit_append
 from .models import AuditType, CheckpointStatus, ExecutionStatus
 from .waits import CALLBACK_EVENT
 
@@ -128,15 +129,13 @@ def callback_receive(
                 "new_token": new_token,
             },
         )
-        cursor.execute(
-            sql.AUDIT_APPEND,
-            {
-                "request_id": request_id,
-                "execution_id": execution_id,
-                "type": AuditType.EXECUTION_RESUMED,
-                "actor": f"callback:{capability}@{version}",
-                "payload": Jsonb({"actionId": action_id, "event": CALLBACK_EVENT}),
-            },
+        audit_append(
+            cursor,
+            request_id=request_id,
+            execution_id=execution_id,
+            type=AuditType.EXECUTION_RESUMED,
+            actor=f"callback:{capability}@{version}",
+            payload={"actionId": action_id, "event": CALLBACK_EVENT},
         )
         cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
     return CallbackReceived(str(execution_id), action_id, replay=False)

@@ -39,6 +39,7 @@ from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
 from . import sql
+from .audit import audit_append
 from .checkpoints import external_key
 from .flows.canonical import sha256_hex
 from .flows.checks import DRAFT, short_detail
@@ -82,19 +83,6 @@ def payload_problems(schema: Any, payload: Any) -> list[dict[str, str]]:
         {"path": error.json_path, "message": short_detail(error.message)}
         for error in found[:MAX_PROBLEMS]
     ]
-
-
-def _audit(conn: Any, *, request_id: Any, execution_id: Any, type: str, actor: str, payload: dict):
-    conn.execute(
-        sql.AUDIT_APPEND,
-        {
-            "request_id": request_id,
-            "execution_id": execution_id,
-            "type": type,
-            "actor": actor,
-            "payload": Jsonb(payload),
-        },
-    )
 
 
 # -- the worker's side (psycopg connection, fenced) -------------------------------------------
@@ -146,8 +134,8 @@ def wait_reach(
                     "finished": True,
                 },
             )
-            _audit(
-                conn,
+            audit_append(
+                conn.cursor(),
                 **ids,
                 type=AuditType.EXECUTION_RESUMED,
                 actor=actor,
@@ -164,8 +152,8 @@ def wait_reach(
         if row is None:
             raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
         deadline = row[0]
-        _audit(
-            conn,
+        audit_append(
+            conn.cursor(),
             **ids,
             type=AuditType.EXECUTION_SUSPENDED,
             actor=SYSTEM_ACTOR + ":worker",
@@ -201,8 +189,8 @@ def call_accept(
         if row is None:
             raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
         deadline = row[0]
-        _audit(
-            conn,
+        audit_append(
+            conn.cursor(),
             request_id=fence.request_id,
             execution_id=fence.execution_id,
             type=AuditType.EXECUTION_SUSPENDED,
@@ -267,8 +255,8 @@ def wait_time_out_continue(
         ).fetchone()
         if row is None:
             raise ExecutionSuperseded(fence.execution_id, step=f"time out {action['id']}")
-        _audit(
-            conn,
+        audit_append(
+            conn.cursor(),
             request_id=fence.request_id,
             execution_id=fence.execution_id,
             type=AuditType.EXECUTION_RESUMED,
@@ -438,7 +426,7 @@ def _resume_now(
         status=EventStatus.ACCEPTED,
         actor=actor,
     )
-    _audit(
+    audit_append(
         cursor,
         request_id=execution.request_id,
         execution_id=execution.id,
