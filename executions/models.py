@@ -88,6 +88,10 @@ class AuditType(models.TextChoices):
     RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
     RECONCILIATION_EVIDENCE = "RECONCILIATION_EVIDENCE"
     RECONCILIATION_RESOLVED = "RECONCILIATION_RESOLVED"
+    # The two-person rule (RECONCILIATION_TWO_PERSON): a replay proposed by one operator, and a
+    # proposal rejected by another; the approval is the RECONCILIATION_RESOLVED that applies it.
+    RECONCILIATION_PROPOSED = "RECONCILIATION_PROPOSED"
+    RECONCILIATION_REJECTED = "RECONCILIATION_REJECTED"
 
 
 def _in(field: str, choices: type[models.TextChoices]) -> Q:
