@@ -22,6 +22,7 @@ from executions.models import ExecutionStatus
 
 from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
+from .adminproposals import ProposalViews
 from .evidence import clip
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
@@ -59,7 +60,7 @@ class ViewOnly:
 
 
 @admin.register(ReconciliationCase)
-class ReconciliationCaseAdmin(ViewOnly, CaseActions, admin.ModelAdmin):
+class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelAdmin):
     list_display = (
         "case",
         "waiting",

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     the takeovers alone, for the Workers page."""
 
     dependencies = [
-        ("executions", "0008_execution_reclaims"),
+        ("executions", "0009_audit_two_person"),
     ]
 
     operations = [
@@ -31,6 +31,8 @@ class Migration(migrations.Migration):
                     ("RECONCILIATION_REQUIRED", "Reconciliation Required"),
                     ("RECONCILIATION_EVIDENCE", "Reconciliation Evidence"),
                     ("RECONCILIATION_RESOLVED", "Reconciliation Resolved"),
+                    ("RECONCILIATION_PROPOSED", "Reconciliation Proposed"),
+                    ("RECONCILIATION_REJECTED", "Reconciliation Rejected"),
                     ("LEASE_TAKEN_OVER", "Lease Taken Over"),
                 ],
                 max_length=40,
@@ -62,6 +64,8 @@ class Migration(migrations.Migration):
                             "RECONCILIATION_REQUIRED",
                             "RECONCILIATION_EVIDENCE",
                             "RECONCILIATION_RESOLVED",
+                            "RECONCILIATION_PROPOSED",
+                            "RECONCILIATION_REJECTED",
                             "LEASE_TAKEN_OVER",
                         ],
                     )
