@@ -149,9 +149,12 @@ class FlowCache:
         self._definitions: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
+    def cached(self, flow_id: int) -> dict[str, Any] | None:
+        """The definition if this process has read it already (no connection needed)."""
+        return self._definitions.get(flow_id)  # one dict read: atomic, no lock
+
     def get(self, *, conn: psycopg.Connection, flow_id: int) -> dict[str, Any]:
-        with self._lock:
-            found = self._definitions.get(flow_id)
+        found = self.cached(flow_id)
         if found is not None:
             return found
         row = conn.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
