@@ -124,7 +124,7 @@ AGES = {
 
 
 class AgeFilter(admin.SimpleListFilter):
-    """How long ago the execution was created (or, for a blocked request, last changed)."""
+    """How long ago the execution was created."""
 
     title = "age"
     parameter_name = "age"
@@ -149,5 +149,7 @@ class AgeFilter(admin.SimpleListFilter):
 
 
 class BlockedAgeFilter(AgeFilter):
-    title = "blocked for (since last change)"
-    field = "updated_at"
+    """How long the request has been held: since its blocking execution was accepted."""
+
+    title = "blocked for"
+    field = "blocked_by__created_at"
