@@ -58,10 +58,18 @@ class StatusFilter(admin.SimpleListFilter):
             }
 
 
+FINAL = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+
+
 class BlockingStatusFilter(StatusFilter):
+    """Only the statuses that hold a request: a final execution has released it."""
+
     title = "status of the blocking execution"
     field = "blocked_by__status"
     default = None
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(ALL, "All")] + [(s.value, s.value) for s in ExecutionStatus if s not in FINAL]
 
 
 class FlowFilter(admin.SimpleListFilter):
@@ -107,12 +115,7 @@ class CapabilityFilter(admin.SimpleListFilter):
 
 class BlockingCapabilityFilter(CapabilityFilter):
     execution_field = "blocked_by_id"
-    statuses = tuple(
-        status
-        for status in ExecutionStatus.values
-        if status
-        not in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
-    )
+    statuses = tuple(status for status in ExecutionStatus.values if status not in FINAL)
 
 
 AGES = {
