@@ -1050,10 +1050,6 @@ SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS
 
 # -- Automatic provider probes (reconciliation/probes.py) --------------------------------------
 
-# Name the prober's connection, so pg_stat_activity (and the connection budget) tells it apart
-# from the worker's own. Locks nothing.
-PROBER_SESSION = "SET application_name = 'orquestador-prober'"
-
 # Give each open case's first uncertain write (RUNNING or UNKNOWN, lowest sequence) one probe
 # row per attempt, due now. Reads the open cases through execution_reconcile_idx and their
 # checkpoints by action_execution_action_uniq; inserts only (a row another prober added first is
