@@ -126,10 +126,18 @@ CLAIM_SESSION = "SET enable_sort = off"
 # because the database itself was away (%(outage)s, the claimer's own view, or a lease that ended
 # within one lease of the server's start). Any other claim (PENDING, RETRY_WAIT, SUSPENDED)
 # starts the count again; the caller settles a row returned past the cap instead of running it.
+# Durability: the claim commits with synchronous_commit = off (this statement only), so pickup
+# does not wait for a WAL flush. Nothing outside the database acts on a claim before a later
+# synchronous commit of the same holder (a write's RUNNING checkpoint, a failure, a final
+# transaction), and WAL is flushed in order, so that commit makes the claim durable first. A claim
+# lost with a database crash (its takeover audit with it) leaves the execution as it was, to be
+# claimed again; a stale holder is then fenced by owner, and within one process by the
+# checkpoint's attempt (docs/adr/0004).
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
-               AS lease_until
+               AS lease_until,
+           set_config('synchronous_commit', 'off', true) AS durability
       FROM (SELECT clock_timestamp() AS now_at) AS t
 ),
 due AS (
