@@ -92,6 +92,7 @@ class AuditType(models.TextChoices):
     # proposal rejected by another; the approval is the RECONCILIATION_RESOLVED that applies it.
     RECONCILIATION_PROPOSED = "RECONCILIATION_PROPOSED"
     RECONCILIATION_REJECTED = "RECONCILIATION_REJECTED"
+    LEASE_TAKEN_OVER = "LEASE_TAKEN_OVER"
 
 
 def _in(field: str, choices: type[models.TextChoices]) -> Q:
@@ -286,7 +287,15 @@ class AuditEvent(models.Model):
 
     class Meta:
         db_table = "audit_event"
-        indexes = [models.Index(fields=["request", "id"], name="audit_request_idx")]
+        indexes = [
+            models.Index(fields=["request", "id"], name="audit_request_idx"),
+            # The Workers page's recent takeovers; takeovers only, so other appends never touch it.
+            models.Index(
+                fields=["id"],
+                name="audit_takeover_idx",
+                condition=Q(type=AuditType.LEASE_TAKEN_OVER),
+            ),
+        ]
         constraints = [
             models.CheckConstraint(condition=_in("type", AuditType), name="audit_type_valid"),
         ]

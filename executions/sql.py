@@ -116,27 +116,41 @@ CLAIM_SESSION = "SET enable_sort = off"
 # execution).
 # Index: execution_claim_idx (next_attempt_at, created_at, id; partial on the claimable statuses),
 # walked in order; request by primary key; checkpoints by action_execution_action_uniq.
+# Takeovers: a claim of a RUNNING row whose lease expired appends LEASE_TAKEN_OVER (previous
+# owner, token and lease expiry, from the row as `due` locked it; new owner and token) in the same
+# statement, hence the same transaction; an ordinary claim inserts nothing (the insert reads only
+# the claimed rows, no index). Locks: KEY SHARE on those request and execution rows (foreign keys).
 # Poison cap (WORKER_MAX_RECLAIMS): a takeover of a RUNNING row whose lease expired adds one to
 # `reclaims`, unless a checkpoint became SUCCEEDED since the claim before it (progress: back to 0;
 # one action_execution_action_uniq lookup, for takeovers only) or the lease may have lapsed
 # because the database itself was away (%(outage)s, the claimer's own view, or a lease that ended
 # within one lease of the server's start). Any other claim (PENDING, RETRY_WAIT, SUSPENDED)
 # starts the count again; the caller settles a row returned past the cap instead of running it.
+# Durability: the claim commits with synchronous_commit = off (this statement only), so pickup
+# does not wait for a WAL flush. Nothing outside the database acts on a claim before a later
+# synchronous commit of the same holder (a write's RUNNING checkpoint, a failure, a final
+# transaction), and WAL is flushed in order, so that commit makes the claim durable first. A claim
+# lost with a database crash (its takeover audit with it) leaves the execution as it was, to be
+# claimed again; a stale holder is then fenced by owner, and within one process by the
+# checkpoint's attempt (docs/adr/0004).
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
-               AS lease_until
+               AS lease_until,
+           set_config('synchronous_commit', 'off', true) AS durability
       FROM (SELECT clock_timestamp() AS now_at) AS t
 ),
 due AS (
-    SELECT e.id
+    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+           e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
       FROM execution AS e
      WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
        AND e.next_attempt_at <= (SELECT now_at FROM clock)
      ORDER BY e.next_attempt_at, e.created_at, e.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
-)
+),
+claimed AS (
 UPDATE execution AS e
    SET status = 'RUNNING',
        attempts = e.attempts + 1,
@@ -176,7 +190,22 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
                  FROM action_execution AS c
                 WHERE c.execution_id = e.id)
           END AS checkpoints,
-          e.reclaims
+          e.reclaims, due.was_status = 'RUNNING' AS taken_over, due.was_owner, due.was_token,
+          due.was_expires_at
+),
+takeover AS (
+INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
+SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
+       jsonb_build_object('previousOwner', c.was_owner, 'previousToken', c.was_token,
+                          'leaseExpiredAt', c.was_expires_at, 'newOwner', %(owner)s::text,
+                          'newToken', c.fencing_token, 'attempt', c.attempts)
+  FROM claimed AS c
+ WHERE c.taken_over
+)
+SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
+       c.actor_snapshot, c.data, c.state, c.revision, c.version, c.owner, c.scope,
+       c.accepted_revision, c.checkpoints, c.reclaims, c.taken_over
+  FROM claimed AS c
 """
 
 # Renew every lease this process holds (three arrays, one entry per holder), only under
@@ -1028,10 +1057,6 @@ SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS
 """
 
 # -- Automatic provider probes (reconciliation/probes.py) --------------------------------------
-
-# Name the prober's connection, so pg_stat_activity (and the connection budget) tells it apart
-# from the worker's own. Locks nothing.
-PROBER_SESSION = "SET application_name = 'orquestador-prober'"
 
 # Give each open case's first uncertain write (RUNNING or UNKNOWN, lowest sequence) one probe
 # row per attempt, due now. Reads the open cases through execution_reconcile_idx and their

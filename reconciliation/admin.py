@@ -256,6 +256,7 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
         "concurrency",
         "running",
         "holds",
+        "takeovers",
         "version",
     )
     ordering = ("-last_seen_at",)
@@ -301,4 +302,17 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
                 )
                 for e in view.holding
             ),
+        )
+
+    @admin.display(description="takeovers (recent)")
+    def takeovers(self, obj: WorkerProcess) -> str:
+        view = self._view(obj)
+        if view is None or not (view.lost or view.took):
+            return "—"
+        latest = max(view.lost + view.took, key=lambda t: t.at)
+        return format_html(
+            "lost {} · took over {}. Latest: {}",
+            len(view.lost),
+            len(view.took),
+            explain.takeover_sentence(latest),
         )

@@ -36,9 +36,11 @@ from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
 from executions.audit import audit_append
 from executions.models import ActionExecution, AuditType, Execution, ExecutionStatus
+from executions.worker.metrics import WorkerMetrics
 
 from . import services
 from .evidence import is_uncertain, lookup_evidence
+from .probedb import ConnectionSource, orm_on
 
 logger = logging.getLogger("reconciliation.probes")
 
@@ -111,9 +113,10 @@ def _settle(
     absent: bool,
     evidence: dict[str, Any] | None,
     execution: Execution | None,
+    source: ConnectionSource | None = None,
 ) -> bool:
     """Record the answer and reschedule or finish the probe, fenced on its token."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with orm_on(source), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             sql.PROBE_LOCK, {"key": probe.key, "probe_token": probe.token, "owner": owner}
         )
@@ -143,7 +146,9 @@ def _settle(
     return True
 
 
-def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
+def _close(
+    probe: Claimed, *, owner: str, outcome: str, source: ConnectionSource | None = None
+) -> str:
     """Finish a probe that asks nobody: the case closed, or there is no lookup to ask."""
     _settle(
         probe,
@@ -154,23 +159,42 @@ def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
         absent=False,
         evidence=None,
         execution=None,
+        source=source,
     )
     return outcome
 
 
-def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
-    """Ask the provider about one claimed probe and act on the answer; return the outcome."""
-    execution = Execution.objects.filter(pk=probe.execution_id).first()
-    checkpoint = ActionExecution.objects.filter(
-        execution_id=probe.execution_id, action_id=probe.action_id
-    ).first()
+def _counted(result: Any) -> str:
+    """The lookup's answer as the probe metric names it."""
+    if result.happened is True:
+        return "found"
+    return "not_found" if result.happened is False else "error"
+
+
+def probe_one(
+    probe: Claimed,
+    *,
+    owner: str,
+    two_person: bool,
+    metrics: WorkerMetrics | None = None,
+    source: ConnectionSource | None = None,
+) -> str:
+    """Ask the provider about one claimed probe and act on the answer; return the outcome.
+
+    Each database step borrows a connection from `source` (probedb.py) and gives it back before
+    the provider is asked; without a source, Django's own connection serves."""
+    with orm_on(source):
+        execution = Execution.objects.filter(pk=probe.execution_id).first()
+        checkpoint = ActionExecution.objects.filter(
+            execution_id=probe.execution_id, action_id=probe.action_id
+        ).first()
     if (
         execution is None
         or execution.status != ExecutionStatus.RECONCILIATION_REQUIRED
         or checkpoint is None
         or not is_uncertain(checkpoint)
     ):
-        return _close(probe, owner=owner, outcome="closed")
+        return _close(probe, owner=owner, outcome="closed", source=source)
     try:
         binding = resolve(checkpoint.capability, checkpoint.capability_version)
         mode = binding.contract.auto_reconcile
@@ -182,7 +206,9 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
             checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
         )
     except IntegrationUnavailable:
-        return _close(probe, owner=owner, outcome="no-lookup")
+        return _close(probe, owner=owner, outcome="no-lookup", source=source)
+    if metrics is not None:
+        metrics.probed(_counted(result))
     contract = binding.contract
     evidence = lookup_evidence(result, checkpoint, contract.output_schema)
     offsets = probe_offsets(contract.probe_window_seconds)
@@ -216,6 +242,7 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
         absent=absent,
         evidence=evidence,
         execution=execution,
+        source=source,
     ):
         return "superseded"
     if decide is None:
@@ -226,20 +253,9 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
         else "found no write on any probe across the whole window (lookup_authoritative)."
     )
     try:
-        if decide == "happened":
-            services.execution_resolve_write_happened(
-                execution_id=execution.pk,
-                action_id=checkpoint.action_id,
-                output=result.output,
-                reason=reason,
-                operator=SystemOperator(),
-            )
-        else:
-            services.execution_resolve_write_not_happened(
-                execution_id=execution.pk,
-                action_id=checkpoint.action_id,
-                reason=reason,
-                operator=SystemOperator(),
+        with orm_on(source):
+            _resolve(
+                decide, execution=execution, checkpoint=checkpoint, result=result, reason=reason
             )
     except services.ResolutionRefused as exc:
         logger.info(
@@ -247,19 +263,48 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
             extra={"execution_id": str(execution.pk), "code": exc.code},
         )
         return "refused"
+    if metrics is not None:
+        metrics.resolved_automatically(
+            "WRITE_HAPPENED" if decide == "happened" else "WRITE_NOT_HAPPENED"
+        )
     return outcome
 
 
-def probes_run_once(*, owner: str) -> int:
+def _resolve(
+    decide: str, *, execution: Execution, checkpoint: ActionExecution, result: Any, reason: str
+) -> None:
+    """Resolve the case through the operators' fenced services, as system:prober."""
+    if decide == "happened":
+        services.execution_resolve_write_happened(
+            execution_id=execution.pk,
+            action_id=checkpoint.action_id,
+            output=result.output,
+            reason=reason,
+            operator=SystemOperator(),
+        )
+    else:
+        services.execution_resolve_write_not_happened(
+            execution_id=execution.pk,
+            action_id=checkpoint.action_id,
+            reason=reason,
+            operator=SystemOperator(),
+        )
+
+
+def probes_run_once(
+    *,
+    owner: str,
+    metrics: WorkerMetrics | None = None,
+    source: ConnectionSource | None = None,
+) -> int:
     """One pass: enlist open cases, claim due probes, run them. Returns how many ran."""
-    with connection.cursor() as cursor:  # the prober's connection says whose it is
-        cursor.execute(sql.PROBER_SESSION)
-    probes_enlist()
-    claimed = probes_claim(owner=owner)
+    with orm_on(source):
+        probes_enlist()
+        claimed = probes_claim(owner=owner)
     two_person = bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
     for probe in claimed:
         try:
-            probe_one(probe, owner=owner, two_person=two_person)
+            probe_one(probe, owner=owner, two_person=two_person, metrics=metrics, source=source)
         except Exception:  # one probe's fault must not stop the others; its lease lapses
             logger.exception("probe failed", extra={"execution_id": str(probe.execution_id)})
     return len(claimed)
@@ -269,13 +314,23 @@ class Prober(threading.Thread):
     """The probe loop of a runworker process, until `stop` is set.
 
     Probes are background work: a pass runs only while `may_probe()` (the worker has a free
-    slot), and its database connection is closed after every pass, so a busy worker keeps its
-    connection budget for executions.
+    slot). Its database steps borrow the worker's shared connections from `source` one step at a
+    time (probedb.py), so the prober opens none of its own; without a source (a runtime with no
+    shared connections) it uses Django's connection and closes it after every pass.
     """
 
-    def __init__(self, *, owner: str, may_probe: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        *,
+        owner: str,
+        may_probe: Callable[[], bool] = lambda: True,
+        metrics: WorkerMetrics | None = None,
+        source: ConnectionSource | None = None,
+    ) -> None:
         super().__init__(name="worker-prober", daemon=True)
         self.owner = owner
+        self.metrics = metrics
+        self.source = source
         self.may_probe = may_probe
         self.stop = threading.Event()
 
@@ -284,7 +339,9 @@ class Prober(threading.Thread):
             ran = 0
             if self.may_probe():
                 try:
-                    ran = probes_run_once(owner=self.owner)
+                    ran = probes_run_once(
+                        owner=self.owner, metrics=self.metrics, source=self.source
+                    )
                 except Exception:
                     logger.exception("probe pass failed", extra={"owner": self.owner})
                 finally:

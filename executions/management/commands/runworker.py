@@ -80,7 +80,11 @@ class Command(BaseCommand):
                 )
             self.stdout.flush()
             prober = Prober(
-                owner=scheduler.owner, may_probe=lambda: scheduler.busy < config.concurrency
+                owner=scheduler.owner,
+                may_probe=lambda: scheduler.busy < config.concurrency,
+                metrics=metrics,
+                # The prober borrows the runtime's shared connections: nothing of its own.
+                source=runtime.connection if isinstance(runtime, LocalWorkerRuntime) else None,
             )
             prober.start()
             try:
