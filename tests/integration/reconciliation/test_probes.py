@@ -6,7 +6,9 @@ import threading
 
 import pytest
 import requests
+from django.db import connection
 from django.utils import timezone
+from psycopg.pq import TransactionStatus
 
 from actions.catalog import parse_catalog
 from actions.registry import ADAPTERS, build_registry, use_registry
@@ -22,9 +24,10 @@ from executions.worker.metrics import AUTO_RESOLUTIONS, PROBES, WorkerMetrics
 from reconciliation import probes, services
 from reconciliation.models import CaseProbe
 from tests.support.providers import JsonProvider
+from tests.support.worker import registry, runtime_for
 
 from .conftest import charge_catalog
-from .factories import reconciliation_case
+from .factories import CheckpointFactory, reconciliation_case
 from .worker import CHARGES, charged
 
 
@@ -244,3 +247,70 @@ def test_metrics__count_probes_by_outcome_and_automatic_resolutions(provider):
     assert 'orquestador_worker_probes_total{outcome="not_found"} 1' in text
     assert 'orquestador_worker_automatic_resolutions_total{resolution="WRITE_HAPPENED"} 1' in text
     assert "# TYPE orquestador_worker_probes_total counter" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_probes_on_the_workers_shared_connections__nothing_of_their_own(provider, runtime_dsn):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    connection.close()
+    with _registry(provider), runtime_for(runtime_dsn, registry()) as runtime:
+        assert probes.probes_run_once(owner="w1", source=runtime.connection) == 1
+        assert connection.connection is None  # Django opened no connection of its own
+        with runtime.connection() as conn:  # lent and given back as it was
+            assert conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+            assert conn.execute("""SELECT '{"a": 1}'::jsonb""").fetchone()[0] == {"a": 1}
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["resolution"] == "WRITE_HAPPENED"
+    checkpoint = ActionExecution.objects.get(execution=case)
+    assert checkpoint.output == {"chargeId": checkpoint.output["chargeId"], "status": "paid"}
+
+
+def _applied(provider, case: Execution, action_id: str) -> None:
+    requests.post(
+        provider.url(CHARGES),
+        json={"amount": 42},
+        headers={"Idempotency-Key": f"{case.pk}:{action_id}"},
+        timeout=5,
+    )
+
+
+@pytest.mark.django_db
+def test_every_uncertain_write_of_a_case__probed_and_settled(provider):
+    case = reconciliation_case()
+    CheckpointFactory(execution=case, action_id="refund", sequence=1, status="RUNNING")
+    for action_id in ("charge", "refund"):
+        _applied(provider, case, action_id)
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1") == 2  # both writes asked about at once
+        # One resolution requeued the execution, so the other write's probe closed; the worker
+        # meets that write still uncertain and sends the execution back to the desk.
+        (first,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+        assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+        Execution.objects.filter(pk=case.pk).update(status=ExecutionStatus.RECONCILIATION_REQUIRED)
+        assert probes.probes_run_once(owner="w1") == 1  # its probe opens again
+    resolved = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved[0] == first and len(resolved) == 2
+    assert {e.payload["actionId"] for e in resolved} == {"charge", "refund"}
+    assert {e.payload["resolution"] for e in resolved} == {"WRITE_HAPPENED"}
+    checkpoints = ActionExecution.objects.filter(execution=case)
+    assert {(c.action_id, c.status) for c in checkpoints} == {
+        ("charge", CheckpointStatus.SUCCEEDED),
+        ("refund", CheckpointStatus.SUCCEEDED),
+    }
+    assert sorted(p.outcome for p in CaseProbe.objects.all()) == ["resolved-happened"] * 2
+
+
+@pytest.mark.django_db
+def test_a_case_whose_first_write_is_settled__its_next_uncertain_write_is_probed(provider):
+    case = reconciliation_case(checkpoint_status=CheckpointStatus.SUCCEEDED)
+    CheckpointFactory(execution=case, action_id="refund", sequence=1)
+    _applied(provider, case, "refund")
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1") == 1
+    (probe,) = CaseProbe.objects.all()
+    assert (probe.action_id, probe.outcome) == ("refund", "resolved-happened")
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["actionId"] == "refund"
+    assert ActionExecution.objects.get(execution=case, action_id="refund").status == "SUCCEEDED"
