@@ -16,7 +16,9 @@ provider? This module answers it with `Stage` and keeps these invariants:
 import contextlib
 import email.utils
 import enum
+import heapq
 import math
+import os
 import re
 import socket
 import ssl
@@ -103,15 +105,19 @@ class _Holder:
 
 
 class _Watchdog:
-    """Shuts the call's socket at the deadline, which wakes a read blocked on it."""
+    """Shuts the call's socket at the deadline, which wakes a read blocked on it.
+
+    One shared timer thread (`_Timers`) serves every call of the process: a call costs a heap
+    entry, not a thread of its own."""
+
+    __slots__ = ("_lock", "_sock", "cancelled", "expired")
 
     def __init__(self, seconds: float) -> None:
         self.expired = threading.Event()
+        self.cancelled = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._timer = threading.Timer(max(0.0, seconds), self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        _timers.add(time.monotonic() + max(0.0, seconds), self)
 
     def watch(self, sock: socket.socket | None) -> None:
         with self._lock:
@@ -120,12 +126,62 @@ class _Watchdog:
                 _shutdown(sock)
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        _timers.cancel(self)
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         with self._lock:
             self.expired.set()
             _shutdown(self._sock)
+
+
+class _Timers:
+    """The process's one watchdog thread: a heap of deadlines, each expiring its `_Watchdog`
+    unless cancelled first. Started on first use (and again in a forked child)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, _Watchdog]] = []
+        self._wake = threading.Condition(threading.Lock())
+        self._count = 0  # tie-breaker: watchdogs themselves are not ordered
+        self._cancelled = 0  # cancelled entries still in the heap
+        self._pid: int | None = None
+
+    def add(self, at: float, watchdog: _Watchdog) -> None:
+        with self._wake:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="http-watchdog", daemon=True).start()
+            self._count += 1
+            heapq.heappush(self._due, (at, self._count, watchdog))
+            if self._due[0][2] is watchdog:  # earlier than what the thread sleeps towards
+                self._wake.notify()
+
+    def cancel(self, watchdog: _Watchdog) -> None:
+        """Forget a finished call's deadline. Entries are dropped lazily, and the heap is rebuilt
+        once most of it is cancelled, so long budgets at a high call rate do not pile up."""
+        with self._wake:
+            if watchdog.cancelled:
+                return
+            watchdog.cancelled = True
+            self._cancelled += 1
+            if self._cancelled > 64 and 2 * self._cancelled > len(self._due):
+                self._due = [entry for entry in self._due if not entry[2].cancelled]
+                heapq.heapify(self._due)
+                self._cancelled = 0
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                _, _, watchdog = heapq.heappop(self._due)
+                if watchdog.cancelled:
+                    self._cancelled -= 1
+                    continue
+                watchdog.cancelled = True  # expired: a later cancel has nothing to count
+            watchdog.expire()
+
+
+_timers = _Timers()
 
 
 def _shutdown(sock: socket.socket | None) -> None:

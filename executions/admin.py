@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from orquestador.errors import CodedError
 from reconciliation import insight
@@ -162,11 +162,20 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ordering = ("-created_at", "-id")
     inlines = (CheckpointInline,)
     exclude = ("idempotency_fingerprint",)
-    readonly_fields = ("lease_now", "timeline")
+    readonly_fields = ("lease_now", "takeovers", "timeline")
 
     @admin.display(description="lease now")
     def lease_now(self, obj: Execution) -> str:
         return insight.lease_sentence(obj, timezone.now())
+
+    @admin.display(description="lease takeovers")
+    def takeovers(self, obj: Execution) -> str:
+        return (
+            format_html_join(
+                "", "<p>{}</p>", ((line,) for line in insight.execution_takeovers(obj))
+            )
+            or "—"
+        )
 
     @admin.display(description="timeline of the request (UTC)")
     def timeline(self, obj: Execution) -> str:

@@ -5,7 +5,8 @@ Invariants and transaction boundaries:
   evaluation or adapter call: it takes only due rows (PENDING, due RETRY_WAIT, RUNNING with an
   expired lease) with FOR UPDATE SKIP LOCKED, in (next_attempt_at, created_at, id) order, at most
   `limit` (the caller's free slots), and gives each attempts + 1, token + 1, this owner and a
-  lease from the database clock;
+  lease from the database clock; a takeover of an expired lease also appends LEASE_TAKEN_OVER
+  (previous owner, token and lease expiry; new owner and token) in that same statement;
 - the claim also returns the principal of whoever caused this dispatch (None: system; see
   sql.CLAIM_EXECUTIONS), the accepted request snapshot and, for a reclaimed execution, its
   checkpoints, read under the new token in the same statement, so the holder starts without
@@ -72,6 +73,9 @@ class Claim:
     # Consecutive takeovers after lease expiry without progress, this claim included: above
     # WORKER_MAX_RECLAIMS the holder settles the execution (`poisoned`) instead of running it.
     reclaims: int = 0
+    # Whether this claim took the execution over from a holder whose lease expired (the claim
+    # appended LEASE_TAKEN_OVER for it).
+    taken_over: bool = False
 
     def poisoned(self, max_reclaims: int) -> bool:
         return self.reclaims > max_reclaims
@@ -115,6 +119,7 @@ def _claim(row: tuple, lease_owner: str) -> Claim:
         principal=principal or None,
         snapshot=_snapshot(row[7:15]),
         reclaims=row[15],
+        taken_over=row[16],
     )
 
 
@@ -147,9 +152,12 @@ class FlowCache:
         self._definitions: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
+    def cached(self, flow_id: int) -> dict[str, Any] | None:
+        """The definition if this process has read it already (no connection needed)."""
+        return self._definitions.get(flow_id)  # one dict read: atomic, no lock
+
     def get(self, *, conn: psycopg.Connection, flow_id: int) -> dict[str, Any]:
-        with self._lock:
-            found = self._definitions.get(flow_id)
+        found = self.cached(flow_id)
         if found is not None:
             return found
         row = conn.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()

@@ -88,6 +88,11 @@ class AuditType(models.TextChoices):
     RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
     RECONCILIATION_EVIDENCE = "RECONCILIATION_EVIDENCE"
     RECONCILIATION_RESOLVED = "RECONCILIATION_RESOLVED"
+    # The two-person rule (RECONCILIATION_TWO_PERSON): a replay proposed by one operator, and a
+    # proposal rejected by another; the approval is the RECONCILIATION_RESOLVED that applies it.
+    RECONCILIATION_PROPOSED = "RECONCILIATION_PROPOSED"
+    RECONCILIATION_REJECTED = "RECONCILIATION_REJECTED"
+    LEASE_TAKEN_OVER = "LEASE_TAKEN_OVER"
 
 
 def _in(field: str, choices: type[models.TextChoices]) -> Q:
@@ -291,7 +296,15 @@ class AuditEvent(models.Model):
 
     class Meta:
         db_table = "audit_event"
-        indexes = [models.Index(fields=["request", "id"], name="audit_request_idx")]
+        indexes = [
+            models.Index(fields=["request", "id"], name="audit_request_idx"),
+            # The Workers page's recent takeovers; takeovers only, so other appends never touch it.
+            models.Index(
+                fields=["id"],
+                name="audit_takeover_idx",
+                condition=Q(type=AuditType.LEASE_TAKEN_OVER),
+            ),
+        ]
         constraints = [
             models.CheckConstraint(condition=_in("type", AuditType), name="audit_type_valid"),
         ]

@@ -116,6 +116,10 @@ CLAIM_SESSION = "SET enable_sort = off"
 # execution).
 # Index: execution_claim_idx (next_attempt_at, created_at, id; partial on the claimable statuses),
 # walked in order; request by primary key; checkpoints by action_execution_action_uniq.
+# Takeovers: a claim of a RUNNING row whose lease expired appends LEASE_TAKEN_OVER (previous
+# owner, token and lease expiry, from the row as `due` locked it; new owner and token) in the same
+# statement, hence the same transaction; an ordinary claim inserts nothing (the insert reads only
+# the claimed rows, no index). Locks: KEY SHARE on those request and execution rows (foreign keys).
 # Poison cap (WORKER_MAX_RECLAIMS): a takeover of a RUNNING row whose lease expired adds one to
 # `reclaims`, unless a checkpoint became SUCCEEDED since the claim before it (progress: back to 0;
 # one action_execution_action_uniq lookup, for takeovers only) or the lease may have lapsed
@@ -133,14 +137,16 @@ WITH clock AS MATERIALIZED (
       FROM (SELECT clock_timestamp() AS now_at) AS t
 ),
 due AS (
-    SELECT e.id
+    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+           e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
       FROM execution AS e
      WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
        AND e.next_attempt_at <= (SELECT now_at FROM clock)
      ORDER BY e.next_attempt_at, e.created_at, e.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
-)
+),
+claimed AS (
 UPDATE execution AS e
    SET status = 'RUNNING',
        attempts = e.attempts + 1,
@@ -184,7 +190,22 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
                  FROM action_execution AS c
                 WHERE c.execution_id = e.id)
           END AS checkpoints,
-          e.reclaims
+          e.reclaims, due.was_status = 'RUNNING' AS taken_over, due.was_owner, due.was_token,
+          due.was_expires_at
+),
+takeover AS (
+INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
+SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
+       jsonb_build_object('previousOwner', c.was_owner, 'previousToken', c.was_token,
+                          'leaseExpiredAt', c.was_expires_at, 'newOwner', %(owner)s::text,
+                          'newToken', c.fencing_token, 'attempt', c.attempts)
+  FROM claimed AS c
+ WHERE c.taken_over
+)
+SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
+       c.dispatch_principal, c.data, c.state, c.revision, c.version, c.owner, c.scope,
+       c.accepted_revision, c.checkpoints, c.reclaims, c.taken_over
+  FROM claimed AS c
 """
 
 # Renew every lease this process holds (three arrays, one entry per holder), only under

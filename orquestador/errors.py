@@ -63,6 +63,15 @@ RECONCILIATION_ABANDONED = "RECONCILIATION_ABANDONED"
 NOT_IN_RECONCILIATION = "NOT_IN_RECONCILIATION"  # nothing to resolve, or already resolved
 NO_UNCERTAIN_CHECKPOINT = "NO_UNCERTAIN_CHECKPOINT"  # no RUNNING/UNKNOWN action to settle
 REASON_REQUIRED = "REASON_REQUIRED"  # blank, or longer than the limit
+# The two-person rule (reconciliation/approvals.py): a replay of a non-idempotent write needs a
+# proposal and a second operator's approval; one is pending already; the proposal no longer holds
+# (the case changed under it, or it was rejected); the proposer tried to approve their own; or no
+# approval is needed (the rule is off, or the write is not a non-idempotent one).
+APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+NO_APPROVAL_NEEDED = "NO_APPROVAL_NEEDED"
+PROPOSAL_PENDING = "PROPOSAL_PENDING"
+PROPOSAL_STALE = "PROPOSAL_STALE"
+SELF_APPROVAL = "SELF_APPROVAL"
 
 # Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
 MAX_DATA_BYTES = 256 * 1024  # bytes

@@ -29,6 +29,21 @@ def _required(name: str) -> str:
     return value
 
 
+FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True}
+FLAG_WORDS |= {"false": False, "0": False, "no": False, "off": False, "": False}
+
+
+def _flag(name: str, *, default: bool) -> bool:
+    """A true/false variable; anything else stops the start with its name, not a silent false."""
+    raw = env.str(name, default="true" if default else "false")
+    value = FLAG_WORDS.get(raw.strip().lower())
+    if value is None:
+        raise environ.ImproperlyConfigured(
+            f"{name} must be true or false (got {raw[:20]!r}); see .env.example."
+        )
+    return value
+
+
 # ------------------------------------------------------------------------------
 # Core
 # ------------------------------------------------------------------------------
@@ -146,8 +161,10 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 # Dates and times shown in the admin: UTC to the second, everywhere (orquestador/formats/).
 FORMAT_MODULE_PATH = ["orquestador.formats"]
-# With it, the automatic prober never replays a write on its own (SPEC §10).
-RECONCILIATION_TWO_PERSON = env.bool("RECONCILIATION_TWO_PERSON", default=False)
+# The two-person rule: a replay of a non-idempotent write is proposed by one operator and applied
+# only when another approves it (reconciliation/approvals.py); the automatic prober never replays
+# a write on its own (SPEC §10).
+RECONCILIATION_TWO_PERSON = _flag("RECONCILIATION_TWO_PERSON", default=False)
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"

@@ -22,6 +22,7 @@ from executions.models import ExecutionStatus
 
 from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
+from .adminproposals import ProposalViews
 from .evidence import clip
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
@@ -59,7 +60,7 @@ class ViewOnly:
 
 
 @admin.register(ReconciliationCase)
-class ReconciliationCaseAdmin(ViewOnly, CaseActions, admin.ModelAdmin):
+class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelAdmin):
     list_display = (
         "case",
         "waiting",
@@ -239,6 +240,7 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
         "concurrency",
         "running",
         "holds",
+        "takeovers",
         "version",
     )
     ordering = ("-last_seen_at",)
@@ -284,4 +286,17 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
                 )
                 for e in view.holding
             ),
+        )
+
+    @admin.display(description="takeovers (recent)")
+    def takeovers(self, obj: WorkerProcess) -> str:
+        view = self._view(obj)
+        if view is None or not (view.lost or view.took):
+            return "—"
+        latest = max(view.lost + view.took, key=lambda t: t.at)
+        return format_html(
+            "lost {} · took over {}. Latest: {}",
+            len(view.lost),
+            len(view.took),
+            explain.takeover_sentence(latest),
         )

@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import BLANK_CHOICE_DASH, QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -48,7 +48,7 @@ def _posted_ids(request: HttpRequest) -> list[str]:
     return request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
 
 
-def _settled_by(execution_id: Any, settled: Any) -> str:
+def settled_by(execution_id: Any, settled: Any) -> str:
     """Who settled a case the operator meant to act on, and how."""
     what = settled.payload.get("resolution") or settled.type
     return (
@@ -102,6 +102,18 @@ class CaseActions:
     def has_fetch_provider_evidence_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(permissions.FETCH_PROVIDER_EVIDENCE)
 
+    def get_action_choices(self, request: HttpRequest, default_choices: Any = BLANK_CHOICE_DASH):
+        """The action menu. Under the two-person rule it offers no bulk replay: each replay of a
+        non-idempotent write is proposed on its case and approved there (adminproposals.py).
+
+        Only the menu (GET) leaves it out: Django checks a posted action against these choices,
+        and the case page still posts a replay of a write the rule does not cover, which the
+        service then decides (it refuses a non-idempotent one, APPROVAL_REQUIRED)."""
+        choices = super().get_action_choices(request, default_choices)
+        if request.method == "GET" and services.two_person_rule():
+            choices = [choice for choice in choices if choice[0] != explain.WRITE_NOT_HAPPENED]
+        return choices
+
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
         if request.method == "POST":
             allowed = self.get_actions(request)
@@ -137,7 +149,7 @@ class CaseActions:
                 request,
                 "Nothing to resolve: "
                 + (
-                    _settled_by(posted[0], settled)
+                    settled_by(posted[0], settled)
                     if settled
                     else "none of the selected executions is in RECONCILIATION_REQUIRED "
                     "(already resolved?)."
@@ -267,7 +279,7 @@ class CaseActions:
                         resolution.apply(case.pk, form.cleaned_data, request.user)
                     except services.ResolutionRefused as exc:
                         settled = selectors.last_settlement(execution_id=case.pk)
-                        text = _settled_by(case.pk, settled) if settled else exc.detail
+                        text = settled_by(case.pk, settled) if settled else exc.detail
                         self.message_user(request, f"Case {short(case.pk)}: {text}", messages.ERROR)
                         if one and not settled:
                             return self.render_case(request, case.pk, bound={resolution.name: form})

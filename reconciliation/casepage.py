@@ -18,8 +18,10 @@ from django.utils import timezone
 from actions.lookup import supports_lookup
 from executions.models import AuditType, ExecutionStatus
 
-from . import explain, selectors
-from .forms import ResolutionForm
+from . import approvals, explain, selectors, services
+from .adminproposals import approval_risk
+from .forms import DecisionForm, ResolutionForm
+from .permissions import RESOLVE_WRITE_NOT_HAPPENED
 from .resolutions import RESOLUTIONS, ResolutionAction
 
 FINAL_STATUSES = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
@@ -34,6 +36,7 @@ class CaseForm:
     form: ResolutionForm
     suggested: bool
     risk: str | None  # the risk of this choice against the evidence, named; None when none
+    proposes: bool = False  # under the two-person rule: a proposal for a second operator
 
 
 def forms_for(
@@ -41,6 +44,7 @@ def forms_for(
     case: selectors.CaseDetail,
     *,
     suggestion: explain.Suggestion,
+    proposal: approvals.Proposal | None,
     bound: dict[str, ResolutionForm] | None = None,
 ) -> list[CaseForm]:
     """The resolutions the operator may apply to this case, suggested one first."""
@@ -52,12 +56,16 @@ def forms_for(
         prefill["output"] = json.dumps(
             lookup["output"], indent=2, sort_keys=True, ensure_ascii=False
         )
+    two_people = any(services.needs_two_people(view.checkpoint) for view in case.uncertain)
     offered = []
     for resolution in RESOLUTIONS:
         if not request.user.has_perm(resolution.permission):
             continue
         if resolution.settles_one_action and not case.uncertain:
             continue
+        proposes = two_people and resolution.name == explain.WRITE_NOT_HAPPENED
+        if proposes and proposal is not None and proposal.stale is None:
+            continue  # the pending proposal's card decides it
         risks = {a: explain.risk(resolution.name, case.latest_lookup(a)) for a in action_ids}
         form = (bound or {}).get(resolution.name) or resolution.form_class(
             action_ids=action_ids if resolution.settles_one_action else None,
@@ -71,6 +79,7 @@ def forms_for(
                 form,
                 suggested=resolution.name == suggestion.resolution,
                 risk=next((r for r in risks.values() if r), None),
+                proposes=proposes,
             )
         )
     offered.sort(key=lambda item: not item.suggested)
@@ -87,6 +96,14 @@ class ResolvedCard:
     reason: str
     lookup_status: str
     action_id: str | None
+
+
+def _operators(payload: dict[str, Any], actor: str) -> str:
+    """Who resolved: one operator, or under the two-person rule the proposer and the approver."""
+    approval = (payload.get("evidence") or {}).get("approval")
+    if approval:
+        return f"{approval['proposedBy']} (proposed), {approval['approvedBy']} (approved)"
+    return str(payload.get("operator") or actor)
 
 
 def resolved_card(case: selectors.CaseDetail) -> ResolvedCard | None:
@@ -112,7 +129,7 @@ def resolved_card(case: selectors.CaseDetail) -> ResolvedCard | None:
             "WRITE_NOT_HAPPENED": "The write did not happen (one replay)",
             "ABANDONED": "Abandoned",
         }.get(payload.get("resolution"), str(payload.get("resolution"))),
-        operator=str(payload.get("operator") or event.actor),
+        operator=_operators(payload, event.actor),
         at=explain.utc(event.created_at),
         reason=str(payload.get("reason") or ""),
         lookup_status=explain.lookup_status(lookup),
@@ -144,6 +161,50 @@ def live_status(case: selectors.CaseDetail, now: Any) -> str:
     return f"{status}."
 
 
+@dataclass(frozen=True)
+class ProposalCard:
+    """A replay proposed under the two-person rule, as the top of the case page shows it."""
+
+    proposal: approvals.Proposal
+    at: str
+    age: str
+    may_decide: bool  # holds the permission and is not the proposer
+    is_proposer: bool
+    form: DecisionForm | None  # approve/reject (or withdraw, for the proposer)
+    risk: str | None  # the risk of approving against the provider's latest answer
+
+
+def proposal_card(
+    request: HttpRequest,
+    case: selectors.CaseDetail,
+    proposal: approvals.Proposal | None,
+    *,
+    now: Any,
+    bound: DecisionForm | None,
+) -> ProposalCard | None:
+    if proposal is None or not case.is_open:
+        return None
+    permitted = request.user.has_perm(RESOLVE_WRITE_NOT_HAPPENED)
+    is_proposer = request.user.get_username() == proposal.proposer
+    risk = approval_risk(case, proposal)
+    form = None
+    if permitted and proposal.stale is None:
+        form = bound or DecisionForm(
+            initial={"proposal": proposal.event_id}, risks={"": risk}, auto_id="decide_%s"
+        )
+        if is_proposer:
+            form.fields.pop("confirm_risk", None)  # the proposer can only withdraw
+    return ProposalCard(
+        proposal=proposal,
+        at=explain.utc(proposal.at),
+        age=explain.age((now - proposal.at).total_seconds()),
+        may_decide=permitted and not is_proposer,
+        is_proposer=is_proposer,
+        form=form,
+        risk=risk,
+    )
+
+
 def case_context(
     request: HttpRequest,
     case: selectors.CaseDetail,
@@ -162,6 +223,7 @@ def case_context(
     suggestion = explain.suggest(uncertain=uncertain, lookup=lookup, can_lookup=can_lookup)
     events = [entry.event for entry in case.timeline]
     card = None if case.is_open else resolved_card(case)
+    proposal = approvals.pending_proposal(execution_id=execution.pk) if case.is_open else None
     return {
         "case": case,
         "short_id": str(execution.pk)[:8],
@@ -184,9 +246,18 @@ def case_context(
         else None,
         "can_lookup": can_lookup and may_lookup,
         "suggestion": suggestion,
-        "resolutions": forms_for(request, case, suggestion=suggestion, bound=bound)
+        "resolutions": forms_for(
+            request, case, suggestion=suggestion, proposal=proposal, bound=bound
+        )
         if case.is_open
         else [],
+        "proposal": proposal_card(
+            request, case, proposal, now=now, bound=(bound or {}).get("decide")
+        ),
+        "two_person": services.two_person_rule(),
+        "proposal_url": reverse(
+            "admin:reconciliation_reconciliationcase_proposal", args=[execution.pk]
+        ),
         "may_resolve": any(request.user.has_perm(r.permission) for r in RESOLUTIONS),
         "resolved": card,
         "live_status": None if case.is_open else live_status(case, now),

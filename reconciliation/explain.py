@@ -82,23 +82,40 @@ def summary_fields(definition: dict[str, Any], data: Any) -> list[tuple[str, str
 
 @dataclass(frozen=True)
 class Takeover:
-    """A worker that took over an expired lease, as the audit records it."""
+    """A worker that took over an expired lease, as the claim recorded it (LEASE_TAKEN_OVER)."""
 
-    at: datetime
+    at: datetime  # when it was taken over
+    lease_expired_at: datetime  # when the previous holder's lease ran out
     previous_owner: str
     previous_token: int
+    new_owner: str
+    new_token: int
+
+
+def takeover(event: AuditEvent) -> Takeover:
+    payload = event.payload
+    expired = payload.get("leaseExpiredAt")
+    return Takeover(
+        at=event.created_at,
+        lease_expired_at=datetime.fromisoformat(expired) if expired else event.created_at,
+        previous_owner=str(payload.get("previousOwner") or "an unknown worker"),
+        previous_token=int(payload.get("previousToken") or 0),
+        new_owner=str(payload.get("newOwner") or "a worker"),
+        new_token=int(payload.get("newToken") or 0),
+    )
 
 
 def takeovers(timeline: list[AuditEvent]) -> list[Takeover]:
-    return [
-        Takeover(
-            at=event.created_at,
-            previous_owner=str(event.payload.get("previousOwner") or "an unknown worker"),
-            previous_token=int(event.payload.get("previousToken") or 0),
-        )
-        for event in timeline
-        if event.type == "LEASE_TAKEN_OVER"
-    ]
+    return [takeover(event) for event in timeline if event.type == AuditType.LEASE_TAKEN_OVER]
+
+
+def takeover_sentence(found: Takeover) -> str:
+    """One takeover in words, for the Execution and Workers pages."""
+    return (
+        f"{found.previous_owner} lost its lease (token {found.previous_token}) at "
+        f"{utc(found.lease_expired_at)}; {found.new_owner} took the execution over at "
+        f"{utc(found.at)} as token {found.new_token}."
+    )
 
 
 def why(
@@ -123,7 +140,8 @@ def why(
             )
             if lost is not None:
                 return (
-                    f"Worker {lost.previous_owner} lost its lease at {utc(lost.at)} while {call} "
+                    f"Worker {lost.previous_owner} lost its lease at {utc(lost.lease_expired_at)} "
+                    f"while {call} "
                     f"was in flight (sent {started}); nobody knows whether the provider applied "
                     "it, and this write is never repeated without an operator."
                 )

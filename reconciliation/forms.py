@@ -75,3 +75,10 @@ class WriteHappenedForm(ResolutionForm):
         if not isinstance(value, dict):
             raise forms.ValidationError("The output must be a JSON object.")
         return value
+
+
+class DecisionForm(ResolutionForm):
+    """A second operator's decision on a proposed replay (approvals.py): approve or reject, with
+    a reason. `risks` is keyed "" (the form settles the proposal's action, not a chosen one)."""
+
+    proposal = forms.IntegerField(widget=forms.HiddenInput)

@@ -1,5 +1,6 @@
 """Workers and leases in sight: each runworker's registry row, read as live / silent / gone,
-with what it holds; an execution's lease and next attempt in words; a request's timeline.
+with what it holds and the leases it lost or took over; an execution's lease, takeovers and next
+attempt (and the provider's Retry-After behind it) in words; a request's timeline.
 
 Read-only (the worker writes its row: sql.WORKER_SEEN, once per heartbeat). A worker is live
 while it was seen within two renewal intervals, silent until its leases would have run out, and
@@ -7,7 +8,7 @@ gone after that: whatever it held is then reclaimable by any worker.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,12 +33,27 @@ def state_of(worker: WorkerProcess, now: datetime) -> str:
     return GONE
 
 
+RECENT_TAKEOVERS = 200  # the latest takeovers the Workers page reads (audit_takeover_idx)
+
+
 @dataclass(frozen=True)
 class WorkerView:
     worker: WorkerProcess
     state: str
     seen_ago: str
     holding: list[Execution]
+    lost: list[explain.Takeover] = field(default_factory=list)  # its leases others took over
+    took: list[explain.Takeover] = field(default_factory=list)  # leases it took over
+
+
+def _recent_takeovers() -> list[explain.Takeover]:
+    """The latest takeovers, newest first (a partial index holds them alone)."""
+    return [
+        explain.takeover(event)
+        for event in AuditEvent.objects.filter(type=AuditType.LEASE_TAKEN_OVER).order_by("-id")[
+            :RECENT_TAKEOVERS
+        ]
+    ]
 
 
 def workers(*, now: datetime | None = None, limit: int = 200) -> list[WorkerView]:
@@ -49,14 +65,31 @@ def workers(*, now: datetime | None = None, limit: int = 200) -> list[WorkerView
         status=ExecutionStatus.RUNNING, lease_owner__in=[w.owner for w in rows]
     ).order_by("lease_expires_at")[: limit * 10]:
         held.setdefault(execution.lease_owner, []).append(execution)
+    lost: dict[str, list[explain.Takeover]] = {}
+    took: dict[str, list[explain.Takeover]] = {}
+    for found in _recent_takeovers():
+        lost.setdefault(found.previous_owner, []).append(found)
+        took.setdefault(found.new_owner, []).append(found)
     return [
         WorkerView(
             worker=w,
             state=state_of(w, now),
             seen_ago=explain.age((now - w.last_seen_at).total_seconds()),
             holding=held.get(w.owner, []),
+            lost=lost.get(w.owner, []),
+            took=took.get(w.owner, []),
         )
         for w in rows
+    ]
+
+
+def execution_takeovers(execution: Execution) -> list[str]:
+    """Each takeover of this execution's lease, oldest first, in words."""
+    return [
+        explain.takeover_sentence(explain.takeover(event))
+        for event in AuditEvent.objects.filter(
+            execution=execution, type=AuditType.LEASE_TAKEN_OVER
+        ).order_by("id")
     ]
 
 
@@ -92,8 +125,11 @@ def lease_sentence(execution: Execution, now: datetime) -> str:
                 f" (a delay of {retry.payload['delaySeconds']} s after "
                 f"{retry.payload.get('errorCode')}"
             )
-            if retry.payload.get("retryAfterSeconds") is not None:
-                behind += f", the provider's Retry-After: {retry.payload['retryAfterSeconds']} s"
+            asked = retry.payload.get("retryAfterSeconds")
+            if asked is not None:
+                behind += f", the provider's Retry-After: {asked} s"
+                if asked > retry.payload["delaySeconds"]:
+                    behind += ", capped at WORKER_RETRY_AFTER_MAX_SECONDS"
             behind += ")"
         in_ = explain.age((due - now).total_seconds())
         return f"{status}: next attempt at {explain.utc(due)}, in {in_}{behind}."

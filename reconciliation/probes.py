@@ -36,6 +36,7 @@ from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
 from executions.audit import audit_append
 from executions.models import ActionExecution, AuditType, Execution, ExecutionStatus
+from executions.worker.metrics import WorkerMetrics
 
 from . import services
 from .evidence import is_uncertain, lookup_evidence
@@ -158,7 +159,16 @@ def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
     return outcome
 
 
-def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
+def _counted(result: Any) -> str:
+    """The lookup's answer as the probe metric names it."""
+    if result.happened is True:
+        return "found"
+    return "not_found" if result.happened is False else "error"
+
+
+def probe_one(
+    probe: Claimed, *, owner: str, two_person: bool, metrics: WorkerMetrics | None = None
+) -> str:
     """Ask the provider about one claimed probe and act on the answer; return the outcome."""
     execution = Execution.objects.filter(pk=probe.execution_id).first()
     checkpoint = ActionExecution.objects.filter(
@@ -183,6 +193,8 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
         )
     except IntegrationUnavailable:
         return _close(probe, owner=owner, outcome="no-lookup")
+    if metrics is not None:
+        metrics.probed(_counted(result))
     contract = binding.contract
     evidence = lookup_evidence(result, checkpoint, contract.output_schema)
     offsets = probe_offsets(contract.probe_window_seconds)
@@ -247,10 +259,14 @@ def probe_one(probe: Claimed, *, owner: str, two_person: bool) -> str:
             extra={"execution_id": str(execution.pk), "code": exc.code},
         )
         return "refused"
+    if metrics is not None:
+        metrics.resolved_automatically(
+            "WRITE_HAPPENED" if decide == "happened" else "WRITE_NOT_HAPPENED"
+        )
     return outcome
 
 
-def probes_run_once(*, owner: str) -> int:
+def probes_run_once(*, owner: str, metrics: WorkerMetrics | None = None) -> int:
     """One pass: enlist open cases, claim due probes, run them. Returns how many ran."""
     with connection.cursor() as cursor:  # the prober's connection says whose it is
         cursor.execute(sql.PROBER_SESSION)
@@ -259,7 +275,7 @@ def probes_run_once(*, owner: str) -> int:
     two_person = bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
     for probe in claimed:
         try:
-            probe_one(probe, owner=owner, two_person=two_person)
+            probe_one(probe, owner=owner, two_person=two_person, metrics=metrics)
         except Exception:  # one probe's fault must not stop the others; its lease lapses
             logger.exception("probe failed", extra={"execution_id": str(probe.execution_id)})
     return len(claimed)
@@ -273,9 +289,16 @@ class Prober(threading.Thread):
     connection budget for executions.
     """
 
-    def __init__(self, *, owner: str, may_probe: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        *,
+        owner: str,
+        may_probe: Callable[[], bool] = lambda: True,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
         super().__init__(name="worker-prober", daemon=True)
         self.owner = owner
+        self.metrics = metrics
         self.may_probe = may_probe
         self.stop = threading.Event()
 
@@ -284,7 +307,7 @@ class Prober(threading.Thread):
             ran = 0
             if self.may_probe():
                 try:
-                    ran = probes_run_once(owner=self.owner)
+                    ran = probes_run_once(owner=self.owner, metrics=self.metrics)
                 except Exception:
                     logger.exception("probe pass failed", extra={"owner": self.owner})
                 finally:

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
@@ -33,6 +34,7 @@ from executions.models import (
     AuditEvent,
     AuditType,
     CheckpointStatus,
+    Effect,
     Execution,
     ExecutionStatus,
 )
@@ -46,6 +48,7 @@ from .writes import MAX_REASON_CHARS, LockedExecution, clean_reason, operator_wr
 
 __all__ = [
     "MAX_REASON_CHARS",
+    "Operator",
     "Resolution",
     "ResolutionRefused",
     "Resolved",
@@ -78,7 +81,7 @@ class Resolved:
 Operator = AbstractBaseUser | AnonymousUser
 
 
-def _require(operator: Operator, permission: str) -> None:
+def require(operator: Operator, permission: str) -> None:
     if not operator.is_authenticated or not operator.has_perm(permission):
         raise PermissionDenied(f"{permission} is required")
 
@@ -93,14 +96,14 @@ def _refuse(status: str | None) -> ResolutionRefused:
     )
 
 
-def _open_case(execution_id: uuid.UUID | str):
+def open_case(execution_id: uuid.UUID | str):
     """The operator_write of a resolution: the case must still be RECONCILIATION_REQUIRED."""
     return operator_write(
         execution_id, expect=(ExecutionStatus.RECONCILIATION_REQUIRED,), refuse=_refuse
     )
 
 
-def _uncertain_checkpoint(execution_id: uuid.UUID | str, action_id: str) -> ActionExecution:
+def uncertain_checkpoint(execution_id: uuid.UUID | str, action_id: str) -> ActionExecution:
     checkpoint = ActionExecution.objects.filter(
         execution_id=execution_id, action_id=action_id
     ).first()
@@ -205,10 +208,10 @@ def execution_resolve_write_happened(
     The output must validate against the capability's current output schema; the worker then
     reuses the SUCCEEDED checkpoint without calling the provider again.
     """
-    _require(operator, permissions.RESOLVE_WRITE_HAPPENED)
+    require(operator, permissions.RESOLVE_WRITE_HAPPENED)
     reason = clean_reason(reason, refused=ResolutionRefused)
-    with _open_case(execution_id) as case:
-        checkpoint = _uncertain_checkpoint(case.execution_id, action_id)
+    with open_case(execution_id) as case:
+        checkpoint = uncertain_checkpoint(case.execution_id, action_id)
         problems = output_errors(output, _output_schema(checkpoint))
         if problems:
             raise ResolutionRefused(
@@ -233,34 +236,74 @@ def execution_resolve_write_happened(
         )
 
 
+def two_person_rule() -> bool:
+    """Whether replaying a non-idempotent write needs two operators (RECONCILIATION_TWO_PERSON)."""
+    return bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
+
+
+def needs_two_people(checkpoint: ActionExecution) -> bool:
+    """Whether replaying this checkpoint's write waits for a proposal and an approval."""
+    return two_person_rule() and checkpoint.effect == Effect.NON_IDEMPOTENT_WRITE
+
+
+def replay(
+    case: LockedExecution,
+    checkpoint: ActionExecution,
+    *,
+    reason: str,
+    operator: Operator,
+    approval: dict[str, Any] | None = None,
+) -> Resolved:
+    """Settle `checkpoint` FAILED with REPLAY_AUTHORIZED under `case`, requeue, record.
+
+    `approval` (the two-person rule's proposer and approver, approvals.py) joins the evidence.
+    """
+    who = operator.get_username()
+    if approval:
+        who = f"{approval['proposedBy']} (proposed) and {approval['approvedBy']} (approved)"
+    return _settle_and_requeue(
+        case,
+        checkpoint,
+        resolution=Resolution.WRITE_NOT_HAPPENED,
+        status=CheckpointStatus.FAILED,
+        output=None,
+        error_code=errors.REPLAY_AUTHORIZED,
+        error_detail=f"operators ({who}) established that the write did not happen and "
+        "authorised one replay with the same external key"
+        if approval
+        else f"an operator ({who}) established that the write did not happen and authorised "
+        "one replay with the same external key",
+        reason=reason,
+        evidence={
+            "checkpoint": checkpoint_evidence(checkpoint),
+            "lookup": latest_lookup(execution_id=case.execution_id, action_id=checkpoint.action_id),
+            **({"approval": approval} if approval else {}),
+        },
+        operator=operator,
+    )
+
+
 def execution_resolve_write_not_happened(
     *, execution_id: uuid.UUID | str, action_id: str, reason: str, operator: Operator
 ) -> Resolved:
     """Record that the uncertain write did not happen, authorise one replay, requeue.
 
     The checkpoint becomes FAILED with REPLAY_AUTHORIZED; the worker replays that one action once,
-    with the same external key (so a provider that deduplicates by key still can).
+    with the same external key (so a provider that deduplicates by key still can). Under the
+    two-person rule a non-idempotent write is refused here (APPROVAL_REQUIRED): it is proposed and
+    approved through approvals.py instead.
     """
-    _require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
+    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
     reason = clean_reason(reason, refused=ResolutionRefused)
-    with _open_case(execution_id) as case:
-        checkpoint = _uncertain_checkpoint(case.execution_id, action_id)
-        return _settle_and_requeue(
-            case,
-            checkpoint,
-            resolution=Resolution.WRITE_NOT_HAPPENED,
-            status=CheckpointStatus.FAILED,
-            output=None,
-            error_code=errors.REPLAY_AUTHORIZED,
-            error_detail=f"an operator ({operator.get_username()}) established that the write "
-            "did not happen and authorised one replay with the same external key",
-            reason=reason,
-            evidence={
-                "checkpoint": checkpoint_evidence(checkpoint),
-                "lookup": latest_lookup(execution_id=case.execution_id, action_id=action_id),
-            },
-            operator=operator,
-        )
+    with open_case(execution_id) as case:
+        checkpoint = uncertain_checkpoint(case.execution_id, action_id)
+        if needs_two_people(checkpoint):
+            raise ResolutionRefused(
+                errors.APPROVAL_REQUIRED,
+                "The two-person rule is on: replaying a non-idempotent write is proposed by one "
+                "operator and approved by another.",
+            )
+        return replay(case, checkpoint, reason=reason, operator=operator)
 
 
 def execution_abandon(
@@ -271,9 +314,9 @@ def execution_abandon(
     The request keeps its data, state and revision; the checkpoints stay as they were, as the
     record of what was left uncertain.
     """
-    _require(operator, permissions.ABANDON_EXECUTION)
+    require(operator, permissions.ABANDON_EXECUTION)
     reason = clean_reason(reason, refused=ResolutionRefused)
-    with _open_case(execution_id) as case:
+    with open_case(execution_id) as case:
         uncertain = [
             checkpoint
             for checkpoint in ActionExecution.objects.filter(
@@ -320,13 +363,13 @@ def checkpoint_record_lookup(
     Raises ResolutionRefused (INTEGRATION_UNAVAILABLE) when the route has no lookup. The call runs
     outside any transaction; only the audit append is written.
     """
-    _require(operator, permissions.FETCH_PROVIDER_EVIDENCE)
+    require(operator, permissions.FETCH_PROVIDER_EVIDENCE)
     execution = Execution.objects.filter(pk=execution_id).first()
     if execution is None or execution.status != ExecutionStatus.RECONCILIATION_REQUIRED:
         raise ResolutionRefused(
             errors.NOT_IN_RECONCILIATION, "Evidence is gathered for open cases only."
         )
-    checkpoint = _uncertain_checkpoint(execution_id, action_id)
+    checkpoint = uncertain_checkpoint(execution_id, action_id)
     try:
         result = lookup_by_key(
             checkpoint.capability, checkpoint.capability_version, checkpoint.external_key

@@ -105,6 +105,7 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
                     "attempt": settlement.attempt,
                     "errorCode": settlement.error_code,
                     "delaySeconds": round(delay, 3),
+                    **_retry_after(retry_after),
                 },
             )
 
@@ -122,6 +123,14 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
     return RunOutcome(
         status=ExecutionStatus.RETRY_WAIT, error_code=settlement.error_code, next_attempt_at=due
     )
+
+
+def _retry_after(retry_after: float | None) -> dict[str, float]:
+    """The provider's Retry-After behind a retry's delay, when it answered one (retry.py honours
+    it, capped at WORKER_RETRY_AFTER_MAX_SECONDS), so the Execution page can say so."""
+    if retry_after is None or retry_after < 0:
+        return {}
+    return {"retryAfterSeconds": round(float(retry_after), 3)}
 
 
 def _write(statement: str, write: Callable[[], Any], scope: RunScope) -> Any:

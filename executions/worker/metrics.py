@@ -4,10 +4,13 @@ served in the Prometheus text format on an optional port.
 Invariants:
 - recording an event is one lock acquisition and an integer addition (a histogram observation:
   a bisect, then one lock for its bucket, sum and count): no I/O, no database round trip. The
-  scheduler records claims, run outcomes and lease losses (executions/worker/scheduler.py);
+  scheduler records claims, takeovers, run outcomes and lease losses
+  (executions/worker/scheduler.py), the prober its lookups and automatic resolutions
+  (reconciliation/probes.py);
   nothing on the execution path itself waits for a scrape;
 - a scrape copies the values under that lock and formats them outside it;
-- label values come from closed sets (final statuses, bucket bounds), so the text never carries
+- label values come from closed sets (final statuses, probe outcomes, resolutions, bucket
+  bounds), so the text never carries
   an execution or request id, an owner, a tenant, a lease owner or a secret;
 - the endpoint is off unless WORKER_METRICS_PORT is set. It listens on WORKER_METRICS_HOST
   (127.0.0.1 by default) from one small stdlib `http.server` thread, answers `GET /metrics`
@@ -53,10 +56,16 @@ INTERRUPTED = "orquestador_worker_interrupted_total"
 RUN_ERRORS = "orquestador_worker_run_errors_total"
 RECLAIMS_EXHAUSTED = "orquestador_worker_reclaims_exhausted_total"
 STUCK_RUNS = "orquestador_worker_stuck_runs_total"
+TAKEOVERS = "orquestador_worker_takeovers_total"
+PROBES = "orquestador_worker_probes_total"
+AUTO_RESOLUTIONS = "orquestador_worker_automatic_resolutions_total"
+PROBE_OUTCOMES = ("found", "not_found", "error")  # what the provider's lookup answered
+AUTO_RESOLUTION_KINDS = ("WRITE_HAPPENED", "WRITE_NOT_HAPPENED")  # what the prober may settle
 CLAIM_LATENCY = "orquestador_worker_claim_latency_seconds"
 FINAL_STATUSES = ("SUCCEEDED", "FAILED")  # the final statuses a worker run can end in
 
-# Counter families: name, help, and the `status` label values (None: no label).
+# Counter families: name, help, and the label's values (None: no label). The label is `status`
+# unless _LABELS names another.
 _COUNTERS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
     (CLAIMS, "Claim statements this worker ran.", None),
     (CLAIM_ERRORS, "Claim statements that failed; the worker reconnects and claims again.", None),
@@ -92,7 +101,23 @@ _COUNTERS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
         "Runs still going past their deadline: lease no longer renewed, slot given back.",
         None,
     ),
+    (
+        TAKEOVERS,
+        "Executions this worker claimed from a holder whose lease had expired (LEASE_TAKEN_OVER).",
+        None,
+    ),
+    (
+        PROBES,
+        "Provider lookups this worker's prober made about uncertain writes, by outcome.",
+        PROBE_OUTCOMES,
+    ),
+    (
+        AUTO_RESOLUTIONS,
+        "Cases this worker's prober resolved without a person (system:prober), by resolution.",
+        AUTO_RESOLUTION_KINDS,
+    ),
 )
+_LABELS = {PROBES: "outcome", AUTO_RESOLUTIONS: "resolution"}
 
 # Where each resting status of a finished run is counted.
 _BY_STATUS = {
@@ -137,6 +162,18 @@ class WorkerMetrics:
             self._latency_buckets[bucket] += 1
             self._latency_sum += seconds
 
+    def taken_over(self, count: int) -> None:
+        """A claim took over `count` executions whose lease had expired."""
+        self._add((TAKEOVERS, None), count)
+
+    def probed(self, outcome: str) -> None:
+        """The prober asked the provider: `outcome` is one of PROBE_OUTCOMES."""
+        self._add((PROBES, outcome))
+
+    def resolved_automatically(self, resolution: str) -> None:
+        """The prober resolved a case: `resolution` is one of AUTO_RESOLUTION_KINDS."""
+        self._add((AUTO_RESOLUTIONS, resolution))
+
     def claim_failed(self) -> None:
         self._add((CLAIM_ERRORS, None))
 
@@ -178,9 +215,9 @@ class WorkerMetrics:
             latency_sum = self._latency_sum
         families = []
         for name, help_text, statuses in _COUNTERS:
+            label = _LABELS.get(name, "status")
             samples = [
-                Sample(counts[(name, s)], (("status", s),) if s else ())
-                for s in statuses or (None,)
+                Sample(counts[(name, s)], ((label, s),) if s else ()) for s in statuses or (None,)
             ]
             families.append(Family(name, "counter", help_text, samples))
         cumulative, latency = 0, []

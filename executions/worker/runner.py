@@ -141,8 +141,10 @@ class _Run:
         if snapshot is None:
             with borrowed(self.db) as conn:
                 snapshot = execution_load(conn=conn, fence=self.fence)
-        with borrowed(self.db) as conn:
-            definition = self.deps.flows.get(conn=conn, flow_id=flow_id)
+        definition = self.deps.flows.cached(flow_id)
+        if definition is None:  # the first run of this flow in this process
+            with borrowed(self.db) as conn:
+                definition = self.deps.flows.get(conn=conn, flow_id=flow_id)
         transition = find_transition(definition, self.transition_id)
         try:
             decision = recovery.before_run(

@@ -296,6 +296,8 @@ class Scheduler:
                     self.metrics.claim_done(
                         claimed=len(claims), seconds=time.perf_counter() - claim_started
                     )
+                    if taken := sum(1 for claim in claims if claim.taken_over):
+                        self.metrics.taken_over(taken)
                     self.database.reached("claim")
                     reconnect_wait = RECONNECT_FIRST_SECONDS
                     for claim in claims:
@@ -431,7 +433,10 @@ class Scheduler:
     def _dispatch(self, claim: Claim) -> None:
         holding = self._hold(claim)
         self.claimed += 1
-        logger.info("execution claimed", extra=holding.fence.log_extra(attempt=claim.attempts))
+        logger.info(
+            "execution taken over" if claim.taken_over else "execution claimed",
+            extra=holding.fence.log_extra(attempt=claim.attempts),
+        )
         self._work.put((claim, holding))
 
     # -- running ---------------------------------------------------------------------------

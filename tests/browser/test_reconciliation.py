@@ -1,10 +1,15 @@
 """An operator's walk through the reconciliation admin in a real browser (headless Chromium at
 1400x1000), with a real worker and a real provider on loopback: each kind of uncertain write
-lands on the desk, the case page explains itself within the first screen, the lookup settles
-what it can, a choice against the provider's answer needs a second confirmation, each request
-moves on, and an operator without resolution permissions sees no resolution control.
+lands on the desk — the first one a worker SIGKILLed while its charge was in flight — the case
+page explains itself within the first screen, the lookup settles what it can, a choice against
+the provider's answer needs a second confirmation, each request moves on, an operator without
+resolution permissions sees no resolution control, and under the two-person rule a replay is
+proposed by one operator and applied only on another's approval.
 
 Screenshots of every step are kept under tests/browser's ARTEFACTS folder (see README)."""
+
+import os
+import signal
 
 import pytest
 from selenium.common.exceptions import WebDriverException
@@ -33,6 +38,10 @@ from .conftest import WAIT_SECONDS
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
 REASON = "Provider lookup by key answered; resolved as it says."
+
+# A worker that dies mid-call: a lease short enough that the surviving worker reclaims its
+# execution within the walk's waits, long enough for the charge's 3 s timeout (at most half).
+DOOMED_WORKER = {"WORKER_LEASE_SECONDS": "8", "WORKER_RENEW_SECONDS": "2"}
 
 # (name, the provider's first answer to the charge, whether it applied the charge)
 KINDS = [
@@ -86,18 +95,49 @@ def log_in(browser, wait, live_server, username: str) -> None:
     wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Reconciliation cases")))
 
 
+def case_page(browser, wait, live_server, execution) -> None:
+    browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/{execution.pk}/change/")
+    wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
+
+
+def crash_in_flight(provider, process_env, catalog, tmp_path):
+    """A charge sent by a runworker that is SIGKILLed while the provider holds the call open
+    (the provider has applied it): what happened is for an operator to find out."""
+    provider.plan(CHARGES, slow(30, apply=True))
+    execution = accept_charge(amount=39, customer="cus_crash")
+    with runworker({**process_env, **DOOMED_WORKER}, catalog, tmp_path / "doomed.log") as doomed:
+        provider.wait_for_calls(1, CHARGES, timeout=WAIT_SECONDS)
+        os.kill(doomed.pid, signal.SIGKILL)
+        assert doomed.wait(timeout=WAIT_SECONDS) == -signal.SIGKILL
+    return execution
+
+
 def test_operator_walks_every_kind_of_case_in_the_browser(
-    browser, live_server, operator, make_user, process_env, tmp_path, screenshots
+    browser, live_server, operator, make_user, process_env, tmp_path, screenshots, settings
 ):
     # A read that races a page being replaced can raise any WebDriverException; a wait retries
     # until its condition holds or the deadline passes, so only the deadline fails the test.
     wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
     make_user("victor", *VIEW)  # may read cases, resolve none
+    make_user("petra", *VIEW, "resolve_write_not_happened")  # the second of two operators
     with JsonProvider(respond=charged) as provider:
         catalog = write_catalog(tmp_path, provider)
         log = tmp_path / "worker.log"
+        with registry_from(catalog):
+            crashed = crash_in_flight(provider, process_env, catalog, tmp_path)
         with registry_from(catalog), runworker(process_env, catalog, log) as worker:
+            # The surviving worker reclaims the dead one's execution and hands it to a person.
+            wait_for_reconciliation(crashed, worker, log)
             log_in(browser, wait, live_server, "olga")
+            walk_crash_case(browser, wait, live_server, crashed, screenshots)
+            assert wait_for_finish(crashed, worker, log) == "SUCCEEDED", log.read_text()
+            sent = [
+                r
+                for r in provider.requests(CHARGES)
+                if r.headers.get("idempotency-key") == f"{crashed.pk}:charge"
+            ]
+            assert len(sent) == 1  # the charge that happened was never sent again
+
             for number, (kind, reply, applied) in enumerate(KINDS):
                 provider.plan(CHARGES, reply)
                 execution = accept_charge(amount=40 + number)
@@ -105,10 +145,7 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
                 key = f"{execution.pk}:charge"
 
                 # The case explains itself, and what the operator needs is in the first screen.
-                browser.get(
-                    f"{live_server.url}/admin/reconciliation/reconciliationcase/{execution.pk}/change/"
-                )
-                wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
+                case_page(browser, wait, live_server, execution)
                 screenshots(browser, f"{kind}-case")
                 for element_id in (
                     "case-why",
@@ -181,7 +218,7 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
             browser.get(f"{live_server.url}/admin/")
             desk = wait.until(ec.presence_of_element_located((By.ID, "desk-overview"))).text
             assert "Open cases 1" in desk and "payments.charge@1: 1" in desk
-            assert "5 by operators" in desk
+            assert "6 by operators" in desk
             screenshots(browser, "home")
             browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
             row = (
@@ -206,3 +243,78 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
             assert browser.find_elements(By.CSS_SELECTOR, "#case-resolutions form") == []
             assert browser.find_elements(By.ID, "lookup-charge") == []
             assert "Suggested resolution" in browser.find_element(By.ID, "case-suggestion").text
+
+            # The two-person rule: olga proposes the replay, petra approves it.
+            settings.RECONCILIATION_TWO_PERSON = True
+            walk_two_person_replay(browser, wait, live_server, waiting, screenshots)
+            assert wait_for_finish(waiting, worker, log) == "SUCCEEDED", log.read_text()
+            sent = [
+                r
+                for r in provider.requests(CHARGES)
+                if r.headers.get("idempotency-key") == f"{waiting.pk}:charge"
+            ]
+            assert len(sent) == 2  # replayed once, on the second operator's approval
+
+
+def walk_crash_case(browser, wait, live_server, execution, screenshots) -> None:
+    """The case of a worker killed mid-call: explained, answered by the provider, and a replay
+    against that answer needs the confirmation before the operator records what happened."""
+    case_page(browser, wait, live_server, execution)
+    screenshots(browser, "crash-in-flight-case")
+    for element_id in ("case-why", "case-summary-fields", "case-suggestion", "lookup-charge"):
+        assert in_first_screen(browser, element_id), element_id
+    assert "in flight" in browser.find_element(By.ID, "case-why").text
+    assert "cus_crash" in browser.find_element(By.ID, "case-summary-fields").text
+
+    navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "case-suggestion"), "The write happened"))
+    assert in_first_screen(browser, "case-suggestion")
+    screenshots(browser, "crash-in-flight-answered")
+
+    browser.find_element(By.ID, "not_happened_reason").send_keys("Replay anyway.")
+    navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
+    wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
+    form = browser.find_element(By.ID, "resolve-not-happened").text
+    assert "Confirm that you choose this against the evidence" in form
+    screenshots(browser, "crash-in-flight-confirmation-needed")
+    assert request_of(execution).blocked_by_id == execution.pk  # nothing written
+
+    browser.find_element(By.ID, "happened_reason").send_keys(REASON)
+    navigate(browser, wait, browser.find_element(By.ID, "submit-happened"))
+    wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1"))
+    screenshots(browser, "crash-in-flight-resolved")
+
+
+def walk_two_person_replay(browser, wait, live_server, execution, screenshots) -> None:
+    """Under RECONCILIATION_TWO_PERSON: a proposal shown at the top, no approval for its
+    proposer or for a reader, and the replay applied on a second operator's approval."""
+    log_in(browser, wait, live_server, "olga")
+    case_page(browser, wait, live_server, execution)
+    navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
+    wait.until(
+        ec.text_to_be_present_in_element((By.ID, "case-suggestion"), "The write did not happen")
+    )
+    assert browser.find_element(By.ID, "two-person-note").is_displayed()
+    browser.find_element(By.ID, "not_happened_reason").send_keys("No charge at the provider.")
+    navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
+    wait.until(ec.presence_of_element_located((By.ID, "case-proposal")))
+    assert in_first_screen(browser, "case-proposal")
+    proposal = browser.find_element(By.ID, "case-proposal").text
+    assert "olga" in proposal and "No charge at the provider." in proposal
+    assert browser.find_elements(By.ID, "approve-proposal") == []  # never to its proposer
+    screenshots(browser, "two-person-proposed")
+    assert request_of(execution).blocked_by_id == execution.pk  # nothing applied
+
+    log_in(browser, wait, live_server, "victor")
+    case_page(browser, wait, live_server, execution)
+    assert browser.find_element(By.ID, "proposal-waiting").is_displayed()
+    assert browser.find_elements(By.ID, "decide-proposal") == []
+
+    log_in(browser, wait, live_server, "petra")
+    case_page(browser, wait, live_server, execution)
+    screenshots(browser, "two-person-second-operator")
+    browser.find_element(By.ID, "decide_reason").send_keys("Checked: the provider has no charge.")
+    navigate(browser, wait, browser.find_element(By.ID, "approve-proposal"))
+    wait.until(ec.presence_of_element_located((By.ID, "case-resolved")))
+    assert "olga (proposed), petra (approved)" in browser.find_element(By.ID, "case-resolved").text
+    screenshots(browser, "two-person-approved")

@@ -80,7 +80,9 @@ class Command(BaseCommand):
                 )
             self.stdout.flush()
             prober = Prober(
-                owner=scheduler.owner, may_probe=lambda: scheduler.busy < config.concurrency
+                owner=scheduler.owner,
+                may_probe=lambda: scheduler.busy < config.concurrency,
+                metrics=metrics,
             )
             prober.start()
             try:

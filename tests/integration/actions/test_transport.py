@@ -50,3 +50,25 @@ def test_session__closed_when_its_thread_ends(provider):
     assert seen["pools_while_alive"] == 1
     # The thread's holder is gone, so its finalizer closed the session's pools.
     assert len(seen["session"].get_adapter("http://").poolmanager.pools) == 0
+
+
+def test_watchdog__one_thread_for_every_call__finished_deadlines_do_not_pile_up(provider):
+    def call() -> None:
+        transport.exchange(
+            method="GET",
+            url=provider.url("/ping"),
+            headers={},
+            body=None,
+            deadline=transport.Deadline.after(600),  # long: only a cancel can drop it
+            connect_timeout=2,
+            max_bytes=1024,
+            want_body=lambda status: True,
+        )
+
+    for _ in range(300):
+        call()
+
+    watchdogs = [t for t in threading.enumerate() if t.name == "http-watchdog"]
+    assert len(watchdogs) == 1
+    # 300 finished calls, their 600-second deadlines cancelled: the heap was rebuilt on the way.
+    assert len(transport._timers._due) < 150

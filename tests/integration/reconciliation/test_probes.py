@@ -18,6 +18,7 @@ from executions.models import (
     Execution,
     ExecutionStatus,
 )
+from executions.worker.metrics import AUTO_RESOLUTIONS, PROBES, WorkerMetrics
 from reconciliation import probes, services
 from reconciliation.models import CaseProbe
 from tests.support.providers import JsonProvider
@@ -40,11 +41,14 @@ def provider():
         yield server
 
 
+def _catalog(document):
+    return parse_catalog(document, adapters=ADAPTERS, lease_seconds=60, environ={})
+
+
 def _registry(provider, **options):
     document = charge_catalog(provider.url(CHARGES))
     document["contracts"]["payments.charge@1"].update(options)
-    catalog = parse_catalog(document, adapters=ADAPTERS, lease_seconds=60, environ={})
-    return use_registry(build_registry(catalog))
+    return use_registry(build_registry(_catalog(document)))
 
 
 def _charge_applied(provider, case: Execution) -> None:
@@ -216,3 +220,27 @@ def test_two_probers_at_once__one_probe_and_one_resolution(provider):
     assert sorted(ran) == [0, 1]
     assert [r.method for r in provider.requests() if "/by-key/" in r.path] == ["GET"]
     assert len(_by_prober(AuditType.RECONCILIATION_RESOLVED)) == 1
+
+
+@pytest.mark.django_db
+def test_metrics__count_probes_by_outcome_and_automatic_resolutions(provider):
+    metrics = WorkerMetrics()
+    reconciliation_case()  # its lookup fails: nothing listens on the registry's port
+    with use_registry(build_registry(_catalog(charge_catalog()))):
+        assert probes.probes_run_once(owner="w1", metrics=metrics) == 1
+    applied = reconciliation_case()
+    _charge_applied(provider, applied)
+    reconciliation_case()  # the provider has no such charge
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1", metrics=metrics) == 2
+    assert [metrics.value(PROBES, outcome) for outcome in ("found", "not_found", "error")] == [
+        1,
+        1,
+        1,
+    ]
+    assert metrics.value(AUTO_RESOLUTIONS, "WRITE_HAPPENED") == 1
+    assert metrics.value(AUTO_RESOLUTIONS, "WRITE_NOT_HAPPENED") == 0
+    text = metrics.text()
+    assert 'orquestador_worker_probes_total{outcome="not_found"} 1' in text
+    assert 'orquestador_worker_automatic_resolutions_total{resolution="WRITE_HAPPENED"} 1' in text
+    assert "# TYPE orquestador_worker_probes_total counter" in text

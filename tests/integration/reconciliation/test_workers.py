@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from executions.models import AuditType, Execution, ExecutionStatus
-from reconciliation import insight
+from reconciliation import explain, insight
 from reconciliation.models import WorkerProcess
 from tests.support.worker import wait_until
 
@@ -167,3 +167,64 @@ def test_request_and_execution_pages__show_the_numbered_timeline(operator):
         assert "<td>1</td>" in page and "<td>2</td>" in page
         assert "TRANSITION_ACCEPTED" in page and "RECONCILIATION_REQUIRED" in page
         assert " UTC</td>" in page
+
+
+@pytest.mark.django_db
+def test_execution_page__says_the_next_attempt_and_the_retry_after_behind_it(operator):
+    execution = ExecutionFactory(
+        status=ExecutionStatus.RETRY_WAIT,
+        next_attempt_at=timezone.now() + timedelta(seconds=300),
+        error_code=None,
+        error_detail=None,
+    )
+    audit(
+        execution.request,
+        execution,
+        AuditType.RETRY_SCHEDULED,
+        errorCode="HTTP_429",
+        delaySeconds=300.0,
+        retryAfterSeconds=3600.0,
+    )
+    page = (
+        _client(operator)
+        .get(reverse("admin:executions_execution_change", args=[execution.pk]))
+        .content.decode()
+    )
+    assert "RETRY_WAIT: next attempt at" in page
+    assert (
+        "a delay of 300.0 s after HTTP_429, the provider&#x27;s Retry-After: 3600.0 s, "
+        "capped at WORKER_RETRY_AFTER_MAX_SECONDS" in page
+    )
+
+
+@pytest.mark.django_db
+def test_execution_and_workers_pages__show_a_takeover(operator):
+    _worker("w-old:1:aa", seen_seconds_ago=600)
+    _worker("w-new:2:bb", seen_seconds_ago=1)
+    execution = ExecutionFactory(error_code=None, error_detail=None)
+    expired = timezone.now() - timedelta(seconds=5)
+    audit(
+        execution.request,
+        execution,
+        AuditType.LEASE_TAKEN_OVER,
+        previousOwner="w-old:1:aa",
+        previousToken=1,
+        leaseExpiredAt=expired.isoformat(),
+        newOwner="w-new:2:bb",
+        newToken=2,
+        attempt=2,
+    )
+    sentence = (
+        f"w-old:1:aa lost its lease (token 1) at {explain.utc(expired)}; w-new:2:bb took the "
+        "execution over at"
+    )
+    client = _client(operator)
+    page = client.get(
+        reverse("admin:executions_execution_change", args=[execution.pk])
+    ).content.decode()
+    assert sentence in page and "as token 2." in page
+    page = client.get(reverse(WORKERS)).content.decode()
+    old = page[page.index(">w-old:1:aa<") : page.index("</tr>", page.index(">w-old:1:aa<"))]
+    new = page[page.index(">w-new:2:bb<") : page.index("</tr>", page.index(">w-new:2:bb<"))]
+    assert "lost 1 · took over 0. Latest: " + sentence in old
+    assert "lost 0 · took over 1." in new

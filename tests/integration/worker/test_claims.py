@@ -1,12 +1,20 @@
 """The claim statement against real PostgreSQL: SKIP LOCKED, order, due work, the lease clock."""
 
+import datetime
 import threading
 
 import psycopg
 import pytest
 
 from executions import sql
-from tests.support.worker import action, claim, enqueue, execution_row, expire_lease
+from tests.support.worker import (
+    action,
+    audit_events,
+    claim,
+    enqueue,
+    execution_row,
+    expire_lease,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,3 +176,31 @@ def test_checkpoint_statuses__include_waiting_and_accepted(conn, flow_id):
             "VALUES (%s, 'x', 9, 'c', 1, 'READ_ONLY', 'SLEEPING', 'h', 'k', 1)",
             [accepted],
         )
+
+
+def test_claim__a_takeover_of_an_expired_lease_is_audited_and_an_ordinary_claim_is_not(
+    conn, flow_id
+):
+    taken = enqueue(conn, flow_id)
+    (first,) = claim(conn, "worker-old", limit=1, lease_seconds=0.2)
+    fresh = enqueue(conn, flow_id)
+    expire_lease(conn, taken.execution_id)
+    expired_at = execution_row(conn, taken.execution_id)["lease_expires_at"]
+
+    found = {c.execution_id: c for c in claim(conn, "worker-new", limit=10)}
+
+    assert found[taken.execution_id].taken_over
+    assert not found[fresh.execution_id].taken_over
+    assert "LEASE_TAKEN_OVER" not in [t for t, _ in audit_events(conn, fresh.request_id)]
+    (event,) = [p for t, p in audit_events(conn, taken.request_id) if t == "LEASE_TAKEN_OVER"]
+    assert event["previousOwner"] == "worker-old"
+    assert event["previousToken"] == first.fence.token == 1
+    assert event["newOwner"] == "worker-new"
+    assert event["newToken"] == found[taken.execution_id].fence.token == 2
+    assert event["attempt"] == 2
+    assert datetime.datetime.fromisoformat(event["leaseExpiredAt"]) == expired_at
+    (actor,) = conn.execute(
+        "SELECT actor FROM audit_event WHERE type = 'LEASE_TAKEN_OVER' AND execution_id = %s",
+        [taken.execution_id],
+    ).fetchone()
+    assert actor == "system:worker"

@@ -131,7 +131,11 @@ def test_stale_token__can_neither_retry_nor_fail_nor_finish(conn, takeover):
         "DRAFT",
         accepted.execution_id,
     )
-    assert [t for t, _ in audit_events(conn, accepted.request_id)] == ["TRANSITION_ACCEPTED"]
+    # Only the takeover itself was recorded; none of the stale holder's endings.
+    assert [t for t, _ in audit_events(conn, accepted.request_id)] == [
+        "TRANSITION_ACCEPTED",
+        "LEASE_TAKEN_OVER",
+    ]
 
 
 def test_expired_lease__fences_out_its_own_holder_even_before_a_takeover(conn, make_flow):

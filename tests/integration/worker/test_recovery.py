@@ -7,7 +7,9 @@ runtime, new connections, new adapter objects) and resumes from the database alo
 
 import pytest
 
+from executions.models import ActionExecution, AuditEvent
 from orquestador import errors
+from reconciliation import explain
 from tests.support.worker import (
     ScriptedAdapter,
     SimulatedCrash,
@@ -221,3 +223,28 @@ def test_recovery__an_authorised_replay_that_succeeds_completes(conn, make_flow,
     )
     assert len(replay.calls) == 1
     assert checkpoint_rows(conn, accepted.execution_id)["charge"]["attempt"] == 2
+
+
+def test_recovery__the_takeover_is_in_the_audit_and_the_case_says_who_lost_the_lease(
+    conn, make_flow, runtime_dsn
+):
+    accepted = enqueue(conn, make_flow([action("charge", "W")]))
+    crashed = _crash(
+        conn,
+        runtime_dsn,
+        binding("W", ScriptedAdapter(script=[SimulatedCrash()]), effect="NON_IDEMPOTENT_WRITE"),
+    )
+    expired_at = execution_row(conn, accepted.execution_id)["lease_expires_at"]
+    _recover(conn, runtime_dsn, binding("W", ScriptedAdapter(), effect="NON_IDEMPOTENT_WRITE"))
+
+    kinds = [kind for kind, _ in audit_events(conn, accepted.request_id)]
+    assert kinds[-2:] == ["LEASE_TAKEN_OVER", "RECONCILIATION_REQUIRED"]
+    timeline = list(AuditEvent.objects.filter(request_id=accepted.request_id).order_by("id"))
+    (lost,) = explain.takeovers(timeline)
+    assert (lost.previous_owner, lost.previous_token) == ("doomed", crashed.fence.token)
+    assert (lost.new_owner, lost.new_token) == ("rescuer", crashed.fence.token + 1)
+    assert lost.lease_expired_at == expired_at
+    checkpoint = ActionExecution.objects.get(execution_id=accepted.execution_id)
+    why = explain.why(error_code=None, error_detail=None, uncertain=[checkpoint], timeline=timeline)
+    assert why.startswith(f"Worker doomed lost its lease at {explain.utc(expired_at)} while ")
+    assert "was in flight" in why

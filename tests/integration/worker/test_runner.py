@@ -384,6 +384,7 @@ def test_run__a_retry_honours_retry_after_within_its_cap(conn, make_flow, run):
     run(binding("A", adapter))
     payload = audit_events(conn, accepted.request_id)[-1][1]
     assert payload["delaySeconds"] == FAST.retry_after_max_seconds
+    assert payload["retryAfterSeconds"] == 3600  # what the provider asked, kept in the audit
     due = execution_row(conn, accepted.execution_id)["next_attempt_at"]
     now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     assert (due - now).total_seconds() <= FAST.retry_after_max_seconds
@@ -393,7 +394,17 @@ def test_run__a_shorter_retry_after_is_honoured_as_asked(conn, make_flow, run):
     adapter = ScriptedAdapter(script=[transient("HTTP_429", retry_after=0.125)])
     accepted = enqueue(conn, make_flow([action("a", "A")]))
     run(binding("A", adapter))
-    assert audit_events(conn, accepted.request_id)[-1][1]["delaySeconds"] == 0.125
+    payload = audit_events(conn, accepted.request_id)[-1][1]
+    assert payload["delaySeconds"] == payload["retryAfterSeconds"] == 0.125
+
+
+def test_run__a_retry_without_retry_after_records_none(conn, make_flow, run):
+    adapter = ScriptedAdapter(script=[transient("HTTP_503")])
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    run(binding("A", adapter))
+    kind, payload = audit_events(conn, accepted.request_id)[-1]
+    assert kind == "RETRY_SCHEDULED" and "delaySeconds" in payload
+    assert "retryAfterSeconds" not in payload  # the jittered backoff, not the provider, chose it
 
 
 def test_run__the_external_key_is_stable_across_attempts(conn, make_flow, run):

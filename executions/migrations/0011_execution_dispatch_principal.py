@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     are given their accepting caller, which is who those dispatches carried before."""
 
     dependencies = [
-        ("executions", "0008_execution_reclaims"),
+        ("executions", "0010_audit_lease_taken_over"),
     ]
 
     operations = [

@@ -1,0 +1,268 @@
+"""The two-person rule (RECONCILIATION_TWO_PERSON): a replay of a NON_IDEMPOTENT_WRITE ("the write
+did not happen") is proposed by one operator and applied only when a second one approves it.
+
+Invariants (RECONCILIATION.md, "Two-person rule"):
+- under the rule, services.execution_resolve_write_not_happened refuses such a replay
+  (APPROVAL_REQUIRED); `replay_approve` is the only way to it, and it applies the replay through
+  the same fenced operator_write (writes.py) and services.replay as a one-person resolution;
+- propose, approve and reject are each one operator_write: request then execution locked, the
+  case still RECONCILIATION_REQUIRED. Two approvals of one proposal are therefore serialised, and
+  the second finds the case resolved and writes nothing;
+- the proposal is the latest RECONCILIATION_PROPOSED event of the execution unless a REJECTED or
+  RESOLVED one follows it, read under those locks. It holds while the case is as the proposer saw
+  it: the same execution token, the same uncertain checkpoint at the same attempt, the provider's
+  latest answer the same. Otherwise it is stale, and approving it is refused (PROPOSAL_STALE)
+  with nothing written;
+- the approver holds resolve_write_not_happened and is not the proposer (by username), checked
+  here, not only in the admin. Anyone holding it may reject, the proposer included (a withdrawal).
+"""
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from executions.models import ActionExecution, AuditEvent, AuditType
+from orquestador import errors
+
+from . import permissions
+from .evidence import checkpoint_evidence, is_uncertain
+from .explain import lookup_status
+from .selectors import latest_lookup
+from .services import (
+    Operator,
+    Resolution,
+    ResolutionRefused,
+    Resolved,
+    needs_two_people,
+    open_case,
+    replay,
+    require,
+    two_person_rule,
+    uncertain_checkpoint,
+)
+from .writes import LockedExecution, clean_reason
+
+# The events that open or close a proposal: the latest one says whether one is pending.
+DECISIONS = (
+    AuditType.RECONCILIATION_PROPOSED,
+    AuditType.RECONCILIATION_REJECTED,
+    AuditType.RECONCILIATION_RESOLVED,
+)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A replay proposed under the two-person rule, as its RECONCILIATION_PROPOSED event says."""
+
+    event_id: int
+    execution_id: uuid.UUID
+    action_id: str
+    proposer: str
+    reason: str
+    at: datetime
+    fencing_token: int  # the execution's token when proposed
+    attempt: int  # the uncertain checkpoint's attempt when proposed
+    lookup: str  # the provider's latest answer when proposed (explain.lookup_status)
+    stale: str | None  # why it no longer holds, or None while it does
+
+    @classmethod
+    def of(cls, event: AuditEvent, *, stale: str | None) -> "Proposal":
+        payload = event.payload
+        return cls(
+            event_id=event.pk,
+            execution_id=event.execution_id,
+            action_id=payload["actionId"],
+            proposer=payload["proposer"],
+            reason=payload["reason"],
+            at=event.created_at,
+            fencing_token=payload["fencingToken"],
+            attempt=payload["attempt"],
+            lookup=payload["lookupStatus"],
+            stale=stale,
+        )
+
+
+def _latest_decision(execution_id: uuid.UUID | str) -> AuditEvent | None:
+    return (
+        AuditEvent.objects.filter(execution_id=execution_id, type__in=DECISIONS)
+        .order_by("-id")
+        .first()
+    )
+
+
+def _staleness(
+    payload: dict[str, Any], *, token: int, status: str, checkpoint: ActionExecution | None
+) -> str | None:
+    """Why a proposal no longer holds for the case as it is now, or None."""
+    if status != "RECONCILIATION_REQUIRED":
+        return f"the case is no longer open (the execution is {status})"
+    if token != payload["fencingToken"]:
+        return "the case was written to since it was proposed (its fencing token moved)"
+    if checkpoint is None or not is_uncertain(checkpoint):
+        return f"action {payload['actionId']} is no longer uncertain"
+    if checkpoint.attempt != payload["attempt"]:
+        return f"action {payload['actionId']} is at another attempt"
+    now = lookup_status(
+        latest_lookup(execution_id=checkpoint.execution_id, action_id=checkpoint.action_id)
+    )
+    if now != payload["lookupStatus"]:
+        return (
+            f"the provider's answer changed since it was proposed ({payload['lookupStatus']} "
+            f"then, {now} now)"
+        )
+    return None
+
+
+def pending_proposal(*, execution_id: uuid.UUID | str) -> Proposal | None:
+    """The case's proposal still awaiting a decision (maybe stale), or None. Read-only, no lock."""
+    event = _latest_decision(execution_id)
+    if event is None or event.type != AuditType.RECONCILIATION_PROPOSED:
+        return None
+    execution = event.execution
+    checkpoint = ActionExecution.objects.filter(
+        execution_id=execution.pk, action_id=event.payload["actionId"]
+    ).first()
+    stale = _staleness(
+        event.payload,
+        token=execution.fencing_token,
+        status=execution.status,
+        checkpoint=checkpoint,
+    )
+    return Proposal.of(event, stale=stale)
+
+
+def _locked_proposal(case: LockedExecution) -> Proposal | None:
+    """The pending proposal, read under the case's locks."""
+    event = _latest_decision(case.execution_id)
+    if event is None or event.type != AuditType.RECONCILIATION_PROPOSED:
+        return None
+    checkpoint = ActionExecution.objects.filter(
+        execution_id=case.execution_id, action_id=event.payload["actionId"]
+    ).first()
+    stale = _staleness(event.payload, token=case.token, status=case.status, checkpoint=checkpoint)
+    return Proposal.of(event, stale=stale)
+
+
+def _refuse_rule_off() -> ResolutionRefused:
+    return ResolutionRefused(
+        errors.NO_APPROVAL_NEEDED,
+        "The two-person rule is off (RECONCILIATION_TWO_PERSON): resolve the case directly.",
+    )
+
+
+def replay_propose(
+    *, execution_id: uuid.UUID | str, action_id: str, reason: str, operator: Operator
+) -> Proposal:
+    """Propose that the uncertain write did not happen and be replayed once; apply nothing.
+
+    Refused while another proposal holds (PROPOSAL_PENDING): it is approved or rejected first.
+    """
+    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
+    if not two_person_rule():
+        raise _refuse_rule_off()
+    reason = clean_reason(reason, refused=ResolutionRefused)
+    username = operator.get_username()
+    with open_case(execution_id) as case:
+        checkpoint = uncertain_checkpoint(case.execution_id, action_id)
+        if not needs_two_people(checkpoint):
+            raise ResolutionRefused(
+                errors.NO_APPROVAL_NEEDED,
+                f"Action {action_id!r} is not a non-idempotent write: resolve it directly.",
+            )
+        pending = _locked_proposal(case)
+        if pending is not None and pending.stale is None:
+            raise ResolutionRefused(
+                errors.PROPOSAL_PENDING,
+                f"{pending.proposer} already proposed a replay of {pending.action_id}; approve or "
+                "reject that proposal first.",
+            )
+        lookup = latest_lookup(execution_id=case.execution_id, action_id=action_id)
+        event_id = case.record(
+            type=AuditType.RECONCILIATION_PROPOSED,
+            actor=username,
+            payload={
+                "resolution": Resolution.WRITE_NOT_HAPPENED.value,
+                "actionId": action_id,
+                "reason": reason,
+                "proposer": username,
+                "fencingToken": case.token,
+                "attempt": checkpoint.attempt,
+                "lookupStatus": lookup_status(lookup),
+                "evidence": {"checkpoint": checkpoint_evidence(checkpoint), "lookup": lookup},
+            },
+        )
+    return Proposal.of(AuditEvent.objects.get(pk=event_id), stale=None)
+
+
+def _the_proposal(case: LockedExecution, proposal_id: int) -> Proposal:
+    proposal = _locked_proposal(case)
+    if proposal is None or proposal.event_id != proposal_id:
+        raise ResolutionRefused(
+            errors.PROPOSAL_STALE,
+            "That proposal is no longer pending (it was rejected, withdrawn or replaced); "
+            "nothing was written.",
+        )
+    return proposal
+
+
+def replay_approve(
+    *, execution_id: uuid.UUID | str, proposal_id: int, reason: str, operator: Operator
+) -> Resolved:
+    """Approve another operator's proposal: the replay is applied, with both names audited."""
+    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
+    if not two_person_rule():
+        raise _refuse_rule_off()
+    reason = clean_reason(reason, refused=ResolutionRefused)
+    username = operator.get_username()
+    with open_case(execution_id) as case:
+        proposal = _the_proposal(case, proposal_id)
+        if proposal.proposer == username:
+            raise ResolutionRefused(
+                errors.SELF_APPROVAL,
+                "You proposed this replay: a second operator must approve it.",
+            )
+        if proposal.stale:
+            raise ResolutionRefused(
+                errors.PROPOSAL_STALE,
+                f"The proposal no longer holds: {proposal.stale}. Nothing was written; propose "
+                "again if the replay is still right.",
+            )
+        checkpoint = uncertain_checkpoint(case.execution_id, proposal.action_id)
+        return replay(
+            case,
+            checkpoint,
+            reason=reason,
+            operator=operator,
+            approval={
+                "proposalId": proposal.event_id,
+                "proposedBy": proposal.proposer,
+                "proposedAt": proposal.at.isoformat(),
+                "proposalReason": proposal.reason,
+                "approvedBy": username,
+            },
+        )
+
+
+def replay_reject(
+    *, execution_id: uuid.UUID | str, proposal_id: int, reason: str, operator: Operator
+) -> AuditEvent:
+    """Reject a proposal (or withdraw one's own) with a reason; the case stays open."""
+    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
+    reason = clean_reason(reason, refused=ResolutionRefused)
+    username = operator.get_username()
+    with open_case(execution_id) as case:
+        proposal = _the_proposal(case, proposal_id)
+        event_id = case.record(
+            type=AuditType.RECONCILIATION_REJECTED,
+            actor=username,
+            payload={
+                "proposalId": proposal.event_id,
+                "actionId": proposal.action_id,
+                "proposedBy": proposal.proposer,
+                "reason": reason,
+                "operator": username,
+                "withdrawn": proposal.proposer == username,
+            },
+        )
+    return AuditEvent.objects.get(pk=event_id)
