@@ -130,10 +130,18 @@ CLAIM_SESSION = "SET enable_sort = off"
 # caused it (`dispatch_principal`, written with the acceptance or the resume); a takeover of an
 # expired lease (recovery) or of a wait past its deadline (a timeout) runs as system, so it is
 # cleared here, in the claim itself, and a retry that dispatch schedules stays system.
+# Durability: the claim commits with synchronous_commit = off (this statement only), so pickup
+# does not wait for a WAL flush. Nothing outside the database acts on a claim before a later
+# synchronous commit of the same holder (a write's RUNNING checkpoint, a failure, a final
+# transaction), and WAL is flushed in order, so that commit makes the claim durable first. A claim
+# lost with a database crash (its takeover audit with it) leaves the execution as it was, to be
+# claimed again; a stale holder is then fenced by owner, and within one process by the
+# checkpoint's attempt (docs/adr/0004).
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
-               AS lease_until
+               AS lease_until,
+           set_config('synchronous_commit', 'off', true) AS durability
       FROM (SELECT clock_timestamp() AS now_at) AS t
 ),
 due AS (
@@ -1066,10 +1074,6 @@ SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS
 """
 
 # -- Automatic provider probes (reconciliation/probes.py) --------------------------------------
-
-# Name the prober's connection, so pg_stat_activity (and the connection budget) tells it apart
-# from the worker's own. Locks nothing.
-PROBER_SESSION = "SET application_name = 'orquestador-prober'"
 
 # Give each open case's first uncertain write (RUNNING or UNKNOWN, lowest sequence) one probe
 # row per attempt, due now. Reads the open cases through execution_reconcile_idx and their

@@ -40,6 +40,7 @@ from executions.worker.metrics import WorkerMetrics
 
 from . import services
 from .evidence import is_uncertain, lookup_evidence
+from .probedb import ConnectionSource, orm_on
 
 logger = logging.getLogger("reconciliation.probes")
 
@@ -112,9 +113,10 @@ def _settle(
     absent: bool,
     evidence: dict[str, Any] | None,
     execution: Execution | None,
+    source: ConnectionSource | None = None,
 ) -> bool:
     """Record the answer and reschedule or finish the probe, fenced on its token."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with orm_on(source), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             sql.PROBE_LOCK, {"key": probe.key, "probe_token": probe.token, "owner": owner}
         )
@@ -144,7 +146,9 @@ def _settle(
     return True
 
 
-def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
+def _close(
+    probe: Claimed, *, owner: str, outcome: str, source: ConnectionSource | None = None
+) -> str:
     """Finish a probe that asks nobody: the case closed, or there is no lookup to ask."""
     _settle(
         probe,
@@ -155,6 +159,7 @@ def _close(probe: Claimed, *, owner: str, outcome: str) -> str:
         absent=False,
         evidence=None,
         execution=None,
+        source=source,
     )
     return outcome
 
@@ -167,20 +172,29 @@ def _counted(result: Any) -> str:
 
 
 def probe_one(
-    probe: Claimed, *, owner: str, two_person: bool, metrics: WorkerMetrics | None = None
+    probe: Claimed,
+    *,
+    owner: str,
+    two_person: bool,
+    metrics: WorkerMetrics | None = None,
+    source: ConnectionSource | None = None,
 ) -> str:
-    """Ask the provider about one claimed probe and act on the answer; return the outcome."""
-    execution = Execution.objects.filter(pk=probe.execution_id).first()
-    checkpoint = ActionExecution.objects.filter(
-        execution_id=probe.execution_id, action_id=probe.action_id
-    ).first()
+    """Ask the provider about one claimed probe and act on the answer; return the outcome.
+
+    Each database step borrows a connection from `source` (probedb.py) and gives it back before
+    the provider is asked; without a source, Django's own connection serves."""
+    with orm_on(source):
+        execution = Execution.objects.filter(pk=probe.execution_id).first()
+        checkpoint = ActionExecution.objects.filter(
+            execution_id=probe.execution_id, action_id=probe.action_id
+        ).first()
     if (
         execution is None
         or execution.status != ExecutionStatus.RECONCILIATION_REQUIRED
         or checkpoint is None
         or not is_uncertain(checkpoint)
     ):
-        return _close(probe, owner=owner, outcome="closed")
+        return _close(probe, owner=owner, outcome="closed", source=source)
     try:
         binding = resolve(checkpoint.capability, checkpoint.capability_version)
         mode = binding.contract.auto_reconcile
@@ -192,7 +206,7 @@ def probe_one(
             checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
         )
     except IntegrationUnavailable:
-        return _close(probe, owner=owner, outcome="no-lookup")
+        return _close(probe, owner=owner, outcome="no-lookup", source=source)
     if metrics is not None:
         metrics.probed(_counted(result))
     contract = binding.contract
@@ -228,6 +242,7 @@ def probe_one(
         absent=absent,
         evidence=evidence,
         execution=execution,
+        source=source,
     ):
         return "superseded"
     if decide is None:
@@ -238,20 +253,9 @@ def probe_one(
         else "found no write on any probe across the whole window (lookup_authoritative)."
     )
     try:
-        if decide == "happened":
-            services.execution_resolve_write_happened(
-                execution_id=execution.pk,
-                action_id=checkpoint.action_id,
-                output=result.output,
-                reason=reason,
-                operator=SystemOperator(),
-            )
-        else:
-            services.execution_resolve_write_not_happened(
-                execution_id=execution.pk,
-                action_id=checkpoint.action_id,
-                reason=reason,
-                operator=SystemOperator(),
+        with orm_on(source):
+            _resolve(
+                decide, execution=execution, checkpoint=checkpoint, result=result, reason=reason
             )
     except services.ResolutionRefused as exc:
         logger.info(
@@ -266,16 +270,41 @@ def probe_one(
     return outcome
 
 
-def probes_run_once(*, owner: str, metrics: WorkerMetrics | None = None) -> int:
+def _resolve(
+    decide: str, *, execution: Execution, checkpoint: ActionExecution, result: Any, reason: str
+) -> None:
+    """Resolve the case through the operators' fenced services, as system:prober."""
+    if decide == "happened":
+        services.execution_resolve_write_happened(
+            execution_id=execution.pk,
+            action_id=checkpoint.action_id,
+            output=result.output,
+            reason=reason,
+            operator=SystemOperator(),
+        )
+    else:
+        services.execution_resolve_write_not_happened(
+            execution_id=execution.pk,
+            action_id=checkpoint.action_id,
+            reason=reason,
+            operator=SystemOperator(),
+        )
+
+
+def probes_run_once(
+    *,
+    owner: str,
+    metrics: WorkerMetrics | None = None,
+    source: ConnectionSource | None = None,
+) -> int:
     """One pass: enlist open cases, claim due probes, run them. Returns how many ran."""
-    with connection.cursor() as cursor:  # the prober's connection says whose it is
-        cursor.execute(sql.PROBER_SESSION)
-    probes_enlist()
-    claimed = probes_claim(owner=owner)
+    with orm_on(source):
+        probes_enlist()
+        claimed = probes_claim(owner=owner)
     two_person = bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
     for probe in claimed:
         try:
-            probe_one(probe, owner=owner, two_person=two_person, metrics=metrics)
+            probe_one(probe, owner=owner, two_person=two_person, metrics=metrics, source=source)
         except Exception:  # one probe's fault must not stop the others; its lease lapses
             logger.exception("probe failed", extra={"execution_id": str(probe.execution_id)})
     return len(claimed)
@@ -285,8 +314,9 @@ class Prober(threading.Thread):
     """The probe loop of a runworker process, until `stop` is set.
 
     Probes are background work: a pass runs only while `may_probe()` (the worker has a free
-    slot), and its database connection is closed after every pass, so a busy worker keeps its
-    connection budget for executions.
+    slot). Its database steps borrow the worker's shared connections from `source` one step at a
+    time (probedb.py), so the prober opens none of its own; without a source (a runtime with no
+    shared connections) it uses Django's connection and closes it after every pass.
     """
 
     def __init__(
@@ -295,10 +325,12 @@ class Prober(threading.Thread):
         owner: str,
         may_probe: Callable[[], bool] = lambda: True,
         metrics: WorkerMetrics | None = None,
+        source: ConnectionSource | None = None,
     ) -> None:
         super().__init__(name="worker-prober", daemon=True)
         self.owner = owner
         self.metrics = metrics
+        self.source = source
         self.may_probe = may_probe
         self.stop = threading.Event()
 
@@ -307,7 +339,9 @@ class Prober(threading.Thread):
             ran = 0
             if self.may_probe():
                 try:
-                    ran = probes_run_once(owner=self.owner, metrics=self.metrics)
+                    ran = probes_run_once(
+                        owner=self.owner, metrics=self.metrics, source=self.source
+                    )
                 except Exception:
                     logger.exception("probe pass failed", extra={"owner": self.owner})
                 finally:

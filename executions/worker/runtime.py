@@ -27,6 +27,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -208,6 +209,11 @@ class LocalWorkerRuntime:
 
     def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
         self._pool.close(timeout=timeout)
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]:
+        """Borrow one of the shared connections for one step (the prober's: reconciliation/
+        probedb.py); it goes back to the pool, checked, when the block ends."""
+        return self._pool.connection()
 
     def refresh_connections(self) -> None:
         """After a database outage: test the idle shared connections and replace broken ones,

@@ -83,6 +83,8 @@ class Command(BaseCommand):
                 owner=scheduler.owner,
                 may_probe=lambda: scheduler.busy < config.concurrency,
                 metrics=metrics,
+                # The prober borrows the runtime's shared connections: nothing of its own.
+                source=runtime.connection if isinstance(runtime, LocalWorkerRuntime) else None,
             )
             prober.start()
             try:

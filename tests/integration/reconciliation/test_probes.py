@@ -6,7 +6,9 @@ import threading
 
 import pytest
 import requests
+from django.db import connection
 from django.utils import timezone
+from psycopg.pq import TransactionStatus
 
 from actions.catalog import parse_catalog
 from actions.registry import ADAPTERS, build_registry, use_registry
@@ -22,6 +24,7 @@ from executions.worker.metrics import AUTO_RESOLUTIONS, PROBES, WorkerMetrics
 from reconciliation import probes, services
 from reconciliation.models import CaseProbe
 from tests.support.providers import JsonProvider
+from tests.support.worker import registry, runtime_for
 
 from .conftest import charge_catalog
 from .factories import reconciliation_case
@@ -244,3 +247,21 @@ def test_metrics__count_probes_by_outcome_and_automatic_resolutions(provider):
     assert 'orquestador_worker_probes_total{outcome="not_found"} 1' in text
     assert 'orquestador_worker_automatic_resolutions_total{resolution="WRITE_HAPPENED"} 1' in text
     assert "# TYPE orquestador_worker_probes_total counter" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_probes_on_the_workers_shared_connections__nothing_of_their_own(provider, runtime_dsn):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    connection.close()
+    with _registry(provider), runtime_for(runtime_dsn, registry()) as runtime:
+        assert probes.probes_run_once(owner="w1", source=runtime.connection) == 1
+        assert connection.connection is None  # Django opened no connection of its own
+        with runtime.connection() as conn:  # lent and given back as it was
+            assert conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+            assert conn.execute("""SELECT '{"a": 1}'::jsonb""").fetchone()[0] == {"a": 1}
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["resolution"] == "WRITE_HAPPENED"
+    checkpoint = ActionExecution.objects.get(execution=case)
+    assert checkpoint.output == {"chargeId": checkpoint.output["chargeId"], "status": "paid"}
