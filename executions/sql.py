@@ -1075,20 +1075,31 @@ SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS
 
 # -- Automatic provider probes (reconciliation/probes.py) --------------------------------------
 
-# Give each open case's first uncertain write (RUNNING or UNKNOWN, lowest sequence) one probe
-# row per attempt, due now. Reads the open cases through execution_reconcile_idx and their
-# checkpoints by action_execution_action_uniq; inserts only (a row another prober added first is
-# left alone).
+# Give every uncertain write (RUNNING or UNKNOWN) of each open case one probe row per attempt,
+# due now; a probe that was closed because its case was not open at that moment (a resolution of
+# another of its writes requeued the execution, which came back to the desk on this one) opens
+# again, with a fresh window. Reads the open cases through execution_reconcile_idx and their
+# checkpoints by action_execution_action_uniq; updates only closed probes of open cases (by
+# primary key), otherwise inserts only (a row another prober added first is left alone).
 PROBES_ENLIST = """
+WITH uncertain AS (
+    SELECT e.id::text || ':' || c.action_id || ':' || c.attempt AS key, e.id AS execution_id,
+           c.action_id
+      FROM execution e
+      JOIN action_execution c
+        ON c.execution_id = e.id AND c.status IN ('RUNNING', 'UNKNOWN')
+     WHERE e.status = 'RECONCILIATION_REQUIRED'
+),
+reopened AS (
+    UPDATE case_probe p
+       SET opened_at = clock_timestamp(), next_probe_at = clock_timestamp(), probes = 0,
+           all_absent = true, finished_at = NULL, outcome = ''
+      FROM uncertain u
+     WHERE p.key = u.key AND p.finished_at IS NOT NULL AND p.outcome = 'closed'
+)
 INSERT INTO case_probe (key, execution_id, action_id, opened_at, next_probe_at)
-SELECT e.id::text || ':' || c.action_id || ':' || c.attempt, e.id, c.action_id,
-       clock_timestamp(), clock_timestamp()
-  FROM execution e
-  CROSS JOIN LATERAL (
-        SELECT action_id, attempt FROM action_execution
-         WHERE execution_id = e.id AND status IN ('RUNNING', 'UNKNOWN')
-         ORDER BY sequence LIMIT 1) c
- WHERE e.status = 'RECONCILIATION_REQUIRED'
+SELECT u.key, u.execution_id, u.action_id, clock_timestamp(), clock_timestamp()
+  FROM uncertain u
 ON CONFLICT (key) DO NOTHING
 """
 

@@ -2,9 +2,10 @@
 is paged, and settles the case itself when the provider's answer is conclusive (SPEC §10).
 
 Invariants and transaction boundaries:
-- every open case's first uncertain write gets one probe row per attempt (PROBES_ENLIST); its
+- every uncertain write of an open case gets one probe row per attempt (PROBES_ENLIST); its
   schedule is `probe_offsets(window)` after the case opened, window = the contract's
-  `probe_window_seconds`;
+  `probe_window_seconds`. A probe closed because its case was not open at that moment (another
+  write's resolution requeued the execution) opens again when the case is back;
 - a probe is claimed like work (PROBES_CLAIM: FOR UPDATE SKIP LOCKED, a lease, token + 1) and
   every later write about it is fenced on that token (PROBE_LOCK), so two workers never probe the
   same case at once and a prober whose probe lease ran out writes nothing;
@@ -88,7 +89,8 @@ class Claimed:
 
 
 def probes_enlist() -> int:
-    """Give every open case's first uncertain write a probe row; return how many were added."""
+    """Give every uncertain write of each open case a probe row (reopening one closed while the
+    case was away); return how many were added."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.PROBES_ENLIST)
         return cursor.rowcount

@@ -27,7 +27,7 @@ from tests.support.providers import JsonProvider
 from tests.support.worker import registry, runtime_for
 
 from .conftest import charge_catalog
-from .factories import reconciliation_case
+from .factories import CheckpointFactory, reconciliation_case
 from .worker import CHARGES, charged
 
 
@@ -265,3 +265,52 @@ def test_probes_on_the_workers_shared_connections__nothing_of_their_own(provider
     assert resolved.payload["resolution"] == "WRITE_HAPPENED"
     checkpoint = ActionExecution.objects.get(execution=case)
     assert checkpoint.output == {"chargeId": checkpoint.output["chargeId"], "status": "paid"}
+
+
+def _applied(provider, case: Execution, action_id: str) -> None:
+    requests.post(
+        provider.url(CHARGES),
+        json={"amount": 42},
+        headers={"Idempotency-Key": f"{case.pk}:{action_id}"},
+        timeout=5,
+    )
+
+
+@pytest.mark.django_db
+def test_every_uncertain_write_of_a_case__probed_and_settled(provider):
+    case = reconciliation_case()
+    CheckpointFactory(execution=case, action_id="refund", sequence=1, status="RUNNING")
+    for action_id in ("charge", "refund"):
+        _applied(provider, case, action_id)
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1") == 2  # both writes asked about at once
+        # One resolution requeued the execution, so the other write's probe closed; the worker
+        # meets that write still uncertain and sends the execution back to the desk.
+        (first,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+        assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+        Execution.objects.filter(pk=case.pk).update(status=ExecutionStatus.RECONCILIATION_REQUIRED)
+        assert probes.probes_run_once(owner="w1") == 1  # its probe opens again
+    resolved = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved[0] == first and len(resolved) == 2
+    assert {e.payload["actionId"] for e in resolved} == {"charge", "refund"}
+    assert {e.payload["resolution"] for e in resolved} == {"WRITE_HAPPENED"}
+    checkpoints = ActionExecution.objects.filter(execution=case)
+    assert {(c.action_id, c.status) for c in checkpoints} == {
+        ("charge", CheckpointStatus.SUCCEEDED),
+        ("refund", CheckpointStatus.SUCCEEDED),
+    }
+    assert sorted(p.outcome for p in CaseProbe.objects.all()) == ["resolved-happened"] * 2
+
+
+@pytest.mark.django_db
+def test_a_case_whose_first_write_is_settled__its_next_uncertain_write_is_probed(provider):
+    case = reconciliation_case(checkpoint_status=CheckpointStatus.SUCCEEDED)
+    CheckpointFactory(execution=case, action_id="refund", sequence=1)
+    _applied(provider, case, "refund")
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1") == 1
+    (probe,) = CaseProbe.objects.all()
+    assert (probe.action_id, probe.outcome) == ("refund", "resolved-happened")
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["actionId"] == "refund"
+    assert ActionExecution.objects.get(execution=case, action_id="refund").status == "SUCCEEDED"
