@@ -69,6 +69,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.rawloop import SCHEMA as RAW_SCHEMA  # noqa: E402
 from executions import sql  # noqa: E402 (plain SQL constants, no Django needed)
+from executions.worker.database import WorkerConnections  # noqa: E402 (no Django either)
+from executions.worker.pooling import PoolingConfig  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 READY_TIMEOUT = 60  # seconds for worker processes to connect
@@ -116,8 +118,6 @@ timeout_seconds = 10
 adapter = "http.json"
 url = "http://127.0.0.1:{port}/slow"
 """
-# As the worker's connections (executions/worker/runtime.py): statements prepared at once.
-PREPARE_THRESHOLD = 0
 SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate")
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
 JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
@@ -499,13 +499,9 @@ class Bench:
         return result
 
     def _claimer(self) -> psycopg.Connection:
-        """A connection set up exactly like the worker's claiming one (scheduler._listen)."""
-        conn = psycopg.connect(
-            self.db["DATABASE_URL"], autocommit=True, prepare_threshold=PREPARE_THRESHOLD
-        )
-        conn.execute(sql.WORKER_SESSION)
-        conn.execute(sql.CLAIM_SESSION)
-        return conn
+        """A claiming connection opened by the worker's own code (WorkerConnections), with its
+        session settings and prepared statements, only without LISTEN."""
+        return WorkerConnections(self.db["DATABASE_URL"], PoolingConfig()).plain(claims=True)
 
     def claim_time(self, claims: int, label: str) -> dict:
         owner = "bench-claimer"

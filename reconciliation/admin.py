@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from executions.models import ExecutionStatus
+from executions.models import AuditType, ExecutionStatus
 
 from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
@@ -27,6 +27,7 @@ from .evidence import clip
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
+PROPOSED = AuditType.RECONCILIATION_PROPOSED  # a replay awaiting a second operator's approval
 QUEUE_DETAIL_CHARS = 60  # characters of an error detail in a queue row
 
 # The admin home opens on the desk's state (templates/admin/operations_index.html); there is no
@@ -98,7 +99,10 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
 
     @admin.display(description="case", ordering="created_at")
     def case(self, obj: ReconciliationCase) -> str:
-        return format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
+        short = format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
+        if obj.status == OPEN and getattr(obj, "latest_decision", None) == PROPOSED:
+            return format_html("{}<br><strong>replay proposed</strong>", short)
+        return short
 
     @admin.display(description="waiting")
     def waiting(self, obj: ReconciliationCase) -> str:
@@ -166,14 +170,17 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
 
 @admin.register(BlockedRequest)
 class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
+    """Requests held by an execution: what holds each, doing what, and since when."""
+
+    # What an operator scans for first comes first: a wide list scrolls sideways at 1400 px.
     list_display = (
         "request_link",
-        "flow",
-        "state",
-        "revision",
+        "doing",
         "blocking",
-        "blocking_status",
-        "since",
+        "blocked_since",
+        "where",
+        "flow",
+        "changed",
     )
     list_filter = (
         filters.BlockingStatusFilter,
@@ -204,23 +211,36 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
     @admin.display(description="request")
     def request_link(self, obj: BlockedRequest) -> str:
         url = reverse("admin:executions_request_change", args=[obj.pk])
-        return format_html('<a href="{}">{}</a>', url, obj.pk)
+        return format_html('<a href="{}" title="{}">{}</a>', url, obj.pk, str(obj.pk)[:8])
+
+    @admin.display(description="state")
+    def where(self, obj: BlockedRequest) -> str:
+        return f"{obj.state} (revision {obj.revision})"
 
     @admin.display(description="blocked by")
     def blocking(self, obj: BlockedRequest) -> str:
         execution = obj.blocked_by
+        short = str(execution.pk)[:8]
         if execution.status == OPEN:
-            return format_html('<a href="{}">case {}</a>', case_url(execution.pk), execution.pk)
-        url = reverse("admin:executions_execution_change", args=[execution.pk])
-        return format_html('<a href="{}">{}</a>', url, execution.pk)
+            url, text = case_url(execution.pk), f"case {short}"
+        else:
+            url = reverse("admin:executions_execution_change", args=[execution.pk])
+            text = f"execution {short}"
+        return format_html(
+            '<a href="{}" title="{}">{}</a> · {}', url, execution.pk, text, execution.transition_id
+        )
 
-    @admin.display(description="execution status")
-    def blocking_status(self, obj: BlockedRequest) -> str:
-        return obj.blocked_by.status
+    @admin.display(description="what blocks it")
+    def doing(self, obj: BlockedRequest) -> str:
+        return explain.blocking(obj.blocked_by, timezone.now())
 
-    @admin.display(description="last change")
-    def since(self, obj: BlockedRequest) -> Any:
-        return obj.updated_at
+    @admin.display(description="blocked since (UTC)")
+    def blocked_since(self, obj: BlockedRequest) -> str:
+        return explain.at_and_ago(obj.blocked_by.created_at, timezone.now())
+
+    @admin.display(description="request last changed (UTC)")
+    def changed(self, obj: BlockedRequest) -> str:
+        return explain.at_and_ago(obj.updated_at, timezone.now())
 
     def get_list_display_links(self, request: HttpRequest, list_display: Any) -> None:
         return None  # the columns link to the request and to the case

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from executions.models import ActionExecution, AuditEvent, AuditType
+from executions.models import ActionExecution, AuditEvent, AuditType, Execution, ExecutionStatus
 from orquestador import errors
 
 from . import permissions
@@ -95,7 +95,7 @@ def _staleness(
     payload: dict[str, Any], *, token: int, status: str, checkpoint: ActionExecution | None
 ) -> str | None:
     """Why a proposal no longer holds for the case as it is now, or None."""
-    if status != "RECONCILIATION_REQUIRED":
+    if status != ExecutionStatus.RECONCILIATION_REQUIRED:
         return f"the case is no longer open (the execution is {status})"
     if token != payload["fencingToken"]:
         return "the case was written to since it was proposed (its fencing token moved)"
@@ -114,41 +114,41 @@ def _staleness(
     return None
 
 
-def pending_proposal(*, execution_id: uuid.UUID | str) -> Proposal | None:
-    """The case's proposal still awaiting a decision (maybe stale), or None. Read-only, no lock."""
+def _proposal(execution_id: uuid.UUID | str, *, token: int, status: str) -> Proposal | None:
+    """The latest proposal still awaiting a decision, judged against the case as given."""
     event = _latest_decision(execution_id)
     if event is None or event.type != AuditType.RECONCILIATION_PROPOSED:
         return None
-    execution = event.execution
     checkpoint = ActionExecution.objects.filter(
-        execution_id=execution.pk, action_id=event.payload["actionId"]
+        execution_id=execution_id, action_id=event.payload["actionId"]
     ).first()
-    stale = _staleness(
-        event.payload,
-        token=execution.fencing_token,
-        status=execution.status,
-        checkpoint=checkpoint,
-    )
+    stale = _staleness(event.payload, token=token, status=status, checkpoint=checkpoint)
     return Proposal.of(event, stale=stale)
+
+
+def pending_proposal(*, execution_id: uuid.UUID | str) -> Proposal | None:
+    """The case's proposal still awaiting a decision (maybe stale), or None. Read-only, no lock."""
+    execution = Execution.objects.filter(pk=execution_id).only("fencing_token", "status").first()
+    if execution is None:
+        return None
+    return _proposal(execution.pk, token=execution.fencing_token, status=execution.status)
 
 
 def _locked_proposal(case: LockedExecution) -> Proposal | None:
     """The pending proposal, read under the case's locks."""
-    event = _latest_decision(case.execution_id)
-    if event is None or event.type != AuditType.RECONCILIATION_PROPOSED:
-        return None
-    checkpoint = ActionExecution.objects.filter(
-        execution_id=case.execution_id, action_id=event.payload["actionId"]
-    ).first()
-    stale = _staleness(event.payload, token=case.token, status=case.status, checkpoint=checkpoint)
-    return Proposal.of(event, stale=stale)
+    return _proposal(case.execution_id, token=case.token, status=case.status)
 
 
-def _refuse_rule_off() -> ResolutionRefused:
-    return ResolutionRefused(
-        errors.NO_APPROVAL_NEEDED,
-        "The two-person rule is off (RECONCILIATION_TWO_PERSON): resolve the case directly.",
-    )
+def _checked(operator: Operator, reason: str, *, rule_on: bool = True) -> tuple[str, str]:
+    """The checks every decision starts with: the permission, the rule on (unless a rejection),
+    a written reason. Returns the cleaned reason and the operator's username."""
+    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
+    if rule_on and not two_person_rule():
+        raise ResolutionRefused(
+            errors.NO_APPROVAL_NEEDED,
+            "The two-person rule is off (RECONCILIATION_TWO_PERSON): resolve the case directly.",
+        )
+    return clean_reason(reason, refused=ResolutionRefused), operator.get_username()
 
 
 def replay_propose(
@@ -158,11 +158,7 @@ def replay_propose(
 
     Refused while another proposal holds (PROPOSAL_PENDING): it is approved or rejected first.
     """
-    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
-    if not two_person_rule():
-        raise _refuse_rule_off()
-    reason = clean_reason(reason, refused=ResolutionRefused)
-    username = operator.get_username()
+    reason, username = _checked(operator, reason)
     with open_case(execution_id) as case:
         checkpoint = uncertain_checkpoint(case.execution_id, action_id)
         if not needs_two_people(checkpoint):
@@ -210,11 +206,7 @@ def replay_approve(
     *, execution_id: uuid.UUID | str, proposal_id: int, reason: str, operator: Operator
 ) -> Resolved:
     """Approve another operator's proposal: the replay is applied, with both names audited."""
-    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
-    if not two_person_rule():
-        raise _refuse_rule_off()
-    reason = clean_reason(reason, refused=ResolutionRefused)
-    username = operator.get_username()
+    reason, username = _checked(operator, reason)
     with open_case(execution_id) as case:
         proposal = _the_proposal(case, proposal_id)
         if proposal.proposer == username:
@@ -248,9 +240,7 @@ def replay_reject(
     *, execution_id: uuid.UUID | str, proposal_id: int, reason: str, operator: Operator
 ) -> AuditEvent:
     """Reject a proposal (or withdraw one's own) with a reason; the case stays open."""
-    require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
-    reason = clean_reason(reason, refused=ResolutionRefused)
-    username = operator.get_username()
+    reason, username = _checked(operator, reason, rule_on=False)
     with open_case(execution_id) as case:
         proposal = _the_proposal(case, proposal_id)
         event_id = case.record(

@@ -13,12 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from executions.flows import pointer
-from executions.models import AuditEvent, AuditType, CheckpointStatus
+from executions.models import AuditEvent, AuditType, CheckpointStatus, ExecutionStatus
 
 from .evidence import clip
 
 SUMMARY_VALUE_CHARS = 80  # characters of one case-summary value shown
 WHY_DETAIL_CHARS = 200  # characters of an error detail quoted in the one-sentence why
+BLOCKING_DETAIL_CHARS = 80  # characters of an error detail on the Blocked requests page
 
 # Lookup statuses, as the queue and the case page name them.
 NOT_ASKED, HAPPENED, NOT_FOUND, LOOKUP_ERROR = "not asked", "happened", "not found", "error"
@@ -252,3 +253,41 @@ def risk(resolution: str, lookup: dict[str, Any] | None) -> str | None:
             "though it had, and nothing will make it happen."
         )
     return None
+
+
+def at_and_ago(moment: datetime | None, now: datetime) -> str:
+    """A moment as UTC to the second with its relative age: "… UTC (3 min ago)" / "(in 5 s)"."""
+    if moment is None:
+        return "—"
+    seconds = (now - moment).total_seconds()
+    relative = f"{age(seconds)} ago" if seconds >= 0 else f"in {age(-seconds)}"
+    return f"{utc(moment)} ({relative})"
+
+
+def blocking(execution: Any, now: datetime) -> str:
+    """What the execution holding a request is doing, in words (the Blocked requests page)."""
+    status = execution.status
+    if status == ExecutionStatus.RECONCILIATION_REQUIRED:
+        detail = clip(execution.error_detail, BLOCKING_DETAIL_CHARS)
+        code = execution.error_code or "no error code"
+        return f"waiting for an operator: {code}" + (f" — {detail}" if detail else "")
+    if status == ExecutionStatus.RUNNING:
+        expires = execution.lease_expires_at
+        if expires is not None and expires > now:
+            return (
+                f"running (attempt {execution.attempts}): lease held by {execution.lease_owner} "
+                f"until {at_and_ago(expires, now)}"
+            )
+        return (
+            f"running, but its lease expired {at_and_ago(expires, now)}: any worker will reclaim it"
+        )
+    due = execution.next_attempt_at
+    if status == ExecutionStatus.PENDING:
+        if due is not None and due > now:
+            return f"pending: due {at_and_ago(due, now)}"
+        return f"pending: waiting for a worker to claim it since {at_and_ago(due, now)}"
+    if status == ExecutionStatus.RETRY_WAIT:
+        return f"waiting to retry (attempt {execution.attempts + 1}) {at_and_ago(due, now)}"
+    if status == ExecutionStatus.SUSPENDED:
+        return f"suspended: waiting for an event, deadline {at_and_ago(due, now)}"
+    return str(status)

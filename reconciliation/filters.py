@@ -58,10 +58,18 @@ class StatusFilter(admin.SimpleListFilter):
             }
 
 
+FINAL = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+
+
 class BlockingStatusFilter(StatusFilter):
+    """Only the statuses that hold a request: a final execution has released it."""
+
     title = "status of the blocking execution"
     field = "blocked_by__status"
     default = None
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(ALL, "All")] + [(s.value, s.value) for s in ExecutionStatus if s not in FINAL]
 
 
 class FlowFilter(admin.SimpleListFilter):
@@ -107,12 +115,7 @@ class CapabilityFilter(admin.SimpleListFilter):
 
 class BlockingCapabilityFilter(CapabilityFilter):
     execution_field = "blocked_by_id"
-    statuses = tuple(
-        status
-        for status in ExecutionStatus.values
-        if status
-        not in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
-    )
+    statuses = tuple(status for status in ExecutionStatus.values if status not in FINAL)
 
 
 AGES = {
@@ -124,7 +127,7 @@ AGES = {
 
 
 class AgeFilter(admin.SimpleListFilter):
-    """How long ago the execution was created (or, for a blocked request, last changed)."""
+    """How long ago the execution was created."""
 
     title = "age"
     parameter_name = "age"
@@ -149,5 +152,7 @@ class AgeFilter(admin.SimpleListFilter):
 
 
 class BlockedAgeFilter(AgeFilter):
-    title = "blocked for (since last change)"
-    field = "updated_at"
+    """How long the request has been held: since its blocking execution was accepted."""
+
+    title = "blocked for"
+    field = "blocked_by__created_at"

@@ -76,7 +76,7 @@ def endpoint_runtime() -> LocalWorkerRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            from .scheduler import database_conninfo
+            from .database import database_conninfo
 
             # The endpoint process need not be a `runworker` (WORKER_ENABLED is about claiming),
             # but it runs executions with the same WORKER_* tunables, validated the same way.

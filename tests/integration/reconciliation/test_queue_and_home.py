@@ -154,3 +154,29 @@ def test_read_only_pages__have_no_empty_history_and_times_to_the_second(operator
     assert "/history/" not in page
     events = client.get(reverse("admin:executions_auditevent_changelist")).content.decode()
     assert UTC_TO_THE_SECOND.search(events)
+
+
+@pytest.mark.parametrize(
+    "changelist",
+    [
+        "admin:executions_execution_changelist",
+        "admin:executions_request_changelist",
+        "admin:executions_auditevent_changelist",
+        "admin:executions_actionexecution_changelist",
+    ],
+)
+def test_read_only_lists__short_ids_and_times_with_their_age(operator, changelist):
+    case = reconciliation_case()
+    page = _client(operator).get(reverse(changelist)).content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(\d+ s ago\)", page)
+    assert str(case.pk)[:8] in page
+    assert f">{case.pk}<" not in page and f">{case.request_id}<" not in page  # no id wraps
+
+
+def test_blocked_requests__offer_no_status_that_cannot_block(operator):
+    reconciliation_case()
+    page = _client(operator).get(reverse("admin:reconciliation_blockedrequest_changelist"))
+    text = page.content.decode()
+    assert "?status=RECONCILIATION_REQUIRED" in text
+    for final in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        assert f"?status={final}" not in text

@@ -142,7 +142,7 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
         assert claim_b.execution_id == second.execution_id
 
         renewed = scheduler_renewal(conn, sent)
-        scheduler._apply_renewal(sent, renewed, sent_at=time.monotonic())
+        scheduler.heartbeat.apply_renewal(sent, renewed, sent_at=time.monotonic())
 
         assert renewed == set()  # A's lease is lost ...
         assert not holding_b.cancelled.is_set()  # ... and B, now on that slot, is untouched
@@ -150,7 +150,7 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
 
         # The same answer while A is still held does cancel A, and only A.
         holding_a2 = scheduler._hold(claim_a)
-        scheduler._apply_renewal([holding_a2], set(), sent_at=time.monotonic())
+        scheduler.heartbeat.apply_renewal([holding_a2], set(), sent_at=time.monotonic())
         assert holding_a2.cancelled.is_set() and not holding_b.cancelled.is_set()
 
 

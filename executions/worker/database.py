@@ -1,0 +1,135 @@
+"""The worker's view of its database: the connections it opens, and whether it is reachable.
+
+`database_conninfo` turns Django's DATABASES entry into the libpq string the worker's own
+connections use; `WorkerConnections` opens the dispatcher's (the runtime's shared ones are
+executions/worker/runtime.py's). `DatabaseState` is what the claim loop and the heartbeat share
+about outages: it logs once per change (unreachable, reachable again), never once per failed
+attempt, and remembers when the last outage ended (the poison cap does not count takeovers
+caused by it).
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from .. import sql
+from .pooling import PoolingConfig
+
+logger = logging.getLogger("executions.worker")
+
+LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
+
+
+def database_conninfo(db: dict[str, Any], *, application_name: str = "orquestador-worker") -> str:
+    """A libpq connection string for a Django DATABASES entry (the worker's own connections)."""
+    options = {k: v for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_OPTIONS}
+    params = {
+        "dbname": db.get("NAME"),
+        "user": db.get("USER"),
+        "password": db.get("PASSWORD"),
+        "host": db.get("HOST"),
+        "port": db.get("PORT"),
+        "application_name": application_name,
+        **options,
+    }
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v not in (None, "")})
+
+
+class DatabaseState:
+    """Whether this process can reach PostgreSQL, as its claim loop and heartbeat see it.
+
+    Logs once per change (unreachable, reachable again), not once per failed attempt, and says
+    how long an outage has lasted so far."""
+
+    def __init__(self, owner: str, on_return: Callable[[], None] | None = None) -> None:
+        self._owner = owner
+        self._on_return = on_return  # called once when the database is reachable again
+        self._lock = threading.Lock()
+        self.down_since: float | None = None
+        self.back_since: float | None = None  # when the last outage ended (the poison cap)
+        self.outages = 0  # outages seen since start, for tests and logs
+
+    def failed(self, where: str, exc: BaseException) -> None:
+        with self._lock:
+            if self.down_since is not None:
+                return
+            self.down_since = time.monotonic()
+            self.outages += 1
+        logger.warning(
+            "database unreachable",
+            extra={
+                "owner": self._owner,
+                "where": where,
+                "error": type(exc).__name__,
+                "detail": (str(exc).strip().splitlines() or [""])[0][:200],
+            },
+        )
+
+    def reached(self, where: str) -> None:
+        with self._lock:
+            if self.down_since is None:
+                return
+            lasted, self.down_since = time.monotonic() - self.down_since, None
+            self.back_since = time.monotonic()
+        logger.warning(
+            "database reachable again",
+            extra={"owner": self._owner, "where": where, "outage_seconds": round(lasted, 3)},
+        )
+        if self._on_return is not None:
+            self._on_return()
+
+    def down_for(self) -> float:
+        """Seconds the current outage has lasted (0 when the database is reachable)."""
+        with self._lock:
+            return 0.0 if self.down_since is None else time.monotonic() - self.down_since
+
+
+class WorkerConnections:
+    """The dispatcher's connections: the claiming one, which also LISTENs on a direct connection;
+    behind a transaction pooler a separate direct listener (WORKER_LISTEN_DATABASE_URL) or none,
+    and then the worker polls; and plain ones (the heartbeat's). All autocommit, set up with the
+    pooling mode's session statements."""
+
+    def __init__(self, conninfo: str, pooling: PoolingConfig) -> None:
+        self.conninfo = conninfo
+        self.pooling = pooling
+        # Behind a transaction pooler LISTEN needs a session of its own: a direct connection
+        # (WORKER_LISTEN_DATABASE_URL), or none at all, and then the worker polls.
+        self.listen_conninfo = (
+            make_conninfo(pooling.listen_url, application_name="orquestador-worker")
+            if pooling.transaction_pooled and pooling.listen_url
+            else None
+        )
+        self.listener: psycopg.Connection | None = None
+
+    def claiming(self) -> psycopg.Connection:
+        """The claiming connection; it also LISTENs, unless behind a transaction pooler."""
+        conn = self.plain(claims=True)
+        if not self.pooling.transaction_pooled:
+            conn.execute(sql.LISTEN_WORK)
+        elif self.listen_conninfo is not None and self.listener is None:
+            self.listener = psycopg.connect(self.listen_conninfo, autocommit=True)
+            self.listener.execute(sql.LISTEN_WORK)
+        return conn
+
+    def notifier(self, claiming: psycopg.Connection) -> psycopg.Connection | None:
+        """Where notifications arrive: the claiming connection, the listener, or nowhere."""
+        return claiming if not self.pooling.transaction_pooled else self.listener
+
+    def plain(self, *, claims: bool = False) -> psycopg.Connection:
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, prepare_threshold=self.pooling.prepare_threshold
+        )
+        for statement in self.pooling.session_statements(claims=claims):
+            conn.execute(statement)
+        return conn
+
+    def close_listener(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None

@@ -1,0 +1,203 @@
+"""The heartbeat of `runworker`: lease renewal, the worker registry row, and stuck runs.
+
+Invariants:
+- every WORKER_RENEW_SECONDS it renews every held lease in one statement, and refreshes this
+  worker's registry row (sql.WORKER_SEEN) in one more, on one connection of its own (one of the
+  process's four: executions/worker/scheduler.py);
+- a lease that comes back lost cancels exactly that holder (execution id and token): its
+  per-execution `threading.Event`, never a thread, so a renewal that returns late cannot disturb
+  a different execution now running on the same thread. If renewals cannot reach the database
+  for a whole lease, the holders are cancelled too: their leases have expired;
+- stuck runs: each run reports its deadline (its remaining actions' timeouts plus a margin,
+  runner.deadline_seconds); past it the heartbeat stops renewing that lease, cancels the run
+  in-process, counts and logs it, and gives its slot back to a new slot thread. Another worker
+  recovers the execution once the lease expires; the stuck thread's late writes are fenced out;
+- a connection opened before an outage fails its first statement once the server is back: that
+  is retried once on a fresh connection before it counts as an outage (logged once per outage).
+"""
+
+import importlib.metadata
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import psycopg
+
+from .. import sql
+from ..leases import leases_renew
+from .config import WorkerConfig
+from .database import DatabaseState
+from .holdings import Holding, Holdings
+from .metrics import WorkerMetrics
+from .runtime import WorkerRuntime
+
+logger = logging.getLogger("executions.worker")
+
+try:  # reported in the worker registry
+    VERSION = importlib.metadata.version("orquestador")
+except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
+    VERSION = "unknown"
+
+
+class Heartbeat:
+    """Renews the leases in `holdings`, keeps the registry row fresh, and gives stuck slots back
+    (`replace_slot` starts a new slot thread, named after the execution it replaces)."""
+
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        owner: str,
+        holdings: Holdings,
+        metrics: WorkerMetrics,
+        runtime: WorkerRuntime,
+        database: DatabaseState,
+        connect: Callable[[], psycopg.Connection],
+        replace_slot: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.owner = owner
+        self.holdings = holdings
+        self.metrics = metrics
+        self.runtime = runtime
+        self.database = database
+        self._connect = connect
+        self._replace_slot = replace_slot
+
+    def run(self, stop: threading.Event) -> None:
+        """The heartbeat thread: until `stop` is set."""
+        conn: psycopg.Connection | None = self.seen(None)
+        try:
+            while not stop.wait(self.config.renew_seconds):
+                conn = self.seen(self.renew(conn))
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def seen(
+        self, conn: psycopg.Connection | None, *, retry_stale: bool = True
+    ) -> psycopg.Connection | None:
+        """Refresh this worker's registry row (one statement); a failure is only logged.
+
+        A connection opened before an outage is broken once the server is back: the first
+        statement on it fails although the database is reachable. That is not a new outage, so
+        a failure on an already-open connection is retried once on a fresh one before it counts.
+        """
+        stale = conn is not None
+        try:
+            conn = conn or self._connect()
+            conn.execute(
+                sql.WORKER_SEEN,
+                {
+                    "owner": self.owner,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "concurrency": self.config.concurrency,
+                    "running": self.holdings.busy,
+                    "renew_seconds": self.config.renew_seconds,
+                    "lease_seconds": self.config.lease_seconds,
+                    "version": VERSION,
+                },
+            )
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) and stale and retry_stale:
+                conn.close()
+                return self.seen(None, retry_stale=False)
+            if isinstance(exc, psycopg.OperationalError):
+                self.database.failed("registry", exc)  # logged once per outage
+            else:
+                logger.warning("worker registry not refreshed", extra={"owner": self.owner})
+            if conn is not None:
+                conn.close()
+            return None
+        return conn
+
+    def renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        now = time.monotonic()
+        for holding in self.holdings.all():
+            if holding.deadline_at is not None and now > holding.deadline_at:
+                self.stuck(holding)
+        holdings = [h for h in self.holdings.all() if not h.lost]
+        if not holdings:
+            return conn
+        sent_at = time.monotonic()
+        try:
+            try:
+                conn = conn or self._connect()
+                renewed = self._renew_on(conn, holdings)
+            except psycopg.OperationalError:
+                # A connection opened before an outage fails its first statement once the server
+                # is back; that is not a new outage: one retry on a fresh connection (as `seen`).
+                if conn is None or not conn.broken:
+                    raise
+                conn.close()
+                conn = None
+                conn = self._connect()
+                renewed = self._renew_on(conn, holdings)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.database.failed("renewal", exc)  # logged once per outage
+            else:
+                logger.exception("lease renewal failed", extra={"owner": self.owner})
+            if conn is not None:
+                conn.close()
+            for holding in holdings:
+                if sent_at - holding.renewed_at >= self.config.lease_seconds:
+                    self.lease_lost(holding, reason="renewals failed for a whole lease")
+            return None
+        self.database.reached("renewal")
+        self.apply_renewal(holdings, renewed, sent_at=sent_at)
+        return conn
+
+    def _renew_on(
+        self, conn: psycopg.Connection, holdings: list[Holding]
+    ) -> set[tuple[uuid.UUID, int]]:
+        return leases_renew(
+            conn=conn,
+            owner=self.owner,
+            held=[h.fence for h in holdings],
+            lease_seconds=self.config.lease_seconds,
+        )
+
+    def apply_renewal(
+        self, sent: list[Holding], renewed: set[tuple[uuid.UUID, int]], *, sent_at: float
+    ) -> None:
+        """Act on a renewal's answer, which may come back after the holders it names finished."""
+        for holding in sent:
+            if (holding.fence.execution_id, holding.fence.token) in renewed:
+                holding.renewed_at = sent_at
+            else:
+                self.lease_lost(holding, reason="lease lost")
+
+    def lease_lost(self, holding: Holding, *, reason: str) -> None:
+        """Cancel exactly this holder: its execution id and token, never a thread."""
+        if not self.holdings.holds(holding):
+            return  # it finished while the renewal was in flight: nothing to stop
+        holding.lost = True
+        holding.cancelled.set()
+        self.metrics.lease_lost()
+        self.runtime.cancel(str(holding.fence.execution_id), reason, token=holding.fence.token)
+        logger.warning(
+            "lease lost",
+            extra=holding.fence.log_extra(attempt=holding.claim.attempts, reason=reason),
+        )
+
+    def stuck(self, holding: Holding) -> None:
+        """A run past its deadline: stop renewing its lease (another worker recovers it by the
+        SPEC §3 rules once it expires), cancel it in-process, count it, and give its slot back
+        with a new slot thread, so a thread that never returns does not cost capacity."""
+        if not self.holdings.give_back(holding):
+            return
+        holding.cancelled.set()
+        self.metrics.stuck_run()
+        execution_id, token = str(holding.fence.execution_id), holding.fence.token
+        self.runtime.cancel(execution_id, "past its deadline", token=token)
+        logger.warning(
+            "run past its deadline; lease no longer renewed, slot given back",
+            extra=holding.fence.log_extra(attempt=holding.claim.attempts),
+        )
+        self._replace_slot(execution_id)

@@ -1,0 +1,89 @@
+"""The slots of one `runworker` process and the executions held in them.
+
+One lock guards both the busy count and the executions by id, so the claim loop (how many to
+claim), the slot threads (hold, release), the heartbeat (renew, lose, give back a stuck slot)
+and shutdown (drain) always see them agree. A `Holding` is one holder (execution id and token):
+a renewal that answers late, or a slot given back, never touches a later holder of the same
+execution.
+"""
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ..claims import Claim
+from ..leases import Fence
+
+
+@dataclass
+class Holding:
+    """One execution this process holds: its claim (and holder) and its stop signal."""
+
+    claim: Claim
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
+    lost: bool = False
+    deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)
+    abandoned: bool = False  # stuck past its deadline: lease left to expire, slot given back
+
+    def set_deadline(self, seconds: float) -> None:
+        self.deadline_at = time.monotonic() + seconds
+
+    @property
+    def fence(self) -> Fence:
+        return self.claim.fence
+
+
+class Holdings:
+    """Busy slots and held executions. `changed` is notified whenever a slot frees up; waits on
+    it read `busy_now` while holding it."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.busy_now = 0  # read under `changed`
+        self._held: dict[uuid.UUID, Holding] = {}
+
+    @property
+    def busy(self) -> int:
+        with self.changed:
+            return self.busy_now
+
+    def all(self) -> list[Holding]:
+        with self.changed:
+            return list(self._held.values())
+
+    def hold(self, claim: Claim) -> Holding:
+        """Take a slot for a claimed execution; the heartbeat renews its lease from now on."""
+        holding = Holding(claim=claim)
+        with self.changed:
+            self.busy_now += 1
+            self._held[claim.execution_id] = holding
+        return holding
+
+    def release(self, holding: Holding) -> None:
+        """Free the slot; stop renewing, unless the execution is held again under a new token."""
+        with self.changed:
+            if holding.abandoned:
+                return  # its slot was given back when it passed its deadline
+            self.busy_now -= 1
+            if self._held.get(holding.fence.execution_id) is holding:
+                del self._held[holding.fence.execution_id]
+            self.changed.notify_all()
+
+    def holds(self, holding: Holding) -> bool:
+        """Whether this very holder is still held (not finished, not given back)."""
+        with self.changed:
+            return self._held.get(holding.fence.execution_id) is holding
+
+    def give_back(self, holding: Holding) -> bool:
+        """A stuck holder: stop holding it and free its slot now, before its thread returns.
+        False when it was no longer held (finished, or given back already)."""
+        with self.changed:
+            if self._held.get(holding.fence.execution_id) is not holding or holding.abandoned:
+                return False
+            del self._held[holding.fence.execution_id]
+            holding.lost = holding.abandoned = True
+            self.busy_now -= 1
+            self.changed.notify_all()
+            return True
