@@ -238,7 +238,9 @@ class ExecutionAdmin(ReadOnlyAdmin):
                         execution_id=execution.pk, actor=actor, reason=form.cleaned_data["reason"]
                     )
                 except CodedError as exc:  # it ended meanwhile
-                    self.message_user(request, f"{execution.pk}: {exc.detail}", messages.ERROR)
+                    self.message_user(
+                        request, f"Execution {execution.pk}: {exc.detail}", messages.ERROR
+                    )
                 else:
                     counts[result.status] += 1
             self.message_user(

@@ -118,7 +118,12 @@ def callback_receive(
                 "for this callback (a callback that comes before the acceptance is recorded "
                 "may be sent again)",
             )
-        cursor.execute(sql.RESUME_EXECUTION, {"execution_id": execution_id, "token": token})
+        # The provider is not a principal: the continuation runs for the principal of the
+        # dispatch that made the accepted call (RESUME_EXECUTION keeps it).
+        cursor.execute(
+            sql.RESUME_EXECUTION,
+            {"execution_id": execution_id, "token": token, "principal": None},
+        )
         (new_token,) = cursor.fetchone()
         cursor.execute(
             sql.CALLBACK_SETTLE,

@@ -7,7 +7,8 @@ Invariants and transaction boundaries:
   `limit` (the caller's free slots), and gives each attempts + 1, token + 1, this owner and a
   lease from the database clock; a takeover of an expired lease also appends LEASE_TAKEN_OVER
   (previous owner, token and lease expiry; new owner and token) in that same statement;
-- the claim also returns the accepted request snapshot and, for a reclaimed execution, its
+- the claim also returns the principal of whoever caused this dispatch (None: system; see
+  sql.CLAIM_EXECUTIONS), the accepted request snapshot and, for a reclaimed execution, its
   checkpoints, read under the new token in the same statement, so the holder starts without
   another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
   `ExecutionSuperseded`, never data;
@@ -65,7 +66,9 @@ class Claim:
     flow_id: int
     transition_id: str
     attempts: int
-    actor_snapshot: dict[str, Any]
+    # Who caused this dispatch ({subject, scope, roles}); None: system (a takeover after an
+    # expired lease, a wait or callback past its deadline, an operator's requeue).
+    principal: dict[str, Any] | None
     snapshot: Snapshot | None = None
     # Consecutive takeovers after lease expiry without progress, this claim included: above
     # WORKER_MAX_RECLAIMS the holder settles the execution (`poisoned`) instead of running it.
@@ -107,13 +110,13 @@ def executions_claim(
 
 
 def _claim(row: tuple, lease_owner: str) -> Claim:
-    (execution_id, request_id, flow_id, transition_id, attempts, token, actor_snapshot) = row[:7]
+    (execution_id, request_id, flow_id, transition_id, attempts, token, principal) = row[:7]
     return Claim(
         fence=Fence(execution_id, request_id, token, lease_owner),
         flow_id=flow_id,
         transition_id=transition_id,
         attempts=attempts,
-        actor_snapshot=actor_snapshot,
+        principal=principal or None,
         snapshot=_snapshot(row[7:15]),
         reclaims=row[15],
         taken_over=row[16],

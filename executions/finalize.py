@@ -269,5 +269,6 @@ def execution_exhaust_reclaims(
         settlement=None,
         reconcile=False,
         actor=actor,
-        payload={"reclaims": reclaims},
+        # A takeover is recovery: no principal caused it.
+        payload={"reclaims": reclaims, "principal": "system"},
     )

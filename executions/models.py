@@ -195,6 +195,15 @@ class Execution(models.Model):
     error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     error_detail = models.TextField(null=True, blank=True)  # noqa: DJ001
     actor_snapshot = models.JSONField(default=dict)
+    # Who caused the current or next dispatch; the package's `principal` (SPEC §8). Set with the
+    # event that causes the dispatch: the acceptance, a resume; the claim clears it (system) when
+    # it takes over an expired lease or a wait past its deadline. See executions/sql.py.
+    dispatch_principal = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Who caused the current or next dispatch ({subject, scope, roles}); "
+        "null: system (a timeout, recovery, or an operator's requeue).",
+    )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     idempotency_fingerprint = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(db_default=Now())

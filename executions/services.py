@@ -59,7 +59,12 @@ def request_create(
                 execution_id=None,
                 type=AuditType.REQUEST_CREATED,
                 actor=principal.subject,
-                payload={"flowKey": flow.key, "flowVersion": flow.version, "state": request.state},
+                payload={
+                    "flowKey": flow.key,
+                    "flowVersion": flow.version,
+                    "state": request.state,
+                    "principal": principal.qualified,
+                },
             )
     return request
 
@@ -177,6 +182,7 @@ def _accept(
             transition_id=transition_id,
             accepted_revision=accepted_revision,
             actor_snapshot=principal.snapshot(),
+            dispatch_principal=principal.snapshot(),
             idempotency_key=idempotency_key,
             idempotency_fingerprint=fingerprint,
         )
@@ -203,6 +209,7 @@ def _accept(
                     "transitionId": transition_id,
                     "fromState": request.state,
                     "acceptedRevision": accepted_revision,
+                    "principal": principal.qualified,
                 },
             )
             cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(execution.id)})

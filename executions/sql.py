@@ -126,6 +126,10 @@ CLAIM_SESSION = "SET enable_sort = off"
 # because the database itself was away (%(outage)s, the claimer's own view, or a lease that ended
 # within one lease of the server's start). Any other claim (PENDING, RETRY_WAIT, SUSPENDED)
 # starts the count again; the caller settles a row returned past the cap instead of running it.
+# The dispatch's principal (SPEC §8): a claim of PENDING or RETRY_WAIT work runs for whoever
+# caused it (`dispatch_principal`, written with the acceptance or the resume); a takeover of an
+# expired lease (recovery) or of a wait past its deadline (a timeout) runs as system, so it is
+# cleared here, in the claim itself, and a retry that dispatch schedules stays system.
 # Durability: the claim commits with synchronous_commit = off (this statement only), so pickup
 # does not wait for a WAL flush. Nothing outside the database acts on a claim before a later
 # synchronous commit of the same holder (a write's RUNNING checkpoint, a failure, a final
@@ -160,6 +164,10 @@ UPDATE execution AS e
        next_attempt_at = clock.lease_until,
        started_at = COALESCE(e.started_at, clock.now_at),
        claimed_at = clock.now_at,
+       dispatch_principal = CASE
+           WHEN e.status IN ('RUNNING', 'SUSPENDED') THEN NULL
+           ELSE e.dispatch_principal
+       END,
        reclaims = CASE
            WHEN e.status <> 'RUNNING' THEN 0
            WHEN EXISTS (SELECT 1
@@ -176,7 +184,7 @@ UPDATE execution AS e
   FROM due, clock, request AS r
  WHERE e.id = due.id AND r.id = e.request_id
 RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
-          e.actor_snapshot, r.data, r.state, r.revision, r.version, r.owner, r.scope,
+          e.dispatch_principal, r.data, r.state, r.revision, r.version, r.owner, r.scope,
           e.accepted_revision,
           CASE WHEN e.attempts > 1 THEN
               (SELECT jsonb_agg(jsonb_build_object(
@@ -203,7 +211,7 @@ SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
  WHERE c.taken_over
 )
 SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
-       c.actor_snapshot, c.data, c.state, c.revision, c.version, c.owner, c.scope,
+       c.dispatch_principal, c.data, c.state, c.revision, c.version, c.owner, c.scope,
        c.accepted_revision, c.checkpoints, c.reclaims, c.taken_over
   FROM claimed AS c
 """
@@ -820,13 +828,18 @@ RETURNING c.id
 """
 
 # A resume's execution: SUSPENDED becomes PENDING and due now under a new token. Guards on the
-# status and token read under the lock. One row by primary key; it keeps its place in
+# status and token read under the lock. The next dispatch runs for %(principal)s, the resuming
+# caller; NULL (a provider's callback: not a principal) keeps the principal of the dispatch
+# that made the accepted call. One row by primary key; it keeps its place in
 # execution_claim_idx with the new key.
+# Locks: the execution row (already locked by RESUME_LOCK).
+# Index: execution_pkey.
 RESUME_EXECUTION = """
 UPDATE execution AS e
    SET status = 'PENDING',
        fencing_token = e.fencing_token + 1,
-       next_attempt_at = clock_timestamp()
+       next_attempt_at = clock_timestamp(),
+       dispatch_principal = COALESCE(%(principal)s::jsonb, e.dispatch_principal)
  WHERE e.id = %(execution_id)s AND e.status = 'SUSPENDED' AND e.fencing_token = %(token)s
 RETURNING e.fencing_token
 """
@@ -906,6 +919,8 @@ RETURNING id
 
 # Requeue a resolved execution: PENDING and due now under token + 1, lease and error
 # cleared; guarded on the status and token read under the lock (no row: another resolution won).
+# The requeued dispatch runs as system: the operator who caused it is in the audit trail, and is
+# not a principal of the request's tenant.
 # Locks: the execution row (already locked).
 # Index: execution_pkey; it moves to execution_claim_idx.
 RECONCILE_REQUEUE = """
@@ -917,7 +932,8 @@ UPDATE execution
        next_attempt_at = clock_timestamp(),
        error_code = NULL,
        error_detail = NULL,
-       finished_at = NULL
+       finished_at = NULL,
+       dispatch_principal = NULL
  WHERE id = %(execution_id)s AND status = 'RECONCILIATION_REQUIRED' AND fencing_token = %(token)s
 RETURNING fencing_token
 """
@@ -1043,7 +1059,8 @@ purged AS (
     UPDATE execution AS e
        SET purged_at = clock_timestamp(),
            error_detail = NULL,
-           actor_snapshot = '{}'
+           actor_snapshot = '{}',
+           dispatch_principal = NULL
       FROM batch
      WHERE e.id = batch.id
     RETURNING e.id

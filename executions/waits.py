@@ -103,9 +103,19 @@ def _lock_holder(conn: psycopg.Connection, fence: Fence, step: str) -> None:
 
 
 def wait_reach(
-    *, conn: psycopg.Connection, fence: Fence, action: dict[str, Any], sequence: int, payload: dict
+    *,
+    conn: psycopg.Connection,
+    fence: Fence,
+    action: dict[str, Any],
+    sequence: int,
+    payload: dict,
+    tenant: str,
 ) -> WaitReached:
-    """Reach a wait action: consume an event kept for it, or suspend until its deadline."""
+    """Reach a wait action: consume an event kept for it, or suspend until its deadline.
+
+    `payload` goes into the audit event (the runner's: transition and dispatch principal); a
+    kept event's EXECUTION_RESUMED names its sender instead, `sub@tenant` of the request's
+    `tenant`, who caused that resume (the run goes on in the same dispatch, for its principal)."""
     action_id = action["id"]
     wait = action["wait"]
     checkpoint = {
@@ -139,7 +149,13 @@ def wait_reach(
                 **ids,
                 type=AuditType.EXECUTION_RESUMED,
                 actor=actor,
-                payload={**payload, "actionId": action_id, "event": event, "eventId": event_id},
+                payload={
+                    **payload,
+                    "actionId": action_id,
+                    "event": event,
+                    "eventId": event_id,
+                    "principal": f"{actor}@{tenant}",
+                },
             )
             return WaitReached(output=event_payload)
         conn.execute(
@@ -323,7 +339,7 @@ def execution_resume(
         raise CodedError(errors.NOT_FOUND, "no such execution")
     fingerprint = event_fingerprint(event=event, payload=payload)
     actor = principal.subject
-    sender = f"{principal.subject}@{principal.tenant}"
+    sender = principal.qualified
     taken = False
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.REQUEST_LOCK, {"request_id": found.request_id})
@@ -357,6 +373,7 @@ def execution_resume(
                     fingerprint=fingerprint,
                     actor=actor,
                     sender=sender,
+                    dispatcher=principal.snapshot(),
                 )
             elif status in LIVE_STATUSES:
                 _keep(
@@ -390,6 +407,7 @@ def _resume_now(
     fingerprint: str,
     actor: str,
     sender: str,
+    dispatcher: dict[str, Any],
 ) -> None:
     waiting = [a for a in waits if checkpoints.get(a["id"]) == CheckpointStatus.WAITING]
     if not waiting:
@@ -402,7 +420,10 @@ def _resume_now(
     problems = payload_problems(action["wait"]["payloadSchema"], payload)
     if problems:
         raise _invalid(problems)
-    cursor.execute(sql.RESUME_EXECUTION, {"execution_id": execution.id, "token": token})
+    cursor.execute(
+        sql.RESUME_EXECUTION,
+        {"execution_id": execution.id, "token": token, "principal": Jsonb(dispatcher)},
+    )
     (new_token,) = cursor.fetchone()
     cursor.execute(
         sql.RESUME_CHECKPOINT,

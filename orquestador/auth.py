@@ -66,6 +66,11 @@ class Principal:
     def has(self, permission: str) -> bool:
         return permission in self.permissions
 
+    @property
+    def qualified(self) -> str:
+        """`sub@tenant`: how audit payloads and adapters name the principal."""
+        return f"{self.subject}@{self.tenant}"
+
     def snapshot(self) -> dict:
         """Who accepted something, as stored in `execution.actor_snapshot`."""
         return {

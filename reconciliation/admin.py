@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from executions.models import ExecutionStatus
+from executions.models import AuditType, ExecutionStatus
 
 from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
@@ -27,6 +27,7 @@ from .evidence import clip
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
+PROPOSED = AuditType.RECONCILIATION_PROPOSED  # a replay awaiting a second operator's approval
 QUEUE_DETAIL_CHARS = 60  # characters of an error detail in a queue row
 
 # The admin home opens on the desk's state (templates/admin/operations_index.html); there is no
@@ -98,7 +99,10 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
 
     @admin.display(description="case", ordering="created_at")
     def case(self, obj: ReconciliationCase) -> str:
-        return format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
+        short = format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
+        if obj.status == OPEN and getattr(obj, "latest_decision", None) == PROPOSED:
+            return format_html("{}<br><strong>replay proposed</strong>", short)
+        return short
 
     @admin.display(description="waiting")
     def waiting(self, obj: ReconciliationCase) -> str:

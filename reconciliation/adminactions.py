@@ -183,7 +183,7 @@ class CaseActions:
                     )
                 except services.ResolutionRefused as exc:
                     self.message_user(
-                        request, f"{case.pk} {action_id}: {exc.detail}", messages.ERROR
+                        request, f"Case {short(case.pk)}, {action_id}: {exc.detail}", messages.ERROR
                     )
                 else:
                     self.message_user(

@@ -55,8 +55,18 @@ def _refuse(status: str | None) -> CodedError:
     return CodedError(errors.NOT_CANCELLABLE, f"the execution is already {status}")
 
 
-def execution_cancel(*, execution_id: str | uuid.UUID, actor: str, reason: str) -> CancelResult:
+def execution_cancel(
+    *,
+    execution_id: str | uuid.UUID,
+    actor: str,
+    reason: str,
+    principal: str | None = None,
+) -> CancelResult:
     """Cancel an execution durably; refuse (CodedError) one that already ended.
+
+    `actor` is who asked (an API caller's subject, an operator, `command:<user>`); `principal`,
+    `sub@tenant` of an API caller, goes into the audit payload as every principal-caused row
+    names it (operators are not principals of the request's tenant).
 
     NOT_FOUND for an unknown execution; NOT_CANCELLABLE when it is no longer PENDING,
     RETRY_WAIT, RUNNING or SUSPENDED; REASON_REQUIRED for a blank or overlong reason.
@@ -81,12 +91,21 @@ def execution_cancel(*, execution_id: str | uuid.UUID, actor: str, reason: str) 
         case.record(
             type=AuditType.EXECUTION_CANCELLED,
             actor=actor,
-            payload={"reason": reason, "previousStatus": case.status, "status": new_status},
+            payload={
+                "reason": reason,
+                "previousStatus": case.status,
+                "status": new_status,
+                **({"principal": principal} if principal else {}),
+            },
         )
         if new_status == ExecutionStatus.RECONCILIATION_REQUIRED:
             case.record(
                 type=AuditType.RECONCILIATION_REQUIRED,
                 actor=actor,
-                payload={"actionId": last_write, "errorCode": code},
+                payload={
+                    "actionId": last_write,
+                    "errorCode": code,
+                    **({"principal": principal} if principal else {}),
+                },
             )
     return CancelResult(str(case.execution_id), new_status, new_token)

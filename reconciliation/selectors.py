@@ -40,6 +40,15 @@ def cases() -> QuerySet[ReconciliationCase]:
     lookups = AuditEvent.objects.filter(
         execution=OuterRef("pk"), type=AuditType.RECONCILIATION_EVIDENCE
     ).order_by("-id")
+    # The two-person rule's latest word on the case: PROPOSED means a replay awaits approval.
+    decisions = AuditEvent.objects.filter(
+        execution=OuterRef("pk"),
+        type__in=(
+            AuditType.RECONCILIATION_PROPOSED,
+            AuditType.RECONCILIATION_REJECTED,
+            AuditType.RECONCILIATION_RESOLVED,
+        ),
+    ).order_by("-id")
     return (
         ReconciliationCase.objects.filter(
             Q(status=ExecutionStatus.RECONCILIATION_REQUIRED) | Q(Exists(resolved))
@@ -50,6 +59,7 @@ def cases() -> QuerySet[ReconciliationCase]:
             lookup_happened=Subquery(
                 lookups.values("payload__happened")[:1], output_field=JSONField()
             ),
+            latest_decision=Subquery(decisions.values("type")[:1]),
         )
         .order_by(*QUEUE_ORDER)
     )

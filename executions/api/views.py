@@ -361,7 +361,12 @@ class ExecutionCancelView(ApiView):
     def post(self, request: DrfRequest, execution_id: str) -> Response:
         found = selectors.execution_get_writable(principal=request.user, execution_id=execution_id)
         body = validated(ExecutionCancelSerializer, request)
-        execution_cancel(execution_id=found.id, actor=request.user.subject, reason=body["reason"])
+        execution_cancel(
+            execution_id=found.id,
+            actor=request.user.subject,
+            reason=body["reason"],
+            principal=request.user.qualified,
+        )
         found.refresh_from_db()
         return Response(ExecutionViewSerializer(found).data, status=status.HTTP_202_ACCEPTED)
 

@@ -45,6 +45,7 @@ class RunScope:
     config: WorkerConfig
     rng: random.Random
     log_extra: dict[str, Any]
+    principal: str = "system"  # `sub@tenant` of whoever caused this dispatch, for the audit
 
 
 def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
@@ -66,7 +67,7 @@ def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
                 settlement=settlement,
                 reconcile=decision.verb == Verb.RECONCILE,
                 actor=WORKER_ACTOR,
-                payload={"transitionId": scope.transition_id},
+                payload={"transitionId": scope.transition_id, "principal": scope.principal},
             )
 
     status = _write("EXECUTION_FAIL", fail, scope)
@@ -99,6 +100,7 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
                 actor=WORKER_ACTOR,
                 payload={
                     "transitionId": scope.transition_id,
+                    "principal": scope.principal,
                     "actionId": settlement.action_id,
                     "attempt": settlement.attempt,
                     "errorCode": settlement.error_code,

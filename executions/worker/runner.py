@@ -128,7 +128,12 @@ class _Run:
         self.transition_id = transition_id
         self.principal = principal  # `sub@tenant` of whoever caused this dispatch
         self.log_extra = fence.log_extra(attempt=attempts)
-        self.scope = RunScope(db, fence, transition_id, deps.config, deps.rng, self.log_extra)
+        self.scope = RunScope(
+            db, fence, transition_id, deps.config, deps.rng, self.log_extra, principal
+        )
+        # What every audit event this run writes starts with: the transition, and the principal
+        # whose dispatch it is (SPEC §8; `system` for a timeout or recovery).
+        self.audit = {"transitionId": transition_id, "principal": principal}
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -178,7 +183,8 @@ class _Run:
                     fence=self.fence,
                     action=action,
                     sequence=sequence,
-                    payload={"transitionId": self.transition_id},
+                    payload=self.audit,
+                    tenant=snapshot.scope,
                 )
             if reached.output is not None:
                 logger.info("wait met by a kept event", extra=extra)
@@ -200,7 +206,7 @@ class _Run:
                         conn=conn,
                         fence=self.fence,
                         action=action,
-                        payload={"transitionId": self.transition_id},
+                        payload=self.audit,
                     )
                     logger.info("wait timed out; onTimeout payload used", extra=extra)
                     return output
@@ -309,7 +315,7 @@ class _Run:
                     action_id=action_id,
                     attempt=attempt,
                     timeout_seconds=contract.callback_timeout_seconds,
-                    payload={"transitionId": self.transition_id},
+                    payload=self.audit,
                 )
             logger.info("execution suspended", extra={**extra, "deadline": str(deadline)})
             raise _Suspended(
@@ -428,7 +434,7 @@ class _Run:
             target_state=decision.target,
             result={"outcome": decision.outcome, "targetState": decision.target},
             payload={
-                "transitionId": self.transition_id,
+                **self.audit,
                 "actionIds": action_ids,
                 "hitPolicy": decision.hit_policy,
                 "ruleIds": list(decision.rule_ids),

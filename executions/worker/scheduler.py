@@ -322,7 +322,7 @@ class Scheduler:
                 flow_id=claim.flow_id,
                 transition_id=claim.transition_id,
                 attempts=claim.attempts,
-                principal=claim.actor_snapshot or None,
+                principal=claim.principal,
             )
             try:
                 result = dispatch_once(

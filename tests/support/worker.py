@@ -152,12 +152,13 @@ def enqueue(
         )
         conn.execute(
             "INSERT INTO execution (id, request_id, flow_id, transition_id, accepted_revision, "
-            "actor_snapshot) VALUES (%s, %s, %s, %s, 2, %s)",
+            "actor_snapshot, dispatch_principal) VALUES (%s, %s, %s, %s, 2, %s, %s)",
             [
                 execution_id,
                 request_id,
                 flow_id,
                 transition_id,
+                Jsonb({"subject": owner, "tenant": scope}),
                 Jsonb({"subject": owner, "tenant": scope}),
             ],
         )
@@ -441,6 +442,7 @@ def package_of(found: Claim) -> ExecutionPackage:
         flow_id=found.flow_id,
         transition_id=found.transition_id,
         attempts=found.attempts,
+        principal=found.principal,  # as the scheduler sends it
     )
 
 

@@ -92,6 +92,7 @@ def test_cancel__without_writes_ends_cancelled_and_releases_the_request(alice, a
         "reason": "customer withdrew",
         "previousStatus": status,
         "status": "CANCELLED",
+        "principal": "alice@acme",  # who asked, as every principal-caused row names it
     }
 
 

@@ -62,7 +62,9 @@ def suspend(conn: psycopg.Connection, flow_id: int):
     """An accepted execution a worker ran up to its first wait, where it suspended."""
     accepted = enqueue(conn, flow_id)
     (found,) = claim(conn, "worker-a", lease_seconds=30)
-    reached = wait_reach(conn=conn, fence=found.fence, action=APPROVAL, sequence=0, payload={})
+    reached = wait_reach(
+        conn=conn, fence=found.fence, action=APPROVAL, sequence=0, payload={}, tenant="acme"
+    )
     assert reached.output is None and reached.deadline is not None
     return accepted
 
@@ -262,7 +264,12 @@ def test_early_event__is_kept_and_consumed_when_the_wait_is_reached(
     assert send(approver, accepted.execution_id, payload={"approved": False}).status_code == 200
     (found,) = claim(runtime_conn, "worker-a", lease_seconds=30)
     reached = wait_reach(
-        conn=runtime_conn, fence=found.fence, action=APPROVAL, sequence=0, payload={}
+        conn=runtime_conn,
+        fence=found.fence,
+        action=APPROVAL,
+        sequence=0,
+        payload={},
+        tenant="acme",
     )
     assert reached.output == {"approved": False}
     assert reached.deadline is None
@@ -272,6 +279,7 @@ def test_early_event__is_kept_and_consumed_when_the_wait_is_reached(
     assert (approval["status"], approval["output"]) == ("SUCCEEDED", {"approved": False})
     kind, payload = audit_events(runtime_conn, accepted.request_id)[-1]
     assert (kind, payload["eventId"]) == ("EXECUTION_RESUMED", "ev-1")
+    assert payload["principal"] == "maria@acme"  # its sender caused this resume
     status = runtime_conn.execute("SELECT status FROM execution_event").fetchone()[0]
     assert status == "CONSUMED"
 

@@ -47,7 +47,12 @@ def test_create__starts_in_the_initial_state_owned_by_the_caller(alice, flow):
     event = AuditEvent.objects.get(request=stored)
     assert event.type == AuditType.REQUEST_CREATED
     assert event.actor == "alice"
-    assert event.payload == {"flowKey": "claims", "flowVersion": 1, "state": "DRAFT"}
+    assert event.payload == {
+        "flowKey": "claims",
+        "flowVersion": 1,
+        "state": "DRAFT",
+        "principal": "alice@acme",
+    }
 
 
 def test_create__without_version_pins_the_highest_published(alice, flow):

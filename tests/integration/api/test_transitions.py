@@ -69,6 +69,7 @@ def test_accept__creates_a_pending_execution_and_blocks_the_request(alice, flow)
         "transitionId": "submit",
         "fromState": "DRAFT",
         "acceptedRevision": 2,
+        "principal": "alice@acme",
     }
 
     after = alice.get(f"/api/v1/requests/{created['id']}").json()

@@ -196,3 +196,22 @@ def test_the_one_person_replay__is_refused_under_the_rule(operator, charge_regis
     assert response.status_code == 200
     assert "two-person rule is on" in response.content.decode()
     assert row(case.pk) == before
+
+
+def test_the_queue__marks_a_case_whose_replay_awaits_approval(operator, charge_registry):
+    waiting, other = reconciliation_case(), reconciliation_case()
+    _propose(_client(operator), waiting)
+    page = _client(operator).get(reverse(QUEUE)).content.decode()
+    assert page.count("replay proposed") == 1
+    marked = page.index("replay proposed")
+    assert page.rfind(str(waiting.pk)[:8], 0, marked) > page.rfind(str(other.pk)[:8], 0, marked)
+
+
+def test_rule_turned_off__a_leftover_proposal_is_not_offered(
+    operator, second, settings, charge_registry
+):
+    case = reconciliation_case()
+    _propose(_client(operator), case)
+    settings.RECONCILIATION_TWO_PERSON = False
+    page = _client(second).get(_case_url(case)).content.decode()
+    assert 'id="case-proposal"' not in page and 'id="approve-proposal"' not in page

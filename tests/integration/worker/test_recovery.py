@@ -111,7 +111,12 @@ def test_recovery__a_non_idempotent_write_in_flight_goes_to_reconciliation(
     assert checkpoint_rows(conn, accepted.execution_id)["charge"]["status"] == "RUNNING"
     assert audit_events(conn, accepted.request_id)[-1] == (
         "RECONCILIATION_REQUIRED",
-        {"transitionId": "go", "actionId": "charge", "errorCode": errors.UNCERTAIN_WRITE},
+        {
+            "transitionId": "go",
+            "principal": "system",
+            "actionId": "charge",
+            "errorCode": errors.UNCERTAIN_WRITE,
+        },
     )
 
 

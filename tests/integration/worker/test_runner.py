@@ -113,7 +113,13 @@ def test_run__one_no_op_action_completes_and_releases_the_request(conn, make_flo
     assert checkpoint["output"] == {}
     assert audit_events(conn, accepted.request_id)[-1] == (
         "TRANSITION_COMPLETED",
-        {"transitionId": "go", "actionIds": ["check"], "hitPolicy": "FIRST", "ruleIds": ["always"]},
+        {
+            "transitionId": "go",
+            "principal": "alice@acme",
+            "actionIds": ["check"],
+            "hitPolicy": "FIRST",
+            "ruleIds": ["always"],
+        },
     )
 
 
@@ -149,6 +155,7 @@ def test_run__later_actions_and_the_decision_see_earlier_outputs(conn, make_flow
     assert request["state"] == "DONE"
     assert audit_events(conn, accepted.request_id)[-1][1] == {
         "transitionId": "go",
+        "principal": "alice@acme",
         "actionIds": ["a", "b"],
         "hitPolicy": "UNIQUE",
         "ruleIds": ["big"],
@@ -186,7 +193,12 @@ def test_run__a_modified_request_stops_before_any_adapter_call(conn, make_flow, 
     assert (request["blocked_by_id"], request["version"]) == (None, 4)
     assert audit_events(conn, accepted.request_id)[-1] == (
         "EXECUTION_FAILED",
-        {"transitionId": "go", "actionId": None, "errorCode": errors.REQUEST_MODIFIED},
+        {
+            "transitionId": "go",
+            "principal": "alice@acme",
+            "actionId": None,
+            "errorCode": errors.REQUEST_MODIFIED,
+        },
     )
 
 
@@ -260,7 +272,12 @@ def test_run__a_permanent_refusal_with_no_write_fails_and_releases(conn, make_fl
     assert _released(conn, accepted)
     assert audit_events(conn, accepted.request_id)[-1] == (
         "EXECUTION_FAILED",
-        {"transitionId": "go", "actionId": "a", "errorCode": errors.PERMANENT_FAILURE},
+        {
+            "transitionId": "go",
+            "principal": "alice@acme",
+            "actionId": "a",
+            "errorCode": errors.PERMANENT_FAILURE,
+        },
     )
 
 
@@ -284,7 +301,12 @@ def test_run__a_failure_after_a_successful_write_goes_to_reconciliation(conn, ma
     assert checkpoints["charge"]["status"] == "SUCCEEDED"  # kept for the operator
     assert audit_events(conn, accepted.request_id)[-1] == (
         "RECONCILIATION_REQUIRED",
-        {"transitionId": "go", "actionId": "notify", "errorCode": errors.PERMANENT_FAILURE},
+        {
+            "transitionId": "go",
+            "principal": "alice@acme",
+            "actionId": "notify",
+            "errorCode": errors.PERMANENT_FAILURE,
+        },
     )
 
 
@@ -307,7 +329,12 @@ def test_run__an_unknown_outcome_of_a_non_idempotent_write_goes_to_reconciliatio
     assert _blocked(conn, accepted)
     assert audit_events(conn, accepted.request_id)[-1] == (
         "RECONCILIATION_REQUIRED",
-        {"transitionId": "go", "actionId": "charge", "errorCode": errors.UNCERTAIN_WRITE},
+        {
+            "transitionId": "go",
+            "principal": "alice@acme",
+            "actionId": "charge",
+            "errorCode": errors.UNCERTAIN_WRITE,
+        },
     )
 
 

@@ -148,6 +148,7 @@ def test_timeout__continues_with_the_on_timeout_payload(conn, make_flow, runtime
     assert resumed == [
         {
             "transitionId": "go",
+            "principal": "system",
             "actionId": "approval",
             "event": "manager.approval",
             "timedOut": True,
