@@ -954,7 +954,8 @@ class Bench:
                 self.throughput(k, args.executions, f"{k}-proc") for k in args.processes
             ]
             if args.more_concurrency:
-                print(f"throughput at WORKER_CONCURRENCY={args.more_concurrency}:", flush=True)
+                values = ", ".join(map(str, args.more_concurrency))
+                print(f"throughput at WORKER_CONCURRENCY={values}:", flush=True)
                 self.report["throughput_more_concurrency"] = [
                     self.throughput(k, args.executions, f"{k}-proc-c{c}", c)
                     for c in args.more_concurrency
