@@ -223,7 +223,12 @@ def case_context(
     suggestion = explain.suggest(uncertain=uncertain, lookup=lookup, can_lookup=can_lookup)
     events = [entry.event for entry in case.timeline]
     card = None if case.is_open else resolved_card(case)
-    proposal = approvals.pending_proposal(execution_id=execution.pk) if case.is_open else None
+    # With the rule off a leftover proposal is not offered: it could only be refused.
+    proposal = (
+        approvals.pending_proposal(execution_id=execution.pk)
+        if case.is_open and services.two_person_rule()
+        else None
+    )
     return {
         "case": case,
         "short_id": str(execution.pk)[:8],
@@ -254,7 +259,6 @@ def case_context(
         "proposal": proposal_card(
             request, case, proposal, now=now, bound=(bound or {}).get("decide")
         ),
-        "two_person": services.two_person_rule(),
         "proposal_url": reverse(
             "admin:reconciliation_reconciliationcase_proposal", args=[execution.pk]
         ),

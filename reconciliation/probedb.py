@@ -111,6 +111,8 @@ def _take_back(conn: psycopg.Connection) -> None:
     connection.in_atomic_block = False
     connection.needs_rollback = False
     connection.run_on_commit = []
-    if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+    if conn.closed or conn.broken:
+        return  # the pool discards it
+    if conn.info.transaction_status != TransactionStatus.IDLE:
         conn.rollback()
     conn.autocommit = True

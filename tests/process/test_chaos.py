@@ -13,11 +13,18 @@ stopped one's executions then SIGCONT, `pg_terminate_backend` of every runtime-r
 and one `pg_ctl -m immediate` restart. Transitions are submitted through a real web process while
 this happens, each retried with its Idempotency-Key until it is accepted.
 
+The charge has a lookup by key, so the workers' automatic prober asks the provider about every
+charge that lands on the desk with an unknown outcome and settles it when the provider applied it.
+
 Then every invariant of the engine is checked: nothing lost or stuck, no charge applied twice,
 every SUCCEEDED request in its target state with the provider's output and released, every case
 in reconciliation with its request blocked, one TRANSITION_COMPLETED per SUCCEEDED execution and
-none for the others. The counts are printed with the seed; `CHAOS_SEED=<seed>` replays the same
-faults and storm schedule (thread timing still varies).
+none for the others; and the prober's: every uncertain charge the provider applied (its own
+ledger) was resolved "the write happened" by system:prober with the provider's output, and its
+execution SUCCEEDED; no person resolved anything, nothing was resolved twice or against the
+ledger, and every case left open is a charge the provider never applied. The counts are
+printed with the seed; `CHAOS_SEED=<seed>` replays the same faults and storm schedule (thread
+timing still varies).
 """
 
 import collections
@@ -54,6 +61,7 @@ STORM_SECONDS = 40.0  # seconds of faults; submissions are spread over the first
 SETTLE_SECONDS = 100.0  # seconds for the calm after the storm to finish every execution
 HTTP_TIMEOUT = 5.0  # seconds per API call
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+PROBER = "system:prober"  # the actor of automatic probes and resolutions
 
 WORKER_SETTINGS = {
     "WORKER_CONCURRENCY": "6",
@@ -258,6 +266,18 @@ def _stop_past_the_lease(fleet: Fleet, admin_url: str, counts: Counts) -> None:
                 worker.signal(signal.SIGCONT)
 
 
+def _uncertain_charges(conn: psycopg.Connection) -> set[str]:
+    """External keys of the charges waiting for an operator whose outcome is unknown."""
+    return {
+        row[0]
+        for row in conn.execute(
+            "SELECT c.external_key FROM execution e JOIN action_execution c "
+            "ON c.execution_id = e.id AND c.action_id = 'charge' "
+            "WHERE e.status = 'RECONCILIATION_REQUIRED' AND c.status IN ('RUNNING', 'UNKNOWN')"
+        ).fetchall()
+    }
+
+
 def _submit(base: str, request_id: uuid.UUID, deadline: float, counts: Counts) -> str:
     """Accept `go` on the request, retrying with one Idempotency-Key until it is accepted."""
     headers = {
@@ -383,7 +403,8 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
             assert not problems, problems
             assert len(submitted) == EXECUTIONS
 
-            # -- the calm: every execution ends, or waits for an operator --------------------
+            # -- the calm: every execution ends, or waits for an operator; the workers' prober
+            # settles every uncertain charge the provider applied (its lookup says so) -------
             with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
 
                 def settled() -> bool:
@@ -391,9 +412,25 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
                         "SELECT count(*) FROM execution WHERE status NOT IN "
                         "('SUCCEEDED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED')"
                     ).fetchone()
-                    return open_ == 0
+                    applied = {e.key for e in double.effects("/charges")}
+                    return open_ == 0 and not applied & _uncertain_charges(conn)
 
-                wait_until(settled, timeout=SETTLE_SECONDS, what="every execution to settle")
+                try:
+                    wait_until(settled, timeout=SETTLE_SECONDS, what="every execution to settle")
+                except AssertionError:
+                    left = conn.execute(
+                        "SELECT status, count(*) FROM execution GROUP BY status"
+                    ).fetchall()
+                    applied = {e.key for e in double.effects("/charges")}
+                    probes = conn.execute(
+                        "SELECT outcome, probes, finished_at IS NULL, count(*) FROM case_probe "
+                        "GROUP BY 1, 2, 3"
+                    ).fetchall()
+                    raise AssertionError(
+                        f"seed {SEED}: executions by status {left}; uncertain charges the "
+                        f"provider applied {sorted(applied & _uncertain_charges(conn))}; "
+                        f"probes {probes}"
+                    ) from None
             settled_at = time.monotonic()
         finally:
             fleet.close()
@@ -419,6 +456,24 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
                 "SELECT execution_id, action_id, status FROM action_execution"
             ).fetchall()
         }
+        # Every charge that went to an operator's desk, and every resolution of one.
+        went_uncertain = {
+            row[0]
+            for row in conn.execute(
+                "SELECT execution_id FROM audit_event WHERE type = 'RECONCILIATION_REQUIRED' "
+                "AND payload->>'actionId' = 'charge'"
+            ).fetchall()
+        }
+        resolutions = conn.execute(
+            "SELECT a.execution_id, a.actor, a.payload->>'resolution', a.payload->>'actionId', "
+            "c.output FROM audit_event a JOIN action_execution c "
+            "ON c.execution_id = a.execution_id AND c.action_id = a.payload->>'actionId' "
+            "WHERE a.type = 'RECONCILIATION_RESOLVED'"
+        ).fetchall()
+        probes_asked = conn.execute(
+            "SELECT count(*) FROM audit_event WHERE type = 'RECONCILIATION_EVIDENCE' "
+            "AND actor = 'system:prober'"
+        ).fetchone()[0]
 
     by_status = collections.Counter(row[2] for row in executions.values())
     charges = collections.Counter(e.key for e in double.effects("/charges"))
@@ -440,6 +495,10 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
         "provider_calls": double.calls(),
         "charges_applied": sum(charges.values()),
         "faults_drawn": dict(sorted(faults.drawn.items())),
+        "charges_uncertain": len(went_uncertain),
+        "uncertain_applied": len({eid for eid in went_uncertain if f"{eid}:charge" in charges}),
+        "probes": probes_asked,
+        "resolved_by_prober": sum(1 for r in resolutions if r[1] == PROBER),
         "storm_seconds": round(storm_end - origin, 1),
         "settle_seconds": round(settled_at - storm_end, 1),
         "total_seconds": round(time.monotonic() - started, 1),
@@ -480,6 +539,23 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
             assert checkpoints.get((eid, "reserve")) in (None, "FAILED"), eid
             assert checkpoints.get((eid, "charge")) is None, eid
     assert set(completed) <= set(executions)
+    # The prober: every uncertain charge the provider applied was settled "happened" by
+    # system:prober, with the provider's own output; no person resolved anything; nothing was
+    # resolved twice or against the provider's ledger; what it left open was never applied.
+    assert {r[1] for r in resolutions} <= {PROBER}, resolutions
+    resolved = collections.Counter((r[0], r[3]) for r in resolutions)
+    assert all(n == 1 for n in resolved.values()), resolved
+    for eid, _, resolution, action_id, output in resolutions:
+        key = f"{eid}:{action_id}"
+        assert (action_id, resolution) == ("charge", "WRITE_HAPPENED"), (eid, resolution)
+        assert charges[key] == 1 and output == charge_output[key], (eid, output)
+    for eid in went_uncertain:
+        applied = f"{eid}:charge" in charges
+        assert ((eid, "charge") in resolved) == applied, (eid, applied)
+        if applied:
+            assert executions[eid][2] == "SUCCEEDED", (eid, executions[eid][2])
+        else:
+            assert executions[eid][2] == "RECONCILIATION_REQUIRED", (eid, executions[eid][2])
     # The storm really happened.
     assert counts.kills >= 10 and counts.stops == 1 and counts.restarts == 1
     assert counts.terminated_backends > 0

@@ -205,3 +205,13 @@ def test_the_queue__marks_a_case_whose_replay_awaits_approval(operator, charge_r
     assert page.count("replay proposed") == 1
     marked = page.index("replay proposed")
     assert page.rfind(str(waiting.pk)[:8], 0, marked) > page.rfind(str(other.pk)[:8], 0, marked)
+
+
+def test_rule_turned_off__a_leftover_proposal_is_not_offered(
+    operator, second, settings, charge_registry
+):
+    case = reconciliation_case()
+    _propose(_client(operator), case)
+    settings.RECONCILIATION_TWO_PERSON = False
+    page = _client(second).get(_case_url(case)).content.decode()
+    assert 'id="case-proposal"' not in page and 'id="approve-proposal"' not in page
