@@ -204,6 +204,10 @@ class LocalWorkerRuntime:
         )
         self._leases = LeaseBook()
 
+    @property
+    def config(self) -> WorkerConfig:
+        return self._deps.config
+
     def open(self) -> "LocalWorkerRuntime":
         self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
         return self
