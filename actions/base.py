@@ -18,9 +18,10 @@ Outcome classes, and what the worker does with each:
   callback_timeout_seconds.
 """
 
+import contextlib
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,6 +73,39 @@ class Route:
         return bool(self.options.get("async"))
 
 
+class StopSignal(threading.Event):
+    """An execution's stop signal (cancellation, lost lease, shutdown past the drain, a stuck
+    run): an Event that, when set, also calls what is registered on it, so a call blocked on a
+    slow provider is woken at once (actions/transport.py shuts its socket) instead of noticing
+    only after the provider answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` once when this is set (at once if it already is); return what
+        unregisters it."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return lambda: None
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock, contextlib.suppress(ValueError):
+            self._callbacks.remove(callback)
+
+
 @dataclass(frozen=True)
 class ActionContext:
     input: dict[str, Any]
@@ -82,9 +116,10 @@ class ActionContext:
     scope: str
     external_key: str  # "<executionId>:<actionId>", stable across attempts
     attempt: int
-    # Set when this execution must stop (lease lost, shutdown past the drain). Adapters with long
-    # waits check it; an interruption never proves an external effect did not happen.
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    # Set when this execution must stop (cancelled, lease lost, shutdown past the drain). Adapters
+    # with long waits check it (a StopSignal also wakes them); an interruption never proves an
+    # external effect did not happen.
+    cancelled: threading.Event = field(default_factory=StopSignal)
     # Who caused this dispatch, as `sub@tenant` (`system` for timeouts and recovery); a route
     # with `principal_header` forwards it to the provider.
     principal: str | None = None

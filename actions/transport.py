@@ -7,7 +7,9 @@ provider? This module answers it with `Stage` and keeps these invariants:
   call goes to the route's URL and nowhere else;
 - every call has connect and read timeouts, and a total budget: once the request is written, a
   watchdog shuts the socket at the deadline, so a provider dripping its headers or body byte by
-  byte cannot hold a worker thread past it;
+  byte cannot hold a worker thread past it; it also shuts it as soon as the execution is told
+  to stop (a `StopSignal` set: cancelled, lease lost, shutdown), so a stopped holder does not
+  wait on a slow provider;
 - a body is read only up to a byte limit;
 - failures are `TransportError` values with a fixed, safe reason: no exception text from the
   network stack, no header, no byte of the provider's body ever leaves this module in an error.
@@ -110,10 +112,11 @@ class _Watchdog:
     One shared timer thread (`_Timers`) serves every call of the process: a call costs a heap
     entry, not a thread of its own."""
 
-    __slots__ = ("_lock", "_sock", "cancelled", "expired")
+    __slots__ = ("_lock", "_sock", "cancelled", "expired", "stopped")
 
     def __init__(self, seconds: float) -> None:
         self.expired = threading.Event()
+        self.stopped = threading.Event()  # the execution was told to stop (`stop`)
         self.cancelled = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -122,7 +125,7 @@ class _Watchdog:
     def watch(self, sock: socket.socket | None) -> None:
         with self._lock:
             self._sock = sock
-            if self.expired.is_set():
+            if self.expired.is_set() or self.stopped.is_set():
                 _shutdown(sock)
 
     def cancel(self) -> None:
@@ -131,6 +134,13 @@ class _Watchdog:
     def expire(self) -> None:
         with self._lock:
             self.expired.set()
+            _shutdown(self._sock)
+
+    def stop(self) -> None:
+        """The execution was told to stop: abandon the wait (whatever the request did stays as
+        it is, an outcome the runner settles by the usual rules)."""
+        with self._lock:
+            self.stopped.set()
             _shutdown(self._sock)
 
 
@@ -291,6 +301,9 @@ def exchange(
     )
     watchdog = _Watchdog(remaining)
     _local.watchdog = watchdog
+    # A StopSignal (the worker's) wakes this call as soon as the execution is told to stop.
+    on_set = getattr(cancelled, "on_set", None)
+    forget = on_set(watchdog.stop) if on_set is not None else None
     try:
         response = _send(method, url, headers, body, timeout, watchdog)
         with response:
@@ -312,6 +325,8 @@ def exchange(
             content, size = _read_body(response, watchdog, max_bytes, sink, cancelled)
             return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
     finally:
+        if forget is not None:
+            forget()
         watchdog.cancel()
         _local.watchdog = None
 
@@ -347,6 +362,10 @@ def _send(
         if watchdog.expired.is_set():
             raise TransportError(
                 Stage.SENT, "the time budget ran out waiting for the response"
+            ) from None
+        if watchdog.stopped.is_set():
+            raise TransportError(
+                Stage.SENT, "the execution was stopped while waiting for the response"
             ) from None
         raise TransportError(Stage.SENT, "connection lost after sending") from None
     except requests.exceptions.ReadTimeout:
@@ -390,6 +409,8 @@ def _read_body(
     except TransportError:
         raise
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError):
+        if watchdog.stopped.is_set():
+            raise TransportError(Stage.BODY, "the execution was stopped", status=status) from None
         if not watchdog.expired.is_set():
             raise TransportError(
                 Stage.BODY, "connection lost reading the body", status=status

@@ -92,6 +92,26 @@ NOTIFY_WORK = "SELECT pg_notify('orquestador_executions', %(execution_id)s::text
 # Index: none.
 LISTEN_WORK = "LISTEN orquestador_executions"
 
+# Channel on which a cancellation that fenced out a RUNNING execution tells its holder, so the
+# worker holding it stops it at once rather than at its next renewal. The payload is
+# "<execution id>:<new token>"; a worker acts only on a holder whose token is older, and the
+# fence, not this message, is what keeps a stale holder from writing.
+CANCEL_CHANNEL = "orquestador_cancels"
+
+# Announce a cancellation, from inside the cancelling transaction (delivered only if it
+# commits, and then after the token moved).
+# Locks: nothing.
+# Index: none.
+NOTIFY_CANCEL = (
+    "SELECT pg_notify('orquestador_cancels', %(execution_id)s::text || ':' || %(token)s::text)"
+)
+
+# Subscribe the worker's listening connection to NOTIFY_CANCEL (the same connection as
+# LISTEN_WORK: no connection of its own).
+# Locks: nothing.
+# Index: none.
+LISTEN_CANCELS = "LISTEN orquestador_cancels"
+
 # Once per worker connection: one generic plan per statement (their best plans do not
 # depend on parameter values; docs/adr/0009).
 # Locks: nothing.

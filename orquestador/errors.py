@@ -26,6 +26,8 @@ EVENT_INVALID = "EVENT_INVALID"  # 422
 # The execution is not waiting for this event, and the event cannot be kept for a wait ahead.
 NOT_WAITING = "NOT_WAITING"  # 409
 INTERNAL_ERROR = "INTERNAL_ERROR"  # 500: a fault of ours, logged; the detail says nothing more
+# 503 from a worker endpoint: the run passed WORKER_ENDPOINT_RUN_SECONDS and was told to stop.
+RUN_TIME_LIMIT = "RUN_TIME_LIMIT"
 # The database cannot be reached (refused, restarting, connection lost): nothing was changed.
 DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"  # 503, with Retry-After
 

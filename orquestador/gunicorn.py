@@ -12,6 +12,16 @@ bind = [os.environ.get("WEB_BIND", "127.0.0.1:8000")]
 workers = int(os.environ.get("WEB_WORKERS", "2"))  # processes; one per core is a fair start
 worker_class = "sync"
 timeout = 30  # seconds a worker may spend on one request before it is replaced
+if os.environ.get("WORKER_ENDPOINT_ENABLED", "").strip().lower() in ("true", "1", "yes", "on"):
+    # A worker endpoint holds a web thread up to WORKER_ENDPOINT_RUN_SECONDS per package, then
+    # answers by itself (executions/worker/endpoint.py): leave it that long and a margin. A value
+    # settings refuse keeps the default here; the application then refuses to start.
+    try:
+        run_seconds = float(os.environ.get("WORKER_ENDPOINT_RUN_SECONDS", "300"))
+    except ValueError:
+        run_seconds = 0.0
+    if 0 < run_seconds <= 3600:
+        timeout = max(timeout, int(run_seconds) + 15)
 graceful_timeout = 10  # seconds in-flight requests may finish after SIGTERM
 keepalive = 5  # seconds an idle keep-alive connection is held
 limit_request_line = 8190  # bytes of the request line

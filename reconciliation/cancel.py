@@ -8,7 +8,9 @@ Invariants and transaction boundary (`execution_cancel` is one `operator_write`,
   state and revision unchanged); with a write SUCCEEDED, RUNNING or UNKNOWN it cannot simply
   stop: it becomes RECONCILIATION_REQUIRED (UNCERTAIN_WRITE, or CANCELLED_AFTER_WRITE) and the
   request stays blocked for an operator;
-- EXECUTION_CANCELLED is appended either way, with the actor and the written reason.
+- EXECUTION_CANCELLED is appended either way, with the actor and the written reason;
+- a RUNNING execution's worker is told on sql.CANCEL_CHANNEL when this commits, and its
+  runtime's best-effort `cancel` stops the holder (executions/worker/scheduler.py).
 """
 
 import uuid
@@ -86,6 +88,12 @@ def execution_cancel(
             statement, params = sql.EXECUTION_CANCEL, {**guard, "error_detail": detail}
             new_status = ExecutionStatus.CANCELLED
         (new_token,) = case.fenced(statement, params)
+        if case.status == ExecutionStatus.RUNNING:
+            # The holder is fenced out now; this tells its worker to stop it now (best effort:
+            # a worker that misses it sees its lease lost at the next renewal).
+            case.cursor.execute(
+                sql.NOTIFY_CANCEL, {"execution_id": str(case.execution_id), "token": new_token}
+            )
         if new_status == ExecutionStatus.CANCELLED:
             case.release_request()
         case.record(

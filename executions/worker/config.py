@@ -19,6 +19,10 @@ DEFAULT_RETRY_BASE_SECONDS = 1.0  # seconds
 DEFAULT_RETRY_MAX_SECONDS = 300.0  # seconds
 DEFAULT_RETRY_AFTER_MAX_SECONDS = 600.0  # seconds
 DEFAULT_MAX_RECLAIMS = 5  # consecutive takeovers without progress before the poison cap settles
+# Seconds a worker endpoint may hold a web thread for one posted package; a remote runtime waits
+# that long plus one renewal period for the answer. At most MAX_ENDPOINT_RUN_SECONDS.
+DEFAULT_ENDPOINT_RUN_SECONDS = 300.0
+MAX_ENDPOINT_RUN_SECONDS = 3600.0
 DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback: a scraper on the same host, or a sidecar
 RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
 DEFAULT_RUNTIME = "local"
@@ -43,6 +47,9 @@ ENV_DEFAULTS = {
     # Where runworker runs what it claims (executions/worker/remote.py): local or remote.
     "WORKER_RUNTIME": DEFAULT_RUNTIME,
     "WORKER_REMOTE_URL": "",
+    # The longest a worker endpoint holds a web thread for one package (and a remote runtime
+    # waits for it, plus one renewal period).
+    "WORKER_ENDPOINT_RUN_SECONDS": f"{DEFAULT_ENDPOINT_RUN_SECONDS:g}",
     # Behind a transaction pooler (DATABASE_POOLER, executions/worker/pooling.py): a direct
     # connection for LISTEN.
     "WORKER_LISTEN_DATABASE_URL": "",
@@ -74,6 +81,9 @@ class WorkerConfig:
     retry_max_seconds: float = DEFAULT_RETRY_MAX_SECONDS
     retry_after_max_seconds: float = DEFAULT_RETRY_AFTER_MAX_SECONDS
     max_reclaims: int = DEFAULT_MAX_RECLAIMS
+    # The longest a worker endpoint holds a web thread for one package; a remote runtime waits
+    # that long plus renew_seconds for its answer (executions/worker/endpoint.py, remote.py).
+    endpoint_run_seconds: float = DEFAULT_ENDPOINT_RUN_SECONDS
     # Seconds the database may stay unreachable before runworker stops (exit status 3) so an
     # orchestrator restarts it; None (the default): it waits for the database however long.
     db_outage_exit_seconds: float | None = None
@@ -91,6 +101,7 @@ class WorkerConfig:
             ("WORKER_RETRY_MAX_SECONDS", self.retry_max_seconds),
             ("WORKER_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds),
             ("WORKER_MAX_RECLAIMS", self.max_reclaims),
+            ("WORKER_ENDPOINT_RUN_SECONDS", self.endpoint_run_seconds),
         ):
             if not value > 0:
                 raise WorkerConfigError(f"{name} must be positive, got {value!r}")
@@ -98,6 +109,11 @@ class WorkerConfig:
             raise WorkerConfigError(
                 "WORKER_DB_OUTAGE_EXIT_SECONDS must be empty (off) or a positive number of "
                 f"seconds, got {self.db_outage_exit_seconds!r}"
+            )
+        if self.endpoint_run_seconds > MAX_ENDPOINT_RUN_SECONDS:
+            raise WorkerConfigError(
+                f"WORKER_ENDPOINT_RUN_SECONDS must be at most {MAX_ENDPOINT_RUN_SECONDS:g} "
+                f"seconds (a web thread held for one package), got {self.endpoint_run_seconds:g}"
             )
         if not self.renew_seconds < self.lease_seconds / 2:
             raise WorkerConfigError(
@@ -172,6 +188,11 @@ def worker_tunables(raw: Mapping[str, str]) -> WorkerConfig:
         retry_max_seconds=_seconds(raw, "WORKER_RETRY_MAX_SECONDS"),
         retry_after_max_seconds=_seconds(raw, "WORKER_RETRY_AFTER_MAX_SECONDS"),
         max_reclaims=_integer(raw, "WORKER_MAX_RECLAIMS"),
+        endpoint_run_seconds=(
+            _seconds(raw, "WORKER_ENDPOINT_RUN_SECONDS")
+            if "WORKER_ENDPOINT_RUN_SECONDS" in raw
+            else DEFAULT_ENDPOINT_RUN_SECONDS
+        ),
         db_outage_exit_seconds=(
             _seconds(raw, "WORKER_DB_OUTAGE_EXIT_SECONDS")
             if raw.get("WORKER_DB_OUTAGE_EXIT_SECONDS", "").strip()

@@ -112,9 +112,11 @@ class WorkerConnections:
         conn = self.plain(claims=True)
         if not self.pooling.transaction_pooled:
             conn.execute(sql.LISTEN_WORK)
+            conn.execute(sql.LISTEN_CANCELS)
         elif self.listen_conninfo is not None and self.listener is None:
             self.listener = psycopg.connect(self.listen_conninfo, autocommit=True)
             self.listener.execute(sql.LISTEN_WORK)
+            self.listener.execute(sql.LISTEN_CANCELS)
         return conn
 
     def notifier(self, claiming: psycopg.Connection) -> psycopg.Connection | None:

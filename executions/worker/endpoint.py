@@ -17,6 +17,12 @@ Invariants:
   authenticated caller;
 - a malformed package is a 400 `{"code": "INVALID_BODY", "detail"}`, never a 500; a fault of ours
   is logged and answered 500 `INTERNAL_ERROR` without detail;
+- a web thread is never held longer than WORKER_ENDPOINT_RUN_SECONDS for one package: the run
+  has a thread of its own, and past that limit it is told to stop (its stop signal: it starts
+  no further action and abandons a provider wait) and the endpoint answers
+  503 `{"code": "RUN_TIME_LIMIT", "detail"}`, which the dispatcher treats as a remote timeout
+  (left for recovery by lease, nothing uncertain repeated). Meanwhile the dispatcher keeps
+  renewing the lease, so a run of many actions is bounded by this limit, not by one lease;
 - no transaction here: the runtime's own connections write, each write its own short
   transaction, exactly as in `runworker`.
 """
@@ -40,6 +46,8 @@ from .config import worker_tunables
 from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from .wire import (
     Ending,
+    ExecutionPackage,
+    ExecutionResult,
     PackageInvalid,
     cancel_read,
     package_read,
@@ -125,6 +133,55 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------
+# Running one package within WORKER_ENDPOINT_RUN_SECONDS
+# ------------------------------------------------------------------------------
+class _PastLimit(Exception):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+class _RunFailed(Exception):
+    """The run raised; it was logged where it happened."""
+
+
+def _run_within_limit(
+    package: ExecutionPackage, runtime: LocalWorkerRuntime, seconds: float
+) -> ExecutionResult:
+    """Run the package in a thread of its own and wait for it at most `seconds`; past that, tell
+    it to stop and raise _PastLimit (the run ends on its own: its writes stay fenced)."""
+    request = WorkerRequest(fence=package.fence)
+    ended: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            ended["result"] = dispatch_once(runtime, package, request)
+        except Exception:  # logged here, where it happened, whether or not anyone still waits
+            logger.exception(
+                "worker endpoint: execution run failed; left for recovery by lease",
+                extra=package.fence.log_extra(attempt=package.attempts),
+            )
+            ended["failed"] = True
+        finally:
+            done.set()
+
+    threading.Thread(
+        target=run, name=f"worker-endpoint-{str(package.execution_id)[:8]}", daemon=True
+    ).start()
+    if not done.wait(seconds):
+        request.cancelled.set()
+        logger.warning(
+            "worker endpoint: run passed WORKER_ENDPOINT_RUN_SECONDS; told to stop, left for "
+            "recovery by lease",
+            extra=package.fence.log_extra(attempt=package.attempts, limit_seconds=seconds),
+        )
+        raise _PastLimit(seconds)
+    if "result" not in ended:
+        raise _RunFailed
+    return ended["result"]
+
+
+# ------------------------------------------------------------------------------
 # Views
 # ------------------------------------------------------------------------------
 def _authenticated(request: HttpRequest) -> bool:
@@ -166,10 +223,20 @@ def execute(request: HttpRequest) -> JsonResponse:
             "principal.tenant: the package's principal is not of the request's tenant",
         )
     try:
-        result = dispatch_once(endpoint_runtime(), package, WorkerRequest(fence=package.fence))
+        runtime = endpoint_runtime()
+        result = _run_within_limit(package, runtime, runtime.config.endpoint_run_seconds)
+    except _PastLimit as exc:
+        return _error(
+            503,
+            errors.RUN_TIME_LIMIT,
+            f"the run passed WORKER_ENDPOINT_RUN_SECONDS ({exc.seconds:g} s): it was told to "
+            "stop and is left for recovery by lease",
+        )
+    except _RunFailed:
+        return _error(500, errors.INTERNAL_ERROR, "internal error; it has been logged")
     except Exception:
         logger.exception(
-            "worker endpoint: execution run failed; left for recovery by lease",
+            "worker endpoint: execution run could not start; left for recovery by lease",
             extra=package.fence.log_extra(attempt=package.attempts),
         )
         return _error(500, errors.INTERNAL_ERROR, "internal error; it has been logged")

@@ -12,6 +12,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from actions.base import StopSignal
+
 from ..claims import Claim
 from ..leases import Fence
 
@@ -21,7 +23,7 @@ class Holding:
     """One execution this process holds: its claim (and holder) and its stop signal."""
 
     claim: Claim
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=StopSignal)
     renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
     lost: bool = False
     deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)
@@ -70,6 +72,11 @@ class Holdings:
             if self._held.get(holding.fence.execution_id) is holding:
                 del self._held[holding.fence.execution_id]
             self.changed.notify_all()
+
+    def find(self, execution_id: uuid.UUID) -> Holding | None:
+        """The holder of this execution here, if any."""
+        with self.changed:
+            return self._held.get(execution_id)
 
     def holds(self, holding: Holding) -> bool:
         """Whether this very holder is still held (not finished, not given back)."""

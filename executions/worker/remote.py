@@ -7,8 +7,15 @@ bearer token WORKER_ENDPOINT_TOKEN; it runs each package through a `LocalWorkerR
 Invariants:
 - the only URL it ever calls is the one the operator configured (WORKER_REMOTE_URL, validated at
   start); it follows no redirect and reads no proxy or credentials from the environment;
-- every call has explicit timeouts below the lease: a connect timeout of at most one renewal
-  period, and a read timeout of WORKER_LEASE_SECONDS - WORKER_RENEW_SECONDS (docs/adr/0006);
+- the dispatcher keeps renewing the lease (its heartbeat, fenced) while the endpoint works, so a
+  run of many actions is not bounded by one lease: every call has a connect timeout of at most
+  one renewal period, and `execute` a read timeout of WORKER_ENDPOINT_RUN_SECONDS (the longest
+  the endpoint holds a web thread; it answers 503 RUN_TIME_LIMIT then) plus one renewal period;
+  both that answer and a timeout are a `RemoteWorkerError`, left for recovery by lease
+  (docs/adr/0006);
+- if the holder is told to stop while the endpoint works (lease lost, cancelled, shutdown past
+  the drain), `execute` stops waiting at once and abandons the answer (`ExecutionInterrupted`);
+  the renewals for it have stopped, the endpoint is told (`cancel`), and its writes are fenced;
 - `409 {"code": "superseded", "executionId"}` naming this very package's execution becomes the
   same `ExecutionSuperseded` the local runtime raises, so `is_superseded_refusal` and
   `dispatch_once` settle it exactly alike; `409 {"code": "interrupted", ...}` becomes
@@ -16,7 +23,8 @@ Invariants:
   other status, a refusal naming another execution) is a `RemoteWorkerError`, never superseded;
 - `cancel` is best effort: it signals the exact local holder (execution id and token) at once and
   then tells the endpoint, swallowing any failure to reach it;
-- one `requests.Session` per calling thread (a scheduler slot), closed by `close()`.
+- `requests.Session`s are reused one call at a time (kept alive between calls), all closed by
+  `close()`.
 """
 
 import ipaddress
@@ -50,6 +58,7 @@ logger = logging.getLogger("executions.worker")
 
 CONNECT_TIMEOUT_SECONDS = 5.0  # seconds, at most: also capped at one renewal period
 CANCEL_READ_TIMEOUT_SECONDS = 5.0  # seconds, at most: a cancel is best effort
+STOP_CHECK_SECONDS = 0.1  # seconds between looks at a plain stop Event (a StopSignal wakes at once)
 
 
 class RemoteWorkerError(Exception):
@@ -151,12 +160,14 @@ class RemoteWorkerRuntime:
         self._execute_url = target.url + "execute"
         self._cancel_url = target.url + "cancel"
         connect = min(CONNECT_TIMEOUT_SECONDS, config.renew_seconds)
-        # Below the lease: a silent endpoint is given up before a lease could lapse unrenewed.
-        self._execute_timeout = (connect, config.lease_seconds - config.renew_seconds)
+        # The dispatcher renews the lease while the endpoint works, so a run is bounded by the
+        # endpoint's own limit (it answers RUN_TIME_LIMIT at WORKER_ENDPOINT_RUN_SECONDS), not
+        # by one lease; one renewal period more covers that answer's way back.
+        self._execute_timeout = (connect, config.endpoint_run_seconds + config.renew_seconds)
         self._cancel_timeout = (connect, min(CANCEL_READ_TIMEOUT_SECONDS, config.renew_seconds))
-        self._local = threading.local()
+        self._idle: list[requests.Session] = []  # sessions not in use now, reused first
         self._sessions: list[requests.Session] = []
-        self._lock = threading.Lock()  # guards _sessions
+        self._lock = threading.Lock()  # guards _idle and _sessions
         self._leases = LeaseBook()
 
     def open(self) -> "RemoteWorkerRuntime":
@@ -164,7 +175,7 @@ class RemoteWorkerRuntime:
 
     def close(self) -> None:
         with self._lock:
-            sessions, self._sessions = self._sessions, []
+            sessions, self._sessions, self._idle = self._sessions, [], []
         for session in sessions:
             session.close()
 
@@ -175,26 +186,60 @@ class RemoteWorkerRuntime:
         self.close()
 
     def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            # Only the configured URL and token: no proxy, .netrc or CA bundle from the
-            # environment decides where the token goes.
-            session.trust_env = False
-            session.headers["Authorization"] = f"Bearer {self._target.token}"
-            self._local.session = session
-            with self._lock:
-                self._sessions.append(session)
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        session = requests.Session()
+        # Only the configured URL and token: no proxy, .netrc or CA bundle from the
+        # environment decides where the token goes.
+        session.trust_env = False
+        session.headers["Authorization"] = f"Bearer {self._target.token}"
+        with self._lock:
+            self._sessions.append(session)
         return session
 
     def _post(self, url: str, body: str, timeout: tuple[float, float]) -> requests.Response:
-        return self._session().post(
-            url,
-            data=body.encode(),
-            headers={"Content-Type": "application/json"},
-            timeout=timeout,
-            allow_redirects=False,
-        )
+        session = self._session()  # one call at a time per session; kept alive for the next
+        try:
+            return session.post(
+                url,
+                data=body.encode(),
+                headers={"Content-Type": "application/json"},
+                timeout=timeout,
+                allow_redirects=False,
+            )
+        finally:
+            with self._lock:
+                if session in self._sessions:  # not closed meanwhile
+                    self._idle.append(session)
+
+    def _post_unless_stopped(
+        self, body: str, stop: threading.Event
+    ) -> requests.Response | requests.RequestException | None:
+        """POST a package and wait for the answer, or until `stop` is set (the lease is lost,
+        the execution cancelled, the worker shutting down): then None, and the call is left to
+        end on its own in its thread (nothing it brings back is used)."""
+        ended: list[requests.Response | requests.RequestException] = []
+        done = threading.Event()
+
+        def post() -> None:
+            try:
+                ended.append(self._post(self._execute_url, body, self._execute_timeout))
+            except requests.RequestException as exc:
+                ended.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=post, name="remote-execute", daemon=True).start()
+        on_set = getattr(stop, "on_set", None)  # a StopSignal wakes this wait at once
+        forget = on_set(done.set) if on_set is not None else None
+        try:
+            while not done.wait(STOP_CHECK_SECONDS) and not stop.is_set():
+                pass
+        finally:
+            if forget is not None:
+                forget()
+        return ended[0] if ended else None
 
     def allocate(self, request: WorkerRequest) -> WorkerLease:
         return self._leases.allocate(request)
@@ -202,13 +247,20 @@ class RemoteWorkerRuntime:
     def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
         LeaseBook.check(lease, package)
         execution_id = package.execution_id
-        try:
-            response = self._post(self._execute_url, package_json(package), self._execute_timeout)
-        except requests.RequestException as exc:
+        response = self._post_unless_stopped(package_json(package), lease.cancelled)
+        if response is None:
+            # The holder was told to stop while the endpoint worked; its answer is abandoned.
+            # The endpoint was told too (cancel), and its writes are fenced in any case.
+            logger.info(
+                "remote run abandoned: the holder was told to stop",
+                extra=package.fence.log_extra(attempt=package.attempts),
+            )
+            raise ExecutionInterrupted(execution_id, step="remote execute")
+        if isinstance(response, requests.RequestException):
             raise RemoteWorkerError(
                 f"the worker endpoint could not be reached or did not answer in time "
-                f"({type(exc).__name__})"
-            ) from exc
+                f"({type(response).__name__})"
+            ) from response
         body = _json_or_none(response)
         if response.status_code == 200:
             try:

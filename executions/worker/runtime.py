@@ -34,6 +34,7 @@ from typing import Protocol
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from actions.base import StopSignal
 from actions.registry import resolve as registry_resolve
 
 from ..claims import FlowCache, Snapshot
@@ -67,7 +68,7 @@ class WorkerRequest:
     fence: Fence
     # In-process only (never serialised): the per-execution stop signal adapters watch, and the
     # snapshot the claim already read under this token (absent: the runtime loads it, fenced).
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=StopSignal)
     snapshot: Snapshot | None = None
     # Told the run's deadline in seconds (stuck runs: the scheduler stops renewing past it).
     report_deadline: Callable[[float], None] | None = None
@@ -202,6 +203,10 @@ class LocalWorkerRuntime:
             writes=GroupWrites(actor=WORKER_ACTOR),
         )
         self._leases = LeaseBook()
+
+    @property
+    def config(self) -> WorkerConfig:
+        return self._deps.config
 
     def open(self) -> "LocalWorkerRuntime":
         self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)

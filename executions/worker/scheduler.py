@@ -6,6 +6,11 @@ Invariants:
   local backlog while its lease ticks away;
 - idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
   WORKER_POLL_MS (due retries, expired leases, lost notifications);
+- the same connection LISTENs for cancellations (NOTIFY_CANCEL, sent when a cancellation fences
+  out a RUNNING execution), read while idle and, when every slot is busy, between waits for a
+  free one; one naming an execution held here under an older token stops that holder at once,
+  exactly as a lost lease does (the runtime's `cancel`). The renewal that finds the lease lost
+  is the fallback (polling, a missed notification);
 - the heartbeat (executions/worker/heartbeat.py) renews every held lease in one statement every
   WORKER_RENEW_SECONDS, cancels exactly the holder whose lease comes back lost, and gives the slot
   of a run stuck past its deadline back to a new slot thread;
@@ -30,10 +35,12 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from typing import Any
 
 import psycopg
 
+from .. import sql
 from ..claims import Claim, executions_claim
 from ..finalize import execution_exhaust_reclaims
 from ..leases import ExecutionSuperseded, lease_owner_name
@@ -163,6 +170,7 @@ class Scheduler:
                         self.running.set()
                     limit = self._free_slots(backlog=backlog)
                     if limit == 0:
+                        self._take_cancels(conn)  # every slot busy: a cancel may be for one
                         continue
                     claim_started = time.perf_counter()
                     claims = executions_claim(
@@ -287,10 +295,36 @@ class Scheduler:
                 if notifier is None:  # no session to LISTEN on: poll
                     self._stop_claiming.wait(wait)
                     continue
-                for _ in notifier.notifies(timeout=wait, stop_after=1):
-                    return
+                for notify in notifier.notifies(timeout=wait):
+                    if notify.channel != sql.CANCEL_CHANNEL:
+                        return
+                    self._cancel_notified(notify.payload)
         finally:
             self.idle.clear()
+
+    def _take_cancels(self, conn: psycopg.Connection) -> None:
+        """Act on the cancellations announced so far, without waiting (work announcements
+        read here are dropped: the next claim finds that work anyway)."""
+        notifier = self.connections.notifier(conn)
+        if notifier is None:
+            return
+        for notify in notifier.notifies(timeout=0):
+            if notify.channel == sql.CANCEL_CHANNEL:
+                self._cancel_notified(notify.payload)
+
+    def _cancel_notified(self, payload: str) -> None:
+        """A cancellation fenced out an execution (sql.NOTIFY_CANCEL): stop its holder here, if
+        this process holds it under an older token, exactly as a lost lease is stopped. Nothing
+        is written: the holder's later writes are fenced out, and what it had in flight was
+        settled by the cancellation's rule (an uncertain write went to reconciliation)."""
+        execution_id, _, token = payload.partition(":")
+        try:
+            key, new_token = uuid.UUID(execution_id), int(token)
+        except ValueError:
+            return
+        holding = self.held.find(key)
+        if holding is not None and holding.fence.token < new_token:
+            self.heartbeat.lease_lost(holding, reason="cancelled")
 
     def _hold(self, claim: Claim) -> Holding:
         """Take a slot for a claimed execution and start renewing its lease."""

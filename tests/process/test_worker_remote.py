@@ -1,6 +1,8 @@
 """The remote runtime between real processes: a web process serving the worker endpoint on
 127.0.0.1 and a `runworker` with WORKER_RUNTIME=remote; and the start-up refusals of both."""
 
+import collections
+import contextlib
 import socket
 import subprocess
 import sys
@@ -12,10 +14,13 @@ import pytest
 import requests
 
 from tests.conftest import manage
+from tests.support.providers import JsonProvider
 from tests.support.worker import (
     PROCESS_SETTINGS,
     WorkerProcess,
     action,
+    audit_events,
+    checkpoint_rows,
     create_flow,
     enqueue,
     execution_row,
@@ -46,18 +51,15 @@ def answers(url: str) -> bool:
     return True
 
 
-@pytest.fixture
-def endpoint_web(process_env, tmp_path) -> Iterator[tuple[str, Path]]:
-    """A web process serving the worker endpoint; yields its base URL and its log file."""
+@contextlib.contextmanager
+def endpoint_process(env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """A web process serving the worker endpoint with `env`; yields its base URL."""
     port = free_port()
-    log_path = tmp_path / "web.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
             manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"),
             env={
-                **process_env,
-                **PROCESS_SETTINGS,
-                **REMOTE_LEASE,
+                **env,
                 "WORKER_ENDPOINT_ENABLED": "true",
                 "WORKER_ENDPOINT_TOKEN": TOKEN,
                 "DEBUG": "false",
@@ -71,10 +73,18 @@ def endpoint_web(process_env, tmp_path) -> Iterator[tuple[str, Path]]:
                 assert process.poll() is None, log_path.read_text()
                 assert time.monotonic() < deadline, "the web process did not answer in time"
                 time.sleep(0.1)  # polling a condition (the port answering), with a deadline
-            yield f"http://127.0.0.1:{port}/internal/worker/", log_path
+            yield f"http://127.0.0.1:{port}/internal/worker/"
         finally:
             process.terminate()  # our own child, by its pid
             process.wait(timeout=30)
+
+
+@pytest.fixture
+def endpoint_web(process_env, tmp_path) -> Iterator[tuple[str, Path]]:
+    """A web process serving the worker endpoint; yields its base URL and its log file."""
+    log_path = tmp_path / "web.log"
+    with endpoint_process({**process_env, **PROCESS_SETTINGS, **REMOTE_LEASE}, log_path) as url:
+        yield url, log_path
 
 
 def test_runworker__runs_executions_on_the_worker_endpoint(
@@ -181,3 +191,80 @@ def test_web__refuses_to_serve_the_endpoint_as_an_unrestricted_role(process_env,
         assert result.returncode != 0, result.stderr
     assert "DATABASE_URL must name a restricted runtime role" in result.stderr
     assert "owns schema" in result.stderr
+
+
+# A 2 s lease renewed every 0.5 s, and an endpoint that may work for 30 s on one package.
+LONG_RUN = {
+    "WORKER_LEASE_SECONDS": "2",
+    "WORKER_RENEW_SECONDS": "0.5",
+    "WORKER_ENDPOINT_RUN_SECONDS": "30",
+}
+
+
+def test_runworker__a_remote_run_longer_than_its_lease_completes_once(
+    process_env, runtime_conn, tmp_path
+):
+    """Four actions, a non-idempotent write among them, taking about three leases in all on the
+    endpoint: the dispatcher keeps renewing the lease while the endpoint works, so the run is
+    never reclaimed, nothing runs twice, and the write happens once."""
+    with JsonProvider() as provider:
+        integrations = tmp_path / "integrations.toml"
+        integrations.write_text(
+            '[contracts."payments.charge@1"]\n'
+            'effect = "NON_IDEMPOTENT_WRITE"\n'
+            "timeout_seconds = 1\n"
+            "\n"
+            '[routes."payments.charge@1"]\n'
+            'adapter = "http.json"\n'
+            f'url = "{provider.url("/charges")}"\n'
+        )
+        env = {**process_env, "INTEGRATIONS_FILE": str(integrations)}
+        nap = {"seconds": 1.5}
+        flow_id = create_flow(
+            runtime_conn,
+            flow_definition(
+                [
+                    action("nap1", "SIM_SLEEP", input=nap),
+                    action("charge", "payments.charge"),
+                    action("nap2", "SIM_SLEEP", input=nap),
+                    action("nap3", "SIM_SLEEP", input=nap),
+                ]
+            ),
+        )
+        accepted = enqueue(runtime_conn, flow_id)
+        web_env = {**env, **PROCESS_SETTINGS, **LONG_RUN}
+        with endpoint_process(web_env, tmp_path / "web.log") as url:
+            overrides = {
+                **LONG_RUN,
+                "WORKER_RUNTIME": "remote",
+                "WORKER_REMOTE_URL": url,
+                "WORKER_ENDPOINT_TOKEN": TOKEN,
+            }
+            with WorkerProcess(env, tmp_path / "worker.log", **overrides) as worker:
+                wait_until(
+                    lambda: status_of(runtime_conn, accepted.execution_id) == "SUCCEEDED",
+                    timeout=START_DEADLINE,
+                    what="the long remote run to succeed",
+                )
+                events = worker.events()
+        keys = collections.Counter(r.headers["idempotency-key"] for r in provider.requests())
+        assert keys == {f"{accepted.execution_id}:charge": 1}  # the write, once
+        assert len(provider.effects("/charges")) == 1
+
+    claims = [e for e in events if e.get("event") == "execution claimed"]
+    assert [c["execution_id"] for c in claims] == [str(accepted.execution_id)]
+    assert not [e for e in events if e.get("event") in ("lease lost", "execution superseded")]
+    execution = execution_row(runtime_conn, accepted.execution_id)
+    assert (execution["attempts"], execution["fencing_token"]) == (1, 1)  # never reclaimed
+    ran_for = (execution["finished_at"] - execution["started_at"]).total_seconds()
+    assert ran_for > 2 * float(LONG_RUN["WORKER_LEASE_SECONDS"])  # well past one lease
+    checkpoints = checkpoint_rows(runtime_conn, accepted.execution_id)
+    assert {k: (c["status"], c["attempt"]) for k, c in checkpoints.items()} == {
+        "nap1": ("SUCCEEDED", 1),
+        "charge": ("SUCCEEDED", 1),
+        "nap2": ("SUCCEEDED", 1),
+        "nap3": ("SUCCEEDED", 1),
+    }
+    kinds = [kind for kind, _ in audit_events(runtime_conn, accepted.request_id)]
+    assert "LEASE_TAKEN_OVER" not in kinds
+    assert kinds[-1] == "TRANSITION_COMPLETED"

@@ -55,6 +55,7 @@ FAST = WorkerConfig(
     retry_base_seconds=0.01,
     retry_max_seconds=0.05,
     retry_after_max_seconds=0.2,
+    endpoint_run_seconds=1.5,  # a remote runtime waits 2 s for an answer
 )
 
 

@@ -3,7 +3,12 @@ naming its variable; the remote runtime's timeouts stay below the lease."""
 
 import pytest
 
-from executions.worker.config import WorkerConfig, WorkerConfigError
+from executions.worker.config import (
+    ENV_DEFAULTS,
+    WorkerConfig,
+    WorkerConfigError,
+    worker_tunables,
+)
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime, remote_target
 
 TOKEN = "w" * 40
@@ -77,11 +82,32 @@ def test_remote_target__refuses_naming_the_variable(raw, token, message):
         remote_target(raw, token=token)
 
 
-def test_remote_runtime__timeouts_are_explicit_and_below_the_lease():
-    config = WorkerConfig(lease_seconds=60, renew_seconds=15)
+def test_remote_runtime__waits_for_the_endpoints_own_limit_not_one_lease():
+    config = WorkerConfig(lease_seconds=60, renew_seconds=15, endpoint_run_seconds=300)
     runtime = RemoteWorkerRuntime(
         target=RemoteTarget(url="https://worker.internal/", token=TOKEN), config=config
     )
     connect, read = runtime._execute_timeout
-    assert 0 < connect <= 5 and 0 < read < config.lease_seconds
+    # The lease is renewed meanwhile; the endpoint answers RUN_TIME_LIMIT at its limit, and one
+    # renewal period more covers that answer's way back.
+    assert 0 < connect <= 5 and read == 300 + 15
     assert sum(runtime._cancel_timeout) < config.lease_seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "WORKER_ENDPOINT_RUN_SECONDS must be positive"),
+        ("-5", "WORKER_ENDPOINT_RUN_SECONDS must be positive"),
+        ("3601", "WORKER_ENDPOINT_RUN_SECONDS must be at most 3600"),
+        ("soon", "WORKER_ENDPOINT_RUN_SECONDS must be a positive number of seconds"),
+        ("nan", "WORKER_ENDPOINT_RUN_SECONDS must be a finite number"),
+    ],
+)
+def test_endpoint_run_seconds__is_validated_naming_the_variable(value, message):
+    with pytest.raises(WorkerConfigError, match=message):
+        worker_tunables({**ENV_DEFAULTS, "WORKER_ENDPOINT_RUN_SECONDS": value})
+
+
+def test_endpoint_run_seconds__defaults_to_five_minutes():
+    assert worker_tunables(ENV_DEFAULTS).endpoint_run_seconds == 300

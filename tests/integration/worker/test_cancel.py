@@ -1,16 +1,22 @@
-"""Durable cancellation: a fenced write in the database that never needs the worker."""
+"""Durable cancellation: a fenced write in the database that never needs the worker; then the
+worker holding a RUNNING execution is told, and stops it."""
 
+import dataclasses
 import io
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from executions.leases import ExecutionSuperseded
+from executions.worker.metrics import LEASE_LOSSES
 from orquestador import errors
 from orquestador.errors import CodedError
 from reconciliation.cancel import execution_cancel
+from tests.integration.actions.conftest import catalog_registry
+from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (
     DEFAULT_TIMEOUT,
+    FAST,
     GateAdapter,
     ScriptedAdapter,
     SimulatedCrash,
@@ -238,3 +244,58 @@ def test_cancelexecution__refuses_an_unknown_or_ended_execution(conn, make_flow)
 def test_cancelexecution__needs_a_reason_argument():
     with pytest.raises(CommandError, match="--reason"):
         call_command("cancelexecution", "00000000-0000-0000-0000-000000000000")
+
+
+# -- the holder is stopped: the worker learns of the cancellation on its listen connection ---
+def slow_then_charge(provider):
+    contract = {"timeout_seconds": 30, "max_attempts": 3}
+    return catalog_registry(
+        {
+            "contracts": {
+                "quote@1": {**contract, "effect": "READ_ONLY"},
+                "charge@1": {**contract, "effect": "NON_IDEMPOTENT_WRITE"},
+            },
+            "routes": {
+                "quote@1": {"adapter": "http.json", "url": provider.url("/quote")},
+                "charge@1": {"adapter": "http.json", "url": provider.url("/charge")},
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("slots", [1, 2], ids=["every-slot-busy", "a-slot-free"])
+def test_cancel__stops_the_worker_holding_a_running_execution_long_before_its_lease(
+    conn, make_flow, runtime_dsn, slots
+):
+    """The cancellation runs on another connection (as the API, the admin and the command do);
+    the worker holding the execution hears of it on its listen connection, whether its claim
+    loop is idle or all its slots are busy, and stops the slot: the slow READ_ONLY call is
+    abandoned and the write after it never starts. Renewals every 20 s of a 60 s lease could
+    not have told it within the deadline below."""
+    config = dataclasses.replace(
+        FAST, lease_seconds=60, renew_seconds=20, concurrency=slots, batch=slots
+    )
+    with JsonProvider() as provider:
+        provider.plan("/quote", slow(25))
+        flow_id = make_flow([action("quote", "quote"), action("charge", "charge")])
+        with running_scheduler(runtime_dsn, slow_then_charge(provider), config=config) as worker:
+            accepted = enqueue(conn, flow_id)
+            provider.wait_for_calls(1, "/quote")
+            assert worker.busy == 1
+
+            result = execution_cancel(
+                execution_id=accepted.execution_id, actor="ops", reason="customer withdrew"
+            )
+
+            assert result.status == "CANCELLED"  # a read in flight is no write outstanding
+            wait_until(lambda: worker.busy == 0, timeout=5, what="the worker to stop its slot")
+            assert worker.metrics.value(LEASE_LOSSES) == 1  # the holder it stopped
+        assert provider.requests("/charge") == []  # the later action never started
+        assert len(provider.requests("/quote")) == 1  # and nothing was called twice
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["fencing_token"]) == ("CANCELLED", 2)
+    checkpoints = checkpoint_rows(conn, accepted.execution_id)
+    assert list(checkpoints) == ["quote"]  # left as the holder started it; no charge
+    assert checkpoints["quote"]["attempt"] == 1
+    kinds = [kind for kind, _ in audit_events(conn, accepted.request_id)]
+    assert kinds == ["TRANSITION_ACCEPTED", "EXECUTION_CANCELLED"]

@@ -1,6 +1,7 @@
 """The worker endpoint over real HTTP on 127.0.0.1 (live_server): its token gate, its refusal of
 malformed packages, the superseded 409 round trip, and the remote runtime's transport failures."""
 
+import dataclasses
 import json
 import socket
 import threading
@@ -10,6 +11,7 @@ import pytest
 import requests
 from django.core.exceptions import ImproperlyConfigured
 
+from actions.base import StopSignal
 from executions.leases import ExecutionSuperseded
 from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
 from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
@@ -17,7 +19,9 @@ from executions.worker.runtime import WorkerRequest, dispatch_once, is_supersede
 from executions.worker.wire import package_json
 from tests.support.providers import JsonProvider, slow, status
 from tests.support.worker import (
+    DEFAULT_TIMEOUT,
     FAST,
+    GateAdapter,
     ScriptedAdapter,
     action,
     binding,
@@ -342,3 +346,69 @@ def test_remote_runtime__a_409_naming_another_execution_is_an_error_not_supersed
     with _against(fake_endpoint) as runtime:
         error = _dispatch_fails(runtime, found)
     assert "409" in str(error)
+
+
+# ------------------------------------------------------------------------------
+# A run longer than one lease; the web thread's own limit
+# ------------------------------------------------------------------------------
+def test_endpoint__holds_a_web_thread_no_longer_than_its_limit(conn, make_flow, worker_endpoint):
+    """FAST's WORKER_ENDPOINT_RUN_SECONDS is 1.5: the endpoint answers RUN_TIME_LIMIT while the
+    first action is still blocked (the gate never opens), tells the run to stop, and the run
+    starts nothing more; the execution is left RUNNING for recovery by lease."""
+    gate, after = GateAdapter(), ScriptedAdapter()
+    worker_endpoint.serve(registry(binding("A", gate), binding("B", after)))
+    accepted = enqueue(conn, make_flow([action("a", "A"), action("b", "B")]))
+    (found,) = claim(conn, "w", lease_seconds=30.0)
+
+    response = post(
+        worker_endpoint.url + "execute",
+        package_json(package_of(found)).encode(),
+        token=worker_endpoint.token,
+    )
+
+    assert response.status_code == 503
+    assert response.json()["code"] == "RUN_TIME_LIMIT"
+    assert "WORKER_ENDPOINT_RUN_SECONDS (1.5 s)" in response.json()["detail"]
+    assert not gate.gate.is_set()  # answered while the action still held the run
+    assert gate.cancelled_seen.wait(DEFAULT_TIMEOUT)  # and the run was told to stop
+    assert after.calls == []
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["fencing_token"]) == ("RUNNING", found.fence.token)
+
+
+def test_remote_runtime__a_run_past_the_endpoints_limit_is_a_remote_timeout(
+    conn, make_flow, worker_endpoint
+):
+    gate = GateAdapter()
+    worker_endpoint.serve(registry(binding("A", gate)))
+    _, found = claimed(conn, make_flow, gate)
+    target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
+    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+        error = _dispatch_fails(runtime, found)
+    assert "503" in str(error) and "RUN_TIME_LIMIT" in str(error)
+    assert gate.cancelled_seen.wait(DEFAULT_TIMEOUT)
+
+
+def test_remote_runtime__waits_past_one_lease_and_abandons_the_answer_once_told_to_stop(
+    conn, make_flow, fake_endpoint
+):
+    """The read budget is the endpoint's limit (here 30 s), not the 2 s lease; a holder told to
+    stop (a lost lease, a cancellation) stops waiting at once and the answer is abandoned."""
+    fake_endpoint.plan(EXECUTE, slow(20))
+    _, found = claimed(conn, make_flow, ScriptedAdapter())
+    target = RemoteTarget(url=fake_endpoint.url("/internal/worker/"), token="w" * 40)
+    config = dataclasses.replace(FAST, endpoint_run_seconds=30)
+    stop = StopSignal()
+    ended: list = []
+    with RemoteWorkerRuntime(target=target, config=config) as runtime:
+        request = WorkerRequest(fence=found.fence, cancelled=stop)
+        thread = threading.Thread(
+            target=lambda: ended.append(dispatch_once(runtime, package_of(found), request))
+        )
+        thread.start()
+        fake_endpoint.wait_for_calls(1, EXECUTE)
+        assert ended == []  # still waiting: the endpoint is working
+        stop.set()
+        thread.join(DEFAULT_TIMEOUT)  # long before the endpoint's 20 s answer
+        assert not thread.is_alive()
+    assert [result.status for result in ended] == ["interrupted"]
