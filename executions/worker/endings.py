@@ -8,7 +8,10 @@ Invariants:
   `execution_fail` (which hands the run to an operator when a write is outstanding, under the
   request lock), RETRY through `execution_schedule_retry` with a backoff from the worker's
   configuration; a holder that no longer holds the execution gets `ExecutionSuperseded`;
-- INTERRUPT writes nothing: the RUNNING checkpoint stays for recovery by lease.
+- INTERRUPT writes nothing: the RUNNING checkpoint stays for recovery by lease;
+- the poison cap ends an execution without a run: `poison_settle` writes RECLAIMS_EXHAUSTED on
+  the claim's own connection and token (executions/worker/scheduler.py calls it for a claim
+  past WORKER_MAX_RECLAIMS).
 """
 
 import datetime
@@ -18,10 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 from orquestador import errors
 
-from ..finalize import AttemptSettlement, execution_fail, execution_schedule_retry
-from ..leases import ExecutionInterrupted, Fence
+from ..claims import Claim
+from ..finalize import (
+    AttemptSettlement,
+    execution_exhaust_reclaims,
+    execution_fail,
+    execution_schedule_retry,
+)
+from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import ExecutionStatus
 from .config import WorkerConfig
 from .groupcommit import Database, borrowed
@@ -143,3 +154,25 @@ def _write(statement: str, write: Callable[[], Any], scope: RunScope) -> Any:
         log_extra=scope.log_extra,
         rng=scope.rng,
     )
+
+
+def poison_settle(conn: psycopg.Connection, claim: Claim) -> str | None:
+    """The poison cap: an execution taken over more than WORKER_MAX_RECLAIMS times in a row
+    without progress is settled (RECLAIMS_EXHAUSTED) instead of run, on the claim's own
+    connection and token. Returns the status written; None when nothing was (taken over
+    meanwhile, or a database error: the next claim tries again). A lost connection is raised."""
+    extra = {**claim.fence.log_extra(attempt=claim.attempts), "reclaims": claim.reclaims}
+    try:
+        status = execution_exhaust_reclaims(
+            conn=conn, fence=claim.fence, reclaims=claim.reclaims, actor=WORKER_ACTOR
+        )
+    except ExecutionSuperseded:
+        logger.info("poison execution taken over before it was settled", extra=extra)
+        return None
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error:
+        logger.exception("poison execution could not be settled; left for recovery", extra=extra)
+        return None
+    logger.warning("poison execution settled", extra={**extra, "status": status})
+    return status

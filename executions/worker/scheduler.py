@@ -42,11 +42,10 @@ import psycopg
 
 from .. import sql
 from ..claims import Claim, executions_claim
-from ..finalize import execution_exhaust_reclaims
-from ..leases import ExecutionSuperseded, lease_owner_name
+from ..leases import lease_owner_name
 from .config import WorkerConfig
 from .database import DatabaseState, WorkerConnections
-from .endings import WORKER_ACTOR
+from .endings import poison_settle
 from .heartbeat import Heartbeat
 from .holdings import Holding, Holdings
 from .metrics import WorkerMetrics
@@ -189,7 +188,8 @@ class Scheduler:
                     reconnect_wait = RECONNECT_FIRST_SECONDS
                     for claim in claims:
                         if claim.poisoned(self.config.max_reclaims):
-                            self._settle_poisoned(conn, claim)
+                            if poison_settle(conn, claim) is not None:
+                                self.metrics.reclaims_exhausted()
                         else:
                             self._dispatch(claim)
                     backlog = len(claims) == limit
@@ -237,28 +237,6 @@ class Scheduler:
             database.back_since is not None
             and time.monotonic() - database.back_since < self.config.lease_seconds
         )
-
-    def _settle_poisoned(self, conn: psycopg.Connection, claim: Claim) -> None:
-        """The poison cap: an execution taken over more than WORKER_MAX_RECLAIMS times in a row
-        without progress is settled (RECLAIMS_EXHAUSTED) instead of run, on the claim's own
-        connection and token; a database error leaves it for the next claim to try again."""
-        extra = {**claim.fence.log_extra(attempt=claim.attempts), "reclaims": claim.reclaims}
-        try:
-            status = execution_exhaust_reclaims(
-                conn=conn, fence=claim.fence, reclaims=claim.reclaims, actor=WORKER_ACTOR
-            )
-        except ExecutionSuperseded:
-            logger.info("poison execution taken over before it was settled", extra=extra)
-            return
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error:
-            logger.exception(
-                "poison execution could not be settled; left for recovery", extra=extra
-            )
-            return
-        self.metrics.reclaims_exhausted()
-        logger.warning("poison execution settled", extra={**extra, "status": status})
 
     def _free_slots(self, *, backlog: bool) -> int:
         """Wait for a free slot; return how many to claim (0 when stopping or still full)."""
