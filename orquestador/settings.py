@@ -48,7 +48,7 @@ def _flag(name: str, *, default: bool) -> bool:
 # Core
 # ------------------------------------------------------------------------------
 SECRET_KEY = _required("SECRET_KEY")
-DEBUG = env.bool("DEBUG", default=False)
+DEBUG = _flag("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 # A wildcard would let any Host header through to the host-dependent parts of Django (password
 # reset links, absolute URLs); name the hosts instead.
@@ -179,14 +179,14 @@ WHITENOISE_AUTOREFRESH = False
 # TLS (deployment choices, off by default so plain-HTTP loopback setups keep working)
 # ------------------------------------------------------------------------------
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto, trust it for request.is_secure().
-if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
+if _flag("SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
-SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
-CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+SECURE_SSL_REDIRECT = _flag("SECURE_SSL_REDIRECT", default=False)
+SESSION_COOKIE_SECURE = _flag("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = _flag("CSRF_COOKIE_SECURE", default=False)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)  # seconds; 0: no HSTS header
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
-SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = _flag("SECURE_HSTS_PRELOAD", default=False)
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 # Probes answer over plain HTTP even when everything else is redirected to https.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
@@ -194,9 +194,9 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 # ------------------------------------------------------------------------------
 # Feature switches (SPEC §3, §6, §9)
 # ------------------------------------------------------------------------------
-REQUEST_API_ENABLED = env.bool("REQUEST_API_ENABLED", default=False)
-FLOW_ADMIN_ENABLED = env.bool("FLOW_ADMIN_ENABLED", default=False)
-SIMULATION_MODE = env.bool("SIMULATION_MODE", default=False)
+REQUEST_API_ENABLED = _flag("REQUEST_API_ENABLED", default=False)
+FLOW_ADMIN_ENABLED = _flag("FLOW_ADMIN_ENABLED", default=False)
+SIMULATION_MODE = _flag("SIMULATION_MODE", default=False)
 INTEGRATIONS_FILE = env.str("INTEGRATIONS_FILE", default="")
 
 # JWT (SPEC §6): validated locally; HS256 with JWT_SECRET or RS256/ES256 with JWT_PUBLIC_KEY.
@@ -222,7 +222,7 @@ FAULT_POINTS_ENABLED = False
 # The worker endpoint (executions/worker/endpoint.py), mounted at /internal/worker/ only when
 # enabled. It runs principal-less packages as the system identity, so it never starts without its
 # token; `WORKER_RUNTIME=remote` presents the same token.
-WORKER_ENDPOINT_ENABLED = env.bool("WORKER_ENDPOINT_ENABLED", default=False)
+WORKER_ENDPOINT_ENABLED = _flag("WORKER_ENDPOINT_ENABLED", default=False)
 WORKER_ENDPOINT_TOKEN = env.str("WORKER_ENDPOINT_TOKEN", default="")
 if WORKER_ENDPOINT_ENABLED and not WORKER_ENDPOINT_TOKEN:
     raise environ.ImproperlyConfigured(

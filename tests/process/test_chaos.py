@@ -233,6 +233,21 @@ class Fleet:
                 worker.close()
 
 
+def _stopped_between_statements(worker: WorkerProcess, conn: psycopg.Connection) -> bool:
+    """Whether the SIGSTOPped `worker` holds no transaction open: once the statements it had
+    sent have finished, every backend it is a client of is idle, none idle in a transaction."""
+
+    def settled_states() -> tuple[list[str]] | None:
+        states = worker.backend_states(conn)
+        return None if "active" in states else (states,)
+
+    try:
+        (states,) = wait_until(settled_states, timeout=5, what="its statements to finish")
+    except AssertionError:  # one still running (blocked on a lock): not a moment to keep
+        return False
+    return all(state == "idle" for state in states)
+
+
 def _stop_past_the_lease(fleet: Fleet, admin_url: str, counts: Counts) -> None:
     """SIGSTOP a worker that holds work; SIGCONT it once others have taken all of it over."""
 
@@ -243,7 +258,11 @@ def _stop_past_the_lease(fleet: Fleet, admin_url: str, counts: Counts) -> None:
                 held = worker.holds(conn)
                 if held and worker.process.poll() is None:
                     worker.signal(signal.SIGSTOP)
-                    return worker, held
+                    if _stopped_between_statements(worker, conn):
+                        return worker, held
+                    # Stopped inside a transaction: the rows it locked stay locked (and
+                    # unclaimable) until it runs again. Let it go on; pick again.
+                    worker.signal(signal.SIGCONT)
         return None
 
     worker, held = wait_until(stop_a_holder, timeout=30, what="a worker holding executions")

@@ -80,6 +80,14 @@ def test_missing_required_setting__stops_with_its_name(process_env):
     assert "SECRET_KEY is required" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["DEBUG", "SESSION_COOKIE_SECURE", "REQUEST_API_ENABLED"])
+def test_true_false_setting__refuses_another_word_with_its_name(process_env, name):
+    # A typo must not read as a silent false (DEBUG=ture, SESSION_COOKIE_SECURE=yes please).
+    result = _run({**process_env, name: "ture"}, "check")
+    assert result.returncode != 0
+    assert f"{name} must be true or false" in result.stderr
+
+
 READYZ = (
     "from django.test import Client; r = Client(HTTP_HOST='localhost').get('/readyz'); "
     "print(r.status_code, r.content.decode())"

@@ -7,11 +7,9 @@ inside an action, after they are done, and every few milliseconds throughout, th
 prober's passes once slots are free.
 """
 
-import os
 import signal
 import threading
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -22,6 +20,7 @@ from tests.support.worker import (
     create_flow,
     enqueue,
     flow_definition,
+    socket_ports,
     statuses,
     wait_until,
 )
@@ -34,29 +33,10 @@ SLEEP_SECONDS = 4  # each action holds its slot this long: long enough to count 
 SAMPLE_SECONDS = 0.005  # seconds between two counts of the process's backends
 
 
-def _socket_ports(pid: int) -> set[int]:
-    """Local TCP ports of the sockets process `pid` holds open."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
 def backends_of(conn: psycopg.Connection, pid: int) -> int:
     """PostgreSQL backends whose client is a socket of process `pid`: every one, the prober's
     included (it borrows the worker's shared connections)."""
-    ports = sorted(_socket_ports(pid))
+    ports = sorted(socket_ports(pid))
     return conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports]
     ).fetchone()[0]

@@ -12,6 +12,7 @@ the way a process dies mid-call.
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import threading
@@ -563,6 +564,25 @@ PROCESS_SETTINGS = {
 }
 
 
+def socket_ports(pid: int) -> set[int]:
+    """Local TCP ports of the sockets process `pid` holds open (/proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 class WorkerProcess:
     """A `manage.py runworker` child process, its output in a file; only it is ever signalled."""
 
@@ -616,6 +636,15 @@ class WorkerProcess:
             self.process.kill()  # our own child, by its pid
             self.process.wait(DEFAULT_TIMEOUT)
         self._log.close()
+
+    def backend_states(self, conn: psycopg.Connection) -> list[str]:
+        """The state (pg_stat_activity) of every PostgreSQL backend this process is a client of,
+        found by its sockets' ports, so nothing it opened escapes."""
+        rows = conn.execute(
+            "SELECT coalesce(state, '') FROM pg_stat_activity WHERE client_port = ANY(%s)",
+            [sorted(socket_ports(self.pid))],
+        ).fetchall()
+        return [row[0] for row in rows]
 
     def holds(self, conn: psycopg.Connection) -> list[uuid.UUID]:
         """Executions this process holds right now (its lease owner names its pid)."""

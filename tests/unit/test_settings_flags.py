@@ -1,5 +1,6 @@
-"""A true/false setting (RECONCILIATION_TWO_PERSON) is validated at start: a value that is
-neither stops it with the variable's name, never a silent false."""
+"""A true/false setting (DEBUG, RECONCILIATION_TWO_PERSON, the *_ENABLED switches, the cookie and
+HSTS flags) is validated at start: a value that is neither stops it with the variable's name,
+never a silent false."""
 
 import environ
 import pytest

@@ -132,27 +132,36 @@ def test_execution_page__says_who_holds_the_lease_and_how_fresh(operator):
 
 
 @pytest.mark.django_db
-def test_execution_page__says_when_a_retry_runs_and_why(operator):
+@pytest.mark.parametrize(
+    ("scheduled", "said"),
+    [
+        (
+            {"errorCode": "TRANSIENT_FAILURE", "delaySeconds": 90.0},
+            "(a delay of 90.0 s after TRANSIENT_FAILURE)",
+        ),
+        (  # the provider's Retry-After behind the delay, and the cap that shortened it
+            {"errorCode": "HTTP_429", "delaySeconds": 300.0, "retryAfterSeconds": 3600.0},
+            "(a delay of 300.0 s after HTTP_429, the provider&#x27;s Retry-After: 3600.0 s, "
+            "capped at WORKER_RETRY_AFTER_MAX_SECONDS)",
+        ),
+    ],
+    ids=["backoff", "retry-after"],
+)
+def test_execution_page__says_when_a_retry_runs_and_why(operator, scheduled, said):
     execution = ExecutionFactory(
         status=ExecutionStatus.RETRY_WAIT,
-        next_attempt_at=timezone.now() + timedelta(seconds=90),
+        next_attempt_at=timezone.now() + timedelta(seconds=scheduled["delaySeconds"]),
         error_code=None,
         error_detail=None,
     )
-    audit(
-        execution.request,
-        execution,
-        AuditType.RETRY_SCHEDULED,
-        errorCode="TRANSIENT_FAILURE",
-        delaySeconds=90.0,
-    )
+    audit(execution.request, execution, AuditType.RETRY_SCHEDULED, **scheduled)
     page = (
         _client(operator)
         .get(reverse("admin:executions_execution_change", args=[execution.pk]))
         .content.decode()
     )
     assert "RETRY_WAIT: next attempt at" in page
-    assert "a delay of 90.0 s after TRANSIENT_FAILURE" in page
+    assert said in page
 
 
 @pytest.mark.django_db
@@ -167,34 +176,6 @@ def test_request_and_execution_pages__show_the_numbered_timeline(operator):
         assert "<td>1</td>" in page and "<td>2</td>" in page
         assert "TRANSITION_ACCEPTED" in page and "RECONCILIATION_REQUIRED" in page
         assert " UTC</td>" in page
-
-
-@pytest.mark.django_db
-def test_execution_page__says_the_next_attempt_and_the_retry_after_behind_it(operator):
-    execution = ExecutionFactory(
-        status=ExecutionStatus.RETRY_WAIT,
-        next_attempt_at=timezone.now() + timedelta(seconds=300),
-        error_code=None,
-        error_detail=None,
-    )
-    audit(
-        execution.request,
-        execution,
-        AuditType.RETRY_SCHEDULED,
-        errorCode="HTTP_429",
-        delaySeconds=300.0,
-        retryAfterSeconds=3600.0,
-    )
-    page = (
-        _client(operator)
-        .get(reverse("admin:executions_execution_change", args=[execution.pk]))
-        .content.decode()
-    )
-    assert "RETRY_WAIT: next attempt at" in page
-    assert (
-        "a delay of 300.0 s after HTTP_429, the provider&#x27;s Retry-After: 3600.0 s, "
-        "capped at WORKER_RETRY_AFTER_MAX_SECONDS" in page
-    )
 
 
 @pytest.mark.django_db
