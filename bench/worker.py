@@ -6,8 +6,8 @@ Everything runs on a throwaway PostgreSQL cluster built here with scripts/localp
 default durable settings (fsync and synchronous_commit on), and removed at the end.
 
 1. Throughput: K `manage.py runworker` processes (concurrency 10, batch 10; then 1 and 2
-   processes at a higher concurrency, --more-concurrency) are started and idle; N executions
-   of a one-NO_OP-action transition are enqueued in one transaction (with the NOTIFY an
+   processes at each higher concurrency, --more-concurrency 30,100) are started and idle; N
+   executions of a one-NO_OP-action transition are enqueued in one transaction (with the NOTIFY an
    acceptance sends). executions/s = N / (last finished_at - commit). Worker RSS (peak) is
    read from /proc after the run.
 2. Pickup latency under light load: one idle worker (bench/marked_worker.py: runworker whose
@@ -18,7 +18,8 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
 3. Claim time: the claim statement alone, batch 10, timed from the client, on an empty table
    and again after ~1,000,000 finished executions were added (then 4 workers again).
 4. Procrastinate, same cluster, same method as 1: K worker processes started and idle, N no-op
-   jobs deferred in one batch, jobs/s = N / (last succeeded event - commit).
+   jobs deferred in one batch, jobs/s = N / (last succeeded event - commit); 1x1, 1x10, 2x10,
+   4x10 and 1 and 2 processes at the highest --more-concurrency.
 
 5. The raw loop: K plain psycopg processes (bench/rawloop.py: claim batch 10 with SKIP LOCKED,
    one fenced completion per job, BEGIN/COMMIT around each) on N jobs, in a database of their
@@ -953,14 +954,11 @@ class Bench:
                 self.throughput(k, args.executions, f"{k}-proc") for k in args.processes
             ]
             if args.more_concurrency:
-                print(f"throughput at WORKER_CONCURRENCY={args.more_concurrency}:", flush=True)
+                values = ", ".join(map(str, args.more_concurrency))
+                print(f"throughput at WORKER_CONCURRENCY={values}:", flush=True)
                 self.report["throughput_more_concurrency"] = [
-                    self.throughput(
-                        k,
-                        args.executions,
-                        f"{k}-proc-c{args.more_concurrency}",
-                        args.more_concurrency,
-                    )
+                    self.throughput(k, args.executions, f"{k}-proc-c{c}", c)
+                    for c in args.more_concurrency
                     for k in (1, 2)
                 ]
         if "raw" in wanted:
@@ -994,9 +992,19 @@ class Bench:
             print("Procrastinate, same cluster:", flush=True)
             self.report["procrastinate"] = [
                 self.procrastinate_run(k, c, args.procrastinate_jobs)
-                for k, c in [(1, 1), (1, 10), (2, 10), (4, 10)]
+                for k, c in procrastinate_configurations(args.more_concurrency)
             ]
         return self.report
+
+
+def procrastinate_configurations(more_concurrency: list[int]) -> list[tuple[int, int]]:
+    """(processes, concurrency) of Procrastinate's no-op runs: 1x1, 1x10, 2x10, 4x10, and 1 and 2
+    processes at our highest --more-concurrency, so each side's best is taken from the same
+    configurations."""
+    runs = [(1, 1), (1, 10), (2, 10), (4, 10)]
+    if more_concurrency:
+        runs += [(1, max(more_concurrency)), (2, max(more_concurrency))]
+    return runs
 
 
 async def _defer(app, task_name: str, n: int) -> float:
@@ -1128,10 +1136,13 @@ def summary(report: dict) -> list[str]:
                 )
             )
     if "procrastinate" in report:
-        theirs = max(r["jobs_per_second"] for r in report["procrastinate"])
+        theirs = max(report["procrastinate"], key=lambda r: r["jobs_per_second"])
+        ours = max(runs, key=lambda r: r["executions_per_second"], default=None)
         lines.append(
-            f"  Procrastinate best: {theirs} jobs/s; ours best: {best} executions/s "
-            f"({_ratio(best, theirs)})"
+            f"  Procrastinate best: {theirs['jobs_per_second']} jobs/s "
+            f"({theirs['processes']}x{theirs['concurrency']}); ours best: {best} executions/s"
+            + (f" ({ours['processes']}x{ours['concurrency']})" if ours else "")
+            + f" ({_ratio(best, theirs['jobs_per_second'])})"
         )
     return lines
 
@@ -1143,9 +1154,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument(
         "--more-concurrency",
-        type=int,
-        default=30,
-        help="also run 1 and 2 processes at this WORKER_CONCURRENCY (0: skip)",
+        default="30,100",
+        help="also run 1 and 2 processes at each of these WORKER_CONCURRENCY values (0: skip); "
+        "Procrastinate runs at the highest too",
     )
     parser.add_argument("--pickup-samples", type=int, default=300)
     parser.add_argument("--claims", type=int, default=300)
@@ -1175,7 +1186,8 @@ def main(argv: list[str]) -> int:
         args.procrastinate_jobs = min(args.procrastinate_jobs, 1_000)
         args.slow_calls = min(args.slow_calls, 1_500)
         args.api_calls = min(args.api_calls, 300)
-        args.more_concurrency = 0
+        args.more_concurrency = "0"
+    args.more_concurrency = [int(c) for c in args.more_concurrency.split(",") if int(c) > 0]
     args.processes = [int(p) for p in args.processes.split(",")]
     args.slow_concurrency = [int(c) for c in args.slow_concurrency.split(",")]
     args.api_clients = [int(c) for c in args.api_clients.split(",")]
