@@ -15,6 +15,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -31,6 +32,7 @@ from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flo
 
 CANCEL_EXECUTION = "executions.cancel_execution"
 PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
+MOMENT_SUFFIX = "__utc"  # a detail page shows field `x` as `x__utc`: UTC to the second, its age
 
 
 class CancelForm(forms.Form):
@@ -81,6 +83,28 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         if not self.search_fields:
             return queryset, False
         return super().get_search_results(request, queryset, search_term)
+
+    # A detail page shows every moment as the lists do, "2026-12-01 10:20:53 UTC (3 min ago)":
+    # each date-time field leaves the form and comes back as a read-only `<name>__utc`.
+    def _moment_fields(self) -> list[models.DateTimeField]:
+        return [f for f in self.model._meta.concrete_fields if isinstance(f, models.DateTimeField)]
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [
+            *(super().get_exclude(request, obj) or ()),
+            *(f.name for f in self._moment_fields()),
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        moments = tuple(f.name + MOMENT_SUFFIX for f in self._moment_fields())
+        return (*moments, *super().get_readonly_fields(request, obj))
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.endswith(MOMENT_SUFFIX):
+            raise AttributeError(name)
+        field = self.model._meta.get_field(name.removesuffix(MOMENT_SUFFIX))
+        column = columns.moment(field.name, description=str(field.verbose_name))
+        return column.__get__(self)
 
 
 class CheckpointInline(admin.TabularInline):

@@ -215,17 +215,18 @@ class RemoteWorkerRuntime:
 
     def _post_unless_stopped(
         self, body: str, stop: threading.Event
-    ) -> requests.Response | requests.RequestException | None:
-        """POST a package and wait for the answer, or until `stop` is set (the lease is lost,
-        the execution cancelled, the worker shutting down): then None, and the call is left to
-        end on its own in its thread (nothing it brings back is used)."""
-        ended: list[requests.Response | requests.RequestException] = []
+    ) -> requests.Response | Exception | None:
+        """POST a package and wait for the answer (a response, or the exception the call
+        raised), or until `stop` is set (the lease is lost, the execution cancelled, the worker
+        shutting down): then None, and the call is left to end on its own in its thread
+        (nothing it brings back is used)."""
+        ended: list[requests.Response | Exception] = []
         done = threading.Event()
 
         def post() -> None:
             try:
                 ended.append(self._post(self._execute_url, body, self._execute_timeout))
-            except requests.RequestException as exc:
+            except Exception as exc:  # handed to the waiting slot, which raises it as an error
                 ended.append(exc)
             finally:
                 done.set()
@@ -239,7 +240,9 @@ class RemoteWorkerRuntime:
         finally:
             if forget is not None:
                 forget()
-        return ended[0] if ended else None
+        if stop.is_set() or not ended:  # told to stop: whatever came back is abandoned
+            return None
+        return ended[0]
 
     def allocate(self, request: WorkerRequest) -> WorkerLease:
         return self._leases.allocate(request)
@@ -256,7 +259,7 @@ class RemoteWorkerRuntime:
                 extra=package.fence.log_extra(attempt=package.attempts),
             )
             raise ExecutionInterrupted(execution_id, step="remote execute")
-        if isinstance(response, requests.RequestException):
+        if isinstance(response, Exception):
             raise RemoteWorkerError(
                 f"the worker endpoint could not be reached or did not answer in time "
                 f"({type(response).__name__})"

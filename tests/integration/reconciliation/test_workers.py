@@ -3,6 +3,7 @@ heartbeat; the Workers page reads each worker as live, silent or gone with what 
 Execution page says who holds its lease and how fresh it is, or when it runs next and why; the
 Request and Execution pages show the request's numbered timeline."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -209,3 +210,23 @@ def test_execution_and_workers_pages__show_a_takeover(operator):
     new = page[page.index(">w-new:2:bb<") : page.index("</tr>", page.index(">w-new:2:bb<"))]
     assert "lost 1 · took over 0. Latest: " + sentence in old
     assert "lost 0 · took over 1." in new
+
+
+@pytest.mark.django_db
+def test_detail_pages__show_every_moment_in_utc_to_the_second_with_its_age(operator):
+    case = reconciliation_case()
+    checkpoint = case.checkpoints.first()
+    event = case.audit_events.first()
+    client = _client(operator)
+    pages = {
+        "request": (case.request_id, "created at (UTC)"),
+        "execution": (case.pk, "next attempt at (UTC)"),
+        "actionexecution": (checkpoint.pk, "started at (UTC)"),
+        "auditevent": (event.pk, "created at (UTC)"),
+        "flow": (case.flow_id, "published at (UTC)"),
+    }
+    for model, (pk, label) in pages.items():
+        page = client.get(reverse(f"admin:executions_{model}_change", args=[pk])).content.decode()
+        assert label.lower() in page.lower(), model
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((\d+ \w+ ago|in \d+ \w+)\)", page)
+        assert " a.m." not in page and " p.m." not in page, model

@@ -36,6 +36,7 @@ from tests.support.worker import (
     wait_until,
 )
 
+from .test_waits import wait as approval
 from .test_worker_endpoint import post
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,15 +110,6 @@ def http_registry(provider):
             },
         }
     )
-
-
-def approval(timeout: int = 3600, **extra) -> dict:
-    schema = {"type": "object", "properties": {"approved": {"type": "boolean"}}}
-    return {
-        "id": "approval",
-        "wait": {"event": "manager.approval", "payloadSchema": schema, "timeoutSeconds": timeout}
-        | extra,
-    }
 
 
 def on_behalf(provider, path: str) -> list[str | None]:

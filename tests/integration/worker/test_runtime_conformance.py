@@ -46,7 +46,8 @@ from tests.support.worker import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-# The dispatcher side of the remote runtime: a lease long enough for its timeouts (15 s read).
+# The dispatcher side of the remote runtime: a lease renewed while it waits (the endpoint's limit,
+# FAST's 1.5 s, plus a 5 s renewal period).
 REMOTE_CONFIG = dataclasses.replace(FAST, lease_seconds=20.0, renew_seconds=5.0)
 
 
@@ -232,6 +233,28 @@ def test_runtime__suspends_on_a_wait_then_resumes_from_its_checkpoints(
     )
     assert (completed.status, completed.execution_status) == ("completed", "SUCCEEDED")
     assert len(adapter.calls) == 1  # the earlier action was not repeated
+
+
+def test_runtime__the_dispatch_after_a_resume_runs_for_the_resumer(conn, make_flow, make_runtime):
+    """The owner accepted it; another user of the tenant resumed it: the claim after the resume
+    carries the resumer, and the adapter (and through a route's principal_header, the provider)
+    sees them, on both runtimes (the endpoint accepts a principal of the request's tenant)."""
+    adapter, seen = _recording()
+    runtime = make_runtime(registry(binding("A", adapter)))
+    accepted = enqueue(conn, make_flow([WAIT, action("a", "A")]), owner="alice", scope="acme")
+    (found,) = claim(conn, "w")
+    assert _dispatch(runtime, found).status == "suspended"
+    execution_resume(
+        principal=Principal("maria", "acme", frozenset({EXECUTIONS_RESUME})),
+        execution_id=str(accepted.execution_id),
+        event_id="e",
+        event="manager.approval",
+        payload={},
+    )
+    (again,) = claim(conn, "w")
+    assert again.principal["subject"] == "maria"
+    assert _dispatch(runtime, again).status == "completed"
+    assert seen == ["maria@acme"]
 
 
 def _recording():
