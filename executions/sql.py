@@ -155,8 +155,9 @@ CLAIM_SESSION = "SET enable_sort = off"
 # synchronous commit of the same holder (a write's RUNNING checkpoint, a failure, a final
 # transaction), and WAL is flushed in order, so that commit makes the claim durable first. A claim
 # lost with a database crash (its takeover audit with it) leaves the execution as it was, to be
-# claimed again; a stale holder is then fenced by owner, and within one process by the
-# checkpoint's attempt (docs/adr/0004).
+# claimed again; a stale holder is then fenced by owner, and within one process it is stopped
+# when its very fence is claimed again (worker/holdings.py), the checkpoint's attempt guarding
+# any write it races (docs/adr/0004).
 CLAIM_EXECUTIONS = """
 WITH clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)

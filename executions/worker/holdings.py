@@ -56,11 +56,20 @@ class Holdings:
             return list(self._held.values())
 
     def hold(self, claim: Claim) -> Holding:
-        """Take a slot for a claimed execution; the heartbeat renews its lease from now on."""
+        """Take a slot for a claimed execution; the heartbeat renews its lease from now on.
+
+        A claim that hands this process an execution it already holds under the very same
+        fence means the database lost the earlier claim (a crash before that asynchronous
+        commit was flushed: sql.CLAIM_EXECUTIONS) and gave the same token again: the earlier
+        holder is stopped, so one fence never has two runs."""
         holding = Holding(claim=claim)
         with self.changed:
+            earlier = self._held.get(claim.execution_id)
             self.busy_now += 1
             self._held[claim.execution_id] = holding
+        if earlier is not None and earlier.fence == claim.fence:
+            earlier.lost = True
+            earlier.cancelled.set()
         return holding
 
     def release(self, holding: Holding) -> None:

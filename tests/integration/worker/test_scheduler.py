@@ -231,3 +231,25 @@ def test_scheduler__request_stop_is_safe_before_any_work(runtime_dsn):
         scheduler.request_stop()
         thread.join(10)
         assert scheduler.finished.is_set() and scheduler.claimed == 0
+
+
+def test_hold__the_same_fence_claimed_again_stops_the_earlier_holder(conn, make_flow, runtime_dsn):
+    # A claim commits asynchronously: a database crash can lose it and hand this process the
+    # same token again. The earlier run under that fence must stop; a new token never stops one.
+    flow_id = make_flow([action("a", "NO_OP")])
+    first, _ = enqueue(conn, flow_id), enqueue(conn, flow_id)
+    with runtime_for(runtime_dsn, registry()) as runtime:
+        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime, owner="w")
+        (claim_a,) = claim(conn, "w", lease_seconds=30)
+        assert claim_a.execution_id == first.execution_id
+        earlier = scheduler._hold(claim_a)
+
+        again = scheduler._hold(claim_a)  # the very same fence, as after a lost claim
+
+        assert earlier.cancelled.is_set() and earlier.lost
+        assert not again.cancelled.is_set()
+        assert scheduler.holdings() == [again]
+
+        (claim_b,) = claim(conn, "w", lease_seconds=30)
+        other = scheduler._hold(claim_b)
+        assert not other.cancelled.is_set() and not again.cancelled.is_set()
