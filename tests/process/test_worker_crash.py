@@ -72,10 +72,12 @@ def test_sigkill__another_worker_finishes_without_repeating_the_write(
     ids = [a.execution_id for a in accepted]
     env = {**process_env, "INTEGRATIONS_FILE": integrations}
 
-    with (
-        WorkerProcess(env, tmp_path / "doomed.log") as doomed,
-        WorkerProcess(env, tmp_path / "survivor.log") as survivor,
-    ):
+    # The doomed worker runs one execution at a time, so when it is killed inside the second
+    # action nothing else of it is in flight: a charge caught mid-call would rightly go to an
+    # operator, which is the next test's subject, not this one's.
+    with WorkerProcess(
+        env, tmp_path / "doomed.log", WORKER_CONCURRENCY="1", WORKER_BATCH="1"
+    ) as doomed:
         # Wait until the doomed worker is inside the second action of something: its write
         # has happened, its sleep is running.
         def doomed_mid_action():
@@ -86,6 +88,7 @@ def test_sigkill__another_worker_finishes_without_repeating_the_write(
         os.kill(doomed.pid, signal.SIGKILL)
         assert doomed.wait() == -signal.SIGKILL
 
+    with WorkerProcess(env, tmp_path / "survivor.log") as survivor:
         wait_until(
             lambda: statuses(runtime_conn, ids) == ["SUCCEEDED"] * len(ids),
             timeout=CRASH_TIMEOUT,
