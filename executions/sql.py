@@ -698,7 +698,7 @@ UPDATE execution
 RETURNING fencing_token
 """
 
-# --- Waiting: wait actions, resumes and early events (executions/waits.py) ----------------------
+# --- Waiting: wait actions, resumes and early events (executions/waits.py, resumes.py) ---------
 # The worker's writes (reach a wait, settle its timeout) are fenced like every write after a
 # claim and lock the request, then the execution. A resume (POST .../events) locks the request,
 # then the execution, and requires the state it read under those locks; it bumps the token, so a

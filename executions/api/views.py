@@ -40,7 +40,7 @@ from reconciliation.cancel import execution_cancel
 from .. import selectors, services
 from ..callbacks import MAX_CALLBACK_BYTES, callback_receive
 from ..flows.publication import flow_publish
-from ..waits import MAX_KEPT_EVENTS, execution_resume
+from ..resumes import MAX_KEPT_EVENTS, execution_resume
 from .parsers import StrictJSONParser, check_declared_length
 from .serializers import (
     CallbackSerializer,

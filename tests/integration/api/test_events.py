@@ -8,7 +8,8 @@ import psycopg
 import pytest
 from django.test import Client
 
-from executions.waits import MAX_KEPT_EVENTS, wait_reach
+from executions.resumes import MAX_KEPT_EVENTS
+from executions.waits import wait_reach
 from tests.support import tokens
 from tests.support.worker import (
     audit_events,

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from executions.waits import execution_resume
+from executions.resumes import execution_resume
 from executions.worker.runtime import WorkerRequest, dispatch_once
 from executions.worker.wire import package_json
 from orquestador.auth import EXECUTIONS_RESUME, Principal

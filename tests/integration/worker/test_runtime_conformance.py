@@ -15,7 +15,7 @@ import pytest
 
 from actions.base import ActionResult, Outcome
 from executions.leases import ExecutionSuperseded, Fence
-from executions.waits import execution_resume
+from executions.resumes import execution_resume
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.runtime import (
     LocalWorkerRuntime,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from executions.waits import execution_resume
+from executions.resumes import execution_resume
 from orquestador.auth import EXECUTIONS_RESUME, Principal
 from tests.support.worker import (
     ScriptedAdapter,
