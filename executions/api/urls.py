@@ -12,7 +12,7 @@ from drf_spectacular.views import SpectacularAPIView
 from orquestador.api_errors import not_found
 from orquestador.auth import configured_verifier
 
-from . import views
+from . import executionviews, views
 
 urlpatterns = [path("schema/", SpectacularAPIView.as_view(), name="api-schema")]
 
@@ -32,20 +32,22 @@ if settings.REQUEST_API_ENABLED:
         ),
         path(
             "v1/executions/<str:execution_id>",
-            views.ExecutionDetailView.as_view(),
+            executionviews.ExecutionDetailView.as_view(),
             name="api-execution",
         ),
         path(
             "v1/executions/<str:execution_id>/cancel",
-            views.ExecutionCancelView.as_view(),
+            executionviews.ExecutionCancelView.as_view(),
             name="api-execution-cancel",
         ),
         path(
             "v1/executions/<str:execution_id>/events",
-            views.ExecutionEventsView.as_view(),
+            executionviews.ExecutionEventsView.as_view(),
             name="api-execution-events",
         ),
-        path("v1/callbacks/<str:name>", views.CallbackView.as_view(), name="api-callbacks"),
+        path(
+            "v1/callbacks/<str:name>", executionviews.CallbackView.as_view(), name="api-callbacks"
+        ),
     ]
 
 if settings.FLOW_ADMIN_ENABLED:

@@ -1,0 +1,135 @@
+"""What every API view shares: bearer authentication and permissions, JSON in and out only, the
+strict body readers, the Idempotency-Key rule, and the OpenAPI description of the errors any
+operation can answer with."""
+
+import re
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request as DrfRequest
+from rest_framework.views import APIView
+
+from orquestador import errors
+from orquestador.auth import (
+    REQUESTS_READ,
+    REQUESTS_READ_TENANT,
+    BearerAuthentication,
+    HasPermission,
+)
+from orquestador.errors import CodedError
+
+from .parsers import StrictJSONParser, check_declared_length
+from .serializers import ErrorSerializer
+
+READ = (REQUESTS_READ, REQUESTS_READ_TENANT)
+# Idempotency-Key: 1 to 255 visible ASCII characters, spaces allowed inside.
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?")
+IDEMPOTENCY_KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": "^" + IDEMPOTENCY_KEY.pattern + "$",
+}
+
+
+class BearerScheme(OpenApiAuthenticationExtension):
+    target_class = BearerAuthentication
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+
+
+class JsonOnly(DefaultContentNegotiation):
+    """Answer JSON whatever the Accept header says: there is no other representation."""
+
+    def select_renderer(
+        self, request: DrfRequest, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class ApiView(APIView):
+    authentication_classes = [BearerAuthentication]
+    permission_classes = [HasPermission]
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonOnly
+    metadata_class = None  # OPTIONS is not served: 405
+    # Permissions by HTTP method; holding any one of a method's permissions is enough.
+    required_permissions: dict[str, tuple[str, ...]] = {}
+
+    @property
+    def allowed_methods(self) -> list[str]:
+        """What the Allow header of a 405 lists: the methods served, so never OPTIONS."""
+        return [m for m in super().allowed_methods if m != "OPTIONS"]
+
+
+def json_body(request: DrfRequest) -> Any:
+    """The parsed JSON body, or INVALID_BODY when it is missing or not sent as JSON."""
+    if request.stream is None:
+        raise CodedError(errors.INVALID_BODY, "the body is empty; send a JSON object")
+    media_type = request.content_type.split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise CodedError(
+            errors.INVALID_BODY, "the body must be JSON, sent with Content-Type: application/json"
+        )
+    # Before DRF reads it: a body over Django's own upload limit would otherwise be an HTML 400.
+    check_declared_length(request.META.get("CONTENT_LENGTH"))
+    return request.data
+
+
+def validated(serializer_class: type[serializers.Serializer], request: DrfRequest) -> dict:
+    serializer = serializer_class(data=json_body(request))
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def idempotency_key(request: DrfRequest) -> str | None:
+    value = request.headers.get("Idempotency-Key")
+    if value is None:
+        return None
+    if not IDEMPOTENCY_KEY.fullmatch(value):
+        raise CodedError(
+            errors.INVALID_BODY,
+            "Idempotency-Key header: must be 1 to 255 visible ASCII characters",
+        )
+    return value
+
+
+# -- OpenAPI: the errors each operation can answer with -----------------------------------------
+
+
+def error_response(description: str, serializer: type = ErrorSerializer) -> OpenApiResponse:
+    return OpenApiResponse(response=serializer, description=description)
+
+
+INVALID_BODY = error_response(
+    "INVALID_BODY: malformed JSON, a body that is not a JSON object or not sent as "
+    "application/json, an unknown field, a missing field or one of the wrong type (the detail "
+    "names it), or a body over 1 MiB."
+)
+UNAUTHENTICATED = error_response(
+    "UNAUTHENTICATED: no bearer token, or one that is malformed, expired, not yet valid, forged, "
+    "for another issuer or audience, signed with another algorithm, or missing a claim. "
+    "Answered with WWW-Authenticate: Bearer."
+)
+FORBIDDEN = error_response("FORBIDDEN: the token's scope lacks the permission this call needs.")
+METHOD_NOT_ALLOWED = error_response("METHOD_NOT_ALLOWED: the path does not serve this method.")
+WWW_AUTHENTICATE = OpenApiParameter(
+    "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401]
+)
+
+
+def path_id(name: str, what: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        OpenApiTypes.UUID,
+        OpenApiParameter.PATH,
+        description=f"The {what}'s id. Anything that is not one of the caller's is a 404.",
+    )
