@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 
@@ -36,6 +37,8 @@ from .metrics import WorkerMetrics
 from .runtime import WorkerRuntime
 
 logger = logging.getLogger("executions.worker")
+
+Result = TypeVar("Result")  # what a step on the heartbeat's connection returns
 
 try:  # reported in the worker registry
     VERSION = importlib.metadata.version("orquestador")
@@ -78,43 +81,60 @@ class Heartbeat:
             if conn is not None:
                 conn.close()
 
-    def seen(
-        self, conn: psycopg.Connection | None, *, retry_stale: bool = True
-    ) -> psycopg.Connection | None:
-        """Refresh this worker's registry row (one statement); a failure is only logged.
-
-        A connection opened before an outage is broken once the server is back: the first
-        statement on it fails although the database is reachable. That is not a new outage, so
-        a failure on an already-open connection is retried once on a fresh one before it counts.
-        """
-        stale = conn is not None
+    def seen(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        """Refresh this worker's registry row (one statement); a failure is only logged."""
         try:
-            conn = conn or self._connect()
-            conn.execute(
-                sql.WORKER_SEEN,
-                {
-                    "owner": self.owner,
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "concurrency": self.config.concurrency,
-                    "running": self.holdings.busy,
-                    "renew_seconds": self.config.renew_seconds,
-                    "lease_seconds": self.config.lease_seconds,
-                    "version": VERSION,
-                },
-            )
+            conn, _ = self._on_connection(conn, self._seen_on)
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError) and stale and retry_stale:
-                conn.close()
-                return self.seen(None, retry_stale=False)
             if isinstance(exc, psycopg.OperationalError):
                 self.database.failed("registry", exc)  # logged once per outage
             else:
                 logger.warning("worker registry not refreshed", extra={"owner": self.owner})
-            if conn is not None:
-                conn.close()
             return None
         return conn
+
+    def _seen_on(self, conn: psycopg.Connection) -> None:
+        conn.execute(
+            sql.WORKER_SEEN,
+            {
+                "owner": self.owner,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "concurrency": self.config.concurrency,
+                "running": self.holdings.busy,
+                "renew_seconds": self.config.renew_seconds,
+                "lease_seconds": self.config.lease_seconds,
+                "version": VERSION,
+            },
+        )
+
+    def _on_connection(
+        self, conn: psycopg.Connection | None, work: Callable[[psycopg.Connection], Result]
+    ) -> tuple[psycopg.Connection, Result]:
+        """Run `work` on `conn`, or on a new connection when there is none, and return both.
+
+        A connection opened before an outage is broken once the server is back: the first
+        statement on it fails although the database is reachable. That is not a new outage, so
+        a broken connection is replaced once and `work` runs again before the error counts. On
+        any error the connection is closed and the error raised.
+        """
+        if conn is not None:
+            try:
+                return conn, work(conn)
+            except psycopg.OperationalError:
+                broken = conn.broken  # read before close(), which clears it
+                conn.close()
+                if not broken:
+                    raise
+            except Exception:
+                conn.close()
+                raise
+        conn = self._connect()
+        try:
+            return conn, work(conn)
+        except Exception:
+            conn.close()
+            raise
 
     def renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
         now = time.monotonic()
@@ -126,25 +146,12 @@ class Heartbeat:
             return conn
         sent_at = time.monotonic()
         try:
-            try:
-                conn = conn or self._connect()
-                renewed = self._renew_on(conn, holdings)
-            except psycopg.OperationalError:
-                # A connection opened before an outage fails its first statement once the server
-                # is back; that is not a new outage: one retry on a fresh connection (as `seen`).
-                if conn is None or not conn.broken:
-                    raise
-                conn.close()
-                conn = None
-                conn = self._connect()
-                renewed = self._renew_on(conn, holdings)
+            conn, renewed = self._on_connection(conn, lambda c: self._renew_on(c, holdings))
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self.database.failed("renewal", exc)  # logged once per outage
             else:
                 logger.exception("lease renewal failed", extra={"owner": self.owner})
-            if conn is not None:
-                conn.close()
             for holding in holdings:
                 if sent_at - holding.renewed_at >= self.config.lease_seconds:
                     self.lease_lost(holding, reason="renewals failed for a whole lease")
