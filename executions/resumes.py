@@ -54,12 +54,9 @@ def execution_resume(
     an eventId already taken, with the same body). Raises NOT_FOUND, IDEMPOTENCY_KEY_REUSED,
     NOT_WAITING or EVENT_INVALID (with `problems`) as CodedError; nothing changes then.
     """
-    parsed = access.parse_id(execution_id)
-    found = None
-    if parsed is not None:
-        found = access.executions_resumable(principal).filter(id=parsed).first()
-    if found is None:
-        raise CodedError(errors.NOT_FOUND, "no such execution")
+    found = access.visible_one(
+        access.executions_resumable(principal), execution_id, what="execution"
+    )
     fingerprint = event_fingerprint(event=event, payload=payload)
     actor = principal.subject
     sender = principal.qualified

@@ -16,35 +16,19 @@ from .models import Execution, Flow, Request
 
 def request_get(*, principal: Principal, request_id: str) -> Request:
     """The request `request_id` as `principal` may read it, with its flow; NOT_FOUND otherwise."""
-    parsed = access.parse_id(request_id)
-    found = None
-    if parsed is not None:
-        found = access.requests_readable(principal).select_related("flow").filter(id=parsed).first()
-    if found is None:
-        raise CodedError(errors.NOT_FOUND, "no such request")
-    return found
+    return access.visible_one(
+        access.requests_readable(principal).select_related("flow"), request_id, what="request"
+    )
 
 
 def execution_get(*, principal: Principal, execution_id: str) -> Execution:
     """The execution `execution_id` as `principal` may read it; NOT_FOUND otherwise."""
-    parsed = access.parse_id(execution_id)
-    found = None
-    if parsed is not None:
-        found = access.executions_readable(principal).filter(id=parsed).first()
-    if found is None:
-        raise CodedError(errors.NOT_FOUND, "no such execution")
-    return found
+    return access.visible_one(access.executions_readable(principal), execution_id, what="execution")
 
 
 def execution_get_writable(*, principal: Principal, execution_id: str) -> Execution:
     """The execution `execution_id` if `principal` owns its request; NOT_FOUND otherwise."""
-    parsed = access.parse_id(execution_id)
-    found = None
-    if parsed is not None:
-        found = access.executions_writable(principal).filter(id=parsed).first()
-    if found is None:
-        raise CodedError(errors.NOT_FOUND, "no such execution")
-    return found
+    return access.visible_one(access.executions_writable(principal), execution_id, what="execution")
 
 
 def flow_get(*, key: str, version: int | None) -> Flow:

@@ -9,12 +9,17 @@ Invariants:
 """
 
 import uuid
+from typing import TypeVar
 
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from executions.models import Execution, Request
 
+from . import errors
 from .auth import REQUESTS_READ_TENANT, Principal
+from .errors import CodedError
+
+Row = TypeVar("Row", bound=Model)
 
 
 def _request_filter(principal: Principal, *, prefix: str = "", whole_tenant: bool) -> Q:
@@ -63,3 +68,13 @@ def parse_id(value: str) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
+
+
+def visible_one(rows: QuerySet[Row], value: str, *, what: str) -> Row:
+    """The row of `rows` (one of the querysets above) whose id is `value`: a malformed id, a
+    missing row and one outside the caller's filter are the same NOT_FOUND ("no such <what>")."""
+    parsed = parse_id(value)
+    found = None if parsed is None else rows.filter(id=parsed).first()
+    if found is None:
+        raise CodedError(errors.NOT_FOUND, f"no such {what}")
+    return found
