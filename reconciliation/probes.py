@@ -22,6 +22,7 @@ Invariants and transaction boundaries:
   `"off"` probes nothing.
 """
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -116,8 +117,11 @@ def _settle(
     evidence: dict[str, Any] | None,
     execution: Execution | None,
     source: ConnectionSource | None = None,
+    then: Callable[[], None] | None = None,
 ) -> bool:
-    """Record the answer and reschedule or finish the probe, fenced on its token."""
+    """Record the answer and reschedule or finish the probe, fenced on its token; `then` (an
+    automatic resolution) runs in the same transaction, so a probe is never finished as resolved
+    while its case stays open (a crash or a lost connection in between undoes both)."""
     with orm_on(source), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             sql.PROBE_LOCK, {"key": probe.key, "probe_token": probe.token, "owner": owner}
@@ -145,6 +149,8 @@ def _settle(
                 "all_absent": probe.all_absent and absent,
             },
         )
+        if then is not None:
+            then()
     return True
 
 
@@ -235,37 +241,48 @@ def probe_one(
         outcome = f"resolved-{decide}"
     else:
         outcome = "found-invalid" if result.happened else "exhausted" if last else "waiting"
-    if not _settle(
-        probe,
-        owner=owner,
-        finished=finished,
-        outcome=outcome,
-        next_offset=None if finished else offsets[number],
-        absent=absent,
-        evidence=evidence,
-        execution=execution,
-        source=source,
-    ):
-        return "superseded"
-    if decide is None:
-        return outcome
     reason = f"Automatic: probe {number} of {len(offsets)} — the provider " + (
         "reports the write, with an output valid against the contract."
         if decide == "happened"
         else "found no write on any probe across the whole window (lookup_authoritative)."
     )
+    settle = functools.partial(
+        _settle,
+        probe,
+        owner=owner,
+        next_offset=None if finished else offsets[number],
+        absent=absent,
+        evidence=evidence,
+        execution=execution,
+        source=source,
+    )
     try:
-        with orm_on(source):
-            _resolve(
-                decide, execution=execution, checkpoint=checkpoint, result=result, reason=reason
-            )
+        settled = settle(
+            finished=finished,
+            outcome=outcome,
+            then=None
+            if decide is None
+            else functools.partial(
+                _resolve,
+                decide,
+                execution=execution,
+                checkpoint=checkpoint,
+                result=result,
+                reason=reason,
+            ),
+        )
     except services.ResolutionRefused as exc:
+        # The case moved under its lock (an operator settled it first): the answer is still
+        # evidence, recorded without acting on it.
         logger.info(
             "automatic resolution refused",
             extra={"execution_id": str(execution.pk), "code": exc.code},
         )
-        return "refused"
-    if metrics is not None:
+        settled = settle(finished=True, outcome="refused")
+        outcome = "refused"
+    if not settled:
+        return "superseded"
+    if decide is not None and outcome != "refused" and metrics is not None:
         metrics.resolved_automatically(
             "WRITE_HAPPENED" if decide == "happened" else "WRITE_NOT_HAPPENED"
         )

@@ -297,6 +297,31 @@ def _uncertain_charges(conn: psycopg.Connection) -> set[str]:
     }
 
 
+def _history(conn: psycopg.Connection, double: JsonProvider, keys: set[str]) -> list[str]:
+    """For each key: when the provider applied it and what the audit trail says, in order."""
+    applied = {e.key: e.at for e in double.effects("/charges")}
+    lines = []
+    for key in sorted(keys):
+        events = conn.execute(
+            "SELECT a.created_at, a.type, a.actor, a.payload->>'happened', "
+            "left(a.payload->>'detail', 80) "
+            "FROM audit_event a JOIN action_execution c ON c.execution_id = a.execution_id "
+            "WHERE c.external_key = %s AND c.action_id = 'charge' ORDER BY a.id",
+            [key],
+        ).fetchall()
+        probe = conn.execute(
+            "SELECT opened_at, next_probe_at, probes, outcome FROM case_probe WHERE key LIKE %s",
+            [f"%{key}%"],
+        ).fetchall()
+        lines.append(
+            f"{key} applied {applied.get(key)}; probe {probe}; "
+            + "; ".join(
+                f"{t.isoformat()} {kind} {actor} {a} {b}" for t, kind, actor, a, b in events
+            )
+        )
+    return lines
+
+
 def _submit(base: str, request_id: uuid.UUID, deadline: float, counts: Counts) -> str:
     """Accept `go` on the request, retrying with one Idempotency-Key until it is accepted."""
     headers = {
@@ -445,10 +470,11 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
                         "SELECT outcome, probes, finished_at IS NULL, count(*) FROM case_probe "
                         "GROUP BY 1, 2, 3"
                     ).fetchall()
+                    unsettled = applied & _uncertain_charges(conn)
                     raise AssertionError(
                         f"seed {SEED}: executions by status {left}; uncertain charges the "
-                        f"provider applied {sorted(applied & _uncertain_charges(conn))}; "
-                        f"probes {probes}"
+                        f"provider applied {sorted(unsettled)}; probes {probes}; "
+                        f"their history {_history(conn, double, unsettled)}"
                     ) from None
             settled_at = time.monotonic()
         finally:

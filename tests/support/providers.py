@@ -157,6 +157,7 @@ class Effect:
     key: str | None
     request: Any
     response: dict[str, Any]
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was applied
 
 
 @dataclass

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import requests
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
@@ -180,6 +180,59 @@ def test_an_operator_who_resolved_first__the_probe_closes_without_writing(provid
         assert probes.probe_one(claimed, owner="w1", two_person=False) == "closed"
     assert [e.actor for e in AuditEvent.objects.filter(type="RECONCILIATION_RESOLVED")] == ["olga"]
     assert _by_prober(AuditType.RECONCILIATION_EVIDENCE) == []
+
+
+@pytest.mark.django_db
+def test_a_crash_between_the_answer_and_the_resolution__undoes_both(provider, monkeypatch):
+    """A probe is never finished as resolved while its case stays open: the answer and the
+    resolution commit together, so a lost connection between them leaves the probe to run again."""
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+
+    def connection_lost(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    with _registry(provider):
+        probes.probes_enlist()
+        (claimed,) = probes.probes_claim(owner="w1")
+        with monkeypatch.context() as patch:
+            patch.setattr(services, "execution_resolve_write_happened", connection_lost)
+            with pytest.raises(OperationalError):
+                probes.probe_one(claimed, owner="w1", two_person=False)
+        probe = CaseProbe.objects.get()
+        assert (probe.finished_at, probe.outcome, probe.probes) == (None, "", 0)
+        assert _by_prober(AuditType.RECONCILIATION_EVIDENCE) == []
+        assert Execution.objects.get(pk=case.pk).status == "RECONCILIATION_REQUIRED"
+
+        CaseProbe.objects.update(lease_expires_at=timezone.now())  # its probe lease ran out
+        assert probes.probes_run_once(owner="w2") == 1
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+    assert CaseProbe.objects.get().outcome == "resolved-happened"
+    assert len(_by_prober(AuditType.RECONCILIATION_RESOLVED)) == 1
+
+
+@pytest.mark.django_db
+def test_an_operator_who_resolves_during_the_lookup__the_answer_is_kept_unused(
+    provider, operator, monkeypatch
+):
+    case = reconciliation_case()
+    _charge_applied(provider, case)
+    ask = probes.lookup_by_key
+
+    def meanwhile_an_operator(*args):
+        answer = ask(*args)
+        services.execution_abandon(execution_id=case.pk, reason="by hand", operator=operator)
+        return answer
+
+    monkeypatch.setattr(probes, "lookup_by_key", meanwhile_an_operator)
+    with _registry(provider):
+        probes.probes_enlist()
+        (claimed,) = probes.probes_claim(owner="w1")
+        assert probes.probe_one(claimed, owner="w1", two_person=False) == "refused"
+    probe = CaseProbe.objects.get()
+    assert probe.finished_at is not None and probe.outcome == "refused"
+    assert _by_prober(AuditType.RECONCILIATION_EVIDENCE)[0].payload["happened"] is True
+    assert [e.actor for e in AuditEvent.objects.filter(type="RECONCILIATION_RESOLVED")] == ["olga"]
 
 
 @pytest.mark.django_db
