@@ -12,13 +12,15 @@ Invariants (each step names the module that keeps it):
   (IDEMPOTENT_WRITE and NON_IDEMPOTENT_WRITE), the call waits for it, since it is the durable
   record that the write may have happened: recovery never repeats a non-idempotent one, and a
   cancellation or the poison cap sends either kind to reconciliation instead of releasing the
-  request. A READ_ONLY call has no effect to record, so its start is written beside the call
-  (groupcommit `submit_beside`: another thread leads the statement) and the call begins at
-  once, with the attempt the start writes (`StartItem.attempt`, known beforehand). Nothing else
-  changes: the run waits for that start before it writes anything after the call, so a holder
-  superseded meanwhile writes nothing more (`ExecutionSuperseded`); a lost lease still stops
-  the call through the stop signal; the checkpoint is RUNNING while a slow read runs; a crash
-  mid-read leaves no checkpoint or a RUNNING one, and the read runs again;
+  request. A READ_ONLY call has no effect to record, so in a process that is not busy
+  (BESIDE_MAX_RUNS) its start is written beside the call (groupcommit `submit_beside`: another
+  thread leads the statement) and the call begins at once, with the attempt the start writes
+  (`StartItem.attempt`, known beforehand); in a busy one it is written before the call, in a
+  batch shared with other runs' starts. Beside the call, nothing else changes: the run waits
+  for that start before it writes anything after the call, so a holder superseded meanwhile
+  writes nothing more (`ExecutionSuperseded`); a lost lease still stops the call through the
+  stop signal; the checkpoint is RUNNING while a slow read runs; a crash mid-read leaves no
+  checkpoint or a RUNNING one, and the read runs again;
 - what a run does with an existing checkpoint, an adapter's result (one that raises is UNKNOWN)
   or a refused final commit is a pure decision of executions/worker/recovery.py (the SPEC §3
   table); this module applies it, and writes every ending through endings.py, after deciding;
@@ -85,6 +87,11 @@ logger = logging.getLogger("executions.worker")
 # A run's deadline (stuck runs): the timeouts of the actions it still has to call, plus this
 # many leases for its own writes (each may retry for half a lease) and the scheduling around them.
 DEADLINE_MARGIN_LEASES = 2
+# Runs in progress in the process (this one included) up to which a read's start is written
+# beside its call. Beyond it the process is busy: starts share grouped statements anyway, and the
+# hop to the writer thread and back (two thread switches per start) costs more CPU than the
+# round trip it hides.
+BESIDE_MAX_RUNS = 2
 
 Resolver = Callable[[str, int], Binding]
 
@@ -98,6 +105,7 @@ class RunnerDeps:
     flows: FlowCache
     rng: random.Random
     writes: GroupWrites
+    runs_in_progress: Callable[[], int] = lambda: 1  # the runtime's count, this run included
 
 
 class _Ended(Exception):
@@ -307,7 +315,7 @@ class _Run:
             previous_attempt=decision.previous_attempt,
         )
         beside: Pending[int] | None = None
-        if binding.effect == Effect.READ_ONLY:  # a read: its start is written beside the call
+        if binding.effect == Effect.READ_ONLY and self.deps.runs_in_progress() <= BESIDE_MAX_RUNS:
             beside = self.deps.writes.starts.submit_beside(self.db, start)
             attempt = start.attempt
         else:

@@ -2,16 +2,21 @@
 
 A READ_ONLY call starts while its start write is still on its way (held here at a gate inside
 the grouped write, so the overlap is shown, not timed); the run still waits for that start before
-it writes anything after the call. A write's adapter is only called once its RUNNING checkpoint
-is committed, read from inside the adapter on another connection.
+it writes anything after the call. A write's adapter, and a read's in a busy process, is only
+called once its RUNNING checkpoint is committed, read from inside the adapter on another
+connection.
 """
 
 import threading
+import uuid
 
 import psycopg
 import pytest
 
+from executions.leases import Fence
 from executions.worker import groupcommit
+from executions.worker.runner import BESIDE_MAX_RUNS
+from executions.worker.runtime import WorkerRequest
 from tests.support.worker import (
     ScriptedAdapter,
     action,
@@ -222,3 +227,25 @@ def test_write__its_adapter_is_called_only_after_its_running_checkpoint_commits(
     # The run's own thread sent the start and waited for it before it called the adapter.
     assert held.start_threads == callers
     assert checkpoint_rows(conn, accepted.execution_id)["w"]["status"] == "SUCCEEDED"
+
+
+def test_read__in_a_busy_process_its_start_is_committed_before_its_call(
+    conn, make_flow, runtime_dsn
+):
+    seen: list = []
+
+    def read(ctx):
+        seen.append(_checkpoint(runtime_dsn, ctx.execution_id, "a"))
+        return ok({"read": 1})
+
+    adapter = ScriptedAdapter(script=[read])
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    with runtime_for(runtime_dsn, registry(binding("A", adapter)), slots=2) as runtime:
+        for _ in range(BESIDE_MAX_RUNS):  # other runs in progress in this process
+            runtime.allocate(WorkerRequest(fence=Fence(uuid.uuid4(), uuid.uuid4(), 1, "other")))
+        result = run_next(conn, runtime, lease_seconds=LEASE_SECONDS)
+
+    assert result.status == "completed"
+    (checkpoint,) = seen
+    assert (checkpoint["status"], checkpoint["attempt"]) == ("RUNNING", 1)
+    assert checkpoint_rows(conn, accepted.execution_id)["a"]["status"] == "SUCCEEDED"
