@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import certifi
 import urllib3
@@ -126,8 +127,9 @@ class _Watchdog:
     __slots__ = ("_lock", "_sock", "cancelled", "expired", "stopped")
 
     def __init__(self, seconds: float) -> None:
-        self.expired = threading.Event()
-        self.stopped = threading.Event()  # the execution was told to stop (`stop`)
+        # Flags, set once under the lock and read without it (nobody waits on them).
+        self.expired = False  # the deadline passed (`expire`)
+        self.stopped = False  # the execution was told to stop (`stop`)
         self.cancelled = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -136,7 +138,7 @@ class _Watchdog:
     def watch(self, sock: socket.socket | None) -> None:
         with self._lock:
             self._sock = sock
-            if self.expired.is_set() or self.stopped.is_set():
+            if self.expired or self.stopped:
                 _shutdown(sock)
 
     def cancel(self) -> None:
@@ -144,14 +146,14 @@ class _Watchdog:
 
     def expire(self) -> None:
         with self._lock:
-            self.expired.set()
+            self.expired = True
             _shutdown(self._sock)
 
     def stop(self) -> None:
         """The execution was told to stop: abandon the wait (whatever the request did stays as
         it is, an outcome the runner settles by the usual rules)."""
         with self._lock:
-            self.stopped.set()
+            self.stopped = True
             _shutdown(self._sock)
 
 
@@ -220,15 +222,41 @@ def _watch_current(sock: socket.socket | None) -> None:
         watchdog.watch(sock)
 
 
+class _OneSend:
+    """Hands a request's header block and its bytes body to the socket in one send, as
+    http.client does for a bytes body and urllib3 does not: one segment and one system call per
+    request instead of two (about a tenth of the transport's CPU per loopback call)."""
+
+    _holding = False
+    _held: bytes | None = None
+
+    def request(
+        self, method: str, url: str, body: Any = None, headers: Any = None, **kw: Any
+    ) -> None:
+        self._holding = isinstance(body, bytes) and bool(body) and not kw.get("chunked")
+        try:
+            super().request(method, url, body, headers, **kw)  # type: ignore[misc]
+        finally:
+            self._holding, self._held = False, None
+
+    def send(self, data: Any) -> None:
+        if self._holding:
+            if self._held is None:  # the header block (endheaders): the body comes next
+                self._held = data
+                return
+            data, self._held, self._holding = self._held + data, None, False
+        super().send(data)  # type: ignore[misc]
+
+
 # The request has been written when a connection starts reading the response; from then on the
 # socket belongs to this call's watchdog, for the status line, the headers and the body.
-class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+class _WatchedHTTPConnection(_OneSend, urllib3.connection.HTTPConnection):
     def getresponse(self) -> urllib3.HTTPResponse:
         _watch_current(self.sock)
         return super().getresponse()
 
 
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+class _WatchedHTTPSConnection(_OneSend, urllib3.connection.HTTPSConnection):
     def getresponse(self) -> urllib3.HTTPResponse:
         _watch_current(self.sock)
         return super().getresponse()
@@ -383,11 +411,11 @@ def _send(
         # raised while the request is built, before a connection is opened or used.
         raise TransportError(Stage.NOT_SENT, "the request could not be built", final=True) from None
     except (urllib3.exceptions.ProtocolError, http.client.HTTPException, OSError):
-        if watchdog.expired.is_set():
+        if watchdog.expired:
             raise TransportError(
                 Stage.SENT, "the time budget ran out waiting for the response"
             ) from None
-        if watchdog.stopped.is_set():
+        if watchdog.stopped:
             raise TransportError(
                 Stage.SENT, "the execution was stopped while waiting for the response"
             ) from None
@@ -408,7 +436,7 @@ def _read_body(
     size = 0
     try:
         for chunk in response.stream(CHUNK_BYTES, decode_content=True):
-            if watchdog.expired.is_set():
+            if watchdog.expired:
                 break
             if cancelled is not None and cancelled.is_set():
                 raise TransportError(Stage.BODY, "the execution was stopped", status=status)
@@ -424,14 +452,14 @@ def _read_body(
     except TransportError:
         raise
     except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError):
-        if watchdog.stopped.is_set():
+        if watchdog.stopped:
             raise TransportError(Stage.BODY, "the execution was stopped", status=status) from None
-        if not watchdog.expired.is_set():
+        if not watchdog.expired:
             raise TransportError(
                 Stage.BODY, "connection lost reading the body", status=status
             ) from None
     # A body delimited by the connection closing just ends early when the watchdog fires.
-    if watchdog.expired.is_set():
+    if watchdog.expired:
         raise TransportError(Stage.BODY, "the time budget ran out reading the body", status=status)
     return (None if sink is not None else b"".join(chunks)), size
 
