@@ -2,9 +2,9 @@
 
 The file is read and validated once, when a process starts; the first problem stops it with an
 `IntegrationConfigError` that names the TOML key (`contracts."payments.charge@1".effect`) and
-says why. No file means an empty catalog. The file never holds credentials: a route names
-environment variables in `headers_from_env`; they must be set when the catalog loads and are read
-again at each call, so their values never reach the catalog, the database or the logs.
+says why. No file means an empty catalog. This module reads the file and its contracts; routes
+(how a capability reaches its provider, with the credentials it names but never holds) are
+routes.py's.
 
 Every contract needs a route and every route a contract. Schemas an adapter declares in code are
 part of every contract it serves (a contract's own schemas are added with allOf).
@@ -25,7 +25,8 @@ from executions.flows import patterns
 from executions.flows.schemas import schema_errors
 
 from .base import Contract, IntegrationConfigError, RoutableAdapter, Route
-from .options import Option, integer, one_of, show_value
+from .options import as_table, integer, one_of, only_keys, show_value
+from .routes import route_parse
 
 EFFECTS = ("READ_ONLY", "IDEMPOTENT_WRITE", "NON_IDEMPOTENT_WRITE")
 DEFAULT_MAX_ATTEMPTS = 3
@@ -35,31 +36,7 @@ DEFAULT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 # capability@version; the capability fits ActionExecution.capability (200 characters).
 _NAME = re.compile(r"(?P<capability>[A-Za-z][A-Za-z0-9_.-]{0,199})@(?P<version>[1-9][0-9]{0,8})")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-# Headers the adapters set themselves, and hop-by-hop headers: never from the file.
-RESERVED_HEADERS = frozenset(
-    {
-        "accept",
-        "accept-encoding",
-        "connection",
-        "content-length",
-        "content-type",
-        "host",
-        "idempotency-key",
-        "keep-alive",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "user-agent",
-    }
-)
-COMMON_ROUTE_KEYS = ("adapter", "headers_from_env", "principal_header")
-# Route keys of adapters that can work asynchronously (`supports_async = True`).
-ASYNC_ROUTE_KEYS = ("async", "callback_secret_from_env")
-MIN_CALLBACK_SECRET_CHARS = 32  # characters of a callback secret (HMAC-SHA256 key)
+
 DEFAULT_CALLBACK_TIMEOUT_SECONDS = 3600.0  # seconds
 MAX_CALLBACK_TIMEOUT_SECONDS = 90 * 24 * 3600  # seconds: 90 days
 
@@ -111,9 +88,9 @@ def parse_catalog(
     reserved: Collection[str] = (),
 ) -> Catalog:
     """Validate a parsed catalog document and build its contracts and routes."""
-    _only_keys("", document, ("contracts", "routes"))
-    contract_tables = _table("contracts", document.get("contracts", {}))
-    route_tables = _table("routes", document.get("routes", {}))
+    only_keys("", document, ("contracts", "routes"))
+    contract_tables = as_table("contracts", document.get("contracts", {}))
+    route_tables = as_table("routes", document.get("routes", {}))
 
     contracts: dict[str, Contract] = {}
     for name, table in contract_tables.items():
@@ -125,7 +102,7 @@ def parse_catalog(
     for name, table in route_tables.items():
         key = _key("routes", name)
         capability, version = _name(key, name, reserved)
-        routes[name] = _route(key, capability, version, table, adapters, environ)
+        routes[name] = route_parse(key, capability, version, table, adapters, environ)
 
     for name in route_tables:
         if name not in contract_tables:
@@ -174,8 +151,8 @@ DEFAULT_PROBE_WINDOW = 900  # seconds
 def _contract(
     key: str, capability: str, version: int, table: Any, lease_seconds: float
 ) -> Contract:
-    table = _table(key, table)
-    _only_keys(key, table, CONTRACT_KEYS)
+    table = as_table(key, table)
+    only_keys(key, table, CONTRACT_KEYS)
     if "effect" not in table:
         raise IntegrationConfigError(f"{key}.effect", f"is required ({' | '.join(EFFECTS)})")
     effect = one_of(*EFFECTS)(f"{key}.effect", table["effect"])
@@ -242,7 +219,7 @@ def _timeout(key: str, table: Mapping[str, Any], lease_seconds: float) -> float:
 
 
 def _schema(key: str, value: Any) -> dict[str, Any]:
-    schema = _table(key, value)
+    schema = as_table(key, value)
     _json_only(key, schema)
     errors = schema_errors(schema)
     if errors:
@@ -287,133 +264,6 @@ def _with_adapter_schemas(contract: Contract, adapter: RoutableAdapter) -> Contr
 
 
 # ------------------------------------------------------------------------------
-# Routes
-# ------------------------------------------------------------------------------
-def _route(
-    key: str,
-    capability: str,
-    version: int,
-    table: Any,
-    adapters: Mapping[str, RoutableAdapter],
-    environ: Mapping[str, str],
-) -> Route:
-    table = _table(key, table)
-    if "adapter" not in table:
-        raise IntegrationConfigError(f"{key}.adapter", "is required")
-    adapter_name = one_of(*sorted(adapters))(f"{key}.adapter", table["adapter"])
-    adapter = adapters[adapter_name]
-    specs: Mapping[str, Option] = adapter.route_options
-    supports_async = getattr(adapter, "supports_async", False)
-    _only_keys(
-        key, table, (*COMMON_ROUTE_KEYS, *(ASYNC_ROUTE_KEYS if supports_async else ()), *specs)
-    )
-    options: dict[str, Any] = {}
-    for option, spec in specs.items():
-        if option in table:
-            options[option] = spec.validate(f"{key}.{option}", table[option])
-        elif spec.required:
-            raise IntegrationConfigError(f"{key}.{option}", f"is required by {adapter_name}")
-        elif spec.default is not None:
-            options[option] = spec.default
-    options["headers_from_env"] = _headers_from_env(
-        f"{key}.headers_from_env", table.get("headers_from_env", {}), environ
-    )
-    if "principal_header" in table:
-        options["principal_header"] = _principal_header(
-            f"{key}.principal_header", table["principal_header"], options["headers_from_env"]
-        )
-    if supports_async:
-        options.update(_async_options(key, table, environ))
-    return Route(capability=capability, version=version, adapter=adapter_name, options=options)
-
-
-def _headers_from_env(key: str, value: Any, environ: Mapping[str, str]) -> dict[str, str]:
-    """Header name -> environment variable name; every variable must be set, now."""
-    table = _table(key, value)
-    seen: set[str] = set()
-    headers: dict[str, str] = {}
-    for header, variable in table.items():
-        where = f"{key}.{_quote(header)}"
-        if not _HEADER_NAME.fullmatch(header):
-            raise IntegrationConfigError(where, "is not a valid HTTP header name")
-        if header.lower() in RESERVED_HEADERS:
-            raise IntegrationConfigError(where, "is set by the adapter and cannot be configured")
-        if header.lower() in seen:
-            raise IntegrationConfigError(where, "is configured twice (header names ignore case)")
-        seen.add(header.lower())
-        if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
-            raise IntegrationConfigError(
-                where,
-                "must be the name of an environment variable (the value is never written here)",
-            )
-        secret = environ.get(variable, "")
-        if not secret:
-            raise IntegrationConfigError(where, f"environment variable {variable} is not set")
-        # The value is never shown; only whether it can be sent as a header at all.
-        if not header_value_ok(secret):
-            raise IntegrationConfigError(
-                where, f"environment variable {variable} holds characters a header cannot carry"
-            )
-        headers[header] = variable
-    return headers
-
-
-def _principal_header(key: str, value: Any, configured: Mapping[str, str]) -> str:
-    """The header that carries `sub@tenant` of whoever caused the dispatch to the provider."""
-    if not isinstance(value, str) or not _HEADER_NAME.fullmatch(value):
-        raise IntegrationConfigError(key, "must be a valid HTTP header name")
-    if value.lower() in RESERVED_HEADERS or value.lower() == "authorization":
-        raise IntegrationConfigError(key, "is a header the adapter or a credential sets")
-    if value.lower() in {name.lower() for name in configured}:
-        raise IntegrationConfigError(key, "is already set from headers_from_env")
-    return value
-
-
-def _async_options(key: str, table: Mapping[str, Any], environ: Mapping[str, str]) -> dict:
-    """`async` and `callback_secret_from_env`: both or neither; the secret set now, 32+ chars."""
-    is_async = table.get("async", False)
-    if not isinstance(is_async, bool):
-        raise IntegrationConfigError(
-            f"{key}.async", f"must be true or false, got {show_value(is_async)}"
-        )
-    variable = table.get("callback_secret_from_env")
-    where = f"{key}.callback_secret_from_env"
-    if not is_async:
-        if variable is not None:
-            raise IntegrationConfigError(where, "applies only to a route with async = true")
-        return {"async": False}
-    if variable is None:
-        raise IntegrationConfigError(
-            where, "is required with async = true (callbacks are authenticated with it)"
-        )
-    if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
-        raise IntegrationConfigError(
-            where, "must be the name of an environment variable (the value is never written here)"
-        )
-    secret = environ.get(variable, "")
-    if not secret:
-        raise IntegrationConfigError(where, f"environment variable {variable} is not set")
-    if len(secret) < MIN_CALLBACK_SECRET_CHARS:
-        raise IntegrationConfigError(
-            where,
-            f"environment variable {variable} must hold at least {MIN_CALLBACK_SECRET_CHARS} "
-            "characters",
-        )
-    return {"async": True, "callback_secret_from_env": variable}
-
-
-def header_value_ok(value: str) -> bool:
-    """Whether `value` can travel as an HTTP header value (no line breaks, latin-1)."""
-    if any(ch in value for ch in "\r\n\0"):
-        return False
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return value == value.strip()
-
-
-# ------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------
 def _name(key: str, name: str, reserved: Collection[str]) -> tuple[str, int]:
@@ -425,32 +275,6 @@ def _name(key: str, name: str, reserved: Collection[str]) -> tuple[str, int]:
     if name in reserved:
         raise IntegrationConfigError(key, "is reserved for a simulation capability")
     return match["capability"], int(match["version"])
-
-
-def _table(key: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise IntegrationConfigError(key, f"must be a table, got {show_value(value)}")
-    return value
-
-
-def _only_keys(key: str, table: Mapping[str, Any], allowed: Collection[str]) -> None:
-    for name in table:
-        if name not in allowed:
-            where = f"{key}.{_quote(name)}" if key else _quote(name)
-            raise IntegrationConfigError(
-                where, f"unknown key (allowed: {', '.join(sorted(allowed))})"
-            )
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _quote(name: str) -> str:
-    """A TOML key as written in the file: bare when it can be, quoted otherwise."""
-    if _BARE_KEY.fullmatch(name):
-        return name
-    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
 
 
 def _key(section: str, name: str, option: str | None = None) -> str:

@@ -23,9 +23,9 @@ from orquestador import errors, strictjson
 
 from . import outcomes
 from .base import ActionContext, ActionResult, Binding, LookupResult, Outcome
-from .catalog import header_value_ok
 from .credentials import MissingCredential, credential_headers
 from .options import Option, http_url, integer, one_of, seconds
+from .routes import header_value_ok
 from .transport import (
     DEFAULT_CONNECT_TIMEOUT,
     USER_AGENT,

@@ -2,11 +2,12 @@
 
 Each validator takes the full TOML key (for the error message) and the raw value, and returns the
 normalised value or raises `IntegrationConfigError` naming that key and why. Adapters list their
-options in `route_options`; the catalog applies them and refuses any key not listed.
+options in `route_options`; the catalog applies them and refuses any key not listed. The helpers
+at the end check tables and keys for the whole catalog file and write a key as the file does.
 """
 
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -130,3 +131,32 @@ def string_list(*, pattern: re.Pattern[str], what: str) -> Validator:
 def show_value(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# TOML tables and keys, as the catalog's error messages name them
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_key(name: str) -> str:
+    """A TOML key as written in the file: bare when it can be, quoted otherwise."""
+    if _BARE_KEY.fullmatch(name):
+        return name
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def as_table(key: str, value: Any) -> dict[str, Any]:
+    """`value` when it is a TOML table; otherwise the error naming `key`."""
+    if not isinstance(value, dict):
+        raise IntegrationConfigError(key, f"must be a table, got {show_value(value)}")
+    return value
+
+
+def only_keys(key: str, table: Mapping[str, Any], allowed: Collection[str]) -> None:
+    """Refuse the first key of `table` that is not `allowed`, naming it as written in the file."""
+    for name in table:
+        if name not in allowed:
+            where = f"{key}.{toml_key(name)}" if key else toml_key(name)
+            raise IntegrationConfigError(
+                where, f"unknown key (allowed: {', '.join(sorted(allowed))})"
+            )

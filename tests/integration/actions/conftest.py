@@ -8,7 +8,7 @@ import pytest
 from actions.base import ActionContext, Binding
 from actions.catalog import parse_catalog
 from actions.registry import ADAPTERS, Registry
-from actions.transport import close_all_sessions
+from actions.transport import close_all_pools
 from tests.support.providers import DocumentStore, JsonProvider
 
 LEASE_SECONDS = 60  # seconds
@@ -18,7 +18,7 @@ LEASE_SECONDS = 60  # seconds
 def _close_sessions() -> Iterator[None]:
     # Pooled connections to servers that are about to stop would otherwise leak sockets.
     yield
-    close_all_sessions()
+    close_all_pools()
 
 
 @pytest.fixture

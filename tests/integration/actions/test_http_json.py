@@ -9,7 +9,7 @@ import time
 import pytest
 
 from actions.base import Outcome
-from actions.transport import session
+from actions.transport import pool_manager
 from orquestador import errors
 from tests.support.providers import (
     Reply,
@@ -74,18 +74,18 @@ def test_call__uses_the_configured_method(provider):
     assert provider.requests()[0].method == "PUT"
 
 
-def test_session__pooled_per_thread(provider):
+def test_pool_manager__pooled_per_thread(provider):
     b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
     call(b, context(key="e:1"))
     call(b, context(key="e:2"))
-    sessions = []
-    worker = threading.Thread(target=lambda: sessions.append(session()))
+    managers = []
+    worker = threading.Thread(target=lambda: managers.append(pool_manager()))
     worker.start()
     worker.join()
 
     first, second = provider.requests("/charges")
     assert first.client == second.client  # the second call reused the pooled connection
-    assert sessions[0] is not session()
+    assert managers[0] is not pool_manager()
 
 
 # ------------------------------------------------------------------------------

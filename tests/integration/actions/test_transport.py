@@ -1,4 +1,4 @@
-"""The shared HTTP transport: Retry-After parsing and the sessions' lifetime."""
+"""The shared HTTP transport: Retry-After parsing and the pool managers' lifetime."""
 
 import gc
 import threading
@@ -33,14 +33,14 @@ def test_parse_retry_after(header, seconds):
     assert parse_retry_after(header, now=NOW) == seconds
 
 
-def test_session__closed_when_its_thread_ends(provider):
+def test_pool_manager__closed_when_its_thread_ends(provider):
     seen = {}
 
     def work() -> None:
-        session = transport.session()
-        session.get(provider.url("/ping"), timeout=2).close()
-        seen["session"] = session
-        seen["pools_while_alive"] = len(session.get_adapter("http://").poolmanager.pools)
+        manager = transport.pool_manager()
+        manager.request("GET", provider.url("/ping"), timeout=2).release_conn()
+        seen["manager"] = manager
+        seen["pools_while_alive"] = len(manager.pools)
 
     worker = threading.Thread(target=work)
     worker.start()
@@ -48,8 +48,8 @@ def test_session__closed_when_its_thread_ends(provider):
     gc.collect()
 
     assert seen["pools_while_alive"] == 1
-    # The thread's holder is gone, so its finalizer closed the session's pools.
-    assert len(seen["session"].get_adapter("http://").poolmanager.pools) == 0
+    # The thread's holder is gone, so its finalizer closed the manager's pools.
+    assert len(seen["manager"].pools) == 0
 
 
 def test_watchdog__one_thread_for_every_call__finished_deadlines_do_not_pile_up(provider):
