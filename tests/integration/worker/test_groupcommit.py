@@ -147,3 +147,42 @@ def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, 
     ]
     assert request_row(conn, accepted[2].request_id)["data"] == {}
     assert request_row(conn, accepted[3].request_id)["data"] == {"n": 3}
+
+
+def test_group_commit__items_submitted_beside_join_the_next_batch_led_by_the_writer(
+    conn, make_flow, runtime_dsn
+):
+    flow_id = make_flow([action("a", "NO_OP")])
+    ids = [enqueue(conn, flow_id).execution_id for _ in range(4)]
+    claims = sorted(
+        claim(conn, "w", limit=4, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
+    )
+    writes = GroupWrites(actor="t")
+    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
+    state = {}
+
+    def start():
+        threads, results, errors = _submit_all(runtime_dsn, writes.starts.submit, items[:1])
+        state["first"] = (results, errors)
+        wait_until(lambda: writes.starts._leading, what="the first leader")
+        # Two items submitted beside (nobody waits to lead them), then one that waits: the
+        # queue's head is a beside item, so the writer thread leads the next batch.
+        state["pending"] = [
+            writes.starts.submit_beside(lambda: psycopg.connect(runtime_dsn, autocommit=True), i)
+            for i in items[1:3]
+        ]
+        more, results2, errors2 = _submit_all(runtime_dsn, writes.starts.submit, items[3:])
+        state["rest"] = (results2, errors2)
+        return threads + more
+
+    try:
+        _hold_first_then_release(runtime_dsn, writes.starts, ids[0], 3, start)
+        beside = [pending.result() for pending in state["pending"]]
+    finally:
+        writes.close()
+
+    assert state["first"] == ([1], [None])
+    assert state["rest"] == ([1], [None])
+    assert beside == [1, 1]
+    assert (writes.starts.batches, writes.starts.items) == (2, 4)  # one statement for three
+    assert [checkpoint_rows(conn, i)["a"]["status"] for i in ids] == ["RUNNING"] * 4
