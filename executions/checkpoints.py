@@ -1,10 +1,11 @@
 """Checkpoints: the durable record of each action of an execution, written around its adapter call.
 
 Invariants and transaction boundaries:
-- before an adapter is called, its RUNNING checkpoint (input hash, external key, effect,
-  attempt) is committed by `checkpoints_start`, one statement in its own transaction; after the
-  call, `checkpoints_succeed` commits SUCCEEDED with the validated output before the next action
-  starts. No transaction is open while the adapter runs. Both take one or many holders
+- before a write's adapter is called, its RUNNING checkpoint (input hash, external key, effect,
+  attempt) is committed by `checkpoints_start`, one statement in its own transaction (a read's
+  is written while its call runs, and committed before anything after the call: the runner);
+  after the call, `checkpoints_succeed` commits SUCCEEDED with the validated output before the
+  next action starts. No transaction is open while the adapter runs. Both take one or many holders
   (grouped by executions/worker/groupcommit.py), each item fenced on its own;
 - both lock the execution row and check the fence against the database clock inside the
   statement that commits, so a stale holder can neither start nor save a checkpoint: it is
@@ -46,6 +47,11 @@ class StartItem:
     input_hash: str
     previous_attempt: int  # the attempt of the checkpoint the holder loaded; 0 for none
 
+    @property
+    def attempt(self) -> int:
+        """The attempt this start writes (known before the write returns)."""
+        return self.previous_attempt + 1
+
     def row(self) -> dict[str, Any]:
         return {
             **_coordinates(self.fence),
@@ -56,7 +62,7 @@ class StartItem:
             "effect": self.effect,
             "input_hash": self.input_hash,
             "external_key": external_key(self.fence.execution_id, self.action_id),
-            "attempt": self.previous_attempt + 1,
+            "attempt": self.attempt,
         }
 
 

@@ -28,7 +28,7 @@ POINT_ENV = "ORQUESTADOR_FAULT_POINT"
 ACTION_ENV = "ORQUESTADOR_FAULT_ACTION"
 
 CLAIM_COMMITTED = "claim.committed"  # the claim committed; nothing loaded or started
-CHECKPOINT_STARTED = "checkpoint.started"  # RUNNING checkpoint committed; adapter not called
+CHECKPOINT_STARTED = "checkpoint.started"  # RUNNING committed; a write's adapter not called
 CHECKPOINT_SUCCEEDING = "checkpoint.succeeding"  # the call returned; SUCCEEDED not yet written
 CHECKPOINT_SUCCEEDED = "checkpoint.succeeded"  # SUCCEEDED committed; the next action not begun
 FINAL_UNCOMMITTED = "final.uncommitted"  # the final statement ran in a transaction not committed

@@ -16,10 +16,17 @@ Invariants:
 - a batch whose statement fails is retried item by item, so one execution's fault (a trigger, a
   constraint) fails only that execution;
 - a thread never holds a database lock while it waits for its ticket: every grouped write is one
-  autocommit statement, and multi-row locks are taken in id order.
+  autocommit statement, and multi-row locks are taken in id order;
+- `submit_beside` queues an item without waiting for it: a batch with such an item and no thread
+  of its own waiting to lead it is led by the commit's writer thread (one per kind of write,
+  started on first use), so the caller goes on at once and takes the result later
+  (`Pending.result`), exactly as `submit` would have returned it. The runner uses it to call a
+  READ_ONLY adapter while its RUNNING checkpoint is being written (executions/worker/runner.py).
 """
 
 import contextlib
+import logging
+import queue
 import threading
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
@@ -30,6 +37,8 @@ import psycopg
 
 from ..checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
 from ..finalize import FinalizeItem, executions_finalize
+
+logger = logging.getLogger("executions.worker")
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -51,7 +60,10 @@ def borrowed(db: Database) -> AbstractContextManager[psycopg.Connection]:
 class _Ticket(Generic[Item]):
     item: Item
     ready: threading.Event = field(default_factory=threading.Event)
-    lead: bool = False
+    # Submitted beside (`submit_beside`): no thread of its own leads it; `db` is where the
+    # writer thread borrows a connection when it leads the batch this ticket opens.
+    beside: bool = False
+    db: Any = None
     written: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -60,6 +72,23 @@ class _Ticket(Generic[Item]):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+class Pending(Generic[Result]):
+    """An item submitted beside the caller's work: its result, once its statement has run."""
+
+    def __init__(self, ticket: _Ticket[Any]) -> None:
+        self._ticket = ticket
+
+    def result(self) -> Result | None:
+        """Wait for the statement; its result (None: matched nothing) or its error, raised."""
+        self._ticket.ready.wait()
+        return self._ticket.outcome()
+
+    def settle(self) -> None:
+        """Wait for the statement, whatever came of it (a holder that stops writes nothing
+        more, but leaves nothing of its own in flight either)."""
+        self._ticket.ready.wait()
 
 
 class GroupCommit(Generic[Item, Result]):
@@ -75,6 +104,8 @@ class GroupCommit(Generic[Item, Result]):
         self._lock = threading.Lock()
         self._queue: list[_Ticket[Item]] = []
         self._leading = False
+        self._writer: threading.Thread | None = None  # leads batches no caller waits to lead
+        self._leads: queue.SimpleQueue[Database | None] = queue.SimpleQueue()
         self.batches = 0  # statements sent, for tests and benchmarks
         self.items = 0  # items written
 
@@ -92,6 +123,41 @@ class GroupCommit(Generic[Item, Result]):
         if not ticket.written:  # leading, from the start or handed over
             self._lead(db)
         return ticket.outcome()
+
+    def submit_beside(self, db: Database, item: Item) -> Pending[Result]:
+        """Queue `item` and return at once; `Pending.result()` later gives what `submit` would
+        have. The batch leader of the moment writes it, or the writer thread when none leads."""
+        ticket = _Ticket(item, beside=True, db=db)
+        with self._lock:
+            self._queue.append(ticket)
+            lead = not self._leading
+            self._leading = True
+            if lead:
+                self._writer_leads(db)
+        return Pending(ticket)
+
+    def close(self) -> None:
+        """Stop the writer thread, if one was started (the runtime closes it with its pool)."""
+        with self._lock:
+            if self._writer is not None:
+                self._leads.put(None)
+                self._writer = None
+
+    def _writer_leads(self, db: Database) -> None:
+        """Have the writer thread lead the next batch (called under `_lock`)."""
+        if self._writer is None:
+            self._writer = threading.Thread(
+                target=self._write_beside, name="worker-group-writer", daemon=True
+            )
+            self._writer.start()
+        self._leads.put(db)
+
+    def _write_beside(self) -> None:
+        while (db := self._leads.get()) is not None:
+            try:
+                self._lead(db)
+            except Exception:  # already the error of every ticket in the batch
+                logger.exception("grouped write failed in the writer thread")
 
     def _lead(self, db: Database) -> None:
         batch: list[_Ticket[Item]] | None = None
@@ -116,10 +182,11 @@ class GroupCommit(Generic[Item, Result]):
                 successor = self._queue[0] if self._queue else None
                 if successor is None:
                     self._leading = False
+                elif successor.beside:  # nobody waits to lead it: the writer thread does
+                    self._writer_leads(successor.db)
             for ticket in batch or ():
                 ticket.ready.set()
-            if successor is not None:
-                successor.lead = True
+            if successor is not None and not successor.beside:
                 successor.ready.set()
 
     def _write(self, conn: psycopg.Connection, batch: list[_Ticket[Item]]) -> None:
@@ -158,3 +225,8 @@ class GroupWrites:
             lambda conn, items: executions_finalize(conn=conn, items=items, actor=actor),
             key=lambda item: item.fence.execution_id,
         )
+
+    def close(self) -> None:
+        """Stop the writer threads (when the connections they borrow from close)."""
+        for group in (self.starts, self.successes, self.finals):
+            group.close()

@@ -8,6 +8,19 @@ Invariants (each step names the module that keeps it):
   included), resolve the trusted binding (INTEGRATION_UNAVAILABLE before any call), validate the
   input, commit the RUNNING checkpoint, call the adapter with no transaction open, validate the
   output, commit SUCCEEDED (checkpoints.py); the next action starts only after that commit;
+- when the RUNNING checkpoint must be committed before the call: for every write
+  (IDEMPOTENT_WRITE and NON_IDEMPOTENT_WRITE), the call waits for it, since it is the durable
+  record that the write may have happened: recovery never repeats a non-idempotent one, and a
+  cancellation or the poison cap sends either kind to reconciliation instead of releasing the
+  request. A READ_ONLY call has no effect to record, so in a process that is not busy
+  (BESIDE_MAX_RUNS) its start is written beside the call (groupcommit `submit_beside`: another
+  thread leads the statement) and the call begins at once, with the attempt the start writes
+  (`StartItem.attempt`, known beforehand); in a busy one it is written before the call, in a
+  batch shared with other runs' starts. Beside the call, nothing else changes: the run waits
+  for that start before it writes anything after the call, so a holder superseded meanwhile
+  writes nothing more (`ExecutionSuperseded`); a lost lease still stops the call through the
+  stop signal; the checkpoint is RUNNING while a slow read runs; a crash mid-read leaves no
+  checkpoint or a RUNNING one, and the read runs again;
 - what a run does with an existing checkpoint, an adapter's result (one that raises is UNKNOWN)
   or a refused final commit is a pure decision of executions/worker/recovery.py (the SPEC §3
   table); this module applies it, and writes every ending through endings.py, after deciding;
@@ -50,7 +63,7 @@ from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import DataError, find_transition, validate_data
 from ..flows.schemas import contract_problem
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
-from ..models import CheckpointStatus, ExecutionStatus
+from ..models import CheckpointStatus, Effect, ExecutionStatus
 from ..waits import (
     CALLBACK_EVENT,
     call_accept,
@@ -64,7 +77,7 @@ from ..waits import (
 from . import recovery
 from .config import WorkerConfig
 from .endings import RunScope, run_end
-from .groupcommit import Database, GroupWrites, borrowed
+from .groupcommit import Database, GroupWrites, Pending, borrowed
 from .recovery import Decision, Verb
 from .wire import RunOutcome
 from .writeretry import fenced_write
@@ -74,6 +87,11 @@ logger = logging.getLogger("executions.worker")
 # A run's deadline (stuck runs): the timeouts of the actions it still has to call, plus this
 # many leases for its own writes (each may retry for half a lease) and the scheduling around them.
 DEADLINE_MARGIN_LEASES = 2
+# Runs in progress in the process (this one included) up to which a read's start is written
+# beside its call. Beyond it the process is busy: starts share grouped statements anyway, and the
+# hop to the writer thread and back (two thread switches per start) costs more CPU than the
+# round trip it hides.
+BESIDE_MAX_RUNS = 2
 
 Resolver = Callable[[str, int], Binding]
 
@@ -87,6 +105,7 @@ class RunnerDeps:
     flows: FlowCache
     rng: random.Random
     writes: GroupWrites
+    runs_in_progress: Callable[[], int] = lambda: 1  # the runtime's count, this run included
 
 
 class _Ended(Exception):
@@ -295,16 +314,17 @@ class _Run:
             input_hash=input_hash,
             previous_attempt=decision.previous_attempt,
         )
-        attempt = self.write(
-            "CHECKPOINT_START", lambda: self.deps.writes.starts.submit(self.db, start)
-        )
-        if attempt is None:
-            raise ExecutionSuperseded(
-                self.fence.execution_id, step=f"start {action_id}", token=self.fence.token
-            )
+        beside: Pending[int] | None = None
+        if binding.effect == Effect.READ_ONLY and self.deps.runs_in_progress() <= BESIDE_MAX_RUNS:
+            beside = self.deps.writes.starts.submit_beside(self.db, start)
+            attempt = start.attempt
+        else:
+            attempt = self.started(start, first_try=None)
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": contract.key})
         result = self.call(binding, action_input, action_id, attempt, key, snapshot, extra)
+        if beside is not None:
+            self.started(start, first_try=beside)
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
             # The provider will call back (executions/callbacks.py); until then, or until the
             # callback is overdue, the execution waits without a lease.
@@ -356,6 +376,23 @@ class _Run:
             )
         logger.info("action succeeded", extra=extra)
         return output
+
+    def started(self, start: StartItem, *, first_try: Pending[int] | None) -> int:
+        """The start's attempt, once its RUNNING checkpoint is committed; ExecutionSuperseded
+        when it matched nothing. `first_try`: the start already submitted beside the call,
+        whose result counts as the first try of the fenced write (a database error is retried
+        here like any other)."""
+        tries = [first_try.result] if first_try is not None else []
+
+        def write() -> int | None:
+            return tries.pop()() if tries else self.deps.writes.starts.submit(self.db, start)
+
+        attempt = self.write("CHECKPOINT_START", write)
+        if attempt is None:
+            raise ExecutionSuperseded(
+                self.fence.execution_id, step=f"start {start.action_id}", token=self.fence.token
+            )
+        return attempt
 
     def call(
         self,

@@ -47,11 +47,14 @@ WORKER = {
 SUCCEEDED_ONCE = ("SUCCEEDED", None, 1)  # status, error code, provider calls
 RETRIED = ("SUCCEEDED", None, 2)
 UNCERTAIN = ("RECONCILIATION_REQUIRED", "UNCERTAIN_WRITE", 1)
-# (point, effect) -> (status, error code, provider calls, target checkpoint attempt, attempts).
+# (point, effect) -> (status, error code, provider calls (or the counts allowed), target
+# checkpoint attempt, attempts).
 EXPECTED = {
     faultpoints.CLAIM_COMMITTED: {e: (*SUCCEEDED_ONCE, 1, 2) for e in EFFECTS},
     faultpoints.CHECKPOINT_STARTED: {
-        "READ_ONLY": (*SUCCEEDED_ONCE, 2, 2),
+        # A read's start is written beside its call (executions/worker/runner.py): the call may
+        # have reached the provider when the process died there; the read then runs again.
+        "READ_ONLY": ("SUCCEEDED", None, (1, 2), 2, 2),
         "IDEMPOTENT_WRITE": (*SUCCEEDED_ONCE, 2, 2),
         "NON_IDEMPOTENT_WRITE": ("RECONCILIATION_REQUIRED", "UNCERTAIN_WRITE", 0, 1, 2),
     },
@@ -170,7 +173,9 @@ def test_crash_point__recovery_by_another_process_follows_spec(
         execution = execution_row(runtime_conn, item.execution_id)
         assert (execution["status"], execution["error_code"]) == (status, code), cell
         assert execution["attempts"] == attempts, cell
-        assert provider.calls(EFFECTS[effect]) == calls, cell
+        assert provider.calls(EFFECTS[effect]) in (
+            calls if isinstance(calls, tuple) else (calls,)
+        ), cell
         keys = {r.headers["idempotency-key"] for r in provider.requests(EFFECTS[effect])}
         assert keys <= {f"{item.execution_id}:target"}, cell  # one key, on every attempt
         checkpoints = checkpoint_rows(runtime_conn, item.execution_id)
