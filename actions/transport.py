@@ -2,10 +2,10 @@
 
 Every classification an adapter makes hangs on one question: could the request have reached the
 provider? This module answers it with `Stage` and keeps these invariants:
-- one urllib3 `PoolManager` per thread, with no automatic retries, no redirects followed and
-  nothing taken from the environment (no proxies, netrc or CA overrides: certificates are checked
-  against certifi's bundle, as `requests` does), so a call goes to the route's URL and nowhere
-  else;
+- one urllib3 `PoolManager` per thread, with no automatic retries, no redirects followed, no
+  cookie kept and nothing taken from the environment (no proxies, netrc or CA overrides:
+  certificates are checked against certifi's bundle, as `requests` does), so a call goes to the
+  route's URL and nowhere else, and carries nothing of an earlier call;
 - every call has connect and read timeouts, and a total budget: once the request is written, a
   watchdog shuts the socket at the deadline, so a provider dripping its headers or body byte by
   byte cannot hold a worker thread past it; it also shuts it as soon as the execution is told

@@ -16,7 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from actions.base import Outcome
 from orquestador import errors
-from tests.support.providers import JsonProvider
+from tests.support.providers import JsonProvider, Reply
 
 from .conftest import binding, context
 
@@ -136,3 +136,18 @@ def test_header__value_that_cannot_travel__refused_before_sending(provider, monk
     assert result.error_detail == "the request could not be built"
     assert "s3cr3t" not in repr(result)
     assert provider.calls() == 0
+
+
+def test_cookies__a_providers_cookie_is_never_sent_back(provider):
+    provider.plan(
+        "/charges",
+        Reply(kind="ok", headers=(("Set-Cookie", "session=from-the-provider; Path=/"),)),
+    )
+    b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
+
+    first, second = call(b, context(key="e:1")), call(b, context(key="e:2"))
+
+    assert (first.outcome, second.outcome) == (Outcome.SUCCEEDED, Outcome.SUCCEEDED)
+    seen = provider.requests("/charges")
+    assert seen[0].client == seen[1].client  # the same pooled connection, the same thread
+    assert "cookie" not in seen[1].headers
