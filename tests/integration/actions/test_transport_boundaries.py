@@ -1,7 +1,9 @@
 """What the transport refuses: an unverified certificate, proxies from the environment, a header
 that would split the request. Each is refused before a byte of the request reaches anyone."""
 
+import contextlib
 import datetime as dt
+import ipaddress
 import socket
 import ssl
 import threading
@@ -14,6 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from actions import transport
 from actions.base import Outcome
 from orquestador import errors
 from tests.support.providers import JsonProvider, Reply
@@ -28,12 +31,19 @@ def call(b, ctx=None):
 
 
 class SelfSignedTlsServer:
-    """A TLS listener on 127.0.0.1 with a certificate nobody trusts; it records whether any
-    handshake completed and how many bytes of a request arrived."""
+    """A TLS provider on 127.0.0.1 with a self-signed certificate for `host` (an IP address or a
+    DNS name). It records completed handshakes and the request bytes that arrived, and answers a
+    request with a JSON object."""
 
-    def __init__(self, directory: Path) -> None:
+    ANSWER = b'{"id":"tls-1"}'
+
+    def __init__(self, directory: Path, host: str = "127.0.0.1") -> None:
         key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+        try:
+            san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+        except ValueError:
+            san = x509.DNSName(host)
         now = dt.datetime.now(dt.UTC)
         certificate = (
             x509.CertificateBuilder()
@@ -43,10 +53,12 @@ class SelfSignedTlsServer:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256())
         )
-        cert_file, key_file = directory / "cert.pem", directory / "key.pem"
-        cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+        self.cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+        self.cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
         key_file.write_bytes(
             key.private_bytes(
                 serialization.Encoding.PEM,
@@ -55,11 +67,11 @@ class SelfSignedTlsServer:
             )
         )
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._context.load_cert_chain(cert_file, key_file)
+        self._context.load_cert_chain(self.cert_file, key_file)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.handshakes = 0
-        self.request_bytes = 0
+        self.received = b""
         self.attempts = threading.Semaphore(0)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -75,14 +87,42 @@ class SelfSignedTlsServer:
                 try:
                     with self._context.wrap_socket(conn, server_side=True) as tls:
                         self.handshakes += 1
-                        self.request_bytes += len(tls.recv(65536))
+                        self._answer(tls)
                 except (OSError, ssl.SSLError):
                     pass
             self.attempts.release()
 
+    def _answer(self, tls: ssl.SSLSocket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = tls.recv(65536)
+            if not chunk:
+                self.received += data
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            (
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        while len(body) < length:
+            body += tls.recv(65536)
+        self.received += head + b"\r\n\r\n" + body
+        tls.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(self.ANSWER), self.ANSWER)
+        )
+
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # shutdown, unlike close, wakes the blocked accept
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(timeout=5)
+        assert not self._thread.is_alive()
 
 
 @pytest.fixture
@@ -101,7 +141,37 @@ def test_tls__untrusted_certificate__refused_before_sending(tls_server):
     assert result.outcome is Outcome.TRANSIENT
     assert result.error_detail == "TLS certificate refused; nothing was sent"
     assert tls_server.attempts.acquire(timeout=5)
-    assert (tls_server.handshakes, tls_server.request_bytes) == (0, 0)
+    assert (tls_server.handshakes, tls_server.received) == (0, b"")
+
+
+def test_tls__trusted_certificate__the_call_goes_through(tls_server, monkeypatch):
+    # The bundle the transport verifies against, here holding the provider's own certificate.
+    monkeypatch.setattr(transport.certifi, "where", lambda: str(tls_server.cert_file))
+    b = binding(url=f"https://127.0.0.1:{tls_server.port}/charges")
+
+    result = call(b, context({"amount": 12}, key="e-9:charge"))
+
+    assert result.outcome is Outcome.SUCCEEDED
+    assert result.output == {"id": "tls-1"}
+    assert tls_server.received.startswith(b"POST /charges HTTP/1.1\r\n")
+    assert b"\r\nIdempotency-Key: e-9:charge\r\n" in tls_server.received
+    assert tls_server.received.endswith(b'\r\n\r\n{"amount":12}')
+
+
+def test_tls__trusted_certificate_for_another_host__refused_before_sending(tmp_path, monkeypatch):
+    server = SelfSignedTlsServer(tmp_path, host="provider.example")
+    try:
+        monkeypatch.setattr(transport.certifi, "where", lambda: str(server.cert_file))
+        b = binding(url=f"https://127.0.0.1:{server.port}/charges")
+
+        result = call(b)
+
+        assert result.outcome is Outcome.TRANSIENT
+        assert result.error_detail == "TLS certificate refused; nothing was sent"
+        assert server.attempts.acquire(timeout=5)
+        assert (server.handshakes, server.received) == (0, b"")
+    finally:
+        server.close()
 
 
 def test_proxy__environment_settings_ignored(provider, monkeypatch):
