@@ -63,7 +63,7 @@ class _Ticket(Generic[Item]):
     # Submitted beside (`submit_beside`): no thread of its own leads it; `db` is where the
     # writer thread borrows a connection when it leads the batch this ticket opens.
     beside: bool = False
-    db: Any = None
+    db: Database | None = None
     written: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -84,11 +84,6 @@ class Pending(Generic[Result]):
         """Wait for the statement; its result (None: matched nothing) or its error, raised."""
         self._ticket.ready.wait()
         return self._ticket.outcome()
-
-    def settle(self) -> None:
-        """Wait for the statement, whatever came of it (a holder that stops writes nothing
-        more, but leaves nothing of its own in flight either)."""
-        self._ticket.ready.wait()
 
 
 class GroupCommit(Generic[Item, Result]):
