@@ -85,6 +85,11 @@ class Pending(Generic[Result]):
         self._ticket.ready.wait()
         return self._ticket.outcome()
 
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the statement to have run, whatever its outcome;
+        whether it has."""
+        return self._ticket.ready.wait(timeout)
+
 
 class GroupCommit(Generic[Item, Result]):
     """Merge concurrent writes of one kind into one statement per moment."""

@@ -322,7 +322,14 @@ class _Run:
             attempt = self.started(start, first_try=None)
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": contract.key})
-        result = self.call(binding, action_input, action_id, attempt, key, snapshot, extra)
+        try:
+            result = self.call(binding, action_input, action_id, attempt, key, snapshot, extra)
+        except BaseException:
+            # A run that ends by raising leaves no write of its own in flight behind it (only a
+            # real crash can): its start lands, or fails, before the exception goes on.
+            if beside is not None:
+                beside.wait(self.deps.config.lease_seconds)
+            raise
         if beside is not None:
             self.started(start, first_try=beside)
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:

@@ -282,6 +282,12 @@ def test_cancel__stops_the_worker_holding_a_running_execution_long_before_its_le
             accepted = enqueue(conn, flow_id)
             provider.wait_for_calls(1, "/quote")
             assert worker.busy == 1
+            # A read's RUNNING checkpoint is written beside its call: let it land first.
+            wait_until(
+                lambda: "quote" in checkpoint_rows(conn, accepted.execution_id),
+                timeout=5,
+                what="the quote's RUNNING checkpoint",
+            )
 
             result = execution_cancel(
                 execution_id=accepted.execution_id, actor="ops", reason="customer withdrew"
