@@ -20,7 +20,8 @@ Invariants (each step names the module that keeps it):
   for that start before it writes anything after the call, so a holder superseded meanwhile
   writes nothing more (`ExecutionSuperseded`); a lost lease still stops the call through the
   stop signal; the checkpoint is RUNNING while a slow read runs; a crash mid-read leaves no
-  checkpoint or a RUNNING one, and the read runs again;
+  checkpoint (the read runs again) or a RUNNING one (retried within max_attempts, as any read
+  found RUNNING);
 - what a run does with an existing checkpoint, an adapter's result (one that raises is UNKNOWN)
   or a refused final commit is a pure decision of executions/worker/recovery.py (the SPEC §3
   table); this module applies it, and writes every ending through endings.py, after deciding;
