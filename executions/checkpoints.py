@@ -85,6 +85,27 @@ class SucceedItem:
         }
 
 
+@dataclass(frozen=True)
+class CallRecord:
+    """A READ_ONLY attempt that succeeded, written as its SUCCEEDED checkpoint in one go.
+
+    `start` is the attempt as the holder started it: its RUNNING checkpoint may have been
+    committed while the call ran (a slow call), or never (a quick one: the start was withheld
+    and withdrawn); the statement that writes this record takes either. `call_seconds` dates the
+    checkpoint's start back from the commit when no RUNNING row recorded it."""
+
+    start: StartItem
+    output: dict[str, Any]
+    call_seconds: float = 0.0
+
+    def row(self) -> dict[str, Any]:
+        return {
+            **self.start.row(),
+            "output": self.output,
+            "call_seconds": max(0.0, self.call_seconds),
+        }
+
+
 def _durability(effects: Iterable[str]) -> str:
     """synchronous_commit for a checkpoint write: off only when every action in it is a read.
 
@@ -139,6 +160,23 @@ def checkpoints_succeed(
         },
     ).fetchall()
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, [item.action_id for item in items])
+    return {row[0] for row in rows}
+
+
+def checkpoints_record(*, conn: psycopg.Connection, items: Sequence[CallRecord]) -> set[uuid.UUID]:
+    """Commit SUCCEEDED checkpoints of reads for one or many holders in one statement, whether
+    or not their RUNNING checkpoint was written. Returns the execution ids saved; a holder
+    missing from it was superseded, or its checkpoint changed."""
+    action_ids = [item.start.action_id for item in items]
+    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, action_ids)
+    rows = conn.execute(
+        sql.CHECKPOINT_RECORD,
+        {
+            "items": Jsonb([item.row() for item in items]),
+            "synchronous_commit": _durability(item.start.effect for item in items),
+        },
+    ).fetchall()
+    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, action_ids)
     return {row[0] for row in rows}
 
 

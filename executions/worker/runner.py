@@ -8,46 +8,55 @@ Invariants (each step names the module that keeps it):
   included), resolve the trusted binding (INTEGRATION_UNAVAILABLE before any call), validate the
   input, commit the RUNNING checkpoint, call the adapter with no transaction open, validate the
   output, commit SUCCEEDED (checkpoints.py); the next action starts only after that commit;
-- when the RUNNING checkpoint must be committed before the call: for every write
-  (IDEMPOTENT_WRITE and NON_IDEMPOTENT_WRITE), the call waits for it, since it is the durable
-  record that the write may have happened: recovery never repeats a non-idempotent one, and a
-  cancellation or the poison cap sends either kind to reconciliation instead of releasing the
-  request. A READ_ONLY call has no effect to record, so in a process that is not busy
-  (BESIDE_MAX_RUNS) its start is written beside the call (groupcommit `submit_beside`: another
-  thread leads the statement) and the call begins at once, with the attempt the start writes
-  (`StartItem.attempt`, known beforehand); in a busy one it is written before the call, in a
-  batch shared with other runs' starts. Beside the call, nothing else changes: the run waits
-  for that start before it writes anything after the call, so a holder superseded meanwhile
-  writes nothing more (`ExecutionSuperseded`); a lost lease still stops the call through the
-  stop signal; the checkpoint is RUNNING while a slow read runs; a crash mid-read leaves no
-  checkpoint (the read runs again) or a RUNNING one (retried within max_attempts, as any read
-  found RUNNING);
+- every write (IDEMPOTENT_WRITE and NON_IDEMPOTENT_WRITE) is called only once its RUNNING
+  checkpoint is committed, since it is the durable record that the write may have happened:
+  recovery never repeats a non-idempotent one, and a cancellation or the poison cap sends either
+  kind to reconciliation instead of releasing the request; its SUCCEEDED checkpoint is committed
+  on its own right after the call, the last action's included;
+- a READ_ONLY call has no effect to record, so its start is withheld (groupcommit
+  `submit_withheld`) and the call begins at once, with the attempt the start would write
+  (`StartItem.attempt`, known beforehand). A call that outlasts READ_START_DELAY_SECONDS gets its
+  RUNNING checkpoint while it runs (sent by another thread), so a slow read shows as running and
+  a crash during it counts against max_attempts like any read found RUNNING; the run waits for
+  that start before it writes anything after the call, so a holder superseded meanwhile writes
+  nothing more (`ExecutionSuperseded`). A quicker call's start is taken back: the read is
+  recorded once, SUCCEEDED (`CallRecord`, one statement), or, when it is the last action, in the
+  final commit itself; one that did not succeed has its start written after the call, to be
+  settled from as any other attempt. A crash before that record commits leaves no checkpoint:
+  the read runs again, bounded by the poison cap (WORKER_MAX_RECLAIMS), not max_attempts. A lost
+  lease still stops a call through the stop signal;
 - what a run does with an existing checkpoint, an adapter's result (one that raises is UNKNOWN)
   or a refused final commit is a pure decision of executions/worker/recovery.py (the SPEC §3
   table); this module applies it, and writes every ending through endings.py, after deciding;
 - finalisation: the pure evaluator decides; updates apply to a copy of the accepted data, which
   must pass the flow's dataSchema and the size limit; then one fenced transaction
-  (finalize.py). A final commit that fails leaves RUNNING and the checkpoints for recovery;
+  (finalize.py), carrying the last read's checkpoint. A final commit that fails or is refused,
+  or a run that ends otherwise after that read, has the read's SUCCEEDED checkpoint committed
+  on its own first (`save_carried`), so recovery reuses it (SPEC §3); a final commit that fails
+  leaves RUNNING and the checkpoints for recovery;
 - a holder told to stop (lost lease, shutdown past the drain) writes nothing more
   (`ExecutionInterrupted`); a fenced write that matches nothing raises `ExecutionSuperseded`.
 
 Transactions: none is open while an adapter runs; each write above is its own transaction. The
-hot-path writes (start, save, finalise) of concurrent runs are grouped into shared statements
-(executions/worker/groupcommit.py), each run fenced on its own.
+hot-path writes (start, save, record, finalise) of concurrent runs are grouped into shared
+statements (executions/worker/groupcommit.py), each run fenced on its own.
 """
 
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
+
+import psycopg
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
 
-from ..checkpoints import StartItem, SucceedItem, external_key
+from ..checkpoints import CallRecord, StartItem, SucceedItem, external_key
 from ..claims import FlowCache, Snapshot, execution_load
 from ..finalize import (
     FinalizeItem,
@@ -88,11 +97,11 @@ logger = logging.getLogger("executions.worker")
 # A run's deadline (stuck runs): the timeouts of the actions it still has to call, plus this
 # many leases for its own writes (each may retry for half a lease) and the scheduling around them.
 DEADLINE_MARGIN_LEASES = 2
-# Runs in progress in the process (this one included) up to which a read's start is written
-# beside its call. Beyond it the process is busy: starts share grouped statements anyway, and the
-# hop to the writer thread and back (two thread switches per start) costs more CPU than the
-# round trip it hides.
-BESIDE_MAX_RUNS = 2
+# How long a read's RUNNING checkpoint is withheld while its call runs: a call that returns
+# sooner is recorded once, SUCCEEDED (in the final commit when it is the last action); one that
+# outlasts it gets its RUNNING checkpoint while it runs, so a slow read shows as running and a
+# crash during it counts against max_attempts.
+READ_START_DELAY_SECONDS = 0.5
 
 Resolver = Callable[[str, int], Binding]
 
@@ -106,7 +115,6 @@ class RunnerDeps:
     flows: FlowCache
     rng: random.Random
     writes: GroupWrites
-    runs_in_progress: Callable[[], int] = lambda: 1  # the runtime's count, this run included
 
 
 class _Ended(Exception):
@@ -154,6 +162,8 @@ class _Run:
         # What every audit event this run writes starts with: the transition, and the principal
         # whose dispatch it is (SPEC §8; `system` for a timeout or recovery).
         self.audit = {"transitionId": transition_id, "principal": principal}
+        # The output of the action that just succeeded, until its checkpoint is committed.
+        self.carried: CallRecord | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -179,11 +189,13 @@ class _Run:
             if self.report_deadline is not None:
                 self.report_deadline(self.deadline_seconds(transition, snapshot))
             outputs: dict[str, dict[str, Any]] = {}
-            for sequence, action in enumerate(transition.get("actions", [])):
+            actions = transition.get("actions", [])
+            for sequence, action in enumerate(actions):
                 if is_wait(action):
                     outputs[action["id"]] = self.wait(sequence, action, snapshot)
                 else:
-                    outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
+                    last = sequence == len(actions) - 1
+                    outputs[action["id"]] = self.action(sequence, action, snapshot, outputs, last)
             return self.finish(definition, transition, snapshot, outputs)
         except _Ended as ended:
             return run_end(ended.decision, self.scope)
@@ -276,7 +288,10 @@ class _Run:
         action: dict[str, Any],
         snapshot: Snapshot,
         outputs: dict[str, dict[str, Any]],
+        last: bool = False,
     ) -> dict[str, Any]:
+        """Call one action (or reuse its checkpoint) and save its output; the output of a read
+        that is the `last` action is carried to the final commit instead (`self.carried`)."""
         action_id = action["id"]
         capability, version = action["capability"], action["version"]
         action_input = map_input(action, build_context(snapshot.data, outputs))
@@ -315,25 +330,31 @@ class _Run:
             input_hash=input_hash,
             previous_attempt=decision.previous_attempt,
         )
-        beside: Pending[int] | None = None
-        if binding.effect == Effect.READ_ONLY and self.deps.runs_in_progress() <= BESIDE_MAX_RUNS:
-            beside = self.deps.writes.starts.submit_beside(self.db, start)
+        withheld: Pending[int] | None = None
+        if binding.effect == Effect.READ_ONLY:
+            starts = self.deps.writes.starts
+            withheld = starts.submit_withheld(self.db, start, READ_START_DELAY_SECONDS)
             attempt = start.attempt
         else:
             attempt = self.started(start, first_try=None)
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": contract.key})
+        called_at = time.monotonic()
         try:
             result = self.call(binding, action_input, action_id, attempt, key, snapshot, extra)
         except BaseException:
             # A run that ends by raising leaves no write of its own in flight behind it (only a
-            # real crash can): its start lands, or fails, before the exception goes on.
-            if beside is not None:
-                beside.wait(self.deps.config.lease_seconds)
+            # real crash can): its start is taken back, or lands or fails, before it goes on.
+            if withheld is not None and not withheld.withdraw():
+                withheld.wait(self.deps.config.lease_seconds)
             raise
-        if beside is not None:
-            self.started(start, first_try=beside)
+        call_seconds = time.monotonic() - called_at
+        started = withheld is None or not withheld.withdraw()
+        if withheld is not None and started:  # a slow read: its start was sent during the call
+            self.started(start, first_try=withheld)
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
+            if not started:  # the wait for the callback is kept on the RUNNING checkpoint
+                self.started(start, first_try=None)
             # The provider will call back (executions/callbacks.py); until then, or until the
             # callback is overdue, the execution waits without a lease.
             with borrowed(self.db) as conn:
@@ -373,17 +394,45 @@ class _Run:
         )
         if decision.verb == Verb.INTERRUPT:
             raise ExecutionInterrupted(self.fence.execution_id, step=f"settle {action_id}")
+        if decision.ends_run and not started:
+            # An attempt that did not succeed is settled from its RUNNING checkpoint (a retry, a
+            # failure), as every other is: a quick read's is written now.
+            self.started(start, first_try=None)
         _stop_unless_proceeding(decision)
-        success = SucceedItem(self.fence, action_id, attempt, output, binding.effect)
+        if binding.effect == Effect.READ_ONLY:
+            self.carried = CallRecord(start, output, call_seconds)
+            if not last:
+                self.save_carried()
+        else:
+            self.save(SucceedItem(self.fence, action_id, attempt, output, binding.effect))
+        logger.info("action succeeded", extra=extra)
+        return output
+
+    def save(self, success: SucceedItem) -> None:
+        """Commit a write's SUCCEEDED checkpoint, from its RUNNING one, before anything else."""
         saved = self.write(
             "CHECKPOINT_SUCCEED", lambda: self.deps.writes.successes.submit(self.db, success)
         )
         if saved is None:
             raise ExecutionSuperseded(
-                self.fence.execution_id, step=f"save {action_id}", token=self.fence.token
+                self.fence.execution_id, step=f"save {success.action_id}", token=self.fence.token
             )
-        logger.info("action succeeded", extra=extra)
-        return output
+
+    def save_carried(self) -> None:
+        """Commit the SUCCEEDED checkpoint of the read that just succeeded, if it is not saved
+        yet: at once for any action but the last, and for the last one whenever the run does not
+        end in a final commit that carries it (executions/finalize.py `FinalizeItem.last`)."""
+        carried, self.carried = self.carried, None
+        if carried is None:
+            return
+        start = carried.start
+        saved = self.write(
+            "CHECKPOINT_RECORD", lambda: self.deps.writes.records.submit(self.db, carried)
+        )
+        if saved is None:
+            raise ExecutionSuperseded(
+                self.fence.execution_id, step=f"save {start.action_id}", token=self.fence.token
+            )
 
     def started(self, start: StartItem, *, first_try: Pending[int] | None) -> int:
         """The start's attempt, once its RUNNING checkpoint is committed; ExecutionSuperseded
@@ -466,8 +515,15 @@ class _Run:
             data = apply_updates(transition, snapshot.data, context)
             validate_data(definition, data)
         except (DecisionError, UpdateError, DataError) as exc:
+            self.save_carried()
             raise _Ended(recovery.fail(exc.code, exc.detail)) from None
-        self.check_not_cancelled("finalize")
+        except BaseException:
+            self.save_carried()
+            raise
+        if self.cancelled.is_set():
+            self.save_carried()  # as it would have been before the stop was noticed
+            self.check_not_cancelled("finalize")
+        carried, self.carried = self.carried, None
         action_ids = [a["id"] for a in transition.get("actions", [])]
         item = FinalizeItem(
             fence=self.fence,
@@ -484,16 +540,33 @@ class _Run:
                 "hitPolicy": decision.hit_policy,
                 "ruleIds": list(decision.rule_ids),
             },
+            last=carried,
         )
-        final = self.write(
-            "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.db, item)
-        )
+        try:
+            final = self.write(
+                "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.db, item)
+            )
+        except psycopg.Error:
+            # The final commit failed (its retries used): the output is saved on its own, so
+            # recovery by lease reuses it rather than calling the action again (SPEC §3).
+            self.carried = carried
+            self.save_carried()
+            raise
         if final is None:
             with borrowed(self.db) as conn:
                 refused = finalize_refusal(conn=conn, item=item)  # raises if superseded
+            unsettled = refused.unsettled
+            if carried is not None and any(
+                entry.split(" ", 1)[0] == carried.start.action_id for entry in unsettled
+            ):
+                # The request moved, so the final commit wrote nothing: the output is saved on
+                # its own, as it would have been before the final commit was tried.
+                self.carried = carried
+                self.save_carried()
+                unsettled = [e for e in unsettled if e.split(" ", 1)[0] != carried.start.action_id]
             raise _Ended(
                 recovery.finalize_refused(
-                    request_unchanged=refused.request_unchanged, unsettled=refused.unsettled
+                    request_unchanged=refused.request_unchanged, unsettled=unsettled
                 )
             )
         logger.info(

@@ -152,11 +152,6 @@ class LeaseBook:
             if self._leases.get(lease.fence.execution_id) is lease:
                 del self._leases[lease.fence.execution_id]
 
-    def count(self) -> int:
-        """Leases handed out and not yet released: the runs in progress."""
-        with self._lock:
-            return len(self._leases)
-
     def signal(self, execution_id: str | uuid.UUID, token: int | None) -> WorkerLease | None:
         """Set the stop signal of the lease held for `execution_id` (under `token`, when given)
         and return it; None when there is no such holder (nothing is signalled)."""
@@ -206,7 +201,6 @@ class LocalWorkerRuntime:
             flows=FlowCache(),
             rng=rng or random.SystemRandom(),
             writes=GroupWrites(actor=WORKER_ACTOR),
-            runs_in_progress=lambda: self._leases.count(),
         )
         self._leases = LeaseBook()
 

@@ -21,6 +21,7 @@ from tests.support.worker import (
     enqueue,
     execution_row,
     flow_definition,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
@@ -56,6 +57,11 @@ def test_cancelexecution__stops_the_worker_holding_it_at_once(process_env, runti
         accepted = enqueue(runtime_conn, flow_id)
         with WorkerProcess(env, tmp_path / "worker.log", **LONG_LEASE) as worker:
             provider.wait_for_calls(1, "/quote", timeout=30)
+            # The read outlasts half a second: its RUNNING checkpoint is written while it runs.
+            wait_until(
+                lambda: "quote" in checkpoint_rows(runtime_conn, accepted.execution_id),
+                what="the slow read's RUNNING checkpoint",
+            )
             cancelled = subprocess.run(
                 manage(
                     "cancelexecution", str(accepted.execution_id), "--reason", "customer withdrew"

@@ -186,3 +186,38 @@ def test_group_commit__items_submitted_beside_join_the_next_batch_led_by_the_wri
     assert beside == [1, 1]
     assert (writes.starts.batches, writes.starts.items) == (2, 4)  # one statement for three
     assert [checkpoint_rows(conn, i)["a"]["status"] for i in ids] == ["RUNNING"] * 4
+
+
+def test_group_commit__a_withheld_item_is_sent_after_its_delay_unless_withdrawn_first(
+    conn, make_flow, runtime_dsn
+):
+    flow_id = make_flow([action("a", "NO_OP")])
+    ids = [enqueue(conn, flow_id).execution_id for _ in range(2)]
+    claims = sorted(
+        claim(conn, "w", limit=2, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
+    )
+    writes = GroupWrites(actor="t")
+    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
+
+    def source():
+        return psycopg.connect(runtime_dsn, autocommit=True)
+
+    def tickers():
+        return {t for t in threading.enumerate() if t.name == "worker-group-ticker"}
+
+    before = tickers()
+    try:
+        kept = writes.starts.submit_withheld(source, items[0], 1.0)
+        taken_back = writes.starts.submit_withheld(source, items[1], 1.0)
+        assert taken_back.withdraw()  # before its delay: never sent
+        assert not taken_back.withdraw()  # (and only once)
+        assert writes.starts.batches == 0  # nothing is sent before the delay
+        assert kept.result() == 1  # sent once its delay passed, by the writer thread
+        assert not kept.withdraw()  # too late to take back: it was sent
+    finally:
+        writes.close()
+
+    assert (writes.starts.batches, writes.starts.items) == (1, 1)
+    assert checkpoint_rows(conn, ids[0])["a"]["status"] == "RUNNING"
+    assert checkpoint_rows(conn, ids[1]) == {}
+    wait_until(lambda: not tickers() - before, what="the ticker to stop once closed")

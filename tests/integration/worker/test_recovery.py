@@ -30,6 +30,7 @@ from tests.support.worker import (
     runtime_for,
     transient,
     unknown,
+    wait_until,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -122,8 +123,16 @@ def test_recovery__a_non_idempotent_write_in_flight_goes_to_reconciliation(
 
 def test_recovery__a_read_in_flight_at_its_last_attempt_is_exhausted(conn, make_flow, runtime_dsn):
     accepted = enqueue(conn, make_flow([action("a", "R")]))
+
+    def crash_once_running(ctx):  # a slow read: its RUNNING checkpoint is written meanwhile
+        wait_until(lambda: "a" in checkpoint_rows(conn, accepted.execution_id))
+        raise SimulatedCrash()
+
     _crash(
-        conn, runtime_dsn, binding("R", ScriptedAdapter(script=[SimulatedCrash()]), max_attempts=1)
+        conn,
+        runtime_dsn,
+        binding("R", ScriptedAdapter(script=[crash_once_running]), max_attempts=1),
+        lease_seconds=10,  # the start, sent half a second into the call, finds the lease held
     )
     again = ScriptedAdapter()
     _recover(conn, runtime_dsn, binding("R", again, max_attempts=1))
@@ -248,3 +257,23 @@ def test_recovery__the_takeover_is_in_the_audit_and_the_case_says_who_lost_the_l
     why = explain.why(error_code=None, error_detail=None, uncertain=[checkpoint], timeline=timeline)
     assert why.startswith(f"Worker doomed lost its lease at {explain.utc(expired_at)} while ")
     assert "was in flight" in why
+
+
+def test_recovery__a_quick_read_that_crashed_left_nothing_and_runs_again(
+    conn, make_flow, runtime_dsn
+):
+    accepted = enqueue(conn, make_flow([action("a", "R")]))
+    _crash(
+        conn, runtime_dsn, binding("R", ScriptedAdapter(script=[SimulatedCrash()]), max_attempts=1)
+    )
+    assert checkpoint_rows(conn, accepted.execution_id) == {}  # its start was still withheld
+
+    again = ScriptedAdapter(default=ok({"v": 1}))
+    assert _recover(conn, runtime_dsn, binding("R", again, max_attempts=1)).status == "completed"
+    assert [call.attempt for call in again.calls] == [1]  # the first attempt on record
+    checkpoint = checkpoint_rows(conn, accepted.execution_id)["a"]
+    assert (checkpoint["status"], checkpoint["attempt"], checkpoint["fencing_token"]) == (
+        "SUCCEEDED",
+        1,
+        2,
+    )

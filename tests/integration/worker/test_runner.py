@@ -504,6 +504,10 @@ def test_run__a_decision_error_after_a_write_goes_to_reconciliation(conn, make_f
     )
     assert audit_events(conn, accepted.request_id)[-1][1]["actionId"] == "w"
     assert _blocked(conn, accepted)
+    # The last action's output, meant for the final commit, was saved on its own first: the
+    # operator sees a write that happened, with what it returned.
+    checkpoint = checkpoint_rows(conn, accepted.execution_id)["w"]
+    assert (checkpoint["status"], checkpoint["output"]) == ("SUCCEEDED", {"id": "x"})
 
 
 def test_run__updated_data_refused_by_the_data_schema_fails(conn, make_flow, run):

@@ -109,6 +109,14 @@ def test_heartbeat__cancels_exactly_the_execution_whose_lease_was_lost(
     with running_scheduler(runtime_dsn, registry(binding("G", gate))):
         wait_until(lambda: len(gate.contexts) == 2, what="both executions in the adapter")
         contexts = {ctx.execution_id: ctx for ctx in gate.contexts}
+        # Both reads outlast READ_START_DELAY_SECONDS: their starts are written while they wait.
+        wait_until(
+            lambda: all(
+                checkpoint_rows(conn, e.execution_id).get("a", {}).get("status") == "RUNNING"
+                for e in (lost, kept)
+            ),
+            what="both reads' RUNNING checkpoints",
+        )
 
         result = execution_cancel(execution_id=lost.execution_id, actor="ops", reason="no longer")
 
@@ -189,6 +197,10 @@ def test_shutdown__past_the_drain_leaves_the_rest_recoverable(conn, make_flow, r
     accepted = enqueue(conn, make_flow([action("a", "G")]))
     with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
         assert gate.entered.wait(10)
+        wait_until(
+            lambda: "a" in checkpoint_rows(conn, accepted.execution_id),
+            what="the slow read's RUNNING checkpoint",
+        )
         sched.request_stop()
         assert sched.finished.wait(10)
         assert gate.cancelled_seen.is_set()  # told to stop, per execution
