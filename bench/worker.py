@@ -30,7 +30,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    TCP_NODELAY) answers after 100 ms; one runworker at each --slow-concurrency: executions/s,
    the most PostgreSQL connections its role held, peak RSS, CPU per execution. Beside it, the
    database-free ceiling (bench/httpclients.py: one requests.Session per thread, same
-   concurrency, same provider) and Procrastinate posting from an async httpx task.
+   concurrency, same provider) and Procrastinate posting from an async httpx task. The call is
+   a READ_ONLY action; at the first concurrency it runs again declared an IDEMPOTENT_WRITE,
+   whose checkpoints a read does not write (RUNNING before the call, SUCCEEDED on its own).
 8. The API: `POST /api/v1/requests/{id}/transitions` and `GET /api/v1/executions/{id}` through
    gunicorn (the production web server, docker/) with real HS256 tokens, at 1, 8 and 32
    concurrent clients (bench/apiclients.py): requests/s, p50, p99.
@@ -648,7 +650,18 @@ class Bench:
             integrations = self.base / "integrations.toml"
             integrations.write_text(SLOW_INTEGRATIONS.format(port=port))
             env = {"INTEGRATIONS_FILE": str(integrations), "SIMULATION_MODE": "false"}
-            report: dict = {"provider_delay_seconds": delay, "ours": [], "http_only": []}
+            # The same call declared an IDEMPOTENT_WRITE: its RUNNING checkpoint is committed
+            # before the call and its SUCCEEDED one on its own after it (a read's is neither).
+            writes = self.base / "integrations-write.toml"
+            writes.write_text(
+                SLOW_INTEGRATIONS.format(port=port).replace("READ_ONLY", "IDEMPOTENT_WRITE")
+            )
+            report: dict = {
+                "provider_delay_seconds": delay,
+                "ours": [],
+                "ours_write": [],
+                "http_only": [],
+            }
             for concurrency in concurrencies:
                 n = max(calls, concurrency * 10)
                 try:
@@ -665,6 +678,20 @@ class Bench:
                 except RuntimeError as exc:
                     print(f"  slow provider at {concurrency}: {exc}", flush=True)
                     report["ours"].append({"concurrency": concurrency, "error": str(exc)})
+                if concurrency == concurrencies[0]:
+                    try:
+                        report["ours_write"].append(
+                            self.throughput(
+                                1,
+                                n,
+                                f"slow provider as a write, runworker at {concurrency}",
+                                concurrency,
+                                flow_id=self.slow_flow_id,
+                                env={**env, "INTEGRATIONS_FILE": str(writes)},
+                            )
+                        )
+                    except RuntimeError as exc:
+                        print(f"  slow provider as a write at {concurrency}: {exc}", flush=True)
                 baseline = subprocess.run(
                     [
                         PYTHON,
@@ -1125,6 +1152,15 @@ def summary(report: dict) -> list[str]:
                 f"{r['worker_cpu_ms_per_execution']} ms CPU/execution; HTTP alone {http[c]}/s "
                 f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
                 f"{theirs.get(c, 'n/a')}/s ({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
+            )
+        for r in slow.get("ours_write", []):
+            c = r["concurrency"]
+            lines.append(
+                f"  slow provider as a write at {c}: ours {r['executions_per_second']}/s, "
+                f"{r['worker_cpu_ms_per_execution']} ms CPU/execution, "
+                f"{r['commits_per_execution']} commits/execution; HTTP alone {http[c]}/s "
+                f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
+                f"({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
             )
     if "api" in report:
         for kind in ("transitions", "executions"):
