@@ -141,7 +141,12 @@ UPDATE request AS r SET blocked_by_id = e.id
   FROM execution AS e
  WHERE e.request_id = r.id AND r.scope = %(tag)s
 """
-LIVE_COUNT = "SELECT count(*) FROM execution WHERE status IN ('PENDING', 'RETRY_WAIT', 'RUNNING')"
+# Whether any execution is still to finish: stops at the first one (execution_claim_idx), where a
+# count of every live row took 5-10 ms at 10,000 of them, every POLL_SECONDS, on the cores the
+# workers share (the raw loop's run is not polled at all: its processes exit when done).
+LIVE_ANY = """
+SELECT EXISTS (SELECT FROM execution WHERE status IN ('PENDING', 'RETRY_WAIT', 'RUNNING'))
+"""
 RUN_WINDOW = """
 SELECT count(*) FILTER (WHERE e.status = 'SUCCEEDED'), max(e.finished_at)
   FROM execution AS e JOIN request AS r ON r.id = e.request_id
@@ -404,7 +409,7 @@ class Bench:
             server_cpu, commits = self._server_cpu_seconds(), self._commits()
             tag, committed = self.enqueue(n, flow_id)
             deadline = time.monotonic() + RUN_TIMEOUT
-            while self.runtime.execute(LIVE_COUNT).fetchone()[0]:
+            while self.runtime.execute(LIVE_ANY).fetchone()[0]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{label}: not finished in {RUN_TIMEOUT}s")
                 connections = max(connections, self._worker_connections())
@@ -477,7 +482,7 @@ class Bench:
                 accepted[execution_id] = time.time()
                 time.sleep(PICKUP_GAP_SECONDS)
             deadline = time.monotonic() + RUN_TIMEOUT
-            while self.runtime.execute(LIVE_COUNT).fetchone()[0]:
+            while self.runtime.execute(LIVE_ANY).fetchone()[0]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("pickup: not finished")
                 time.sleep(POLL_SECONDS)
@@ -901,14 +906,12 @@ class Bench:
             ).fetchone()[0]
             committed = asyncio.run(_defer(app, task_name, n))
             deadline = time.monotonic() + RUN_TIMEOUT
-            while (
-                conn.execute(
-                    "SELECT count(*) FROM procrastinate_jobs WHERE id > %s "
-                    "AND status IN ('succeeded', 'failed')",
-                    [first_id],
-                ).fetchone()[0]
-                < n
-            ):
+            # As LIVE_ANY: whether any of these jobs is still to finish, not a count of them.
+            while conn.execute(
+                "SELECT EXISTS (SELECT FROM procrastinate_jobs WHERE id > %s "
+                "AND status IN ('todo', 'doing'))",
+                [first_id],
+            ).fetchone()[0]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"procrastinate {label} did not finish")
                 connections = max(connections, conn.execute(connections_sql).fetchone()[0])
