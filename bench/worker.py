@@ -5,7 +5,8 @@
 Everything runs on a throwaway PostgreSQL cluster built here with scripts/localpg.py, with the
 default durable settings (fsync and synchronous_commit on), and removed at the end.
 
-1. Throughput: K `manage.py runworker` processes (concurrency 10, batch 10; then 1 and 2
+1. Throughput: the queue's tables are vacuumed and analysed (as the raw loop's table is before
+   each of its runs), K `manage.py runworker` processes (concurrency 10, batch 10; then 1 and 2
    processes at each higher concurrency, --more-concurrency 30,100) are started and idle; N
    executions of a one-NO_OP-action transition are enqueued in one transaction (with the NOTIFY an
    acceptance sends). executions/s = N / (last finished_at - commit). Worker RSS (peak) is
@@ -144,6 +145,7 @@ UPDATE request AS r SET blocked_by_id = e.id
 # Whether any execution is still to finish: stops at the first one (execution_claim_idx), where a
 # count of every live row took 5-10 ms at 10,000 of them, every POLL_SECONDS, on the cores the
 # workers share (the raw loop's run is not polled at all: its processes exit when done).
+VACUUM_TABLES = "VACUUM ANALYZE request, execution, action_execution, audit_event"
 LIVE_ANY = """
 SELECT EXISTS (SELECT FROM execution WHERE status IN ('PENDING', 'RETRY_WAIT', 'RUNNING'))
 """
@@ -402,6 +404,10 @@ class Bench:
         env: dict[str, str] | None = None,
     ) -> dict:
         concurrency = concurrency or self.args.concurrency
+        # Each configuration starts from the same state, as the raw loop's does (VACUUM ANALYZE
+        # after its insert): the dead rows and stale statistics of the runs before it cleared,
+        # not left to an autovacuum that would land inside this run's window.
+        self.owner.execute(VACUUM_TABLES)
         with ExitStack() as stack:
             workers = self.start_workers(processes, stack, label, concurrency, env)
             connections = self._worker_connections()

@@ -118,6 +118,15 @@ LISTEN_CANCELS = "LISTEN orquestador_cancels"
 # Index: none.
 WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"
 
+# Once per worker connection too: no sequential scan where an index can serve. Every worker
+# statement finds its rows by key or walks an index; a generic plan is made once per connection
+# from the statistics of that moment, and statistics taken on an empty queue (an ANALYZE while
+# nothing was due, common) priced a scan of the whole table at nothing, so the claim joined its
+# rows by scanning every execution and request, for the life of the process (docs/adr/0009).
+# Locks: nothing.
+# Index: none.
+WORKER_SCANS = "SET enable_seqscan = off"
+
 # Once more on the claiming connection: no sort node, so the claim always walks its index
 # in claim order (docs/adr/0009).
 # Locks: nothing.
@@ -135,7 +144,11 @@ CLAIM_SESSION = "SET enable_sort = off"
 # other's rows, never take the same one); the request row is read, not locked (blocked by this
 # execution).
 # Index: execution_claim_idx (next_attempt_at, created_at, id; partial on the claimable statuses),
-# walked in order; request by primary key; checkpoints by action_execution_action_uniq.
+# walked in order; the claimed rows by execution_pkey (`id = ANY` of the ids `due` locked) and
+# their requests by request_pkey (a subquery never flattened, one lookup per row); checkpoints by
+# action_execution_action_uniq. No step joins tables: with statistics taken on an empty queue
+# (every join then looks free) the generic plan joined the claimed rows by scanning every
+# execution and request, once per row (docs/adr/0009).
 # Takeovers: a claim of a RUNNING row whose lease expired appends LEASE_TAKEN_OVER (previous
 # owner, token and lease expiry, from the row as `due` locked it; new owner and token) in the same
 # statement, hence the same transaction; an ordinary claim inserts nothing (the insert reads only
@@ -181,10 +194,10 @@ UPDATE execution AS e
        attempts = e.attempts + 1,
        fencing_token = e.fencing_token + 1,
        lease_owner = %(owner)s,
-       lease_expires_at = clock.lease_until,
-       next_attempt_at = clock.lease_until,
-       started_at = COALESCE(e.started_at, clock.now_at),
-       claimed_at = clock.now_at,
+       lease_expires_at = (SELECT lease_until FROM clock),
+       next_attempt_at = (SELECT lease_until FROM clock),
+       started_at = COALESCE(e.started_at, (SELECT now_at FROM clock)),
+       claimed_at = (SELECT now_at FROM clock),
        dispatch_principal = CASE
            WHEN e.status IN ('RUNNING', 'SUSPENDED') THEN NULL
            ELSE e.dispatch_principal
@@ -202,11 +215,9 @@ UPDATE execution AS e
                THEN e.reclaims
            ELSE e.reclaims + 1
        END
-  FROM due, clock, request AS r
- WHERE e.id = due.id AND r.id = e.request_id
+ WHERE e.id = ANY (ARRAY(SELECT due.id FROM due))
 RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
-          e.dispatch_principal, r.data, r.state, r.revision, r.version, r.owner, r.scope,
-          e.accepted_revision,
+          e.dispatch_principal, e.accepted_revision,
           CASE WHEN e.attempts > 1 THEN
               (SELECT jsonb_agg(jsonb_build_object(
                           'action_id', c.action_id, 'sequence', c.sequence,
@@ -219,22 +230,29 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
                  FROM action_execution AS c
                 WHERE c.execution_id = e.id)
           END AS checkpoints,
-          e.reclaims, due.was_status = 'RUNNING' AS taken_over, due.was_owner, due.was_token,
-          due.was_expires_at
+          e.reclaims
 ),
 takeover AS (
 INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
 SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
-       jsonb_build_object('previousOwner', c.was_owner, 'previousToken', c.was_token,
-                          'leaseExpiredAt', c.was_expires_at, 'newOwner', %(owner)s::text,
+       jsonb_build_object('previousOwner', due.was_owner, 'previousToken', due.was_token,
+                          'leaseExpiredAt', due.was_expires_at, 'newOwner', %(owner)s::text,
                           'newToken', c.fencing_token, 'attempt', c.attempts)
   FROM claimed AS c
- WHERE c.taken_over
+  JOIN due ON due.id = c.id
+ WHERE due.was_status = 'RUNNING'
 )
 SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
-       c.dispatch_principal, c.data, c.state, c.revision, c.version, c.owner, c.scope,
-       c.accepted_revision, c.checkpoints, c.reclaims, c.taken_over
+       c.dispatch_principal, r.data, r.state, r.revision, r.version, r.owner, r.scope,
+       c.accepted_revision, c.checkpoints, c.reclaims, due.was_status = 'RUNNING' AS taken_over
   FROM claimed AS c
+  JOIN due ON due.id = c.id
+ CROSS JOIN LATERAL (
+           SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope
+             FROM request AS r
+            WHERE r.id = c.request_id
+           OFFSET 0
+       ) AS r
 """
 
 # Renew every lease this process holds (three arrays, one entry per holder), only under
@@ -594,14 +612,15 @@ RETURNING e.id
 # Release the request an execution held, data, state and revision unchanged (version + 1),
 # only while this execution holds it.
 # Locks: the request row (already locked by the caller).
-# Index: request primary key.
+# Index: request primary key (`IS NOT DISTINCT FROM`, never NULL here, lets no statistics lead
+# the planner to request_blocked_idx, whose predicate `=` would prove: as the fence does).
 REQUEST_RELEASE = """
 UPDATE request
    SET blocked_by_id = NULL,
        version = version + 1,
        updated_at = clock_timestamp()
  WHERE id = %(request_id)s
-   AND blocked_by_id = %(execution_id)s
+   AND blocked_by_id IS NOT DISTINCT FROM %(execution_id)s
 RETURNING version
 """
 
@@ -619,8 +638,10 @@ RETURNING version
 # holds), as a save on its own would have been.
 # Locks: requests first (FOR NO KEY UPDATE, id order, inside a LATERAL subquery that is never
 # flattened: one request_pkey lookup per item, never a hash join over every request, which stale
-# statistics on a growing table used to choose), then executions (fenced, id order), then the
-# carried checkpoints' rows.
+# statistics on a growing table used to choose; the holder's block is tested with `IS NOT
+# DISTINCT FROM`, as the fence tests the status, so that request_blocked_idx counted empty is
+# never walked whole for the id), then executions (fenced, id order), then the carried
+# checkpoints' rows.
 # Index: request and execution primary keys; action_execution_action_uniq.
 EXECUTION_FINALIZE = _fenced(
     """
@@ -637,7 +658,8 @@ req AS (
      CROSS JOIN LATERAL (
                SELECT r.id
                  FROM request AS r
-                WHERE r.id = item.request_id AND r.blocked_by_id = item.execution_id
+                WHERE r.id = item.request_id
+                  AND r.blocked_by_id IS NOT DISTINCT FROM item.execution_id
                   AND r.state = item.from_state AND r.revision = item.accepted_revision
                   AND r.version = item.request_version
                   FOR NO KEY UPDATE OF r

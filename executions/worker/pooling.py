@@ -52,7 +52,8 @@ class PoolingConfig:
         pooler, where a SET would stay on a server session that another client gets next."""
         if self.transaction_pooled:
             return ()
-        return (sql.WORKER_SESSION, sql.CLAIM_SESSION) if claims else (sql.WORKER_SESSION,)
+        worker = (sql.WORKER_SESSION, sql.WORKER_SCANS)
+        return (*worker, sql.CLAIM_SESSION) if claims else worker
 
 
 def database_pooler(raw: str) -> str:

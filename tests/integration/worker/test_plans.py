@@ -21,6 +21,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from executions import sql
+from executions.worker.pooling import PoolingConfig
 from tests.support.worker import action, claim, enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,6 +34,12 @@ def _nodes(plan: dict) -> Iterator[dict]:
     yield plan
     for child in plan.get("Plans", ()):
         yield from _nodes(child)
+
+
+def _worker_session(conn: psycopg.Connection, *, claims: bool = False) -> None:
+    """The session settings a worker's connection runs first (a direct one, no pooler)."""
+    for statement in PoolingConfig().session_statements(claims=claims):
+        conn.execute(statement)
 
 
 def _plan(conn: psycopg.Connection, statement: str, params: dict) -> list[dict]:
@@ -56,8 +63,7 @@ def stale_backlog(conn, make_flow, migration_dsn):
 
 def test_claim__walks_the_claim_index_in_order_without_a_sort(conn, runtime_dsn, stale_backlog):
     with psycopg.connect(runtime_dsn, autocommit=True) as claimer:
-        claimer.execute(sql.WORKER_SESSION)
-        claimer.execute(sql.CLAIM_SESSION)
+        _worker_session(claimer, claims=True)
         nodes = _plan(
             claimer,
             sql.CLAIM_EXECUTIONS,
@@ -102,7 +108,7 @@ def test_checkpoint_write__looks_up_each_holder_by_its_execution_id(
         }
         for found in stale_backlog[:3]
     ]
-    conn.execute(sql.WORKER_SESSION)
+    _worker_session(conn)
     nodes = _plan(conn, statement, {"items": Jsonb(items), "synchronous_commit": "on"})
     # One lookup per item, keyed by that item's execution id (a primary-key lookup on a table
     # of any size; a tiny one may be read whole), never a join against every live execution.
@@ -156,6 +162,8 @@ _TYPES = {
     "token": "bigint",
     "attempt": "integer",
     "output": "jsonb",
+    "limit": "integer",
+    "outage": "boolean",
 }
 
 
@@ -280,7 +288,7 @@ def test_fenced_statements__are_found_and_every_holder_token_is_fenced():
 def test_fenced_statements__find_their_execution_by_primary_key_after_history(
     conn, backlog_after_history
 ):
-    conn.execute(sql.WORKER_SESSION)
+    _worker_session(conn)
     for name, statement in _fenced().items():
         nodes = _generic_plan(conn, statement, _params(name, statement, backlog_after_history))
         on_execution = [
@@ -304,21 +312,27 @@ SELECT gen_random_uuid(), %(flow_id)s, 'alice', 'acme', '{}', 'DRAFT', 2, 2
 """
 
 
-def test_final_commit__locks_each_items_request_by_its_key_on_a_grown_table(
-    conn, make_flow, migration_dsn
+@pytest.mark.parametrize("analysed", ["before it grew", "with none blocked"])
+def test_final_commit__locks_each_items_request_by_its_key(
+    conn, make_flow, migration_dsn, analysed
 ):
     """A grouped statement's items come from a function scan the planner counts as 100 rows
     whatever the batch; against a request table analysed small, hashing the whole table looked
     cheaper than 100 key lookups, and the final commit's generic plan scanned every request on
-    each call (found by the benchmark: 0.2 ms per execution at 10,000 requests, growing)."""
+    each call (found by the benchmark: 0.2 ms per execution at 10,000 requests, growing). And
+    analysed while no request was blocked, request_blocked_idx counted empty, and the lookup
+    walked it whole for the id, as the fence's status once walked execution_claim_idx."""
     flow_id = make_flow([action("a", "NO_OP")])
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
-        owner.execute("ANALYZE request")
+        if analysed == "before it grew":
+            owner.execute("ANALYZE request")
         owner.execute(_REQUESTS, {"flow_id": flow_id, "n": GROWN})
+        if analysed == "with none blocked":
+            owner.execute("ANALYZE request")
     for _ in range(3):
         enqueue(conn, flow_id, notify=False)
     held = claim(conn, "worker-a", limit=3, lease_seconds=60)
-    conn.execute(sql.WORKER_SESSION)
+    _worker_session(conn)
     statement = sql.EXECUTION_FINALIZE
     nodes = _generic_plan(conn, statement, _params("EXECUTION_FINALIZE", statement, held))
     on_request = [
@@ -327,3 +341,33 @@ def test_final_commit__locks_each_items_request_by_its_key_on_a_grown_table(
     assert on_request
     for node in on_request:
         assert node.get("Index Name") == "request_pkey", node
+
+
+def test_claim__after_statistics_of_an_empty_queue_scans_no_table_whole(
+    conn, make_flow, runtime_dsn, migration_dsn
+):
+    """An ANALYZE while nothing is queued (common) says every table is empty, and a generic plan
+    made then is kept for the life of the worker's connection: the claim used to join its rows
+    by scanning every execution and every request, once per claimed row (found by the benchmark,
+    3 ms of PostgreSQL CPU per execution at a 10,000-row backlog)."""
+    flow_id = make_flow([action("a", "NO_OP")])
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute("ANALYZE request, execution, action_execution, audit_event")
+    for _ in range(BACKLOG):
+        enqueue(conn, flow_id, notify=False)
+    with psycopg.connect(runtime_dsn, autocommit=True) as claimer:
+        _worker_session(claimer, claims=True)
+        params = {"owner": "worker-b", "limit": 10, "lease_seconds": 60, "outage": False}
+        nodes = _generic_plan(claimer, sql.CLAIM_EXECUTIONS, params)
+    whole = [n for n in nodes if n["Node Type"] == "Seq Scan"]
+    assert whole == [], [n.get("Relation Name") for n in whole]
+    # The due rows walk the claim index; the claimed ones are found again by key (an index or
+    # a bitmap scan of execution_pkey); their requests by key.
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes <= {
+        "execution_claim_idx",
+        "execution_pkey",
+        "request_pkey",
+        "action_execution_action_uniq",
+    }, indexes
+    assert {"execution_claim_idx", "execution_pkey", "request_pkey"} <= indexes, indexes
