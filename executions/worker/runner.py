@@ -436,7 +436,7 @@ class _Run:
 
     def started(self, start: StartItem, *, first_try: Pending[int] | None) -> int:
         """The start's attempt, once its RUNNING checkpoint is committed; ExecutionSuperseded
-        when it matched nothing. `first_try`: the start already submitted beside the call,
+        when it matched nothing. `first_try`: a withheld start already sent while the call ran,
         whose result counts as the first try of the fenced write (a database error is retried
         here like any other)."""
         tries = [first_try.result] if first_try is not None else []

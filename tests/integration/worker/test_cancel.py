@@ -282,7 +282,8 @@ def test_cancel__stops_the_worker_holding_a_running_execution_long_before_its_le
             accepted = enqueue(conn, flow_id)
             provider.wait_for_calls(1, "/quote")
             assert worker.busy == 1
-            # A read's RUNNING checkpoint is written beside its call: let it land first.
+            # A slow read's RUNNING checkpoint is written half a second into its call: let it
+            # land first.
             wait_until(
                 lambda: "quote" in checkpoint_rows(conn, accepted.execution_id),
                 timeout=5,
