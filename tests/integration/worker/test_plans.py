@@ -301,6 +301,10 @@ def test_fenced_statements__find_their_execution_by_primary_key_after_history(
             # execution_claim_idx counted empty would be walked end to end for the id on every
             # call; execution_pkey finds the row whatever the statistics say.
             assert node.get("Index Name") == "execution_pkey", (name, node)
+        # The holder's request too, when a statement reads it: by its key.
+        for node in nodes:
+            if node.get("Relation Name") == "request" and node["Node Type"] != "ModifyTable":
+                assert node.get("Index Name") == "request_pkey", (name, node)
 
 
 GROWN = 20_000  # requests accepted after the table was analysed
