@@ -1,10 +1,11 @@
 """Every SQL statement of the execution queue, in one place (one idea, hence past 400 lines).
 
 Each statement is a named constant with `%(name)s` parameters, never built from input. Only the
-fence is composed; statements otherwise repeat their SET lists and guards on purpose, so each can
-be read whole when its locks and plan are checked. Above it:
-what it does, which rows it locks (`Locks:`) and which index it expects (`Index:`). Why the plans
-look the way they do, with the figures that decided it: docs/adr/0009.
+fence and a read's record rule (`RECORD_ON_CONFLICT`) are composed; statements otherwise repeat
+their SET lists and guards on purpose, so each can be read whole when its locks and plan are
+checked. Above it: what it does, which rows it locks (`Locks:`) and which index it expects
+(`Index:`). Why the plans look the way they do, with the figures that decided it:
+docs/adr/0009.
 
 Invariants:
 - every statement that runs as a holder after a claim carries the fence, written once (`FENCE`,
@@ -70,11 +71,35 @@ OPERATOR_GUARDED = frozenset(
 )
 
 
+# Where a read's SUCCEEDED checkpoint may land (CHECKPOINT_RECORD, and EXECUTION_FINALIZE for the
+# last action): on its own RUNNING row of this attempt and token, or moved on from the attempt
+# before under CHECKPOINT_START's rules (same hash, key and effect, not SUCCEEDED); inserted when
+# there is none. One rule, written once, for both statements that record a read.
+RECORD_ON_CONFLICT = """ON CONFLICT (execution_id, action_id) DO UPDATE
+   SET status = 'SUCCEEDED',
+       attempt = EXCLUDED.attempt,
+       fencing_token = EXCLUDED.fencing_token,
+       output = EXCLUDED.output,
+       error_code = NULL,
+       error_detail = NULL,
+       started_at = CASE WHEN c.attempt = EXCLUDED.attempt THEN c.started_at
+                         ELSE EXCLUDED.started_at END,
+       finished_at = EXCLUDED.finished_at
+ WHERE c.status <> 'SUCCEEDED'
+   AND c.input_hash = EXCLUDED.input_hash
+   AND c.external_key = EXCLUDED.external_key
+   AND c.effect = EXCLUDED.effect
+   AND ((c.status = 'RUNNING' AND c.attempt = EXCLUDED.attempt
+         AND c.fencing_token = EXCLUDED.fencing_token)
+        OR c.attempt = EXCLUDED.attempt - 1)"""
+
+
 def _fenced(template: str) -> str:
-    """`template` with its fence placeholder replaced (at import time, from the constants above)."""
+    """`template` with its fence and record-rule placeholders replaced (at import time, from the
+    constants above)."""
     for placeholder, predicate in FENCES.items():
         template = template.replace(placeholder, predicate)
-    return template
+    return template.replace("{record_on_conflict}", RECORD_ON_CONFLICT)
 
 
 # Channel on which committed work is announced to idle workers; listeners treat any
@@ -464,23 +489,7 @@ SELECT h.execution_id, h.action_id, h.sequence, h.capability, h.capability_versi
        'SUCCEEDED', h.input_hash, h.external_key, h.attempt, h.token, h.output,
        clock_timestamp() - make_interval(secs => h.call_seconds), clock_timestamp()
   FROM holder AS h
-    ON CONFLICT (execution_id, action_id) DO UPDATE
-   SET status = 'SUCCEEDED',
-       attempt = EXCLUDED.attempt,
-       fencing_token = EXCLUDED.fencing_token,
-       output = EXCLUDED.output,
-       error_code = NULL,
-       error_detail = NULL,
-       started_at = CASE WHEN c.attempt = EXCLUDED.attempt THEN c.started_at
-                         ELSE EXCLUDED.started_at END,
-       finished_at = EXCLUDED.finished_at
- WHERE c.status <> 'SUCCEEDED'
-   AND c.input_hash = EXCLUDED.input_hash
-   AND c.external_key = EXCLUDED.external_key
-   AND c.effect = EXCLUDED.effect
-   AND ((c.status = 'RUNNING' AND c.attempt = EXCLUDED.attempt
-         AND c.fencing_token = EXCLUDED.fencing_token)
-        OR c.attempt = EXCLUDED.attempt - 1)
+{record_on_conflict}
 RETURNING c.execution_id
 """
 )
@@ -687,23 +696,7 @@ carried AS (
                call_seconds double precision)
      WHERE f.last IS NOT NULL
      ORDER BY f.execution_id
-        ON CONFLICT (execution_id, action_id) DO UPDATE
-       SET status = 'SUCCEEDED',
-           attempt = EXCLUDED.attempt,
-           fencing_token = EXCLUDED.fencing_token,
-           output = EXCLUDED.output,
-           error_code = NULL,
-           error_detail = NULL,
-           started_at = CASE WHEN c.attempt = EXCLUDED.attempt THEN c.started_at
-                             ELSE EXCLUDED.started_at END,
-           finished_at = EXCLUDED.finished_at
-     WHERE c.status <> 'SUCCEEDED'
-       AND c.input_hash = EXCLUDED.input_hash
-       AND c.external_key = EXCLUDED.external_key
-       AND c.effect = EXCLUDED.effect
-       AND ((c.status = 'RUNNING' AND c.attempt = EXCLUDED.attempt
-             AND c.fencing_token = EXCLUDED.fencing_token)
-            OR c.attempt = EXCLUDED.attempt - 1)
+{record_on_conflict}
     RETURNING c.execution_id, c.action_id
 ),
 held AS (
