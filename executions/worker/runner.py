@@ -423,15 +423,19 @@ class _Run:
         yet: at once for any action but the last, and for the last one whenever the run does not
         end in a final commit that carries it (executions/finalize.py `FinalizeItem.last`)."""
         carried, self.carried = self.carried, None
-        if carried is None:
-            return
-        start = carried.start
+        if carried is not None:
+            self.record(carried)
+
+    def record(self, carried: CallRecord) -> None:
+        """Commit a read's SUCCEEDED checkpoint on its own (CHECKPOINT_RECORD)."""
         saved = self.write(
             "CHECKPOINT_RECORD", lambda: self.deps.writes.records.submit(self.db, carried)
         )
         if saved is None:
             raise ExecutionSuperseded(
-                self.fence.execution_id, step=f"save {start.action_id}", token=self.fence.token
+                self.fence.execution_id,
+                step=f"save {carried.start.action_id}",
+                token=self.fence.token,
             )
 
     def started(self, start: StartItem, *, first_try: Pending[int] | None) -> int:
@@ -549,21 +553,20 @@ class _Run:
         except psycopg.Error:
             # The final commit failed (its retries used): the output is saved on its own, so
             # recovery by lease reuses it rather than calling the action again (SPEC §3).
-            self.carried = carried
-            self.save_carried()
+            if carried is not None:
+                self.record(carried)
             raise
         if final is None:
             with borrowed(self.db) as conn:
                 refused = finalize_refusal(conn=conn, item=item)  # raises if superseded
             unsettled = refused.unsettled
-            if carried is not None and any(
-                entry.split(" ", 1)[0] == carried.start.action_id for entry in unsettled
-            ):
-                # The request moved, so the final commit wrote nothing: the output is saved on
-                # its own, as it would have been before the final commit was tried.
-                self.carried = carried
-                self.save_carried()
-                unsettled = [e for e in unsettled if e.split(" ", 1)[0] != carried.start.action_id]
+            if carried is not None:
+                action_id = carried.start.action_id
+                if any(entry.split(" ", 1)[0] == action_id for entry in unsettled):
+                    # The request moved, so the final commit wrote nothing: the output is saved
+                    # on its own, as it would have been before the final commit was tried.
+                    self.record(carried)
+                    unsettled = [e for e in unsettled if e.split(" ", 1)[0] != action_id]
             raise _Ended(
                 recovery.finalize_refused(
                     request_unchanged=refused.request_unchanged, unsettled=unsettled
