@@ -51,6 +51,18 @@ def _submit_all(runtime_dsn, submit, items):
     return threads, results, errors
 
 
+def _claimed_starts(conn, make_flow, n):
+    """`n` executions accepted and claimed, in acceptance order, and the start of each one's
+    action: (execution ids, claims, start items)."""
+    flow_id = make_flow([action("a", "NO_OP")])
+    ids = [enqueue(conn, flow_id).execution_id for _ in range(n)]
+    claims = sorted(
+        claim(conn, "w", limit=n, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
+    )
+    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
+    return ids, claims, items
+
+
 def _hold_first_then_release(runtime_dsn, group, first_id, followers, start):
     """Block the first batch on a row lock until every follower has queued behind it."""
     with psycopg.connect(runtime_dsn) as locker:
@@ -63,17 +75,12 @@ def _hold_first_then_release(runtime_dsn, group, first_id, followers, start):
 
 
 def test_group_commit__merges_concurrent_starts_and_fences_each_item(conn, make_flow, runtime_dsn):
-    flow_id = make_flow([action("a", "NO_OP")])
-    ids = [enqueue(conn, flow_id).execution_id for _ in range(6)]
-    claims = sorted(
-        claim(conn, "w", limit=6, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
-    )
+    ids, claims, items = _claimed_starts(conn, make_flow, 6)
     stale = claims[3]
     conn.execute(
         "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s", [stale.execution_id]
     )
     writes = GroupWrites(actor="t")
-    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
     state = {}
 
     def start():
@@ -152,13 +159,8 @@ def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, 
 def test_group_commit__items_submitted_beside_join_the_next_batch_led_by_the_writer(
     conn, make_flow, runtime_dsn
 ):
-    flow_id = make_flow([action("a", "NO_OP")])
-    ids = [enqueue(conn, flow_id).execution_id for _ in range(4)]
-    claims = sorted(
-        claim(conn, "w", limit=4, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
-    )
+    ids, _, items = _claimed_starts(conn, make_flow, 4)
     writes = GroupWrites(actor="t")
-    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
     state = {}
 
     def start():
@@ -191,13 +193,8 @@ def test_group_commit__items_submitted_beside_join_the_next_batch_led_by_the_wri
 def test_group_commit__a_withheld_item_is_sent_after_its_delay_unless_withdrawn_first(
     conn, make_flow, runtime_dsn
 ):
-    flow_id = make_flow([action("a", "NO_OP")])
-    ids = [enqueue(conn, flow_id).execution_id for _ in range(2)]
-    claims = sorted(
-        claim(conn, "w", limit=2, lease_seconds=30), key=lambda c: ids.index(c.execution_id)
-    )
+    ids, _, items = _claimed_starts(conn, make_flow, 2)
     writes = GroupWrites(actor="t")
-    items = [StartItem(c.fence, "a", 0, "NO_OP", 1, "READ_ONLY", "0" * 64, 0) for c in claims]
 
     def source():
         return psycopg.connect(runtime_dsn, autocommit=True)
