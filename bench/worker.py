@@ -648,6 +648,21 @@ class Bench:
 
     # -- the slow provider --------------------------------------------------------------------
 
+    def _slow_ours(self, label: str, n: int, concurrency: int, env: dict[str, str]) -> dict:
+        """One runworker at `concurrency` on the slow flow; its throughput, or the error."""
+        try:
+            return self.throughput(
+                1,
+                n,
+                f"{label}, runworker at {concurrency}",
+                concurrency,
+                flow_id=self.slow_flow_id,
+                env=env,
+            )
+        except RuntimeError as exc:
+            print(f"  {label} at {concurrency}: {exc}", flush=True)
+            return {"concurrency": concurrency, "error": str(exc)}
+
     def slow_provider(self, concurrencies: list[int], calls: int, delay: float) -> dict:
         with ExitStack() as stack:
             provider = subprocess.Popen(
@@ -675,34 +690,16 @@ class Bench:
             }
             for concurrency in concurrencies:
                 n = max(calls, concurrency * 10)
-                try:
-                    report["ours"].append(
-                        self.throughput(
-                            1,
+                report["ours"].append(self._slow_ours("slow provider", n, concurrency, env))
+                if concurrency == concurrencies[0]:
+                    report["ours_write"].append(
+                        self._slow_ours(
+                            "slow provider as a write",
                             n,
-                            f"slow provider, runworker at {concurrency}",
                             concurrency,
-                            flow_id=self.slow_flow_id,
-                            env=env,
+                            {**env, "INTEGRATIONS_FILE": str(writes)},
                         )
                     )
-                except RuntimeError as exc:
-                    print(f"  slow provider at {concurrency}: {exc}", flush=True)
-                    report["ours"].append({"concurrency": concurrency, "error": str(exc)})
-                if concurrency == concurrencies[0]:
-                    try:
-                        report["ours_write"].append(
-                            self.throughput(
-                                1,
-                                n,
-                                f"slow provider as a write, runworker at {concurrency}",
-                                concurrency,
-                                flow_id=self.slow_flow_id,
-                                env={**env, "INTEGRATIONS_FILE": str(writes)},
-                            )
-                        )
-                    except RuntimeError as exc:
-                        print(f"  slow provider as a write at {concurrency}: {exc}", flush=True)
                 baseline = subprocess.run(
                     [
                         PYTHON,
@@ -1164,6 +1161,9 @@ def summary(report: dict) -> list[str]:
             )
         for r in slow.get("ours_write", []):
             c = r["concurrency"]
+            if "error" in r:
+                lines.append(f"  slow provider as a write at {c}: {r['error']}")
+                continue
             lines.append(
                 f"  slow provider as a write at {c}: ours {r['executions_per_second']}/s, "
                 f"{r['worker_cpu_ms_per_execution']} ms CPU/execution, "
