@@ -161,12 +161,16 @@ class GroupCommit(Generic[Item, Result]):
         have. The batch leader of the moment writes it, or the writer thread when none leads."""
         ticket = _Ticket(item, beside=True, db=db)
         with self._lock:
-            self._queue.append(ticket)
-            lead = not self._leading
-            self._leading = True
-            if lead:
-                self._writer_leads(db)
+            self._queue_beside(ticket)
         return Pending(ticket)
+
+    def _queue_beside(self, ticket: _Ticket[Item]) -> None:
+        """Queue a ticket no thread waits to lead; the writer thread leads its batch when no
+        batch is being led (called under `_lock`)."""
+        self._queue.append(ticket)
+        if not self._leading:
+            self._leading = True
+            self._writer_leads(ticket.db)
 
     def submit_withheld(self, db: Database, item: Item, delay: float) -> Pending[Result]:
         """Hold `item` back for `delay` seconds, then submit it beside (`submit_beside`), unless
@@ -193,10 +197,7 @@ class GroupCommit(Generic[Item, Result]):
                     if ticket.due > now:
                         continue
                     del self._withheld[key]
-                    self._queue.append(ticket)
-                    if not self._leading:
-                        self._leading = True
-                        self._writer_leads(ticket.db)
+                    self._queue_beside(ticket)
                 self._ticking.wait(TICK_SECONDS if self._withheld else IDLE_TICK_SECONDS)
 
     def close(self) -> None:
