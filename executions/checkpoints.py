@@ -2,12 +2,14 @@
 
 Invariants and transaction boundaries:
 - before a write's adapter is called, its RUNNING checkpoint (input hash, external key, effect,
-  attempt) is committed by `checkpoints_start`, one statement in its own transaction (a read's
-  is written while its call runs, and committed before anything after the call: the runner);
-  after the call, `checkpoints_succeed` commits SUCCEEDED with the validated output before the
-  next action starts. No transaction is open while the adapter runs. Both take one or many holders
-  (grouped by executions/worker/groupcommit.py), each item fenced on its own;
-- both lock the execution row and check the fence against the database clock inside the
+  attempt) is committed by `checkpoints_start`, one statement in its own transaction; after the
+  call, `checkpoints_succeed` commits SUCCEEDED with the validated output before the next action
+  starts. A read's RUNNING checkpoint is written only if its call outlasts half a second, and its
+  SUCCEEDED one by `checkpoints_record`, which takes either (or by the final commit, for the last
+  action: executions/finalize.py); the runner decides. No transaction is open while the adapter
+  runs. Each takes one or many holders (grouped by executions/worker/groupcommit.py), each item
+  fenced on its own;
+- each locks the execution row and check the fence against the database clock inside the
   statement that commits, so a stale holder can neither start nor save a checkpoint: it is
   missing from the result, and the runner raises `ExecutionSuperseded`;
 - the external key is always "<executionId>:<actionId>", the same on every attempt;
@@ -151,33 +153,43 @@ def checkpoints_succeed(
 
     Returns the execution ids saved; a holder missing from it was superseded.
     """
-    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, [item.action_id for item in items])
-    rows = conn.execute(
+    return _save_outputs(
+        conn,
         sql.CHECKPOINT_SUCCEED,
-        {
-            "items": Jsonb([item.row() for item in items]),
-            "synchronous_commit": _durability(item.effect for item in items),
-        },
-    ).fetchall()
-    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, [item.action_id for item in items])
-    return {row[0] for row in rows}
+        rows=[item.row() for item in items],
+        effects=[item.effect for item in items],
+        action_ids=[item.action_id for item in items],
+    )
 
 
 def checkpoints_record(*, conn: psycopg.Connection, items: Sequence[CallRecord]) -> set[uuid.UUID]:
     """Commit SUCCEEDED checkpoints of reads for one or many holders in one statement, whether
     or not their RUNNING checkpoint was written. Returns the execution ids saved; a holder
     missing from it was superseded, or its checkpoint changed."""
-    action_ids = [item.start.action_id for item in items]
-    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, action_ids)
-    rows = conn.execute(
+    return _save_outputs(
+        conn,
         sql.CHECKPOINT_RECORD,
-        {
-            "items": Jsonb([item.row() for item in items]),
-            "synchronous_commit": _durability(item.start.effect for item in items),
-        },
+        rows=[item.row() for item in items],
+        effects=[item.start.effect for item in items],
+        action_ids=[item.start.action_id for item in items],
+    )
+
+
+def _save_outputs(
+    conn: psycopg.Connection,
+    statement: str,
+    *,
+    rows: list[dict[str, Any]],
+    effects: list[str],
+    action_ids: list[str],
+) -> set[uuid.UUID]:
+    """Run one grouped SUCCEEDED write between its crash points; the execution ids saved."""
+    faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, action_ids)
+    saved = conn.execute(
+        statement, {"items": Jsonb(rows), "synchronous_commit": _durability(effects)}
     ).fetchall()
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, action_ids)
-    return {row[0] for row in rows}
+    return {row[0] for row in saved}
 
 
 def checkpoint_settle(
