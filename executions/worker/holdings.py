@@ -38,12 +38,17 @@ class Holding:
 
 
 class Holdings:
-    """Busy slots and held executions. `changed` is notified whenever a slot frees up; waits on
-    it read `busy_now` while holding it."""
+    """Busy slots and held executions. `changed` is notified when a slot frees up and
+    `busy_now` falls to `wake_at_busy` or below, or to nothing; waits on it read `busy_now`
+    while holding it, and set `wake_at_busy` to what they wait for."""
 
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.busy_now = 0  # read under `changed`
+        # Set under `changed` by the one who waits: a release that leaves more slots busy than
+        # this wakes no one (at full load the claim loop waits for several slots to free up, and
+        # waking it at every release would cost a thread switch per execution for nothing).
+        self.wake_at_busy = 0
         self._held: dict[uuid.UUID, Holding] = {}
 
     @property
@@ -80,7 +85,8 @@ class Holdings:
             self.busy_now -= 1
             if self._held.get(holding.fence.execution_id) is holding:
                 del self._held[holding.fence.execution_id]
-            self.changed.notify_all()
+            if self.busy_now <= self.wake_at_busy:
+                self.changed.notify_all()
 
     def find(self, execution_id: uuid.UUID) -> Holding | None:
         """The holder of this execution here, if any."""

@@ -244,11 +244,13 @@ class Scheduler:
         target = min(config.batch, config.concurrency)
         held = self.held
         with held.changed:
+            held.wake_at_busy = config.concurrency - 1
             held.changed.wait_for(
                 lambda: held.busy_now < config.concurrency or self._stop_claiming.is_set(),
                 timeout=WAKE_CHECK_SECONDS,
             )
             if backlog and held.busy_now and config.concurrency - held.busy_now < target:
+                held.wake_at_busy = config.concurrency - target
                 held.changed.wait_for(
                     lambda: (
                         config.concurrency - held.busy_now >= target or self._stop_claiming.is_set()
