@@ -9,12 +9,17 @@ import hashlib
 import json
 from typing import Any
 
+# Built once: json.dumps with any non-default option builds an encoder per call. An encoder
+# keeps no state between calls, so threads share these.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical_json(value: Any) -> str:
     """Return `value` as canonical JSON text (sorted keys, compact, UTF-8 kept)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(value: Any) -> str:
@@ -24,5 +29,4 @@ def sha256_hex(value: Any) -> str:
 
 def compact_size(value: Any) -> int:
     """Return the size in bytes of `value` as compact UTF-8 JSON (key order as given)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return len(text.encode("utf-8"))
+    return len(_COMPACT.encode(value).encode("utf-8"))

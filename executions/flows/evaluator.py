@@ -176,9 +176,25 @@ def decide(transition: dict, context: dict) -> Decision:
     return Decision(first["target"], first["outcome"], tuple(r["id"] for r in matched), policy)
 
 
+def _json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value: dicts and lists rebuilt, scalars shared (immutable), anything
+    else by `copy.deepcopy`. The same result as deepcopy on JSON, in a fraction of its time."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_json_copy(item) for item in value]
+    if kind in _JSON_SCALARS:
+        return value
+    return copy.deepcopy(value)
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def apply_updates(transition: dict, data: dict, context: dict) -> dict:
     """Return a new copy of `data` with the transition's updates applied; `data` is untouched."""
-    result = copy.deepcopy(data)
+    result = _json_copy(data)
     for index, update in enumerate(transition.get("updates", [])):
         if "from" in update:
             found = pointer.resolve(context, update["from"])
@@ -188,7 +204,7 @@ def apply_updates(transition: dict, data: dict, context: dict) -> dict:
         try:
             # Copied so that no two places in the result, the context or the definition share
             # a container: a later update writing under one must never change another.
-            pointer.set_value(result, update["path"], copy.deepcopy(value))
+            pointer.set_value(result, update["path"], _json_copy(value))
         except pointer.PointerError as exc:
             raise UpdateError(
                 errors.DATA_INVALID, f"updates[{index}] (path {update['path']!r}): {exc.problem}"

@@ -317,10 +317,11 @@ class Scheduler:
     def _dispatch(self, claim: Claim) -> None:
         holding = self._hold(claim)
         self.claimed += 1
-        logger.info(
-            "execution taken over" if claim.taken_over else "execution claimed",
-            extra=holding.fence.log_extra(attempt=claim.attempts),
-        )
+        if logger.isEnabledFor(logging.INFO):  # no log fields built per claim for a level off
+            logger.info(
+                "execution taken over" if claim.taken_over else "execution claimed",
+                extra=holding.fence.log_extra(attempt=claim.attempts),
+            )
         self._work.put((claim, holding))
 
     # -- running ---------------------------------------------------------------------------
