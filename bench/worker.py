@@ -143,10 +143,11 @@ UPDATE request AS r SET blocked_by_id = e.id
   FROM execution AS e
  WHERE e.request_id = r.id AND r.scope = %(tag)s
 """
+# What each throughput configuration starts with (Bench.throughput).
+VACUUM_TABLES = "VACUUM ANALYZE request, execution, action_execution, audit_event"
 # Whether any execution is still to finish: stops at the first one (execution_claim_idx), where a
 # count of every live row took 5-10 ms at 10,000 of them, every POLL_SECONDS, on the cores the
 # workers share (the raw loop's run is not polled at all: its processes exit when done).
-VACUUM_TABLES = "VACUUM ANALYZE request, execution, action_execution, audit_event"
 LIVE_ANY = """
 SELECT EXISTS (SELECT FROM execution WHERE status IN ('PENDING', 'RETRY_WAIT', 'RUNNING'))
 """
