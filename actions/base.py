@@ -144,10 +144,14 @@ class LookupResult:
 
 
 class Adapter(Protocol):
-    name: str
+    # Read-only members, so an adapter class may state them as plain class attributes.
+    @property
+    def name(self) -> str: ...
+
     # The effect fixed in code, if any (documents.verify is always READ_ONLY); a contract that
     # declares another effect for this adapter is refused at start.
-    fixed_effect: str | None
+    @property
+    def fixed_effect(self) -> str | None: ...
 
     def call(self, ctx: ActionContext, binding: "Binding") -> ActionResult: ...
 
@@ -160,9 +164,12 @@ class RoutableAdapter(Adapter, Protocol):
     serves: a contract's own schemas are added to them (allOf), never replace them.
     """
 
-    route_options: "Mapping[str, Any]"
-    input_schema: dict[str, Any] | None
-    output_schema: dict[str, Any] | None
+    @property
+    def route_options(self) -> "Mapping[str, Any]": ...
+    @property
+    def input_schema(self) -> dict[str, Any] | None: ...
+    @property
+    def output_schema(self) -> dict[str, Any] | None: ...
 
 
 @runtime_checkable

@@ -5,6 +5,10 @@ gives operators the same message before deploying. Migration commands skip it: t
 the integrations' credentials are not, and never call a provider.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, register
 
@@ -16,7 +20,9 @@ INTEGRATIONS_TAG = "integrations"
 
 
 @register(INTEGRATIONS_TAG)
-def check_integrations_file(app_configs=None, **kwargs) -> list[Error]:
+def check_integrations_file(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Error]:
     if settings.USING_MIGRATION_ROLE:
         return []
     from .registry import load_configured_catalog

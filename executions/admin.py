@@ -9,6 +9,7 @@ durable cancellation service; the operators' resolutions live in the reconciliat
 
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -54,7 +55,7 @@ def _as_uuid(text: str) -> uuid.UUID | None:
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Viewable with the "view" permission; never added, changed or deleted through the admin."""
 
-    actions = None
+    actions: Sequence[str] | None = None
     change_form_template = "admin/readonly_change_form.html"  # no History: nothing is edited
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # counting every filter choice would scan the table
@@ -230,7 +231,9 @@ class ExecutionAdmin(ReadOnlyAdmin):
     def has_cancel_execution_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(CANCEL_EXECUTION)
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # A POST naming the action without its permission is refused, not silently ignored.
         if request.method == "POST" and "cancel_execution" in request.POST.getlist("action"):
             if not self.has_cancel_execution_permission(request):
@@ -255,7 +258,10 @@ class ExecutionAdmin(ReadOnlyAdmin):
         form = CancelForm(request.POST if "post" in request.POST else None)
         if form.is_valid():
             actor = request.user.get_username()
-            counts = {ExecutionStatus.CANCELLED: 0, ExecutionStatus.RECONCILIATION_REQUIRED: 0}
+            counts: dict[str, int] = {
+                ExecutionStatus.CANCELLED: 0,
+                ExecutionStatus.RECONCILIATION_REQUIRED: 0,
+            }
             for execution in executions:
                 try:
                     result = execution_cancel(

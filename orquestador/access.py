@@ -62,7 +62,7 @@ def executions_resumable(principal: Principal) -> QuerySet[Execution]:
     )
 
 
-def parse_id(value: str) -> uuid.UUID | None:
+def parse_id(value: str | uuid.UUID) -> uuid.UUID | None:
     """The UUID in a path segment, or None when it is not one (which callers answer as 404)."""
     try:
         return uuid.UUID(str(value))

@@ -59,7 +59,7 @@ def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {"code": code, "detail": detail, **extra}
 
 
-def exception_handler(exc: Exception, context: dict) -> Response | None:
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's EXCEPTION_HANDLER: render `exc` as `{"code", "detail"}`, or None for a fault."""
     headers: dict[str, str] = {}
     extra: dict[str, Any] = {}
@@ -68,12 +68,14 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     elif isinstance(exc, Http404):
         code, detail = errors.NOT_FOUND, "not found"
     elif isinstance(exc, exceptions.APIException):
-        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), None)
-        if code is None:
+        drf_code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), None)
+        if drf_code is None:
             return None
-        detail = _drf_detail(exc)
-        if getattr(exc, "auth_header", None):
-            headers["WWW-Authenticate"] = exc.auth_header
+        code, detail = drf_code, _drf_detail(exc)
+        # Set by DRF's view on a 401 from an authenticator that names its scheme.
+        auth_header = getattr(exc, "auth_header", None)
+        if auth_header:
+            headers["WWW-Authenticate"] = auth_header
         if isinstance(exc, exceptions.MethodNotAllowed):
             view = context.get("view")
             if view is not None:

@@ -82,7 +82,7 @@ class Principal:
 
 @dataclass(frozen=True)
 class Verifier:
-    key: object
+    key: bytes | rsa.RSAPublicKey | ec.EllipticCurvePublicKey  # HS256's secret, or a public key
     algorithm: str
 
 
@@ -196,6 +196,8 @@ def token_encode(*, subject: str, tenant: str, scope: str, ttl_seconds: int) -> 
     if not settings.JWT_SECRET:
         raise ImproperlyConfigured("JWT_SECRET is not set; tokens are signed with it (HS256).")
     verifier = configured_verifier()
+    if not isinstance(verifier.key, bytes):  # JWT_SECRET set: the verifier is HS256's
+        raise ImproperlyConfigured("JWT_SECRET is not set; tokens are signed with it (HS256).")
     now = int(time.time())
     claims = {
         "iss": settings.JWT_ISSUER,

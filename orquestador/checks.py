@@ -1,5 +1,8 @@
 """System checks: `manage.py check --database default` refuses an unrestricted runtime role."""
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.db import connections
@@ -8,7 +11,7 @@ from .dbroles import restricted_role_message, unrestricted_reasons
 
 
 @register(Tags.database)
-def check_runtime_role(databases=None, **kwargs) -> list[Error]:
+def check_runtime_role(databases: Sequence[str] | None = None, **kwargs: Any) -> list[Error]:
     if not databases or "default" not in databases or settings.USING_MIGRATION_ROLE:
         return []
     reasons = unrestricted_reasons(connection=connections["default"])

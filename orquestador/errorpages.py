@@ -21,7 +21,7 @@ def _json(request: HttpRequest) -> bool:
     return request.path.startswith(JSON_PREFIXES)
 
 
-def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     if _json(request):
         return JsonResponse(
             {"code": errors.INVALID_BODY, "detail": "the request was refused as malformed"},
@@ -30,7 +30,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     return defaults.bad_request(request, exception)
 
 
-def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
     if _json(request):
         return JsonResponse({"code": errors.FORBIDDEN, "detail": "forbidden"}, status=403)
     return defaults.permission_denied(request, exception)

@@ -14,6 +14,7 @@ and under `runserver` the request's META holds the whole process environment. Th
 
 import os
 import re
+from collections.abc import ItemsView
 from typing import Any
 
 from django.template.defaultfilters import pprint
@@ -59,12 +60,12 @@ class SecretMaskingFilter(SafeExceptionReporterFilter):
                 safe[name] = self.cleanse_setting(name, value)
         return safe
 
-    def get_traceback_frame_variables(self, request: Any, tb_frame: Any) -> list[tuple[str, Any]]:
+    def get_traceback_frame_variables(self, request: Any, tb_frame: Any) -> ItemsView[str, Any]:
         variables = super().get_traceback_frame_variables(request, tb_frame)
-        return [
-            (name, self.cleansed_substitute if _HIDDEN_NAMES.search(name) else _shown(value))
+        return {
+            name: self.cleansed_substitute if _HIDDEN_NAMES.search(name) else _shown(value)
             for name, value in variables
-        ]
+        }.items()
 
 
 class _Shown:

@@ -9,7 +9,8 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asc
 
 
 class JsonFormatter(logging.Formatter):
-    converter = time.gmtime
+    # A builtin, so never bound to the instance; mypy takes it for a method without arguments.
+    converter = time.gmtime  # type: ignore[assignment]
 
     def format(self, record: logging.LogRecord) -> str:
         line = {

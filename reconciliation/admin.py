@@ -36,7 +36,9 @@ admin.site.index_template = "admin/operations_index.html"
 admin.site.site_url = None
 
 
-def _search(queryset: QuerySet, term: str, *, execution_field: str, request_field: str):
+def _search(
+    queryset: QuerySet[Any], term: str, *, execution_field: str, request_field: str
+) -> QuerySet[Any]:
     """By request id (or execution id), or by a checkpoint's external key."""
     term = term.strip()
     if not term:
@@ -124,7 +126,7 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     def lookup(self, obj: ReconciliationCase) -> str:
         if not getattr(obj, "lookup_asked", False):
             return explain.NOT_ASKED
-        return explain.lookup_status({"happened": obj.lookup_happened})
+        return explain.lookup_status({"happened": getattr(obj, "lookup_happened", None)})
 
     @admin.display(description="created (UTC)", ordering="created_at")
     def created(self, obj: ReconciliationCase) -> str:
@@ -220,6 +222,8 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
     @admin.display(description="blocked by")
     def blocking(self, obj: BlockedRequest) -> str:
         execution = obj.blocked_by
+        if execution is None:  # the list holds only blocked requests (selectors.blocked_requests)
+            return "—"
         short = str(execution.pk)[:8]
         if execution.status == OPEN:
             url, text = case_url(execution.pk), f"case {short}"
@@ -236,13 +240,18 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
 
     @admin.display(description="blocked since (UTC)")
     def blocked_since(self, obj: BlockedRequest) -> str:
+        if obj.blocked_by is None:  # as in blocking()
+            return "—"
         return explain.at_and_ago(obj.blocked_by.created_at, timezone.now())
 
     @admin.display(description="request last changed (UTC)")
     def changed(self, obj: BlockedRequest) -> str:
         return explain.at_and_ago(obj.updated_at, timezone.now())
 
-    def get_list_display_links(self, request: HttpRequest, list_display: Any) -> None:
+    # None, unlike an empty list, links no column (the stubs allow only a list or a tuple).
+    def get_list_display_links(  # type: ignore[override]
+        self, request: HttpRequest, list_display: Any
+    ) -> None:
         return None  # the columns link to the request and to the case
 
 
@@ -269,7 +278,9 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
     show_full_result_count = False
     actions = None
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # One read of who holds what for the whole page (insight.workers), not one per row.
         self._views = {view.worker.owner: view for view in insight.workers()}
         return super().changelist_view(request, extra_context)

@@ -7,13 +7,15 @@ resolutions.py. A POST naming an action the user lacks is refused with 403, not 
 narrow to cases still open, call a service, and report with `message_user`.
 """
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import BLANK_CHOICE_DASH, QuerySet
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
@@ -23,6 +25,27 @@ from . import explain, permissions, selectors, services
 from .forms import ResolutionForm
 from .models import ReconciliationCase
 from .resolutions import RESOLUTIONS, ResolutionAction
+
+if TYPE_CHECKING:
+    from django.db.models.options import Options
+
+    # The mixins of ReconciliationCaseAdmin are checked as the ModelAdmin they are mixed into,
+    # with the case page that admin.py defines.
+    class CaseAdminBase(admin.ModelAdmin[ReconciliationCase]):
+        def render_case(
+            self, request: HttpRequest, execution_id: Any, *, bound: dict[str, Any] | None = None
+        ) -> TemplateResponse: ...
+
+        # ModelAdmin's own redirect for a missing object: private, so the stubs leave it out.
+        def _get_obj_does_not_exist_redirect(
+            self, request: HttpRequest, opts: Options[Any], object_id: str
+        ) -> HttpResponseRedirect: ...
+else:
+    CaseAdminBase = object
+
+CaseAction = Callable[
+    ["CaseActions", HttpRequest, QuerySet[ReconciliationCase]], HttpResponseBase | None
+]
 
 
 def case_url(execution_id: Any) -> str:
@@ -68,7 +91,7 @@ def _supported(
     lookup = detail.latest_lookup(action_id)
     status = explain.lookup_status(lookup)
     if resolution.name == explain.WRITE_HAPPENED:
-        if status == explain.HAPPENED and lookup.get("outputValid"):
+        if lookup is not None and status == explain.HAPPENED and lookup.get("outputValid"):
             data = {"action_id": action_id, "output": lookup["output"]}
             return data, "the provider found the write; its output is recorded"
     elif resolution.name == explain.WRITE_NOT_HAPPENED and status == explain.NOT_FOUND:
@@ -76,33 +99,40 @@ def _supported(
     return None, f"the provider's answer does not support it (lookup: {status})"
 
 
-def _resolution_action(resolution: ResolutionAction):
+def _resolution_action(resolution: ResolutionAction) -> CaseAction:
     """The admin action of one resolution of the table."""
 
     @admin.action(permissions=[resolution.name], description=resolution.description)
-    def action(modeladmin: "CaseActions", request: HttpRequest, queryset: QuerySet):
+    def action(
+        modeladmin: "CaseActions", request: HttpRequest, queryset: QuerySet[ReconciliationCase]
+    ) -> HttpResponseBase | None:
         return modeladmin.resolve(request, queryset, resolution)
 
     action.__name__ = resolution.name
     return action
 
 
-def _permission_check(permission: str):
+def _permission_check(permission: str) -> Callable[["admin.ModelAdmin[Any]", HttpRequest], bool]:
     def has_permission(self: admin.ModelAdmin, request: HttpRequest) -> bool:
         return request.user.has_perm(permission)
 
     return has_permission
 
 
-class CaseActions:
+class CaseActions(CaseAdminBase):
     """The actions of ReconciliationCaseAdmin (a ModelAdmin mixin)."""
 
-    actions = ("fetch_provider_evidence", *(_resolution_action(r) for r in RESOLUTIONS))
+    actions: tuple[str | CaseAction, ...] = (
+        "fetch_provider_evidence",
+        *(_resolution_action(r) for r in RESOLUTIONS),
+    )
 
     def has_fetch_provider_evidence_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(permissions.FETCH_PROVIDER_EVIDENCE)
 
-    def get_action_choices(self, request: HttpRequest, default_choices: Any = BLANK_CHOICE_DASH):
+    def get_action_choices(
+        self, request: HttpRequest, default_choices: list[tuple[str, str]] = BLANK_CHOICE_DASH
+    ) -> list[tuple[str, str]]:
         """The action menu. Under the two-person rule it offers no bulk replay: each replay of a
         non-idempotent write is proposed on its case and approved there (adminproposals.py).
 
@@ -114,7 +144,9 @@ class CaseActions:
             choices = [choice for choice in choices if choice[0] != explain.WRITE_NOT_HAPPENED]
         return choices
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         if request.method == "POST":
             allowed = self.get_actions(request)
             ours = {a if isinstance(a, str) else a.__name__ for a in self.actions}
@@ -133,7 +165,9 @@ class CaseActions:
             return HttpResponseRedirect(case_url(ids[0]))
         return None
 
-    def open_cases(self, request: HttpRequest, queryset: QuerySet) -> list[ReconciliationCase]:
+    def open_cases(
+        self, request: HttpRequest, queryset: QuerySet[ReconciliationCase]
+    ) -> list[ReconciliationCase]:
         """Narrow to cases that can still be resolved, and say so when that leaves none."""
         cases = list(
             queryset.filter(status=ExecutionStatus.RECONCILIATION_REQUIRED).order_by(
@@ -162,7 +196,9 @@ class CaseActions:
         permissions=["fetch_provider_evidence"],
         description="Ask the provider whether the write happened (stored as evidence)",
     )
-    def fetch_provider_evidence(self, request: HttpRequest, queryset: QuerySet):
+    def fetch_provider_evidence(
+        self, request: HttpRequest, queryset: QuerySet[ReconciliationCase]
+    ) -> HttpResponseRedirect | None:
         selected = list(queryset.values_list("pk", flat=True))
         only = request.POST.get("action_id")
         for case in self.open_cases(request, queryset):
@@ -200,7 +236,7 @@ class CaseActions:
         cases: list[ReconciliationCase],
         resolution: ResolutionAction,
         selected: list[Any],
-    ):
+    ) -> HttpResponseRedirect | TemplateResponse | None:
         """Settle many cases at once, each only where its provider's answer supports it.
 
         The page lists, case by case, what will be done and what is skipped and why; after the
@@ -239,7 +275,12 @@ class CaseActions:
         }
         return TemplateResponse(request, "admin/reconciliation/resolve.html", context)
 
-    def resolve(self, request: HttpRequest, queryset: QuerySet, resolution: ResolutionAction):
+    def resolve(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[ReconciliationCase],
+        resolution: ResolutionAction,
+    ) -> HttpResponseRedirect | TemplateResponse | None:
         """Confirm (with a reason, and the action to settle), then apply to each open case."""
         selected = list(queryset.values_list("pk", flat=True))
         cases = self.open_cases(request, queryset)

@@ -10,12 +10,12 @@ from django.contrib import messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import path
+from django.urls import URLPattern, path
 
 from orquestador import errors
 
 from . import approvals, explain, permissions, selectors, services
-from .adminactions import case_url, settled_by, short
+from .adminactions import CaseAdminBase, case_url, settled_by, short
 from .forms import DecisionForm
 from .resolutions import BY_NAME
 
@@ -28,10 +28,10 @@ def approval_risk(case: selectors.CaseDetail, proposal: approvals.Proposal) -> s
     return explain.risk(explain.WRITE_NOT_HAPPENED, case.latest_lookup(proposal.action_id))
 
 
-class ProposalViews:
+class ProposalViews(CaseAdminBase):
     """The proposal view of ReconciliationCaseAdmin (a ModelAdmin mixin)."""
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         return [
             path(
@@ -121,7 +121,7 @@ class ProposalViews:
         case: selectors.CaseDetail,
         exc: services.ResolutionRefused,
         *,
-        bound: dict,
+        bound: dict[str, Any],
     ) -> HttpResponse:
         """Say why on the case; a case settled meanwhile says by whom (the form is moot)."""
         settled = selectors.last_settlement(execution_id=case.execution.pk)

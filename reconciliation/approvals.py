@@ -69,6 +69,8 @@ class Proposal:
     @classmethod
     def of(cls, event: AuditEvent, *, stale: str | None) -> "Proposal":
         payload = event.payload
+        if event.execution_id is None:  # proposals are read by execution: never
+            raise ValueError(f"audit event {event.pk} is no execution's, so no proposal")
         return cls(
             event_id=event.pk,
             execution_id=event.execution_id,

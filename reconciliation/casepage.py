@@ -219,10 +219,11 @@ def case_context(
     first = uncertain[0] if uncertain else None
     lookup_view = case.latest_lookup_view(first.action_id) if first else None
     lookup = lookup_view.payload if lookup_view else None
-    can_lookup = bool(first) and supports_lookup(first.capability, first.capability_version)
+    can_lookup = first is not None and supports_lookup(first.capability, first.capability_version)
     suggestion = explain.suggest(uncertain=uncertain, lookup=lookup, can_lookup=can_lookup)
     events = [entry.event for entry in case.timeline]
     card = None if case.is_open else resolved_card(case)
+    decide = (bound or {}).get("decide")  # adminproposals.py keeps a DecisionForm under this
     # With the rule off a leftover proposal is not offered: it could only be refused.
     proposal = (
         approvals.pending_proposal(execution_id=execution.pk)
@@ -257,7 +258,11 @@ def case_context(
         if case.is_open
         else [],
         "proposal": proposal_card(
-            request, case, proposal, now=now, bound=(bound or {}).get("decide")
+            request,
+            case,
+            proposal,
+            now=now,
+            bound=decide if isinstance(decide, DecisionForm) else None,
         ),
         "proposal_url": reverse(
             "admin:reconciliation_reconciliationcase_proposal", args=[execution.pk]

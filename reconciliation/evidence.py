@@ -43,7 +43,9 @@ def safe_error(checkpoint: ActionExecution) -> str:
     if not checkpoint.error_code and not checkpoint.error_detail:
         return ""
     detail = clip(checkpoint.error_detail, SAFE_DETAIL_CHARS)
-    return f"{checkpoint.error_code or 'ERROR'}: {detail}" if detail else checkpoint.error_code
+    return (
+        f"{checkpoint.error_code or 'ERROR'}: {detail}" if detail else (checkpoint.error_code or "")
+    )
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -194,7 +194,7 @@ def suggest(*, uncertain: list[Any], lookup: dict[str, Any] | None, can_lookup: 
             False,
         )
     status = lookup_status(lookup)
-    if status == HAPPENED and lookup.get("outputValid"):
+    if lookup is not None and status == HAPPENED and lookup.get("outputValid"):
         return Suggestion(
             WRITE_HAPPENED,
             "The write happened: record the provider's output.",

@@ -1,7 +1,8 @@
 """Changelist filters of the reconciliation queues: status, flow, capability, age."""
 
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -11,6 +12,10 @@ from django.utils import timezone
 from executions.models import ExecutionStatus, Flow
 
 from .selectors import capabilities, with_capability
+
+if TYPE_CHECKING:
+    from django.contrib.admin.filters import _ListFilterChoices  # the stubs' name for a choice
+    from django.contrib.admin.views.main import ChangeList
 
 ALL = "all"
 MAX_FLOW_ID = 2**63 - 1  # bigint primary key
@@ -48,7 +53,7 @@ class StatusFilter(admin.SimpleListFilter):
             return queryset.none()
         return queryset.filter(**{self.field: value})
 
-    def choices(self, changelist: Any):
+    def choices(self, changelist: "ChangeList") -> "Iterator[_ListFilterChoices]":
         current = self.current()
         for lookup, title in self.lookup_choices:
             yield {

@@ -50,7 +50,8 @@ class ResolutionForm(forms.Form):
             )
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         risk = self.risks.get(cleaned.get("action_id") or "")
         if risk and not cleaned.get("confirm_risk"):
             self.add_error(

@@ -64,7 +64,8 @@ def workers(*, now: datetime | None = None, limit: int = 200) -> list[WorkerView
     for execution in Execution.objects.filter(
         status=ExecutionStatus.RUNNING, lease_owner__in=[w.owner for w in rows]
     ).order_by("lease_expires_at")[: limit * 10]:
-        held.setdefault(execution.lease_owner, []).append(execution)
+        if execution.lease_owner is not None:  # always: matched by lease_owner__in
+            held.setdefault(execution.lease_owner, []).append(execution)
     lost: dict[str, list[explain.Takeover]] = {}
     took: dict[str, list[explain.Takeover]] = {}
     for found in _recent_takeovers():

@@ -21,7 +21,7 @@ class ReconciliationCase(Execution):
         proxy = True
         verbose_name = "reconciliation case"
         default_permissions = ("view",)
-        permissions = CODENAMES
+        permissions = list(CODENAMES)
 
 
 class BlockedRequest(Request):

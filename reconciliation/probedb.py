@@ -43,9 +43,10 @@ class _Lent:
     def cursor(self, *args: Any, **kwargs: Any) -> DjangoCursor:
         if args or kwargs:  # a named (server-side) cursor: the prober never asks for one
             raise NotImplementedError("the prober's borrowed connection has no named cursors")
-        cursor = DjangoCursor(self._conn)
+        # With psycopg 3 Django's Cursor is a psycopg ClientCursor; the stubs leave out that base.
+        cursor = DjangoCursor(self._conn)  # type: ignore[call-arg]
         for name in ("jsonb", "inet", "cidr"):
-            cursor.adapters.register_loader(name, TextLoader)
+            cursor.adapters.register_loader(name, TextLoader)  # type: ignore[attr-defined]
         register_tzloader(self._timezone, cursor)
         return cursor
 
@@ -96,11 +97,12 @@ def _lend(conn: psycopg.Connection) -> None:
     connection.savepoint_ids = []
     connection.atomic_blocks = []
     connection.needs_rollback = False
-    connection.health_check_enabled = False
+    # The health-check flags are BaseDatabaseWrapper's own (set in connect()); not in the stubs.
+    connection.health_check_enabled = False  # type: ignore[attr-defined]
     connection.close_at = None
     connection.closed_in_transaction = False
     connection.errors_occurred = False
-    connection.health_check_done = True
+    connection.health_check_done = True  # type: ignore[attr-defined]
     connection.run_on_commit = []
     connection.connection = _Lent(conn, connection.timezone)
     connection.autocommit = conn.autocommit

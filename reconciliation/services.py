@@ -16,11 +16,11 @@ Invariants (SPEC §7, RECONCILIATION.md):
 
 import enum
 import uuid
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
@@ -78,7 +78,15 @@ class Resolved:
     audit_event_id: int
 
 
-Operator = AbstractBaseUser | AnonymousUser
+class Operator(Protocol):
+    """Who resolves: an admin's `request.user`, or the prober's SystemOperator (probes.py)."""
+
+    @property
+    def is_authenticated(self) -> bool: ...
+
+    def has_perm(self, perm: str, /) -> bool: ...
+
+    def get_username(self) -> str: ...
 
 
 def require(operator: Operator, permission: str) -> None:
@@ -96,7 +104,7 @@ def _refuse(status: str | None) -> ResolutionRefused:
     )
 
 
-def open_case(execution_id: uuid.UUID | str):
+def open_case(execution_id: uuid.UUID | str) -> AbstractContextManager[LockedExecution]:
     """The operator_write of a resolution: the case must still be RECONCILIATION_REQUIRED."""
     return operator_write(
         execution_id, expect=(ExecutionStatus.RECONCILIATION_REQUIRED,), refuse=_refuse
@@ -172,7 +180,8 @@ def _settle_and_requeue(
         sql.RECONCILE_SETTLE_CHECKPOINT,
         {
             "status": status,
-            "output": None if output is None else Jsonb(output),
+            # psycopg adapts Jsonb; the stubs' parameter types know only plain values.
+            "output": None if output is None else Jsonb(output),  # type: ignore[dict-item]
             "error_code": error_code,
             "error_detail": error_detail,
             "token": case.token + 1,  # the token the requeue is about to give the execution

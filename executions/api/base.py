@@ -3,7 +3,8 @@ strict body readers, the Idempotency-Key rule, and the OpenAPI description of th
 operation can answer with."""
 
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
@@ -20,6 +21,7 @@ from orquestador.auth import (
     REQUESTS_READ_TENANT,
     BearerAuthentication,
     HasPermission,
+    Principal,
 )
 from orquestador.errors import CodedError
 
@@ -49,9 +51,13 @@ class JsonOnly(DefaultContentNegotiation):
     """Answer JSON whatever the Accept header says: there is no other representation."""
 
     def select_renderer(
-        self, request: DrfRequest, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self,
+        request: DrfRequest,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
     ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
+        renderer = next(iter(renderers))
+        return renderer, renderer.media_type
 
 
 class ApiView(APIView):
@@ -68,6 +74,11 @@ class ApiView(APIView):
     def allowed_methods(self) -> list[str]:
         """What the Allow header of a 405 lists: the methods served, so never OPTIONS."""
         return [m for m in super().allowed_methods if m != "OPTIONS"]
+
+
+def caller(request: DrfRequest) -> Principal:
+    """Who is calling: HasPermission, which every ApiView runs first, admits only a Principal."""
+    return cast(Principal, request.user)
 
 
 def json_body(request: DrfRequest) -> Any:

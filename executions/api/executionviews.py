@@ -30,6 +30,7 @@ from .base import (
     WWW_AUTHENTICATE,
     ApiView,
     JsonOnly,
+    caller,
     error_response,
     path_id,
     validated,
@@ -60,7 +61,7 @@ class ExecutionDetailView(ApiView):
         },
     )
     def get(self, request: DrfRequest, execution_id: str) -> Response:
-        found = selectors.execution_get(principal=request.user, execution_id=execution_id)
+        found = selectors.execution_get(principal=caller(request), execution_id=execution_id)
         return Response(ExecutionViewSerializer(found).data)
 
 
@@ -92,13 +93,15 @@ class ExecutionCancelView(ApiView):
         },
     )
     def post(self, request: DrfRequest, execution_id: str) -> Response:
-        found = selectors.execution_get_writable(principal=request.user, execution_id=execution_id)
+        found = selectors.execution_get_writable(
+            principal=caller(request), execution_id=execution_id
+        )
         body = validated(ExecutionCancelSerializer, request)
         execution_cancel(
             execution_id=found.id,
-            actor=request.user.subject,
+            actor=caller(request).subject,
             reason=body["reason"],
-            principal=request.user.qualified,
+            principal=caller(request).qualified,
         )
         found.refresh_from_db()
         return Response(ExecutionViewSerializer(found).data, status=status.HTTP_202_ACCEPTED)
@@ -144,7 +147,7 @@ class ExecutionEventsView(ApiView):
     def post(self, request: DrfRequest, execution_id: str) -> Response:
         body = validated(ExecutionEventSerializer, request)
         execution, taken = execution_resume(
-            principal=request.user,
+            principal=caller(request),
             execution_id=execution_id,
             event_id=body["eventId"],
             event=body["event"],

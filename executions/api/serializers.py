@@ -5,7 +5,7 @@ expected (no "5" for 5, no true for 1), a non-object body. Each refusal names th
 """
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
@@ -18,6 +18,9 @@ from ..flows.canonical import compact_size
 from ..flows.checks import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
 from ..waits import waiting_for
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 MAX_EVENT_ID_CHARS = 255  # characters of an eventId
 MAX_PAYLOAD_BYTES = 256 * 1024  # bytes of an event's payload, as compact UTF-8 JSON
@@ -91,11 +94,11 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def _messages(**extra: str) -> dict[str, str]:
+def _messages(**extra: str) -> "dict[str, str | StrPromise]":
     return {"required": "is required", "null": "must not be null", **extra}
 
 
-def _name_messages() -> dict[str, str]:
+def _name_messages() -> "dict[str, str | StrPromise]":
     return _messages(
         blank="must not be empty",
         min_length="must not be empty",
@@ -120,7 +123,9 @@ class RequestCreateSerializer(StrictSerializer):
         ),
         help_text="A published version of the flow; without it, the highest one.",
     )
-    data = JsonObjectField(
+    # DRF's serializer metaclass takes declared fields out of the class body, so this field does
+    # not hide Serializer.data as the type checker believes.
+    data = JsonObjectField(  # type: ignore[assignment]
         error_messages=_messages(),
         help_text="The request's data: validated against the flow's dataSchema, and at most "
         "256 KiB as compact UTF-8 JSON. No string in it, at any depth, may hold NUL (\\u0000).",
@@ -244,7 +249,7 @@ class RequestViewSerializer(serializers.Serializer):
     flowVersion = serializers.IntegerField(source="flow.version")
     state = serializers.CharField()
     revision = serializers.IntegerField()
-    data = JsonObjectField()
+    data = JsonObjectField()  # type: ignore[assignment]  # a declared field: see RequestCreateSerializer
     blocked = serializers.SerializerMethodField(
         help_text="True while an execution holds the request."
     )

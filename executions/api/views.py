@@ -28,6 +28,7 @@ from .base import (
     UNAUTHENTICATED,
     WWW_AUTHENTICATE,
     ApiView,
+    caller,
     error_response,
     idempotency_key,
     json_body,
@@ -81,7 +82,7 @@ class RequestCollectionView(ApiView):
     def post(self, request: DrfRequest) -> Response:
         body = validated(RequestCreateSerializer, request)
         created = services.request_create(
-            principal=request.user,
+            principal=caller(request),
             flow_key=body["flowKey"],
             flow_version=body.get("flowVersion"),
             data=body["data"],
@@ -111,7 +112,7 @@ class RequestDetailView(ApiView):
         },
     )
     def get(self, request: DrfRequest, request_id: str) -> Response:
-        found = selectors.request_get(principal=request.user, request_id=request_id)
+        found = selectors.request_get(principal=caller(request), request_id=request_id)
         return Response(RequestViewSerializer(found).data)
 
 
@@ -173,7 +174,7 @@ class TransitionCollectionView(ApiView):
     def post(self, request: DrfRequest, request_id: str) -> Response:
         body = validated(TransitionAcceptSerializer, request)
         execution, _created = services.transition_accept(
-            principal=request.user,
+            principal=caller(request),
             request_id=request_id,
             transition_id=body["transitionId"],
             expected_revision=body["expectedRevision"],

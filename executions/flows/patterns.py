@@ -26,6 +26,7 @@ import jsonschema
 import jsonschema.validators
 import re2
 from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
 
 MAX_PATTERN_LENGTH = 1000  # characters of one pattern
 MAX_PROGRAM_BYTES = 1 << 20  # bytes RE2 may use to compile one pattern
@@ -125,11 +126,13 @@ _KEYWORDS = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
 }
-_classes: dict[type, type] = {}
+_classes: dict[type[Validator], type[Validator]] = {}
 _classes_lock = threading.Lock()
 
 
-def linear_validator(cls: type = jsonschema.Draft202012Validator) -> type:
+def linear_validator(
+    cls: type[Validator] = jsonschema.Draft202012Validator,
+) -> type[Validator]:
     """`cls` with every pattern searched by RE2 (one class per base, built once)."""
     with _classes_lock:
         linear = _classes.get(cls)
@@ -139,7 +142,7 @@ def linear_validator(cls: type = jsonschema.Draft202012Validator) -> type:
         return linear
 
 
-def validator_for(schema: Any) -> type:
+def validator_for(schema: Any) -> type[Validator]:
     """The linear validator class for `schema`'s `$schema` (Draft 2020-12 when absent)."""
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     return linear_validator(base)

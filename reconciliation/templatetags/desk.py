@@ -1,7 +1,7 @@
 """The admin home's view of the reconciliation desk, for those who may read cases."""
 
 from django import template
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, PermissionsMixin
 
 from reconciliation import selectors
 
@@ -9,7 +9,7 @@ register = template.Library()
 
 
 @register.simple_tag
-def desk_overview(user: AbstractBaseUser | AnonymousUser) -> selectors.Overview | None:
+def desk_overview(user: PermissionsMixin | AnonymousUser) -> selectors.Overview | None:
     if not user.has_perm("reconciliation.view_reconciliationcase"):
         return None
     return selectors.overview()

@@ -1,6 +1,7 @@
 import getpass
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orquestador.errors import CodedError
 from reconciliation.cancel import execution_cancel
@@ -16,11 +17,11 @@ def _os_user() -> str:
 class Command(BaseCommand):
     help = "Cancel an execution durably (SPEC §8), recording the reason in the audit trail."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("execution_id", metavar="ID", help="the execution's id")
         parser.add_argument("--reason", required=True, help="why it is cancelled (required)")
 
-    def handle(self, *args, execution_id: str, reason: str, **options) -> None:
+    def handle(self, *args: Any, execution_id: str, reason: str, **options: Any) -> None:
         try:
             result = execution_cancel(
                 execution_id=execution_id, actor=f"command:{_os_user()}", reason=reason

@@ -1,6 +1,7 @@
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from executions.flows.publication import (
     FlowConflict,
@@ -13,10 +14,10 @@ from executions.flows.publication import (
 class Command(BaseCommand):
     help = "Publish the flow version in a JSON file (SPEC §4); identical content is a no-op."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="a flow definition, as JSON")
 
-    def handle(self, *args, file: str, **options) -> None:
+    def handle(self, *args: Any, file: str, **options: Any) -> None:
         try:
             text = Path(file).read_bytes()
         except OSError as exc:

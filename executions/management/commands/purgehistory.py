@@ -1,4 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from executions.history import DEFAULT_BATCH, DEFAULT_PAUSE_SECONDS, MAX_BATCH, history_purge
 
@@ -9,7 +11,7 @@ class Command(BaseCommand):
         "finished more than DAYS ago, in short batches; the audit trail is kept."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--older-than", type=int, required=True, metavar="DAYS")
         parser.add_argument(
             "--batch", type=int, default=DEFAULT_BATCH, help="executions per transaction"
@@ -22,7 +24,7 @@ class Command(BaseCommand):
             help="pause between batches",
         )
 
-    def handle(self, *args, older_than: int, batch: int, pause: float, **options) -> None:
+    def handle(self, *args: Any, older_than: int, batch: int, pause: float, **options: Any) -> None:
         if older_than < 1:
             raise CommandError(
                 f"--older-than: must be a whole number of days, at least 1, got {older_than}"

@@ -1,5 +1,6 @@
 import signal
 import sys
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -27,7 +28,7 @@ class Command(BaseCommand):
     # The database role check below is the one that matters here, and it runs before any claim.
     requires_system_checks = []
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             config = worker_config(settings.WORKER_ENV)
             metrics_at = metrics_address(settings.WORKER_ENV)

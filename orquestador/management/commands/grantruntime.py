@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -8,7 +10,7 @@ from orquestador.dbroles import RoleError, grant_runtime
 class Command(BaseCommand):
     help = "Grant the DATABASE_URL role DML on the application's tables, and nothing more."
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             statements = grant_runtime(connection=connection, role=settings.RUNTIME_DATABASE_USER)
         except RoleError as exc:

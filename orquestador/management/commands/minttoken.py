@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -23,8 +25,8 @@ class Command(BaseCommand):
             "--ttl", type=int, default=3600, help="Seconds until it expires (default 3600)."
         )
 
-    def handle(self, *args: object, **options: object) -> None:
-        ttl = options["ttl"]
+    def handle(self, *args: Any, **options: Any) -> None:
+        ttl: int = options["ttl"]
         if not 1 <= ttl <= MAX_TTL_SECONDS:
             raise CommandError(f"--ttl must be between 1 and {MAX_TTL_SECONDS} seconds")
         for name in ("sub", "tenant"):
