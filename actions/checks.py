@@ -8,7 +8,7 @@ the integrations' credentials are not, and never call a provider.
 from django.conf import settings
 from django.core.checks import Error, register
 
-from executions.worker.config import WorkerConfigError
+from orquestador.workerconfig import WorkerConfigError
 
 from .base import IntegrationConfigError
 

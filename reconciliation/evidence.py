@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from actions.base import LookupResult
-from executions.flows.schemas import contract_errors
 from executions.models import ActionExecution, CheckpointStatus
+from orquestador.schemas import contract_errors
 
 # A checkpoint in one of these statuses may or may not have had its effect.
 UNCERTAIN_STATUSES = (

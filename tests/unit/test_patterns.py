@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from executions.flows import patterns, schemas
 from executions.flows.checks import DRAFT
 from executions.flows.publication import DataError, validate_data, validate_definition
+from orquestador import patterns, schemas
 from reconciliation.evidence import output_errors
 
 CATASTROPHIC = "^(a+)+$"

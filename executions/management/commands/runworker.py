@@ -6,7 +6,6 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
-from executions.worker.config import WorkerConfigError, WorkerDisabled, worker_config
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import pooling_config
@@ -14,6 +13,7 @@ from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+from orquestador.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
 from reconciliation.probes import Prober
 
 PROBE_JOIN_SECONDS = 10  # seconds a stopping worker waits for a probe in flight

@@ -6,7 +6,6 @@ import socket
 import pytest
 import requests
 
-from executions.worker.config import WorkerConfigError
 from executions.worker.metrics import (
     CLAIMED,
     CLAIMS,
@@ -19,6 +18,7 @@ from executions.worker.metrics import (
     metrics_listen,
 )
 from orquestador.exposition import CONTENT_TYPE
+from orquestador.workerconfig import WorkerConfigError
 from reconciliation.cancel import execution_cancel
 from tests.support.prometheus import scrape
 from tests.support.worker import (
