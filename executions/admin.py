@@ -23,9 +23,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from executions.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 from orquestador.errors import CodedError
 from reconciliation import insight
-from reconciliation.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 
 from . import admincolumns as columns
 from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request

@@ -2,8 +2,8 @@ import getpass
 
 from django.core.management.base import BaseCommand, CommandError
 
+from executions.cancel import execution_cancel
 from orquestador.errors import CodedError
-from reconciliation.cancel import execution_cancel
 
 
 def _os_user() -> str:

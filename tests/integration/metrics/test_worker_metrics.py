@@ -6,6 +6,7 @@ import socket
 import pytest
 import requests
 
+from executions.cancel import execution_cancel
 from executions.worker.metrics import (
     CLAIMED,
     CLAIMS,
@@ -19,7 +20,6 @@ from executions.worker.metrics import (
 )
 from orquestador.exposition import CONTENT_TYPE
 from orquestador.workerconfig import WorkerConfigError
-from reconciliation.cancel import execution_cancel
 from tests.support.prometheus import scrape
 from tests.support.worker import (
     GateAdapter,
