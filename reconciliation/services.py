@@ -44,11 +44,12 @@ from executions.operatorwrites import (
     clean_reason,
     operator_write,
 )
+from executions.outputs import output_errors
 from orquestador import errors
 from orquestador.errors import CodedError
 
 from . import permissions
-from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence, output_errors
+from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence
 from .selectors import latest_lookup
 
 __all__ = [

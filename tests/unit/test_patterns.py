@@ -8,8 +8,8 @@ import pytest
 
 from executions.flows.checks import DRAFT
 from executions.flows.publication import DataError, validate_data, validate_definition
+from executions.outputs import output_errors
 from orquestador import patterns, schemas
-from reconciliation.evidence import output_errors
 
 CATASTROPHIC = "^(a+)+$"
 HOSTILE = "a" * 10_000 + "!"
