@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executions.flows import patterns
-from executions.flows.schemas import schema_errors
+from orquestador import patterns
+from orquestador.schemas import schema_errors
 
 from .base import Contract, IntegrationConfigError, RoutableAdapter, Route
 from .options import as_table, integer, one_of, only_keys, show_value

@@ -12,7 +12,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, register
 
-from executions.worker.config import WorkerConfigError
+from orquestador.workerconfig import WorkerConfigError
 
 from .base import IntegrationConfigError
 

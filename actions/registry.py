@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from django.conf import settings
 
-from executions.worker.config import WorkerConfig, worker_tunables
+from orquestador.workerconfig import WorkerConfig, worker_tunables
 
 from .base import (
     ActionContext,

@@ -25,10 +25,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from orquestador.errors import CodedError
-from reconciliation import insight
-from reconciliation.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 
 from . import admincolumns as columns
+from . import insight
+from .cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
 
 CANCEL_EXECUTION = "executions.cancel_execution"

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from reconciliation import explain
+from orquestador import display
 
 SHORT_ID_CHARS = 8  # characters of an id shown in a list
 
@@ -47,6 +47,6 @@ def moment(field: str, *, description: str) -> Callable[[Any, Any], str]:
 
     @admin.display(description=f"{description} (UTC)", ordering=field)
     def column(self: admin.ModelAdmin, obj: Any) -> str:
-        return explain.at_and_ago(getattr(obj, field), timezone.now())
+        return display.at_and_ago(getattr(obj, field), timezone.now())
 
     return column

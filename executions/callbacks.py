@@ -29,11 +29,11 @@ from psycopg.types.json import Jsonb
 from actions.registry import IntegrationUnavailable, resolve
 from orquestador import errors, strictjson
 from orquestador.errors import CodedError
-from reconciliation.evidence import output_errors
 
 from . import sql
 from .audit import audit_append
 from .models import AuditType, CheckpointStatus, ExecutionStatus
+from .outputs import output_errors
 from .waits import CALLBACK_EVENT
 
 MAX_CALLBACK_BYTES = 1024 * 1024  # bytes of a callback body

@@ -1,4 +1,4 @@
-"""The queue as it is now, read cheaply for `GET /metrics` (orquestador/metrics.py).
+"""The queue as it is now, read cheaply for `GET /metrics` (executions/queuemetrics.py).
 
 Invariants:
 - `queue_stats` runs as the first thing of a transaction the caller opens: it makes that

@@ -17,11 +17,11 @@ from typing import Any
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from orquestador import access, errors
+from orquestador import errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
-from . import sql
+from . import access, sql
 from .audit import audit_append
 from .flows.canonical import sha256_hex
 from .flows.publication import find_transition

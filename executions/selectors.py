@@ -1,16 +1,17 @@
 """Reads for the API: one request, one execution, the published flows.
 
-Requests and executions are read through `orquestador.access`, so the caller's owner and tenant
+Requests and executions are read through `executions.access`, so the caller's owner and tenant
 are in the query; anything outside them raises NOT_FOUND exactly like a missing row.
 """
 
 from django.db.models import QuerySet
 
 from executions.flows.publication import flow_latest
-from orquestador import access, errors
+from orquestador import errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
+from . import access
 from .models import Execution, Flow, Request
 
 

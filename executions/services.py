@@ -23,11 +23,11 @@ from django.db.models.functions import Now
 
 from executions.flows.canonical import sha256_hex
 from executions.flows.publication import find_transition, validate_data
-from orquestador import access, errors
+from orquestador import errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
-from . import selectors, sql
+from . import access, selectors, sql
 from .audit import audit_append
 from .models import AuditType, Execution, Request
 

@@ -52,10 +52,10 @@ TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, befo
 # replay with the same external key (RECONCILIATION.md). The worker runs that one attempt even
 # past the contract's max_attempts.
 REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
-# On an execution: cancelled after one of its writes had happened (reconciliation/cancel.py); the
+# On an execution: cancelled after one of its writes had happened (executions/cancel.py); the
 # request stays blocked and an operator decides what that write means.
 CANCELLED_AFTER_WRITE = "CANCELLED_AFTER_WRITE"
-# Why a cancellation is refused: the execution already ended (reconciliation/cancel.py).
+# Why a cancellation is refused: the execution already ended (executions/cancel.py).
 NOT_CANCELLABLE = "NOT_CANCELLABLE"
 # On an execution: an operator abandoned it in reconciliation; it ended FAILED and released its
 # request without knowing whether the uncertain write happened (RECONCILIATION.md).

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import environ
 
-from executions.worker.config import ENV_DEFAULTS as worker_defaults
-from executions.worker.config import WorkerConfigError
-from executions.worker.pooling import database_pooler
 from orquestador import bearer
+from orquestador.workerconfig import ENV_DEFAULTS as worker_defaults
+from orquestador.workerconfig import WorkerConfigError, database_pooler
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -212,7 +211,7 @@ if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC
     )
 
 # Worker (SPEC §3). Raw strings here; their defaults and their validation (once, at start, with
-# messages that name the variable) live in executions/worker/config.py.
+# messages that name the variable) live in orquestador/workerconfig.py.
 WORKER_ENV = {name: env.str(name, default=default) for name, default in worker_defaults.items()}
 
 # The crash-point hook (executions/faultpoints.py) is for the test suite's crash-point matrix and

@@ -18,12 +18,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from executions.insight import takeover_sentence
 from executions.models import AuditType, ExecutionStatus
+from orquestador import display
+from orquestador.display import clip
 
 from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
 from .adminproposals import ProposalViews
-from .evidence import clip
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
@@ -110,7 +112,7 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     def waiting(self, obj: ReconciliationCase) -> str:
         if obj.status != OPEN:
             return "—"
-        return explain.age((timezone.now() - obj.created_at).total_seconds())
+        return display.age((timezone.now() - obj.created_at).total_seconds())
 
     @admin.display(description="request data")
     def summary(self, obj: ReconciliationCase) -> str:
@@ -130,7 +132,7 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
 
     @admin.display(description="created (UTC)", ordering="created_at")
     def created(self, obj: ReconciliationCase) -> str:
-        return explain.utc(obj.created_at).removesuffix(" UTC")
+        return display.utc(obj.created_at).removesuffix(" UTC")
 
     def change_view(
         self,
@@ -242,11 +244,11 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
     def blocked_since(self, obj: BlockedRequest) -> str:
         if obj.blocked_by is None:  # as in blocking()
             return "—"
-        return explain.at_and_ago(obj.blocked_by.created_at, timezone.now())
+        return display.at_and_ago(obj.blocked_by.created_at, timezone.now())
 
     @admin.display(description="request last changed (UTC)")
     def changed(self, obj: BlockedRequest) -> str:
-        return explain.at_and_ago(obj.updated_at, timezone.now())
+        return display.at_and_ago(obj.updated_at, timezone.now())
 
     # None, unlike an empty list, links no column (the stubs allow only a list or a tuple).
     def get_list_display_links(  # type: ignore[override]
@@ -294,12 +296,12 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
 
     @admin.display(description="last seen")
     def seen(self, obj: WorkerProcess) -> str:
-        ago = explain.age((timezone.now() - obj.last_seen_at).total_seconds())
-        return f"{ago} ago ({explain.utc(obj.last_seen_at)})"
+        ago = display.age((timezone.now() - obj.last_seen_at).total_seconds())
+        return f"{ago} ago ({display.utc(obj.last_seen_at)})"
 
     @admin.display(description="started (UTC)")
     def started(self, obj: WorkerProcess) -> str:
-        return explain.utc(obj.started_at).removesuffix(" UTC")
+        return display.utc(obj.started_at).removesuffix(" UTC")
 
     @admin.display(description="holds")
     def holds(self, obj: WorkerProcess) -> str:
@@ -312,7 +314,7 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
             (
                 (
                     reverse("admin:executions_execution_change", args=[e.pk]),
-                    f"{e.pk}, lease until {explain.utc(e.lease_expires_at)}",
+                    f"{e.pk}, lease until {display.utc(e.lease_expires_at)}",
                     str(e.pk)[:8],
                 )
                 for e in view.holding
@@ -329,5 +331,5 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
             "lost {} · took over {}. Latest: {}",
             len(view.lost),
             len(view.took),
-            explain.takeover_sentence(latest),
+            takeover_sentence(latest),
         )

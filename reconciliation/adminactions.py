@@ -20,6 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from executions.models import ExecutionStatus
+from orquestador import display
 
 from . import explain, permissions, selectors, services
 from .forms import ResolutionForm
@@ -76,7 +77,7 @@ def settled_by(execution_id: Any, settled: Any) -> str:
     what = settled.payload.get("resolution") or settled.type
     return (
         f"case {short(execution_id)} was already settled by {settled.actor} at "
-        f"{explain.utc(settled.created_at)} ({what}); nothing was written."
+        f"{display.utc(settled.created_at)} ({what}); nothing was written."
     )
 
 

@@ -4,3 +4,12 @@ from django.apps import AppConfig
 class ReconciliationConfig(AppConfig):
     name = "reconciliation"
     verbose_name = "Reconciliation"
+
+    def ready(self) -> None:
+        # runworker runs the automatic prober beside its scheduler; executions, below this app,
+        # learns of it here instead of importing it.
+        from executions.workerloops import worker_loop_register
+
+        from .probes import Prober
+
+        worker_loop_register(Prober)

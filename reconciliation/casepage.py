@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from actions.lookup import supports_lookup
 from executions.models import AuditType, ExecutionStatus
+from orquestador import display
 
 from . import approvals, explain, selectors, services
 from .adminproposals import approval_risk
@@ -130,7 +131,7 @@ def resolved_card(case: selectors.CaseDetail) -> ResolvedCard | None:
             "ABANDONED": "Abandoned",
         }.get(payload.get("resolution"), str(payload.get("resolution"))),
         operator=_operators(payload, event.actor),
-        at=explain.utc(event.created_at),
+        at=display.utc(event.created_at),
         reason=str(payload.get("reason") or ""),
         lookup_status=explain.lookup_status(lookup),
         action_id=payload.get("actionId"),
@@ -143,21 +144,21 @@ def live_status(case: selectors.CaseDetail, now: Any) -> str:
     status = execution.status
     if status == ExecutionStatus.PENDING:
         return (
-            f"PENDING since {explain.utc(execution.next_attempt_at)}: waiting for a worker to "
+            f"PENDING since {display.utc(execution.next_attempt_at)}: waiting for a worker to "
             "claim it; none has yet. If this lasts, check that a worker is running."
         )
     if status == ExecutionStatus.RUNNING:
         held = (
             f"held by {execution.lease_owner}, "
-            f"lease until {explain.utc(execution.lease_expires_at)}"
+            f"lease until {display.utc(execution.lease_expires_at)}"
             if execution.lease_owner
             else "claimed"
         )
         return f"RUNNING: {held} (attempt {execution.attempts})."
     if status == ExecutionStatus.RETRY_WAIT:
-        return f"RETRY_WAIT: next attempt at {explain.utc(execution.next_attempt_at)}."
+        return f"RETRY_WAIT: next attempt at {display.utc(execution.next_attempt_at)}."
     if status in FINAL_STATUSES:
-        return f"{status} at {explain.utc(execution.finished_at)}."
+        return f"{status} at {display.utc(execution.finished_at)}."
     return f"{status}."
 
 
@@ -196,8 +197,8 @@ def proposal_card(
             form.fields.pop("confirm_risk", None)  # the proposer can only withdraw
     return ProposalCard(
         proposal=proposal,
-        at=explain.utc(proposal.at),
-        age=explain.age((now - proposal.at).total_seconds()),
+        at=display.utc(proposal.at),
+        age=display.age((now - proposal.at).total_seconds()),
         may_decide=permitted and not is_proposer,
         is_proposer=is_proposer,
         form=form,
@@ -241,13 +242,13 @@ def case_context(
         )
         if case.is_open
         else None,
-        "waiting": explain.age((now - execution.created_at).total_seconds()),
+        "waiting": display.age((now - execution.created_at).total_seconds()),
         "summary_fields": explain.summary_fields(execution.flow.definition, case.request.data),
         "first_uncertain": first,
         "latest_lookup": lookup,
         "lookup_status": explain.lookup_status(lookup),
-        "latest_lookup_at": explain.utc(lookup_view.event.created_at) if lookup_view else None,
-        "lookup_age": explain.age((now - lookup_view.event.created_at).total_seconds())
+        "latest_lookup_at": display.utc(lookup_view.event.created_at) if lookup_view else None,
+        "lookup_age": display.age((now - lookup_view.event.created_at).total_seconds())
         if lookup_view
         else None,
         "can_lookup": can_lookup and may_lookup,

@@ -7,13 +7,13 @@ raw provider response or a credential: error details are the adapters' safe text
 is cut short, because an audit event lives forever.
 """
 
-import json
 from datetime import datetime
 from typing import Any
 
 from actions.base import LookupResult
-from executions.flows.schemas import contract_errors
 from executions.models import ActionExecution, CheckpointStatus
+from executions.outputs import MAX_OUTPUT_BYTES, json_size, output_errors
+from orquestador.display import clip
 
 # A checkpoint in one of these statuses may or may not have had its effect.
 UNCERTAIN_STATUSES = (
@@ -23,19 +23,10 @@ UNCERTAIN_STATUSES = (
 )
 SAFE_DETAIL_CHARS = 300  # characters of an error detail shown or recorded
 LOOKUP_DETAIL_CHARS = 500  # characters of a lookup's detail recorded
-MAX_OUTPUT_BYTES = 64 * 1024  # bytes of compact JSON, for an output recorded by an operator
 
 
 def is_uncertain(checkpoint: ActionExecution) -> bool:
     return checkpoint.status in UNCERTAIN_STATUSES
-
-
-def clip(text: str | None, limit: int) -> str:
-    """One line of at most `limit` characters."""
-    if not text:
-        return ""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def safe_error(checkpoint: ActionExecution) -> str:
@@ -70,23 +61,6 @@ def checkpoint_evidence(checkpoint: ActionExecution) -> dict[str, Any]:
         "startedAt": _iso(checkpoint.started_at),
         "finishedAt": _iso(checkpoint.finished_at),
     }
-
-
-def json_size(value: Any) -> int:
-    """Bytes of `value` as compact UTF-8 JSON."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def output_errors(output: Any, schema: dict[str, Any]) -> list[str]:
-    """Why `output` is not a valid output for `schema`; empty when it is."""
-    if not isinstance(output, dict):
-        return ["the output must be a JSON object"]
-    if json_size(output) > MAX_OUTPUT_BYTES:
-        return [f"the output is larger than {MAX_OUTPUT_BYTES} bytes"]
-    return [
-        clip(f"{path or '(root)'}: {message}", 200)
-        for path, message in contract_errors(schema, output, limit=5)
-    ]
 
 
 def lookup_evidence(

@@ -9,13 +9,13 @@ again or check with it directly, and no resolution is pre-selected.
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from executions.flows import pointer
+from executions.insight import takeovers
 from executions.models import AuditEvent, AuditType, CheckpointStatus, ExecutionStatus
-
-from .evidence import clip
+from orquestador.display import at_and_ago, clip, utc
 
 SUMMARY_VALUE_CHARS = 80  # characters of one case-summary value shown
 WHY_DETAIL_CHARS = 200  # characters of an error detail quoted in the one-sentence why
@@ -28,28 +28,6 @@ NOT_ASKED, HAPPENED, NOT_FOUND, LOOKUP_ERROR = "not asked", "happened", "not fou
 WRITE_HAPPENED = "resolve_write_happened"
 WRITE_NOT_HAPPENED = "resolve_write_not_happened"
 ABANDON = "abandon_execution"
-
-
-def utc(moment: datetime | None) -> str:
-    """A moment as UTC to the second ("2026-12-01 05:54:51 UTC"), or "—"."""
-    if moment is None:
-        return "—"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def age(seconds: float) -> str:
-    """A duration an operator reads at a glance: "45 s", "3 min", "2 h 5 min", "3 d 4 h"."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def lookup_status(lookup: dict[str, Any] | None) -> str:
@@ -79,44 +57,6 @@ def summary_fields(definition: dict[str, Any], data: Any) -> list[tuple[str, str
             shown = clip(json.dumps(value, ensure_ascii=False), SUMMARY_VALUE_CHARS)
         fields.append((where.lstrip("/").replace("/", " / ") or where, shown))
     return fields
-
-
-@dataclass(frozen=True)
-class Takeover:
-    """A worker that took over an expired lease, as the claim recorded it (LEASE_TAKEN_OVER)."""
-
-    at: datetime  # when it was taken over
-    lease_expired_at: datetime  # when the previous holder's lease ran out
-    previous_owner: str
-    previous_token: int
-    new_owner: str
-    new_token: int
-
-
-def takeover(event: AuditEvent) -> Takeover:
-    payload = event.payload
-    expired = payload.get("leaseExpiredAt")
-    return Takeover(
-        at=event.created_at,
-        lease_expired_at=datetime.fromisoformat(expired) if expired else event.created_at,
-        previous_owner=str(payload.get("previousOwner") or "an unknown worker"),
-        previous_token=int(payload.get("previousToken") or 0),
-        new_owner=str(payload.get("newOwner") or "a worker"),
-        new_token=int(payload.get("newToken") or 0),
-    )
-
-
-def takeovers(timeline: list[AuditEvent]) -> list[Takeover]:
-    return [takeover(event) for event in timeline if event.type == AuditType.LEASE_TAKEN_OVER]
-
-
-def takeover_sentence(found: Takeover) -> str:
-    """One takeover in words, for the Execution and Workers pages."""
-    return (
-        f"{found.previous_owner} lost its lease (token {found.previous_token}) at "
-        f"{utc(found.lease_expired_at)}; {found.new_owner} took the execution over at "
-        f"{utc(found.at)} as token {found.new_token}."
-    )
 
 
 def why(
@@ -253,15 +193,6 @@ def risk(resolution: str, lookup: dict[str, Any] | None) -> str | None:
             "though it had, and nothing will make it happen."
         )
     return None
-
-
-def at_and_ago(moment: datetime | None, now: datetime) -> str:
-    """A moment as UTC to the second with its relative age: "… UTC (3 min ago)" / "(in 5 s)"."""
-    if moment is None:
-        return "—"
-    seconds = (now - moment).total_seconds()
-    relative = f"{age(seconds)} ago" if seconds >= 0 else f"in {age(-seconds)}"
-    return f"{utc(moment)} ({relative})"
 
 
 def blocking(execution: Any, now: datetime) -> str:

@@ -8,9 +8,8 @@ from typing import Any
 
 from django import forms
 
+from executions.operatorwrites import MAX_REASON_CHARS
 from orquestador import strictjson
-
-from .writes import MAX_REASON_CHARS
 
 
 class ResolutionForm(forms.Form):

@@ -18,8 +18,7 @@ connection as usual.
 """
 
 import contextlib
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -29,7 +28,7 @@ from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg.pq import TransactionStatus
 from psycopg.types.string import TextLoader
 
-ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection]]
+from executions.workerloops import ConnectionSource
 
 
 class _Lent:

@@ -23,8 +23,9 @@ from executions.models import (
     ExecutionStatus,
     Request,
 )
+from orquestador.display import clip
 
-from .evidence import checkpoint_evidence, clip, is_uncertain, safe_error
+from .evidence import checkpoint_evidence, is_uncertain, safe_error
 from .models import BlockedRequest, ReconciliationCase
 
 QUEUE_ORDER = ("created_at", "id")

@@ -38,13 +38,19 @@ from executions.models import (
     Execution,
     ExecutionStatus,
 )
+from executions.operatorwrites import (
+    MAX_REASON_CHARS,
+    LockedExecution,
+    clean_reason,
+    operator_write,
+)
+from executions.outputs import output_errors
 from orquestador import errors
 from orquestador.errors import CodedError
 
 from . import permissions
-from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence, output_errors
+from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence
 from .selectors import latest_lookup
-from .writes import MAX_REASON_CHARS, LockedExecution, clean_reason, operator_write
 
 __all__ = [
     "MAX_REASON_CHARS",

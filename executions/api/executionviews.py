@@ -16,10 +16,10 @@ from rest_framework.views import APIView
 from orquestador import errors
 from orquestador.auth import EXECUTIONS_RESUME, REQUESTS_WRITE
 from orquestador.errors import CodedError
-from reconciliation.cancel import execution_cancel
 
 from .. import selectors
 from ..callbacks import MAX_CALLBACK_BYTES, callback_receive
+from ..cancel import execution_cancel
 from ..resumes import MAX_KEPT_EVENTS, execution_resume
 from .base import (
     FORBIDDEN,

@@ -11,12 +11,11 @@ from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from reconciliation.cancel import MAX_REASON_CHARS
-from reconciliation.writes import REASON_SPACES
-
+from ..cancel import MAX_REASON_CHARS
 from ..flows.canonical import compact_size
 from ..flows.checks import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
+from ..operatorwrites import REASON_SPACES
 from ..waits import waiting_for
 
 if TYPE_CHECKING:

@@ -31,10 +31,12 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from . import patterns, pointer
+from orquestador import patterns
+from orquestador.schemas import DRAFT, schema_errors, validator
+
+from . import pointer
 from .canonical import canonical_json
 from .evaluator import COMPARISONS, HIT_POLICIES, OPERATORS
-from .schemas import DRAFT, schema_errors, validator
 
 MAX_CASE_SUMMARY = 8  # pointers a flow's caseSummary may list
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")

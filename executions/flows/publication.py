@@ -12,11 +12,11 @@ from django.db import IntegrityError, transaction
 
 from orquestador import errors, strictjson
 from orquestador.errors import CodedError
+from orquestador.schemas import best_error
 
 from ..models import Flow
 from .canonical import compact_size, sha256_hex
 from .checks import FlowProblem, short_detail, validate_definition
-from .schemas import best_error
 
 __all__ = [
     "DataError",

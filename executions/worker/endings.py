@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from orquestador import errors
+from orquestador.workerconfig import WorkerConfig
 
 from ..claims import Claim
 from ..finalize import (
@@ -34,7 +35,6 @@ from ..finalize import (
 )
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import ExecutionStatus
-from .config import WorkerConfig
 from .groupcommit import Database, borrowed
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds

@@ -40,9 +40,9 @@ from django.views.decorators.http import require_POST
 
 from orquestador import errors
 from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
+from orquestador.workerconfig import worker_tunables
 
 from ..models import Request
-from .config import worker_tunables
 from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from .wire import (
     Ending,

@@ -28,9 +28,10 @@ from typing import TypeVar
 
 import psycopg
 
+from orquestador.workerconfig import WorkerConfig
+
 from .. import sql
 from ..leases import leases_renew
-from .config import WorkerConfig
 from .database import DatabaseState
 from .holdings import Holding, Holdings
 from .metrics import WorkerMetrics

@@ -30,10 +30,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from orquestador.exposition import CONTENT_TYPE, Family, Sample, number, render
-from orquestador.metrics import metrics_token_matches
+from orquestador.workerconfig import DEFAULT_METRICS_HOST, WorkerConfigError
 
 from ..models import ExecutionStatus
-from .config import DEFAULT_METRICS_HOST, WorkerConfigError
+from ..queuemetrics import metrics_token_matches
 from .wire import Ending, ExecutionResult
 
 logger = logging.getLogger("executions.worker")

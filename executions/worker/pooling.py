@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 from psycopg.conninfo import conninfo_to_dict
 
-from .. import sql
-from .config import WorkerConfigError
+from orquestador.workerconfig import WorkerConfigError, database_pooler
 
-POOLER_MODES = ("", "transaction")
+from .. import sql
 
 
 @dataclass(frozen=True)
@@ -54,18 +53,6 @@ class PoolingConfig:
             return ()
         worker = (sql.WORKER_SESSION, sql.WORKER_SCANS)
         return (*worker, sql.CLAIM_SESSION) if claims else worker
-
-
-def database_pooler(raw: str) -> str:
-    """The DATABASE_POOLER mode, or WorkerConfigError naming it (the web process checks it too)."""
-    mode = raw.strip().lower()
-    if mode not in POOLER_MODES:
-        raise WorkerConfigError(
-            f"DATABASE_POOLER must be empty (a direct connection or a session pooler) or "
-            f"'transaction' (DATABASE_URL goes through a transaction pooler such as PgBouncer "
-            f"with pool_mode=transaction), got {raw!r}"
-        )
-    return mode
 
 
 def _endpoint(url: str, name: str) -> dict[str, str]:

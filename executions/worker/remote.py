@@ -38,9 +38,9 @@ from urllib.parse import urlsplit
 import requests
 
 from orquestador.bearer import token_problem
+from orquestador.workerconfig import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
 
 from ..leases import ExecutionInterrupted, ExecutionSuperseded
-from .config import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
 from .runtime import LeaseBook, WorkerLease, WorkerRequest
 from .wire import (
     INTERRUPTED,

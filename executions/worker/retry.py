@@ -5,7 +5,7 @@ Pure functions of their arguments (the random source is passed in), so tests pin
 
 import random
 
-from .config import WorkerConfig
+from orquestador.workerconfig import WorkerConfig
 
 
 def backoff_seconds(*, attempt: int, base: float, cap: float, rng: random.Random) -> float:

@@ -55,6 +55,8 @@ import psycopg
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
+from orquestador.schemas import contract_problem
+from orquestador.workerconfig import WorkerConfig
 
 from ..checkpoints import CallRecord, StartItem, SucceedItem, external_key
 from ..claims import FlowCache, Snapshot, execution_load
@@ -71,7 +73,6 @@ from ..flows.evaluator import (
 )
 from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import DataError, find_transition, validate_data
-from ..flows.schemas import contract_problem
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import CheckpointStatus, Effect, ExecutionStatus
 from ..waits import (
@@ -85,7 +86,6 @@ from ..waits import (
     wait_time_out_continue,
 )
 from . import recovery
-from .config import WorkerConfig
 from .endings import RunScope, run_end
 from .groupcommit import Database, GroupWrites, Pending, borrowed
 from .recovery import Decision, Verb

@@ -36,10 +36,10 @@ from psycopg_pool import ConnectionPool
 
 from actions.base import StopSignal
 from actions.registry import resolve as registry_resolve
+from orquestador.workerconfig import WorkerConfig
 
 from ..claims import FlowCache, Snapshot
 from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
-from .config import WorkerConfig
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .pooling import PoolingConfig

@@ -40,10 +40,11 @@ from typing import Any
 
 import psycopg
 
+from orquestador.workerconfig import WorkerConfig
+
 from .. import sql
 from ..claims import Claim, executions_claim
 from ..leases import lease_owner_name
-from .config import WorkerConfig
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat

@@ -6,7 +6,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from reconciliation import explain
+from orquestador import display
 
 register = template.Library()
 
@@ -16,7 +16,7 @@ SHORT_ID_CHARS = 8  # characters of an id shown in lists (the full id is in its 
 @register.filter
 def utc(moment: datetime | None) -> str:
     """`2026-12-01 05:54:51 UTC`, or "—"."""
-    return explain.utc(moment)
+    return display.utc(moment)
 
 
 @register.filter
@@ -24,7 +24,7 @@ def ago(moment: datetime | None) -> str:
     """How long ago, in words ("3 min"), or "—"."""
     if moment is None:
         return "—"
-    return explain.age((timezone.now() - moment).total_seconds())
+    return display.age((timezone.now() - moment).total_seconds())
 
 
 @register.filter

@@ -35,7 +35,7 @@ import django
 django.setup()
 from django.conf import settings
 from actions.registry import load_registry
-from executions.worker.config import worker_config
+from orquestador.workerconfig import worker_config
 from executions.worker.metrics import metrics_address
 from executions.worker.remote import remote_target
 config = worker_config(settings.WORKER_ENV)

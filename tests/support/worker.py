@@ -36,10 +36,10 @@ from executions.claims import Claim, executions_claim
 from executions.finalize import FinalizeItem, executions_finalize, finalize_refusal
 from executions.flows.canonical import sha256_hex
 from executions.leases import ExecutionSuperseded, Fence
-from executions.worker.config import WorkerConfig
 from executions.worker.runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
 from executions.worker.scheduler import Scheduler
 from executions.worker.wire import ExecutionPackage, ExecutionResult
+from orquestador.workerconfig import WorkerConfig
 from tests.conftest import manage
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test

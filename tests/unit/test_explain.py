@@ -1,27 +1,9 @@
-"""What a case says about itself, as pure functions: ages, lookup statuses, the case summary,
+"""What a case says about itself, as pure functions: lookup statuses, the case summary,
 the suggestion the evidence supports, and the risk of choosing against it."""
 
 import pytest
 
 from reconciliation import explain
-
-
-@pytest.mark.parametrize(
-    ("seconds", "words"),
-    [
-        (0, "0 s"),
-        (59, "59 s"),
-        (60, "1 min"),
-        (3599, "59 min"),
-        (3600, "1 h"),
-        (3660, "1 h 1 min"),
-        (86400, "1 d"),
-        (90000, "1 d 1 h"),
-        (-5, "0 s"),
-    ],
-)
-def test_age__in_words(seconds, words):
-    assert explain.age(seconds) == words
 
 
 @pytest.mark.parametrize(

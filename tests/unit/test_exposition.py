@@ -4,8 +4,8 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from executions.queuemetrics import queue_families
 from orquestador.exposition import Family, Sample, number, render
-from orquestador.metrics import queue_families
 from tests.support.prometheus import scrape
 
 

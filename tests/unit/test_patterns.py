@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from executions.flows import patterns, schemas
 from executions.flows.checks import DRAFT
 from executions.flows.publication import DataError, validate_data, validate_definition
-from reconciliation.evidence import output_errors
+from executions.outputs import output_errors
+from orquestador import patterns, schemas
 
 CATASTROPHIC = "^(a+)+$"
 HOSTILE = "a" * 10_000 + "!"

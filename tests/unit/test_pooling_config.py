@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from executions.worker.config import WorkerConfigError
-from executions.worker.pooling import database_pooler, pooling_config
+from executions.worker.pooling import pooling_config
+from orquestador.workerconfig import WorkerConfigError, database_pooler
 
 POOLED = "postgres://app:pw@127.0.0.1:6432/orquestador"
 DIRECT = "postgres://app:pw@127.0.0.1:5432/orquestador"

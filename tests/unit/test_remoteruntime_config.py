@@ -3,13 +3,13 @@ naming its variable; the remote runtime's timeouts stay below the lease."""
 
 import pytest
 
-from executions.worker.config import (
+from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime, remote_target
+from orquestador.workerconfig import (
     ENV_DEFAULTS,
     WorkerConfig,
     WorkerConfigError,
     worker_tunables,
 )
-from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime, remote_target
 
 TOKEN = "w" * 40
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executions.worker.config import WorkerConfig
 from executions.worker.retry import backoff_seconds, retry_delay_seconds
+from orquestador.workerconfig import WorkerConfig
 
 CONFIG = WorkerConfig(retry_base_seconds=1, retry_max_seconds=300, retry_after_max_seconds=600)
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from executions.worker.config import (
+from orquestador.workerconfig import (
     ENV_DEFAULTS,
     WorkerConfig,
     WorkerConfigError,
@@ -82,7 +82,7 @@ def test_worker_config__disabled_says_so(value):
 
 
 def test_env_defaults__are_the_ones_env_example_documents():
-    """The defaults are written once (executions/worker/config.py); .env.example must agree."""
+    """The defaults are written once (orquestador/workerconfig.py); .env.example must agree."""
     example = Path(__file__).resolve().parents[2] / ".env.example"
     documented = dict(
         line.split("=", 1)

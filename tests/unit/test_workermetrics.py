@@ -6,7 +6,6 @@ import uuid
 import pytest
 
 from executions.models import ExecutionStatus
-from executions.worker.config import WorkerConfigError
 from executions.worker.metrics import (
     CLAIM_LATENCY,
     CLAIMED,
@@ -22,6 +21,7 @@ from executions.worker.metrics import (
     metrics_address,
 )
 from executions.worker.wire import Ending, ExecutionResult, RunOutcome
+from orquestador.workerconfig import WorkerConfigError
 from tests.support.prometheus import scrape
 
 ID = uuid.UUID("3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d")

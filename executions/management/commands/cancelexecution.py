@@ -3,8 +3,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from executions.cancel import execution_cancel
 from orquestador.errors import CodedError
-from reconciliation.cancel import execution_cancel
 
 
 def _os_user() -> str:

@@ -7,17 +7,15 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
-from executions.worker.config import WorkerConfigError, WorkerDisabled, worker_config
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import pooling_config
 from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
+from executions.workerloops import LOOP_JOIN_SECONDS, worker_loops
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
-from reconciliation.probes import Prober
-
-PROBE_JOIN_SECONDS = 10  # seconds a stopping worker waits for a probe in flight
+from orquestador.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
 
 OUTAGE_EXIT_STATUS = 3  # exit status when the database stayed unreachable too long
 
@@ -81,19 +79,27 @@ class Command(BaseCommand):
                     f"so new work is found by polling every {config.poll_ms} ms"
                 )
             self.stdout.flush()
-            prober = Prober(
-                owner=scheduler.owner,
-                may_probe=lambda: scheduler.busy < config.concurrency,
-                metrics=metrics,
-                # The prober borrows the runtime's shared connections: nothing of its own.
-                source=runtime.connection if isinstance(runtime, LocalWorkerRuntime) else None,
-            )
-            prober.start()
+            # The loops the apps registered (reconciliation's prober) borrow the runtime's
+            # shared connections: nothing of their own.
+            source = runtime.connection if isinstance(runtime, LocalWorkerRuntime) else None
+            loops = [
+                build(
+                    owner=scheduler.owner,
+                    may_probe=lambda: scheduler.busy < config.concurrency,
+                    metrics=metrics,
+                    source=source,
+                )
+                for build in worker_loops()
+            ]
+            for loop in loops:
+                loop.start()
             try:
                 scheduler.run()
             finally:
-                prober.stop.set()
-                prober.join(timeout=PROBE_JOIN_SECONDS)
+                for loop in loops:
+                    loop.stop.set()
+                for loop in loops:
+                    loop.join(timeout=LOOP_JOIN_SECONDS)
         if scheduler.outage_exit:
             # An orchestrator restarts it (WORKER_DB_OUTAGE_EXIT_SECONDS).
             self.stderr.write(

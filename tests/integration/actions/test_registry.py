@@ -16,7 +16,7 @@ from actions.registry import (
     resolve,
     use_registry,
 )
-from executions.worker.config import WorkerConfig, WorkerConfigError
+from orquestador.workerconfig import WorkerConfig, WorkerConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "integrations.toml"
 

@@ -65,9 +65,11 @@ def flow_definition(**changes: Any) -> dict[str, Any]:
 
 def _reload_urls() -> None:
     import executions.api.urls
+    import executions.urls
     import orquestador.urls
 
     importlib.reload(executions.api.urls)
+    importlib.reload(executions.urls)
     importlib.reload(orquestador.urls)
     clear_url_caches()
 

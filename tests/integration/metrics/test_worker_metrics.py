@@ -6,7 +6,7 @@ import socket
 import pytest
 import requests
 
-from executions.worker.config import WorkerConfigError
+from executions.cancel import execution_cancel
 from executions.worker.metrics import (
     CLAIMED,
     CLAIMS,
@@ -19,7 +19,7 @@ from executions.worker.metrics import (
     metrics_listen,
 )
 from orquestador.exposition import CONTENT_TYPE
-from reconciliation.cancel import execution_cancel
+from orquestador.workerconfig import WorkerConfigError
 from tests.support.prometheus import scrape
 from tests.support.worker import (
     GateAdapter,

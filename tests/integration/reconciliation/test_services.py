@@ -5,6 +5,7 @@ import psycopg
 import pytest
 from django.core.exceptions import PermissionDenied
 
+from executions import operatorwrites
 from executions.models import (
     ActionExecution,
     AuditEvent,
@@ -15,7 +16,7 @@ from executions.models import (
     Request,
 )
 from orquestador import errors
-from reconciliation import services, writes
+from reconciliation import services
 from tests.support.providers import JsonProvider, drop
 
 from .conftest import charge_catalog
@@ -223,7 +224,7 @@ def test_resolution__a_step_that_fails_rolls_everything_back(
         raise RuntimeError("audit insert failed")
 
     # The audit append is the last step of the write: the settle and requeue before it roll back.
-    monkeypatch.setattr(writes, "audit_append", broken_audit)
+    monkeypatch.setattr(operatorwrites, "audit_append", broken_audit)
     with pytest.raises(RuntimeError):
         services.execution_resolve_write_happened(
             execution_id=case.pk, action_id="charge", output=OUTPUT, reason="r", operator=operator

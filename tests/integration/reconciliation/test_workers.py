@@ -12,7 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from executions.models import AuditType, Execution, ExecutionStatus
-from reconciliation import explain, insight
+from orquestador import display
+from reconciliation import insight
 from reconciliation.models import WorkerProcess
 from tests.support.worker import wait_until
 
@@ -197,7 +198,7 @@ def test_execution_and_workers_pages__show_a_takeover(operator):
         attempt=2,
     )
     sentence = (
-        f"w-old:1:aa lost its lease (token 1) at {explain.utc(expired)}; w-new:2:bb took the "
+        f"w-old:1:aa lost its lease (token 1) at {display.utc(expired)}; w-new:2:bb took the "
         "execution over at"
     )
     client = _client(operator)

@@ -56,8 +56,10 @@ class Endpoint:
 
 
 def _reload_urls():
+    import executions.urls
     import orquestador.urls
 
+    importlib.reload(executions.urls)
     importlib.reload(orquestador.urls)
     clear_url_caches()
 

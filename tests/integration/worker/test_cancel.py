@@ -7,11 +7,11 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
+from executions.cancel import execution_cancel
 from executions.leases import ExecutionSuperseded
 from executions.worker.metrics import LEASE_LOSSES
 from orquestador import errors
 from orquestador.errors import CodedError
-from reconciliation.cancel import execution_cancel
 from tests.integration.actions.conftest import catalog_registry
 from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (

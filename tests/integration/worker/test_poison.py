@@ -9,9 +9,9 @@ import pytest
 from executions.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
 from executions.claims import executions_claim
 from executions.finalize import execution_exhaust_reclaims
-from executions.worker.config import WorkerConfig
 from executions.worker.metrics import RECLAIMS_EXHAUSTED
 from executions.worker.writeretry import fenced_write
+from orquestador.workerconfig import WorkerConfig
 from tests.support.worker import (
     action,
     audit_events,

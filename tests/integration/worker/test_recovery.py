@@ -7,8 +7,9 @@ runtime, new connections, new adapter objects) and resumes from the database alo
 
 import pytest
 
+from executions import insight
 from executions.models import ActionExecution, AuditEvent
-from orquestador import errors
+from orquestador import display, errors
 from reconciliation import explain
 from tests.support.worker import (
     ScriptedAdapter,
@@ -249,13 +250,13 @@ def test_recovery__the_takeover_is_in_the_audit_and_the_case_says_who_lost_the_l
     kinds = [kind for kind, _ in audit_events(conn, accepted.request_id)]
     assert kinds[-2:] == ["LEASE_TAKEN_OVER", "RECONCILIATION_REQUIRED"]
     timeline = list(AuditEvent.objects.filter(request_id=accepted.request_id).order_by("id"))
-    (lost,) = explain.takeovers(timeline)
+    (lost,) = insight.takeovers(timeline)
     assert (lost.previous_owner, lost.previous_token) == ("doomed", crashed.fence.token)
     assert (lost.new_owner, lost.new_token) == ("rescuer", crashed.fence.token + 1)
     assert lost.lease_expired_at == expired_at
     checkpoint = ActionExecution.objects.get(execution_id=accepted.execution_id)
     why = explain.why(error_code=None, error_detail=None, uncertain=[checkpoint], timeline=timeline)
-    assert why.startswith(f"Worker doomed lost its lease at {explain.utc(expired_at)} while ")
+    assert why.startswith(f"Worker doomed lost its lease at {display.utc(expired_at)} while ")
     assert "was in flight" in why
 
 

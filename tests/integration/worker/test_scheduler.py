@@ -7,9 +7,9 @@ import time
 import psycopg
 import pytest
 
+from executions.cancel import execution_cancel
 from executions.leases import leases_renew
 from executions.worker.scheduler import Scheduler
-from reconciliation.cancel import execution_cancel
 from tests.support.worker import (
     FAST,
     GateAdapter,

@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from actions.base import ActionContext, ActionResult, Binding
-from executions.worker.config import WorkerConfig
 from executions.worker.metrics import STUCK_RUNS
 from executions.worker.runner import DEADLINE_MARGIN_LEASES
+from orquestador.workerconfig import WorkerConfig
 from tests.support.worker import (
     action,
     audit_events,

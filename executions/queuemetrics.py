@@ -22,10 +22,10 @@ from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from executions.queuestats import QUEUE_STATUSES, QueueStats, queue_stats
+from orquestador.bearer import bearer_matches
+from orquestador.exposition import CONTENT_TYPE, Family, Sample, render
 
-from .bearer import bearer_matches
-from .exposition import CONTENT_TYPE, Family, Sample, render
+from .queuestats import QUEUE_STATUSES, QueueStats, queue_stats
 
 logger = logging.getLogger("orquestador.metrics")
 

@@ -6,7 +6,7 @@ evidence (an operator's or a provider's output against the contract).
 
 Invariants:
 - every validator is built by `_build`, and only there, with `pattern` searched in linear time
-  (RE2, executions/flows/patterns.py);
+  (RE2, orquestador/patterns.py);
 - a flow's `dataSchema` is validated without format checks (formats are annotations in Draft
   2020-12) and a contract's schemas with them; the same schema and the same instance get the same
   answer whoever asks;

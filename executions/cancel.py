@@ -1,6 +1,7 @@
 """Durable cancellation of an execution (SPEC §8), which never depends on reaching a worker.
 
-Invariants and transaction boundary (`execution_cancel` is one `operator_write`, see writes.py):
+Invariants and transaction boundary (`execution_cancel` is one `operator_write`, see
+operatorwrites.py):
 - lock the request, then the execution, and write with the token read under the lock, bumping
   it: whoever holds the lease is fenced out of every later write, and its heartbeat sees the
   lease lost and stops that run;
@@ -16,16 +17,16 @@ Invariants and transaction boundary (`execution_cancel` is one `operator_write`,
 import uuid
 from dataclasses import dataclass
 
-from executions import sql
-from executions.models import AuditType, ExecutionStatus
 from orquestador import errors
 from orquestador.errors import CodedError
 
-from .writes import MAX_REASON_CHARS, clean_reason, operator_write
+from . import sql
+from .models import AuditType, ExecutionStatus
+from .operatorwrites import MAX_REASON_CHARS, clean_reason, operator_write
 
 __all__ = [
     "CANCELLABLE_STATUSES",
-    "MAX_REASON_CHARS",  # the rule is writes.clean_reason's; re-exported for the forms that ask
+    "MAX_REASON_CHARS",  # the rule is clean_reason's (operatorwrites.py); re-exported for forms
     "CancelResult",
     "execution_cancel",
 ]

@@ -13,11 +13,11 @@ from typing import TypeVar
 
 from django.db.models import Model, Q, QuerySet
 
-from executions.models import Execution, Request
+from orquestador import errors
+from orquestador.auth import REQUESTS_READ_TENANT, Principal
+from orquestador.errors import CodedError
 
-from . import errors
-from .auth import REQUESTS_READ_TENANT, Principal
-from .errors import CodedError
+from .models import Execution, Request
 
 Row = TypeVar("Row", bound=Model)
 

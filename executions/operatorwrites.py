@@ -6,6 +6,9 @@ what it must, requeues the execution or ends it, and records the audit event —
 read under the lock, bumped by the write, so a worker still holding an earlier lease is fenced out
 of every later write and its heartbeat sees the lease lost. Any refusal or failure rolls all of it
 back. The reason rule (written, at most MAX_REASON_CHARS) is `clean_reason`, for every writer.
+
+It belongs to executions: cancellation (cancel.py) is an execution write that the API,
+`cancelexecution` and the executions admin make, and reconciliation's resolutions build on it.
 """
 
 import uuid
@@ -17,10 +20,11 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
-from executions import sql
-from executions.audit import audit_append
 from orquestador import errors
 from orquestador.errors import CodedError
+
+from . import sql
+from .audit import audit_append
 
 MAX_REASON_CHARS = 2000  # characters of an operator's written reason
 # What "only spaces" means for a reason. Spelled out rather than str.strip()'s or a regular

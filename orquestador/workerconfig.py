@@ -2,7 +2,11 @@
 
 `worker_config(settings.WORKER_ENV)` returns a `WorkerConfig` or raises `WorkerConfigError` whose
 message names the variable and the rule it breaks; `WorkerDisabled` when WORKER_ENABLED is false.
-Nothing is claimed before this has passed.
+Nothing is claimed before this has passed. `database_pooler` checks DATABASE_POOLER, which every
+process reads (the worker's connections follow it in executions/worker/pooling.py).
+
+It imports nothing of the project: settings validates with it, and the adapters' registry bounds
+its timeouts by the lease, so it sits below the apps.
 """
 
 from collections.abc import Mapping
@@ -151,6 +155,21 @@ def _seconds(raw: Mapping[str, str], name: str) -> float:
     if value != value or value in (float("inf"), float("-inf")):  # NaN or infinite
         raise WorkerConfigError(f"{name} must be a finite number of seconds, got {text!r}")
     return value
+
+
+POOLER_MODES = ("", "transaction")  # DATABASE_POOLER values (executions/worker/pooling.py)
+
+
+def database_pooler(raw: str) -> str:
+    """The DATABASE_POOLER mode, or WorkerConfigError naming it (the web process checks it too)."""
+    mode = raw.strip().lower()
+    if mode not in POOLER_MODES:
+        raise WorkerConfigError(
+            f"DATABASE_POOLER must be empty (a direct connection or a session pooler) or "
+            f"'transaction' (DATABASE_URL goes through a transaction pooler such as PgBouncer "
+            f"with pool_mode=transaction), got {raw!r}"
+        )
+    return mode
 
 
 def worker_enabled(raw: Mapping[str, str]) -> bool:
