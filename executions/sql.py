@@ -1,7 +1,7 @@
 """Every SQL statement of the execution queue, in one place (one idea, hence past 400 lines).
 
 Each statement is a named constant with `%(name)s` parameters, never built from input. Only the
-fence and a read's record rule (`RECORD_ON_CONFLICT`) are composed; statements otherwise repeat
+fence is composed; statements otherwise repeat
 their SET lists and guards on purpose, so each can be read whole when its locks and plan are
 checked. Above it: what it does, which rows it locks (`Locks:`) and which index it expects
 (`Index:`). Why the plans look the way they do, with the figures that decided it:
@@ -71,35 +71,11 @@ OPERATOR_GUARDED = frozenset(
 )
 
 
-# Where a read's SUCCEEDED checkpoint may land (CHECKPOINT_RECORD, and EXECUTION_FINALIZE for the
-# last action): on its own RUNNING row of this attempt and token, or moved on from the attempt
-# before under CHECKPOINT_START's rules (same hash, key and effect, not SUCCEEDED); inserted when
-# there is none. One rule, written once, for both statements that record a read.
-RECORD_ON_CONFLICT = """ON CONFLICT (execution_id, action_id) DO UPDATE
-   SET status = 'SUCCEEDED',
-       attempt = EXCLUDED.attempt,
-       fencing_token = EXCLUDED.fencing_token,
-       output = EXCLUDED.output,
-       error_code = NULL,
-       error_detail = NULL,
-       started_at = CASE WHEN c.attempt = EXCLUDED.attempt THEN c.started_at
-                         ELSE EXCLUDED.started_at END,
-       finished_at = EXCLUDED.finished_at
- WHERE c.status <> 'SUCCEEDED'
-   AND c.input_hash = EXCLUDED.input_hash
-   AND c.external_key = EXCLUDED.external_key
-   AND c.effect = EXCLUDED.effect
-   AND ((c.status = 'RUNNING' AND c.attempt = EXCLUDED.attempt
-         AND c.fencing_token = EXCLUDED.fencing_token)
-        OR c.attempt = EXCLUDED.attempt - 1)"""
-
-
 def _fenced(template: str) -> str:
-    """`template` with its fence and record-rule placeholders replaced (at import time, from the
-    constants above)."""
+    """`template` with its fence placeholders replaced (at import time, from FENCES)."""
     for placeholder, predicate in FENCES.items():
         template = template.replace(placeholder, predicate)
-    return template.replace("{record_on_conflict}", RECORD_ON_CONFLICT)
+    return template
 
 
 # Channel on which committed work is announced to idle workers; listeners treat any
@@ -449,51 +425,6 @@ RETURNING c.execution_id
 """
 )
 
-# Record the validated outputs of reads for one or many holders (%(items)s, grouped like
-# CHECKPOINT_START) whose RUNNING checkpoint may or may not have been written: a quick read's
-# start is withheld while its call lasts and never sent (executions/worker/runner.py). Each item
-# becomes its SUCCEEDED checkpoint: from its RUNNING row of this attempt and token (as
-# CHECKPOINT_SUCCEED), or inserted, or moved on from the attempt before (as CHECKPOINT_START:
-# same hash, key and effect, not SUCCEEDED). Returns the execution id of every item saved; a
-# missing item was superseded or its checkpoint changed.
-# Locks: as CHECKPOINT_START.
-# Index: execution_pkey per item; action_execution_action_uniq.
-CHECKPOINT_RECORD = _fenced(
-    """
-WITH durability AS MATERIALIZED (
-    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
-),
-item AS (
-    SELECT i.*
-      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
-               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
-               sequence integer, capability text, capability_version integer, effect text,
-               input_hash text, external_key text, attempt integer, output jsonb,
-               call_seconds double precision),
-           durability
-),
-holder AS (
-    SELECT item.*
-      FROM (SELECT * FROM item ORDER BY item.execution_id) AS item
-     CROSS JOIN LATERAL (
-               SELECT e.id
-                 FROM execution AS e
-                WHERE {fence_of_item}
-                  FOR NO KEY UPDATE OF e
-           ) AS locked
-)
-INSERT INTO action_execution AS c
-       (execution_id, action_id, sequence, capability, capability_version, effect, status,
-        input_hash, external_key, attempt, fencing_token, output, started_at, finished_at)
-SELECT h.execution_id, h.action_id, h.sequence, h.capability, h.capability_version, h.effect,
-       'SUCCEEDED', h.input_hash, h.external_key, h.attempt, h.token, h.output,
-       clock_timestamp() - make_interval(secs => h.call_seconds), clock_timestamp()
-  FROM holder AS h
-{record_on_conflict}
-RETURNING c.execution_id
-"""
-)
-
 # Settle an attempt that did not succeed, FAILED or UNKNOWN (`output` keeps what a write
 # returned when it cannot be trusted); the first statement of the retry and failure
 # transactions, whose last write checks the fence again.
@@ -639,18 +570,11 @@ RETURNING version
 # with its result, write the request's data and state (revision + 1, version + 1, unblocked)
 # and append TRANSITION_COMPLETED; all of an item or none of it. Returns (execution id, new
 # revision) per finalised item; LEASE_PROBE then FINALIZE_PROBE say why an item is missing.
-# The last action's checkpoint, when it is a read, comes with the item (`last`, as
-# CHECKPOINT_RECORD's items) instead of being saved on its own: it is written SUCCEEDED here, by
-# CHECKPOINT_RECORD's rules, under the same locks and commit; the completeness check then counts
-# it as SUCCEEDED only if that write matched. It is written even when the rest of
-# the item is refused for an unsettled checkpoint (the request still matches and the fence
-# holds), as a save on its own would have been.
 # Locks: requests first (FOR NO KEY UPDATE, id order, inside a LATERAL subquery that is never
 # flattened: one request_pkey lookup per item, never a hash join over every request, which stale
 # statistics on a growing table used to choose; the holder's block is tested with `IS NOT
 # DISTINCT FROM`, as the fence tests the status, so that request_blocked_idx counted empty is
-# never walked whole for the id), then executions (fenced, id order), then the carried
-# checkpoints' rows.
+# never walked whole for the id), then executions (fenced, id order).
 # Index: request and execution primary keys; action_execution_action_uniq.
 EXECUTION_FINALIZE = _fenced(
     """
@@ -659,7 +583,7 @@ WITH item AS (
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
                execution_id uuid, request_id uuid, token bigint, owner text, from_state text,
                accepted_revision bigint, request_version bigint, action_ids text[],
-               data jsonb, target_state text, result jsonb, payload jsonb, last jsonb)
+               data jsonb, target_state text, result jsonb, payload jsonb)
 ),
 req AS (
     SELECT item.*
@@ -682,34 +606,14 @@ fenced AS (
      ORDER BY e.id
        FOR NO KEY UPDATE OF e
 ),
-carried AS (
-    INSERT INTO action_execution AS c
-           (execution_id, action_id, sequence, capability, capability_version, effect, status,
-            input_hash, external_key, attempt, fencing_token, output, started_at, finished_at)
-    SELECT f.execution_id, l.action_id, l.sequence, l.capability, l.capability_version,
-           l.effect, 'SUCCEEDED', l.input_hash, l.external_key, l.attempt, f.token, l.output,
-           clock_timestamp() - make_interval(secs => l.call_seconds), clock_timestamp()
-      FROM fenced AS f
-     CROSS JOIN LATERAL jsonb_to_record(f.last) AS l(
-               action_id text, sequence integer, capability text, capability_version integer,
-               effect text, input_hash text, external_key text, attempt integer, output jsonb,
-               call_seconds double precision)
-     WHERE f.last IS NOT NULL
-     ORDER BY f.execution_id
-{record_on_conflict}
-    RETURNING c.execution_id, c.action_id
-),
 held AS (
     SELECT f.*
       FROM fenced AS f
-     WHERE (f.last IS NULL
-            OR EXISTS (SELECT FROM carried WHERE carried.execution_id = f.execution_id))
-       AND (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED') = 0
+     WHERE (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED') = 0
                    AND count(*) FILTER (WHERE c.action_id = ANY(f.action_ids))
-                       = cardinality(f.action_ids) - (f.last IS NOT NULL)::integer
+                       = cardinality(f.action_ids)
               FROM action_execution AS c
-             WHERE c.execution_id = f.execution_id
-               AND c.action_id IS DISTINCT FROM f.last ->> 'action_id')
+             WHERE c.execution_id = f.execution_id)
 ),
 done AS (
     UPDATE execution AS e

@@ -213,7 +213,6 @@ class LocalWorkerRuntime:
         return self
 
     def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
-        self._deps.writes.close()
         self._pool.close(timeout=timeout)
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]:
