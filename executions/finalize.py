@@ -74,15 +74,9 @@ def _settle(conn: psycopg.Connection, fence: Fence, settlement: AttemptSettlemen
 def _audit(
     conn: psycopg.Connection, fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
 ) -> None:
+    ids = {"request_id": fence.request_id, "execution_id": fence.execution_id}
     with conn.cursor() as cursor:
-        audit_append(
-            cursor,
-            request_id=fence.request_id,
-            execution_id=fence.execution_id,
-            type=type,
-            actor=actor,
-            payload=payload,
-        )
+        audit_append(cursor, **ids, type=type, actor=actor, payload=payload)
 
 
 @dataclass(frozen=True)

@@ -127,8 +127,10 @@ class _Run:
                 self.report_deadline(self.deadline_seconds(transition, snapshot))
             outputs: dict[str, dict[str, Any]] = {}
             for sequence, action in enumerate(transition.get("actions", [])):
-                step = self.wait if is_wait(action) else self.action
-                outputs[action["id"]] = step(sequence, action, snapshot, outputs)
+                if is_wait(action):
+                    outputs[action["id"]] = self.wait(sequence, action, snapshot)
+                else:
+                    outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
             return self.finish(definition, transition, snapshot, outputs)
         except RunEnded as ended:
             return run_end(ended.decision, self.scope)
@@ -140,13 +142,7 @@ class _Run:
         margin = DEADLINE_MARGIN_LEASES * self.deps.config.lease_seconds
         return margin + calls_seconds(transition, snapshot, self.deps.resolve)
 
-    def wait(
-        self,
-        sequence: int,
-        action: dict[str, Any],
-        snapshot: Snapshot,
-        outputs: dict[str, dict[str, Any]],
-    ) -> dict[str, Any]:
+    def wait(self, sequence: int, action: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
         """A wait action's output, or the run stops (executions/worker/waiting.py)."""
         return wait_step(
             db=self.db,
