@@ -14,7 +14,7 @@ Invariants:
   the next batch;
 - every caller waits for its own item: `submit` returns only once the statement that carried it
   has committed (or failed), so a RUNNING checkpoint is durable before the adapter is called;
-- each item is fenced on its own inside the grouped statement (executions/sql.py): an item whose
+- each item is fenced on its own inside the grouped statement (executions/sql/): an item whose
   holder was superseded is simply absent from the result (None), and never affects the others;
 - a batch whose statement fails is retried item by item, so one execution's fault (a trigger, a
   constraint) fails only that execution;
