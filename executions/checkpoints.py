@@ -1,14 +1,11 @@
 """Checkpoints: the durable record of each action of an execution, written around its adapter call.
 
 Invariants and transaction boundaries:
-- before a write's adapter is called, its RUNNING checkpoint (input hash, external key, effect,
-  attempt) is committed by `checkpoints_start`, one statement in its own transaction; after the
-  call, `checkpoints_succeed` commits SUCCEEDED with the validated output before the next action
-  starts. A read's RUNNING checkpoint is written only if its call outlasts half a second, and its
-  SUCCEEDED one by `checkpoints_record`, which takes either (or by the final commit, for the last
-  action: executions/finalize.py); the runner decides. No transaction is open while the adapter
-  runs. Each takes one or many holders (grouped by executions/worker/groupcommit.py), each item
-  fenced on its own;
+- before any action's adapter is called, reads included, its RUNNING checkpoint (input hash,
+  external key, effect, attempt) is committed by `checkpoints_start`, one statement in its own
+  transaction; after the call, `checkpoints_succeed` commits SUCCEEDED with the validated output
+  before the next action starts. No transaction is open while the adapter runs. Each takes one
+  or many holders (grouped by executions/worker/groupcommit.py), each item fenced on its own;
 - each locks the execution row and check the fence against the database clock inside the
   statement that commits, so a stale holder can neither start nor save a checkpoint: it is
   missing from the result, and the runner raises `ExecutionSuperseded`;
@@ -87,27 +84,6 @@ class SucceedItem:
         }
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    """A READ_ONLY attempt that succeeded, written as its SUCCEEDED checkpoint in one go.
-
-    `start` is the attempt as the holder started it: its RUNNING checkpoint may have been
-    committed while the call ran (a slow call), or never (a quick one: the start was withheld
-    and withdrawn); the statement that writes this record takes either. `call_seconds` dates the
-    checkpoint's start back from the commit when no RUNNING row recorded it."""
-
-    start: StartItem
-    output: dict[str, Any]
-    call_seconds: float = 0.0
-
-    def row(self) -> dict[str, Any]:
-        return {
-            **self.start.row(),
-            "output": self.output,
-            "call_seconds": max(0.0, self.call_seconds),
-        }
-
-
 def _durability(effects: Iterable[str]) -> str:
     """synchronous_commit for a checkpoint write: off only when every action in it is a read.
 
@@ -153,40 +129,14 @@ def checkpoints_succeed(
 
     Returns the execution ids saved; a holder missing from it was superseded.
     """
-    return _save_outputs(
-        conn,
-        sql.CHECKPOINT_SUCCEED,
-        rows=[item.row() for item in items],
-        effects=[item.effect for item in items],
-        action_ids=[item.action_id for item in items],
-    )
-
-
-def checkpoints_record(*, conn: psycopg.Connection, items: Sequence[CallRecord]) -> set[uuid.UUID]:
-    """Commit SUCCEEDED checkpoints of reads for one or many holders in one statement, whether
-    or not their RUNNING checkpoint was written. Returns the execution ids saved; a holder
-    missing from it was superseded, or its checkpoint changed."""
-    return _save_outputs(
-        conn,
-        sql.CHECKPOINT_RECORD,
-        rows=[item.row() for item in items],
-        effects=[item.start.effect for item in items],
-        action_ids=[item.start.action_id for item in items],
-    )
-
-
-def _save_outputs(
-    conn: psycopg.Connection,
-    statement: str,
-    *,
-    rows: list[dict[str, Any]],
-    effects: list[str],
-    action_ids: list[str],
-) -> set[uuid.UUID]:
-    """Run one grouped SUCCEEDED write between its crash points; the execution ids saved."""
+    action_ids = [item.action_id for item in items]
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, action_ids)
     saved = conn.execute(
-        statement, {"items": Jsonb(rows), "synchronous_commit": _durability(effects)}
+        sql.CHECKPOINT_SUCCEED,
+        {
+            "items": Jsonb([item.row() for item in items]),
+            "synchronous_commit": _durability(item.effect for item in items),
+        },
     ).fetchall()
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, action_ids)
     return {row[0] for row in saved}

@@ -3,9 +3,7 @@
 Invariants and transaction boundaries (each function is exactly one transaction):
 - `executions_finalize` is one statement for one or many holders (grouped by
   executions/worker/groupcommit.py), each item on its own: lock the request (still the accepted
-  snapshot), then the execution (fenced), write the last action's checkpoint SUCCEEDED when the
-  item carries it (`last`: a read's `CallRecord`, one commit fewer per execution; there is no
-  next action for it to come before), check every expected checkpoint is SUCCEEDED, write the
+  snapshot), then the execution (fenced), check every expected checkpoint is SUCCEEDED, write the
   request's new data, state, revision and version and release it, mark the execution SUCCEEDED
   with its result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and
   leaves the execution RUNNING with its checkpoints, for recovery by lease. A holder it refused
@@ -34,7 +32,7 @@ from orquestador import errors
 
 from . import faultpoints, sql
 from .audit import audit_append
-from .checkpoints import CallRecord, checkpoint_settle
+from .checkpoints import checkpoint_settle
 from .leases import ExecutionSuperseded, Fence, lease_is_held
 from .models import AuditType, ExecutionStatus
 
@@ -76,21 +74,14 @@ def _settle(conn: psycopg.Connection, fence: Fence, settlement: AttemptSettlemen
 def _audit(
     conn: psycopg.Connection, fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
 ) -> None:
+    ids = {"request_id": fence.request_id, "execution_id": fence.execution_id}
     with conn.cursor() as cursor:
-        audit_append(
-            cursor,
-            request_id=fence.request_id,
-            execution_id=fence.execution_id,
-            type=type,
-            actor=actor,
-            payload=payload,
-        )
+        audit_append(cursor, **ids, type=type, actor=actor, payload=payload)
 
 
 @dataclass(frozen=True)
 class FinalizeItem:
-    """One holder's computed success: the request's new data and state, and the audit payload;
-    with `last`, the last action's checkpoint is written SUCCEEDED in the same commit."""
+    """One holder's computed success: the request's new data and state, and the audit payload."""
 
     fence: Fence
     from_state: str
@@ -101,7 +92,6 @@ class FinalizeItem:
     target_state: str
     result: dict[str, Any]
     payload: dict[str, Any]
-    last: CallRecord | None = None
 
     def row(self) -> dict[str, Any]:
         return {
@@ -117,7 +107,6 @@ class FinalizeItem:
             "target_state": self.target_state,
             "result": self.result,
             "payload": self.payload,
-            "last": self.last.row() if self.last is not None else None,
         }
 
 
@@ -130,16 +119,11 @@ def executions_finalize(
     from it was superseded, or its request or checkpoints changed: `finalize_refusal` says which.
     """
     action_ids = [action_id for item in items for action_id in item.action_ids]
-    carried = [item.last.start.action_id for item in items if item.last is not None]
-    if carried:
-        faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, carried)
     with faultpoints.final_transaction(conn, action_ids):
         rows = conn.execute(
             sql.EXECUTION_FINALIZE,
             {"items": Jsonb([item.row() for item in items]), "actor": actor},
         ).fetchall()
-    if carried:
-        faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, carried)
     faultpoints.reach(faultpoints.FINAL_COMMITTED, action_ids)
     return {row[0]: row[1] for row in rows}
 

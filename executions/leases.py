@@ -3,7 +3,7 @@
 Invariants:
 - a holder is the tuple (execution id, request id, fencing token, lease owner); every write after
   a claim names all four and requires status RUNNING and an unexpired lease by database time
-  (executions/sql.py), so a holder whose token is stale cannot load, start or save a
+  (executions/sql/fence.py), so a holder whose token is stale cannot load, start or save a
   checkpoint, fail, retry or complete the execution;
 - a fenced write that matches no row raises `ExecutionSuperseded` naming the execution; the
   dispatcher settles it and never retries it (a retry would take a newer token and fence out

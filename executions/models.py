@@ -12,7 +12,7 @@ Invariants kept by the database itself, not only by Python:
 - audit events are append-only (a trigger refuses UPDATE and DELETE for every role; the runtime
   role additionally has no such privilege).
 
-Writes go through services and the queue SQL in `executions/sql.py`; lease times come from the
+Writes go through services and the queue SQL in `executions/sql/`; lease times come from the
 database clock.
 """
 
@@ -197,7 +197,7 @@ class Execution(models.Model):
     actor_snapshot = models.JSONField(default=dict)
     # Who caused the current or next dispatch; the package's `principal` (SPEC §8). Set with the
     # event that causes the dispatch: the acceptance, a resume; the claim clears it (system) when
-    # it takes over an expired lease or a wait past its deadline. See executions/sql.py.
+    # it takes over an expired lease or a wait past its deadline. See executions/sql/claims.py.
     dispatch_principal = models.JSONField(
         null=True,
         blank=True,
@@ -216,7 +216,7 @@ class Execution(models.Model):
     )
     # The poison cap (WORKER_MAX_RECLAIMS): when the latest claim was taken, and how many
     # consecutive takeovers after lease expiry found no checkpoint SUCCEEDED since the claim
-    # before them. Written only by the claim statement (executions/sql.py).
+    # before them. Written only by the claim statement (executions/sql/claims.py).
     claimed_at = models.DateTimeField(null=True, blank=True)
     reclaims = models.IntegerField(db_default=0)
 

@@ -4,7 +4,7 @@ Invariants:
 - `queue_stats` runs as the first thing of a transaction the caller opens: it makes that
   transaction READ ONLY and bounds each statement by METRICS_TIMEOUT_MS, so a scrape never writes
   and never piles up behind a slow read;
-- every statement reads live rows only, through a partial index (executions/sql.py says which),
+- every statement reads live rows only, through a partial index (sql/queuestats.py says which),
   so its cost follows the work in flight, never the finished history;
 - what it returns is counts and ages only: no id, owner, tenant or lease owner leaves here.
 """

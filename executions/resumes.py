@@ -12,6 +12,7 @@ else is NOT_WAITING. Every resume of one execution holds its row lock while deci
 concurrent resumes exactly one is accepted.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -34,6 +35,31 @@ LIVE_STATUSES = (ExecutionStatus.PENDING, ExecutionStatus.RETRY_WAIT, ExecutionS
 
 def event_fingerprint(*, event: str, payload: Any) -> str:
     return sha256_hex({"event": event, "payload": payload})
+
+
+@dataclass(frozen=True)
+class _Delivery:
+    """One event sent to one execution: what its row and its audit event record."""
+
+    execution: Execution
+    event_id: str
+    event: str
+    payload: dict[str, Any]
+    fingerprint: str
+
+    def row(self, *, action_id: str, status: str, actor: str) -> dict[str, Any]:
+        """The event's row (EVENT_INSERT), for the wait `action_id`."""
+        return {
+            "execution_id": self.execution.id,
+            "event_id": self.event_id,
+            "event": self.event,
+            "action_id": action_id,
+            "payload": Jsonb(self.payload),
+            "fingerprint": self.fingerprint,
+            "status": status,
+            "actor": actor,
+            "consumed": status == EventStatus.ACCEPTED,
+        }
 
 
 def _not_waiting(detail: str) -> CodedError:
@@ -80,33 +106,20 @@ def execution_resume(
             waits = [a for a in transition.get("actions", []) if is_wait(a)]
             cursor.execute(sql.RESUME_CHECKPOINTS, {"execution_id": found.id})
             checkpoints = dict(cursor.fetchall())
+            delivery = _Delivery(found, event_id, event, payload, fingerprint)
             if status == ExecutionStatus.SUSPENDED:
                 _resume_now(
                     cursor,
-                    execution=found,
+                    delivery,
                     token=token,
                     waits=waits,
                     checkpoints=checkpoints,
-                    event_id=event_id,
-                    event=event,
-                    payload=payload,
-                    fingerprint=fingerprint,
                     actor=actor,
                     sender=sender,
                     dispatcher=principal.snapshot(),
                 )
             elif status in LIVE_STATUSES:
-                _keep(
-                    cursor,
-                    execution=found,
-                    waits=waits,
-                    checkpoints=checkpoints,
-                    event_id=event_id,
-                    event=event,
-                    payload=payload,
-                    fingerprint=fingerprint,
-                    sender=actor,
-                )
+                _keep(cursor, delivery, waits=waits, checkpoints=checkpoints, sender=actor)
             else:
                 raise _not_waiting(f"the execution is {status}: it waits for no event")
             taken = True
@@ -116,19 +129,16 @@ def execution_resume(
 
 def _resume_now(
     cursor: Any,
+    delivery: _Delivery,
     *,
-    execution: Execution,
     token: int,
     waits: list[dict[str, Any]],
     checkpoints: dict[str, str],
-    event_id: str,
-    event: str,
-    payload: dict[str, Any],
-    fingerprint: str,
     actor: str,
     sender: str,
     dispatcher: dict[str, Any],
 ) -> None:
+    execution, event = delivery.execution, delivery.event
     waiting = [a for a in waits if checkpoints.get(a["id"]) == CheckpointStatus.WAITING]
     if not waiting:
         raise _not_waiting(
@@ -137,7 +147,7 @@ def _resume_now(
     action = waiting[0]
     if action["wait"]["event"] != event:
         raise _not_waiting(f"the execution waits for event {action['wait']['event']!r}")
-    problems = payload_problems(action["wait"]["payloadSchema"], payload)
+    problems = payload_problems(action["wait"]["payloadSchema"], delivery.payload)
     if problems:
         raise _invalid(problems)
     cursor.execute(
@@ -150,53 +160,38 @@ def _resume_now(
         {
             "execution_id": execution.id,
             "action_id": action["id"],
-            "output": Jsonb(payload),
+            "output": Jsonb(delivery.payload),
             "new_token": new_token,
         },
     )
     if cursor.fetchone() is None:  # impossible under the row lock; refuse rather than half-write
         raise RuntimeError(f"the wait of execution {execution.id} changed under its lock")
-    _insert_event(
-        cursor,
-        execution_id=execution.id,
-        event_id=event_id,
-        event=event,
-        action_id=action["id"],
-        payload=payload,
-        fingerprint=fingerprint,
-        status=EventStatus.ACCEPTED,
-        actor=actor,
+    cursor.execute(
+        sql.EVENT_INSERT,
+        delivery.row(action_id=action["id"], status=EventStatus.ACCEPTED, actor=actor),
     )
-    audit_append(
-        cursor,
-        request_id=execution.request_id,
-        execution_id=execution.id,
-        type=AuditType.EXECUTION_RESUMED,
-        actor=actor,
-        payload={
-            "transitionId": execution.transition_id,
-            "actionId": action["id"],
-            "event": event,
-            "eventId": event_id,
-            "principal": sender,
-        },
-    )
+    resumed = {
+        "transitionId": execution.transition_id,
+        "actionId": action["id"],
+        "event": event,
+        "eventId": delivery.event_id,
+        "principal": sender,
+    }
+    ids = {"request_id": execution.request_id, "execution_id": execution.id}
+    audit_append(cursor, **ids, type=AuditType.EXECUTION_RESUMED, actor=actor, payload=resumed)
     cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(execution.id)})
 
 
 def _keep(
     cursor: Any,
+    delivery: _Delivery,
     *,
-    execution: Execution,
     waits: list[dict[str, Any]],
     checkpoints: dict[str, str],
-    event_id: str,
-    event: str,
-    payload: dict[str, Any],
-    fingerprint: str,
     sender: str,
 ) -> None:
-    cursor.execute(sql.EVENTS_KEPT, {"execution_id": execution.id})
+    event = delivery.event
+    cursor.execute(sql.EVENTS_KEPT, {"execution_id": delivery.execution.id})
     kept = [row[0] for row in cursor.fetchall()]
     ahead = [
         a
@@ -210,19 +205,12 @@ def _keep(
             f"the execution already keeps {MAX_KEPT_EVENTS} events for waits it has not reached"
         )
     action = ahead[0]
-    problems = payload_problems(action["wait"]["payloadSchema"], payload)
+    problems = payload_problems(action["wait"]["payloadSchema"], delivery.payload)
     if problems:
         raise _invalid(problems)
-    _insert_event(
-        cursor,
-        execution_id=execution.id,
-        event_id=event_id,
-        event=event,
-        action_id=action["id"],
-        payload=payload,
-        fingerprint=fingerprint,
-        status=EventStatus.KEPT,
-        actor=sender,
+    cursor.execute(
+        sql.EVENT_INSERT,
+        delivery.row(action_id=action["id"], status=EventStatus.KEPT, actor=sender),
     )
 
 
@@ -234,15 +222,4 @@ def _invalid(problems: list[dict[str, str]]) -> CodedError:
         f"the payload breaks the wait's payloadSchema ({count} problem"
         f"{'s' if count != 1 else ''}): {summary}",
         extra={"problems": problems},
-    )
-
-
-def _insert_event(cursor: Any, **values: Any) -> None:
-    cursor.execute(
-        sql.EVENT_INSERT,
-        {
-            **values,
-            "payload": Jsonb(values["payload"]),
-            "consumed": values["status"] == EventStatus.ACCEPTED,
-        },
     )

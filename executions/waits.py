@@ -148,24 +148,7 @@ def wait_reach(
             sql.WAIT_CHECKPOINT_INSERT,
             {**checkpoint, "status": CheckpointStatus.WAITING, "output": None, "finished": False},
         )
-        row = conn.execute(
-            sql.EXECUTION_SUSPEND, {**fence.params(), "timeout_seconds": wait["timeoutSeconds"]}
-        ).fetchone()
-        if row is None:
-            raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
-        deadline = row[0]
-        audit_append(
-            conn.cursor(),
-            **ids,
-            type=AuditType.EXECUTION_SUSPENDED,
-            actor=SYSTEM_ACTOR + ":worker",
-            payload={
-                **payload,
-                "actionId": action_id,
-                "event": wait["event"],
-                "deadline": deadline.isoformat(),
-            },
-        )
+        deadline = _suspend(conn, fence, action_id, wait["event"], wait["timeoutSeconds"], payload)
     return WaitReached(deadline=deadline)
 
 
@@ -185,25 +168,39 @@ def call_accept(
         params = {**fence.params(), "action_id": action_id, "attempt": attempt}
         if conn.execute(sql.CHECKPOINT_ACCEPT, params).fetchone() is None:
             raise ExecutionSuperseded(fence.execution_id, step=f"accept {action_id}")
-        row = conn.execute(
-            sql.EXECUTION_SUSPEND, {**fence.params(), "timeout_seconds": timeout_seconds}
-        ).fetchone()
-        if row is None:
-            raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
-        deadline = row[0]
-        audit_append(
-            conn.cursor(),
-            request_id=fence.request_id,
-            execution_id=fence.execution_id,
-            type=AuditType.EXECUTION_SUSPENDED,
-            actor=SYSTEM_ACTOR + ":worker",
-            payload={
-                **payload,
-                "actionId": action_id,
-                "event": CALLBACK_EVENT,
-                "deadline": deadline.isoformat(),
-            },
-        )
+        return _suspend(conn, fence, action_id, CALLBACK_EVENT, timeout_seconds, payload)
+
+
+def _suspend(
+    conn: psycopg.Connection,
+    fence: Fence,
+    action_id: str,
+    event: str,
+    timeout_seconds: float,
+    payload: dict,
+) -> datetime.datetime:
+    """Within the caller's transaction, its checkpoint written: SUSPENDED until `timeout_seconds`
+    from now (database clock), and EXECUTION_SUSPENDED; return that deadline. The one suspension
+    of a wait reached and of an asynchronous provider's ACCEPTED."""
+    row = conn.execute(
+        sql.EXECUTION_SUSPEND, {**fence.params(), "timeout_seconds": timeout_seconds}
+    ).fetchone()
+    if row is None:
+        raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
+    deadline = row[0]
+    audit_append(
+        conn.cursor(),
+        request_id=fence.request_id,
+        execution_id=fence.execution_id,
+        type=AuditType.EXECUTION_SUSPENDED,
+        actor=SYSTEM_ACTOR + ":worker",
+        payload={
+            **payload,
+            "actionId": action_id,
+            "event": event,
+            "deadline": deadline.isoformat(),
+        },
+    )
     return deadline
 
 
@@ -243,20 +240,14 @@ def wait_time_out_continue(
     output = action["wait"]["onTimeout"]["payload"]
     with conn.transaction():
         _lock_holder(conn, fence, f"time out {action['id']}")
-        row = conn.execute(
-            sql.WAIT_CHECKPOINT_TIME_OUT,
-            {
-                "execution_id": fence.execution_id,
-                "action_id": action["id"],
-                "status": CheckpointStatus.SUCCEEDED,
-                "output": Jsonb(output),
-                "error_code": errors.EVENT_TIMEOUT,
-                "error_detail": "the deadline passed; the wait's onTimeout payload was used",
-                "token": fence.token,
-            },
-        ).fetchone()
-        if row is None:
-            raise ExecutionSuperseded(fence.execution_id, step=f"time out {action['id']}")
+        _time_out(
+            conn,
+            fence,
+            action["id"],
+            CheckpointStatus.SUCCEEDED,
+            output,
+            "the deadline passed; the wait's onTimeout payload was used",
+        )
         audit_append(
             conn.cursor(),
             request_id=fence.request_id,
@@ -276,15 +267,35 @@ def wait_time_out_continue(
 def wait_checkpoint_expire(*, conn: psycopg.Connection, fence: Fence, action_id: str) -> None:
     """Within the caller's transaction: the WAITING checkpoint becomes FAILED, EVENT_TIMEOUT."""
     _lock_holder(conn, fence, f"time out {action_id}")
+    _time_out(
+        conn,
+        fence,
+        action_id,
+        CheckpointStatus.FAILED,
+        None,
+        "the deadline passed without the event",
+    )
+
+
+def _time_out(
+    conn: psycopg.Connection,
+    fence: Fence,
+    action_id: str,
+    status: str,
+    output: dict[str, Any] | None,
+    detail: str,
+) -> None:
+    """Settle a WAITING checkpoint whose deadline passed (EVENT_TIMEOUT), `status` with
+    `output`, under the holder's lock."""
     row = conn.execute(
         sql.WAIT_CHECKPOINT_TIME_OUT,
         {
             "execution_id": fence.execution_id,
             "action_id": action_id,
-            "status": CheckpointStatus.FAILED,
-            "output": None,
+            "status": status,
+            "output": Jsonb(output) if output is not None else None,
             "error_code": errors.EVENT_TIMEOUT,
-            "error_detail": "the deadline passed without the event",
+            "error_detail": detail,
             "token": fence.token,
         },
     ).fetchone()

@@ -12,7 +12,7 @@ Invariants:
   `is_superseded_refusal(err, execution_id)` is true only for an `ExecutionSuperseded` naming
   this very execution; the dispatcher settles it and never retries it;
 - `cancel` is best effort: the durable cancellation is a fenced write in the database
-  (reconciliation/cancel.py) that never depends on reaching a worker. In the local runtime it sets
+  (executions/cancel.py) that never depends on reaching a worker. In the local runtime it sets
   the per-execution `threading.Event` the adapters watch (`ActionContext.cancelled`), and only
   for the exact holder (execution id and token) it names;
 - `LocalWorkerRuntime` keeps WRITE_CONNECTIONS persistent database connections that all its slots
@@ -213,7 +213,6 @@ class LocalWorkerRuntime:
         return self
 
     def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
-        self._deps.writes.close()
         self._pool.close(timeout=timeout)
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]:

@@ -17,7 +17,6 @@ import signal
 import pytest
 
 from executions import faultpoints
-from executions.worker.runner import READ_START_DELAY_SECONDS
 from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (
     WorkerProcess,
@@ -53,10 +52,9 @@ UNCERTAIN = ("RECONCILIATION_REQUIRED", "UNCERTAIN_WRITE", 1)
 EXPECTED = {
     faultpoints.CLAIM_COMMITTED: {e: (*SUCCEEDED_ONCE, 1, 2) for e in EFFECTS},
     faultpoints.CHECKPOINT_STARTED: {
-        # A read's start is written only once its call outlasts READ_START_DELAY_SECONDS
-        # (executions/worker/runner.py): this read is slow, so it had reached the provider when
-        # the process died there; it runs again.
-        "READ_ONLY": ("SUCCEEDED", None, 2, 2, 2),
+        # Every start, a read's included, commits before its call: the process died before the
+        # provider was reached, and the next holder calls it once, as attempt 2.
+        "READ_ONLY": (*SUCCEEDED_ONCE, 2, 2),
         "IDEMPOTENT_WRITE": (*SUCCEEDED_ONCE, 2, 2),
         "NON_IDEMPOTENT_WRITE": ("RECONCILIATION_REQUIRED", "UNCERTAIN_WRITE", 0, 1, 2),
     },
@@ -66,8 +64,8 @@ EXPECTED = {
         "NON_IDEMPOTENT_WRITE": (*UNCERTAIN, 1, 2),
     },
     faultpoints.CHECKPOINT_SUCCEEDING: {
-        # A quick read's start was never written: it runs again as the first attempt on record.
-        "READ_ONLY": (*RETRIED, 1, 2),
+        # A read found RUNNING is retried within max_attempts, as an idempotent write is.
+        "READ_ONLY": (*RETRIED, 2, 2),
         "IDEMPOTENT_WRITE": (*RETRIED, 2, 2),
         "NON_IDEMPOTENT_WRITE": (*UNCERTAIN, 1, 2),
     },
@@ -134,10 +132,7 @@ def test_crash_point__recovery_by_another_process_follows_spec(
     if point == IN_CALL:
         for route in EFFECTS.values():
             provider.plan(route, slow(30))  # held until the worker is killed
-    elif point == faultpoints.CHECKPOINT_STARTED:
-        # The read outlasts READ_START_DELAY_SECONDS, so its start is written during the call.
-        provider.plan(EFFECTS["READ_ONLY"], slow(READ_START_DELAY_SECONDS + 1.0))
-    if point != IN_CALL:
+    else:
         doomed_env |= {faultpoints.POINT_ENV: point, faultpoints.ACTION_ENV: "target"}
 
     doomed = [WorkerProcess(doomed_env, tmp_path / f"doomed-{n}.log", **WORKER) for n in range(3)]
@@ -152,7 +147,7 @@ def test_crash_point__recovery_by_another_process_follows_spec(
         if point == IN_CALL:
             for route in EFFECTS.values():
                 provider.wait_for_calls(1, route, timeout=DEADLINE)
-            # Held past READ_START_DELAY_SECONDS, the read has its RUNNING checkpoint too.
+            # Every target's RUNNING checkpoint committed before its call.
             wait_until(
                 lambda: all(
                     "target" in checkpoint_rows(runtime_conn, a.execution_id)

@@ -132,6 +132,12 @@ def test_before_run(found, revision, expected):
         # RUNNING/UNKNOWN of a safe effect: again, same key, within max_attempts
         (checkpoint("RUNNING", effect=READ), READ, 3, (Verb.PROCEED, None, 1)),
         (
+            checkpoint("RUNNING", effect=READ, attempt=3),
+            READ,
+            3,
+            (Verb.FAIL, errors.RETRIES_EXHAUSTED, 0),
+        ),
+        (
             checkpoint("UNKNOWN", effect=IDEMPOTENT, attempt=2),
             IDEMPOTENT,
             3,
@@ -162,6 +168,7 @@ def test_before_run(found, revision, expected):
         "succeeded-reused",
         "succeeded-read-reused",
         "running-read-again",
+        "running-read-exhausted",
         "unknown-idempotent-again",
         "running-idempotent-exhausted",
         "running-write-reconciled",

@@ -177,13 +177,13 @@ def test_late_return__after_a_takeover_changes_nothing(conn, make_flow, runtime_
     request = request_row(conn, accepted.request_id)
     assert request["data"] == {"who": "B"}
     assert (request["state"], request["revision"], request["blocked_by_id"]) == ("DONE", 3, None)
-    # A's start, withheld while its read ran, was sent once the call outlasted the delay and
-    # found A's lease already expired: B's quick read was the first attempt on record.
+    # A's start committed before its call; B found it RUNNING and retried it, attempt 2, under
+    # its own token.
     checkpoint = checkpoint_rows(conn, accepted.execution_id)["a"]
     assert (checkpoint["output"], checkpoint["fencing_token"], checkpoint["attempt"]) == (
         {"who": "B"},
         2,
-        1,
+        2,
     )
     assert [c.external_key for c in slow.calls + fast.calls] == [f"{accepted.execution_id}:a"] * 2
     completed = [t for t, _ in audit_events(conn, accepted.request_id)]

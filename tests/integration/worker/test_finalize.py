@@ -121,8 +121,7 @@ def test_finalize__refuses_a_request_that_changed_during_the_run(
     assert (execution["status"], execution["error_code"]) == ("FAILED", errors.REQUEST_MODIFIED)
     request = request_row(conn, accepted.request_id)
     assert (request["data"], request["blocked_by_id"]) == ({}, None)
-    # The final commit that carried the action's output wrote nothing; the output was then
-    # saved on its own.
+    # The action's output was committed before the final commit, which then wrote nothing.
     assert checkpoint_rows(conn, accepted.execution_id)["a"]["status"] == "SUCCEEDED"
 
 
@@ -158,20 +157,9 @@ def test_finalize__a_checkpoint_no_longer_succeeded_is_a_contract_mismatch_for_a
     assert (request["state"], request["blocked_by_id"]) == ("DRAFT", accepted.execution_id)
 
 
-@pytest.mark.parametrize(
-    "effect, writes_made",
-    [
-        # A quick read's start is never sent; the first read is recorded SUCCEEDED in one
-        # statement, the last one in the final commit.
-        ("READ_ONLY", {"starts": 0, "saves": 0, "records": 1, "finals": 1}),
-        # A write's RUNNING checkpoint precedes its call and its SUCCEEDED one is committed on
-        # its own, the last one included, before the final commit is tried.
-        ("IDEMPOTENT_WRITE", {"starts": 2, "saves": 2, "records": 0, "finals": 1}),
-        ("NON_IDEMPOTENT_WRITE", {"starts": 2, "saves": 2, "records": 0, "finals": 1}),
-    ],
-)
-def test_finalize__carries_a_last_reads_output_and_never_a_writes(
-    conn, make_flow, runtime_dsn, effect, writes_made
+@pytest.mark.parametrize("effect", ["READ_ONLY", "IDEMPOTENT_WRITE", "NON_IDEMPOTENT_WRITE"])
+def test_finalize__every_action_is_started_and_saved_before_the_final_commit(
+    conn, make_flow, runtime_dsn, effect
 ):
     flow_id = make_flow(
         [action("a", "A"), action("b", "B")], updates=[{"path": "/v", "from": "/actions/b/v"}]
@@ -184,13 +172,10 @@ def test_finalize__carries_a_last_reads_output_and_never_a_writes(
     with runtime_for(runtime_dsn, reg) as runtime:
         writes = runtime._deps.writes
         assert run_next(conn, runtime).status == "completed"
-        made = {
-            "starts": writes.starts.items,
-            "saves": writes.successes.items,
-            "records": writes.records.items,
-            "finals": writes.finals.items,
-        }
-    assert made == writes_made
+        made = (writes.starts.items, writes.successes.items, writes.finals.items)
+    # Reads and writes alike: a RUNNING checkpoint before each call, its SUCCEEDED one committed
+    # on its own right after, the last one included, then the final commit.
+    assert made == (2, 2, 1)
 
     checkpoints = checkpoint_rows(conn, accepted.execution_id)
     assert {k: (c["status"], c["attempt"], c["output"]) for k, c in checkpoints.items()} == {
@@ -200,37 +185,32 @@ def test_finalize__carries_a_last_reads_output_and_never_a_writes(
     execution = execution_row(conn, accepted.execution_id)
     assert checkpoints["a"]["finished_at"] <= checkpoints["b"]["started_at"]
     assert checkpoints["b"]["started_at"] <= checkpoints["b"]["finished_at"]
-    # Finished in the final statement, or before it (clock_timestamp(): a little before the
-    # execution row's either way).
     assert checkpoints["b"]["finished_at"] <= execution["finished_at"]
     assert request_row(conn, accepted.request_id)["data"] == {"v": 2}
 
 
-def test_finalize__a_carried_read_whose_checkpoint_appeared_meanwhile_is_refused_whole(
+def test_finalize__a_read_whose_checkpoint_changed_during_its_call_is_never_completed(
     conn, make_flow, runtime_dsn
 ):
     accepted = None
 
-    def another_attempt_on_record(ctx):
-        # Something other than this holder writes the same attempt of this read during its
-        # quick call (its own start still withheld): the final commit must not overwrite it,
-        # nor complete the execution.
+    def another_writer_settles_it(ctx):
+        # Something other than this holder rewrites this read's RUNNING checkpoint while the
+        # call runs: its SUCCEEDED save must not overwrite it, nor the run complete.
         conn.execute(
-            "INSERT INTO action_execution (execution_id, action_id, sequence, capability,"
-            " capability_version, effect, status, input_hash, external_key, attempt,"
-            " fencing_token, started_at) SELECT %s, 'a', 0, 'A', 1, 'READ_ONLY', 'UNKNOWN',"
-            " '', %s, 1, 1, now()",
-            [accepted.execution_id, ctx.external_key],
+            "UPDATE action_execution SET status = 'UNKNOWN' "
+            "WHERE execution_id = %s AND action_id = 'a'",
+            [accepted.execution_id],
         )
         return ok({"v": 1})
 
     accepted = enqueue(conn, make_flow([action("a", "A")]))
-    reg = registry(binding("A", ScriptedAdapter(script=[another_attempt_on_record])))
+    reg = registry(binding("A", ScriptedAdapter(script=[another_writer_settles_it])))
     with runtime_for(runtime_dsn, reg) as rt:
         writes = rt._deps.writes
         assert run_next(conn, rt).status == "superseded"
-        # Refused in the final commit, then in the record tried on its own.
-        assert (writes.finals.items, writes.records.items) == (1, 1)
+        # The save was sent and matched nothing, so the final commit was never tried.
+        assert (writes.starts.items, writes.successes.items, writes.finals.items) == (1, 1, 0)
 
     checkpoint = checkpoint_rows(conn, accepted.execution_id)["a"]
     assert (checkpoint["status"], checkpoint["output"]) == ("UNKNOWN", None)

@@ -6,12 +6,15 @@ plan: the claim walks execution_claim_idx in order without sorting, and the chec
 each holder's execution by its id, one lookup per item, instead of scanning every live execution.
 After finished history was vacuumed while nothing was in flight, every fenced statement's generic
 plan still finds its execution through execution_pkey, never by walking execution_claim_idx. The
-fenced statements are found in sql.py by their fence, not listed here: a new one is checked as
-soon as it exists, and one that compares a holder's token without the fence fails.
+fenced statements are found in the executions/sql package's owner modules by their fence, not
+listed here: a new one is checked as soon as it exists, and one that compares a holder's token
+without the fence fails.
 """
 
 import datetime
+import importlib
 import json
+import pkgutil
 import re
 from collections.abc import Iterator
 
@@ -199,15 +202,19 @@ def _fence(found) -> dict:
 
 
 def _statements() -> dict[str, str]:
-    return {
-        name: text
-        for name, text in vars(sql).items()
-        if name.isupper() and isinstance(text, str) and name not in ("FENCE", "NOTIFY_CHANNEL")
-    }
+    """Every statement of the executions/sql package, read from its owner modules."""
+    found = {}
+    for owner in pkgutil.iter_modules(sql.__path__):
+        module = importlib.import_module(f"{sql.__name__}.{owner.name}")
+        for name, text in vars(module).items():
+            public = name.isupper() and not name.startswith("_")  # fragments are private
+            if public and isinstance(text, str) and name not in ("FENCE", "NOTIFY_CHANNEL"):
+                found[name] = text
+    return found
 
 
 def _fenced() -> dict[str, str]:
-    """Every statement of sql.py that carries the fence, in any of its forms."""
+    """Every statement of the package that carries the fence, in any of its forms."""
     forms = list(sql.FENCES.values())
     return {name: text for name, text in _statements().items() if any(f in text for f in forms)}
 
@@ -261,6 +268,11 @@ def _params(name: str, statement: str, held) -> dict:
 
 
 def test_fenced_statements__are_found_and_every_holder_token_is_fenced():
+    statements = _statements()
+    # Every statement of an owner module is in the package's index, which callers use.
+    assert {
+        name for name in statements if getattr(sql, name, None) is not statements[name]
+    } == set()
     fenced = _fenced()
     # The hot path and every ending of a run are among them.
     assert {

@@ -260,21 +260,39 @@ def test_recovery__the_takeover_is_in_the_audit_and_the_case_says_who_lost_the_l
     assert "was in flight" in why
 
 
-def test_recovery__a_quick_read_that_crashed_left_nothing_and_runs_again(
+def test_recovery__a_read_that_crashed_left_running_is_retried_within_max_attempts(
+    conn, make_flow, runtime_dsn
+):
+    accepted = enqueue(conn, make_flow([action("a", "R")]))
+    _crash(
+        conn, runtime_dsn, binding("R", ScriptedAdapter(script=[SimulatedCrash()]), max_attempts=2)
+    )
+    crashed = checkpoint_rows(conn, accepted.execution_id)["a"]
+    assert (crashed["status"], crashed["attempt"]) == ("RUNNING", 1)  # committed before the call
+
+    again = ScriptedAdapter(default=ok({"v": 1}))
+    assert _recover(conn, runtime_dsn, binding("R", again, max_attempts=2)).status == "completed"
+    assert [call.attempt for call in again.calls] == [2]  # the same key, the next attempt
+    assert again.calls[0].external_key == f"{accepted.execution_id}:a"
+    checkpoint = checkpoint_rows(conn, accepted.execution_id)["a"]
+    assert (checkpoint["status"], checkpoint["attempt"], checkpoint["fencing_token"]) == (
+        "SUCCEEDED",
+        2,
+        2,
+    )
+
+
+def test_recovery__a_read_that_crashed_with_its_attempts_used_is_not_called_again(
     conn, make_flow, runtime_dsn
 ):
     accepted = enqueue(conn, make_flow([action("a", "R")]))
     _crash(
         conn, runtime_dsn, binding("R", ScriptedAdapter(script=[SimulatedCrash()]), max_attempts=1)
     )
-    assert checkpoint_rows(conn, accepted.execution_id) == {}  # its start was still withheld
-
     again = ScriptedAdapter(default=ok({"v": 1}))
-    assert _recover(conn, runtime_dsn, binding("R", again, max_attempts=1)).status == "completed"
-    assert [call.attempt for call in again.calls] == [1]  # the first attempt on record
-    checkpoint = checkpoint_rows(conn, accepted.execution_id)["a"]
-    assert (checkpoint["status"], checkpoint["attempt"], checkpoint["fencing_token"]) == (
-        "SUCCEEDED",
-        1,
-        2,
-    )
+    assert _recover(conn, runtime_dsn, binding("R", again, max_attempts=1)).status == "failed"
+
+    assert again.calls == []
+    execution = execution_row(conn, accepted.execution_id)
+    assert (execution["status"], execution["error_code"]) == ("FAILED", errors.RETRIES_EXHAUSTED)
+    assert request_row(conn, accepted.request_id)["blocked_by_id"] is None  # a read: released

@@ -330,8 +330,9 @@ def test_runtime__a_lease_lost_mid_run_is_superseded_and_writes_nothing_more(
 
     assert _dispatch(runtime, found).status == "superseded"
 
-    # A quick read's start is withheld while it runs, and nothing after the call was written.
-    assert checkpoint_rows(conn, accepted.execution_id) == {}
+    # The read's start committed before its call; nothing after the call was written.
+    checkpoint = checkpoint_rows(conn, accepted.execution_id)["a"]
+    assert (checkpoint["status"], checkpoint["output"]) == ("RUNNING", None)
     assert execution_row(conn, accepted.execution_id)["fencing_token"] == found.fence.token + 1
 
 

@@ -109,7 +109,8 @@ def test_heartbeat__cancels_exactly_the_execution_whose_lease_was_lost(
     with running_scheduler(runtime_dsn, registry(binding("G", gate))):
         wait_until(lambda: len(gate.contexts) == 2, what="both executions in the adapter")
         contexts = {ctx.execution_id: ctx for ctx in gate.contexts}
-        # Both reads outlast READ_START_DELAY_SECONDS: their starts are written while they wait.
+        # Both reads' starts committed before their calls (seen from this connection once
+        # visible: the adapter was entered after each commit).
         wait_until(
             lambda: all(
                 checkpoint_rows(conn, e.execution_id).get("a", {}).get("status") == "RUNNING"

@@ -1,0 +1,128 @@
+"""Checkpoints: the RUNNING, SUCCEEDED and settled records of each attempt of an action
+(executions/checkpoints.py), each holder's item fenced on its own in grouped statements.
+"""
+
+from .fence import fenced
+
+# Commit the RUNNING checkpoints of one or many holders (%(items)s, grouped by
+# executions/worker/groupcommit.py) before their adapters are called: a first attempt inserts
+# attempt 1, a later one moves the same row to attempt + 1 only if it is still what the holder
+# loaded (same attempt, hash, key and effect, not SUCCEEDED). Returns (execution id, attempt)
+# per started item; a missing item was superseded or its checkpoint changed.
+# Locks: each holder's execution row, FOR NO KEY UPDATE, items in execution id order,
+# inside a LATERAL subquery that is never flattened (one lookup per item).
+# Index: execution_pkey per item; action_execution_action_uniq.
+CHECKPOINT_START = fenced(
+    """
+WITH durability AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
+),
+item AS (
+    SELECT i.*
+      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
+               sequence integer, capability text, capability_version integer, effect text,
+               input_hash text, external_key text, attempt integer),
+           durability
+),
+holder AS (
+    SELECT item.*
+      FROM (SELECT * FROM item ORDER BY item.execution_id) AS item
+     CROSS JOIN LATERAL (
+               SELECT e.id
+                 FROM execution AS e
+                WHERE {fence_of_item}
+                  FOR NO KEY UPDATE OF e
+           ) AS locked
+)
+INSERT INTO action_execution AS c
+       (execution_id, action_id, sequence, capability, capability_version, effect, status,
+        input_hash, external_key, attempt, fencing_token, started_at)
+SELECT h.execution_id, h.action_id, h.sequence, h.capability, h.capability_version, h.effect,
+       'RUNNING', h.input_hash, h.external_key, h.attempt, h.token, clock_timestamp()
+  FROM holder AS h
+    ON CONFLICT (execution_id, action_id) DO UPDATE
+   SET status = 'RUNNING',
+       attempt = EXCLUDED.attempt,
+       fencing_token = EXCLUDED.fencing_token,
+       started_at = EXCLUDED.started_at,
+       finished_at = NULL,
+       output = NULL,
+       error_code = NULL,
+       error_detail = NULL
+ WHERE c.status <> 'SUCCEEDED'
+   AND c.attempt = EXCLUDED.attempt - 1
+   AND c.input_hash = EXCLUDED.input_hash
+   AND c.external_key = EXCLUDED.external_key
+   AND c.effect = EXCLUDED.effect
+RETURNING c.execution_id, c.attempt
+"""
+)
+
+
+# Record the validated outputs of one or many holders (%(items)s, grouped like
+# CHECKPOINT_START): each holder's RUNNING checkpoint of its attempt becomes SUCCEEDED. Returns
+# the execution id of every item saved; a missing item was superseded.
+# Locks: as CHECKPOINT_START.
+# Index: execution_pkey per item; action_execution_action_uniq.
+CHECKPOINT_SUCCEED = fenced(
+    """
+WITH durability AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
+),
+item AS (
+    SELECT i.*
+      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
+               attempt integer, output jsonb),
+           durability
+),
+holder AS (
+    SELECT item.*
+      FROM (SELECT * FROM item ORDER BY item.execution_id) AS item
+     CROSS JOIN LATERAL (
+               SELECT e.id
+                 FROM execution AS e
+                WHERE {fence_of_item}
+                  FOR NO KEY UPDATE OF e
+           ) AS locked
+)
+UPDATE action_execution AS c
+   SET status = 'SUCCEEDED',
+       output = h.output,
+       error_code = NULL,
+       error_detail = NULL,
+       finished_at = clock_timestamp()
+  FROM holder AS h
+ WHERE c.execution_id = h.execution_id AND c.action_id = h.action_id
+   AND c.status = 'RUNNING' AND c.fencing_token = h.token AND c.attempt = h.attempt
+RETURNING c.execution_id
+"""
+)
+
+
+# Settle an attempt that did not succeed, FAILED or UNKNOWN (`output` keeps what a write
+# returned when it cannot be trusted); the first statement of the retry and failure
+# transactions, whose last write checks the fence again.
+# Locks: the execution row, FOR NO KEY UPDATE, until the transaction ends.
+# Index: execution_pkey; action_execution_action_uniq.
+CHECKPOINT_SETTLE = fenced(
+    """
+WITH holder AS (
+    SELECT e.id
+      FROM execution AS e
+     WHERE {fence}
+       FOR NO KEY UPDATE
+)
+UPDATE action_execution AS c
+   SET status = %(status)s,
+       output = %(output)s,
+       error_code = %(error_code)s,
+       error_detail = %(error_detail)s,
+       finished_at = clock_timestamp()
+  FROM holder
+ WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
+   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
+RETURNING c.id
+"""
+)

@@ -1,0 +1,152 @@
+"""Claims: how work is announced, claimed and loaded by its new holder (executions/claims.py,
+the scheduler's listening connection).
+
+Invariants: the claim is one statement committed before any evaluation or adapter call; a
+RUNNING execution's next_attempt_at equals its lease_expires_at (a CHECK), so the one partial
+index execution_claim_idx serves due work and expired leases alike.
+"""
+
+from .fence import fenced
+
+# Channel on which committed work is announced to idle workers; listeners treat any
+# notification as "claim now" and never trust its payload for correctness.
+NOTIFY_CHANNEL = "orquestador_executions"
+
+
+# Announce new due work, from inside the transaction that creates or requeues it (delivered
+# only if, and right after, it commits).
+# Locks: nothing.
+# Index: none.
+NOTIFY_WORK = "SELECT pg_notify('orquestador_executions', %(execution_id)s::text)"
+
+
+# Subscribe the worker's listening connection to NOTIFY_WORK.
+# Locks: nothing.
+# Index: none.
+LISTEN_WORK = "LISTEN orquestador_executions"
+
+
+# Claim up to %(limit)s due executions for %(owner)s (PENDING, due RETRY_WAIT, RUNNING with
+# an expired lease, SUSPENDED past its deadline), in claim order: attempts + 1, token + 1, owner
+# and lease from one reading of the database clock; returns what the new holder runs with.
+# Committed before any evaluation or adapter call. How it does it (takeover audit, poison cap,
+# dispatch principal, durability, the plan): docs/adr/0001, "How the statement does it".
+# Locks: each claimed execution row, FOR UPDATE SKIP LOCKED; KEY SHARE on a takeover's request
+# and execution rows (the audit's foreign keys).
+# Index: execution_claim_idx, walked in order; execution_pkey; request_pkey;
+# action_execution_action_uniq.
+CLAIM_EXECUTIONS = """
+WITH clock AS MATERIALIZED (
+    SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
+               AS lease_until,
+           set_config('synchronous_commit', 'off', true) AS durability
+      FROM (SELECT clock_timestamp() AS now_at) AS t
+),
+due AS (
+    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+           e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
+      FROM execution AS e
+     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
+       AND e.next_attempt_at <= (SELECT now_at FROM clock)
+     ORDER BY e.next_attempt_at, e.created_at, e.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+UPDATE execution AS e
+   SET status = 'RUNNING',
+       attempts = e.attempts + 1,
+       fencing_token = e.fencing_token + 1,
+       lease_owner = %(owner)s,
+       lease_expires_at = (SELECT lease_until FROM clock),
+       next_attempt_at = (SELECT lease_until FROM clock),
+       started_at = COALESCE(e.started_at, (SELECT now_at FROM clock)),
+       claimed_at = (SELECT now_at FROM clock),
+       dispatch_principal = CASE
+           WHEN e.status IN ('RUNNING', 'SUSPENDED') THEN NULL
+           ELSE e.dispatch_principal
+       END,
+       reclaims = CASE
+           WHEN e.status <> 'RUNNING' THEN 0
+           WHEN EXISTS (SELECT 1
+                          FROM action_execution AS c
+                         WHERE c.execution_id = e.id AND c.status = 'SUCCEEDED'
+                           AND c.finished_at >= COALESCE(e.claimed_at, '-infinity'))
+               THEN 0
+           WHEN %(outage)s
+             OR e.lease_expires_at <= pg_postmaster_start_time()
+                    + make_interval(secs => %(lease_seconds)s::double precision)
+               THEN e.reclaims
+           ELSE e.reclaims + 1
+       END
+ WHERE e.id = ANY (ARRAY(SELECT due.id FROM due))
+RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
+          e.dispatch_principal, e.accepted_revision,
+          CASE WHEN e.attempts > 1 THEN
+              (SELECT jsonb_agg(jsonb_build_object(
+                          'action_id', c.action_id, 'sequence', c.sequence,
+                          'capability', c.capability,
+                          'capability_version', c.capability_version, 'effect', c.effect,
+                          'status', c.status, 'input_hash', c.input_hash,
+                          'external_key', c.external_key, 'attempt', c.attempt,
+                          'output', c.output, 'error_code', c.error_code)
+                          ORDER BY c.sequence)
+                 FROM action_execution AS c
+                WHERE c.execution_id = e.id)
+          END AS checkpoints,
+          e.reclaims
+),
+takeover AS (
+INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
+SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
+       jsonb_build_object('previousOwner', due.was_owner, 'previousToken', due.was_token,
+                          'leaseExpiredAt', due.was_expires_at, 'newOwner', %(owner)s::text,
+                          'newToken', c.fencing_token, 'attempt', c.attempts)
+  FROM claimed AS c
+  JOIN due ON due.id = c.id
+ WHERE due.was_status = 'RUNNING'
+)
+SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
+       c.dispatch_principal, r.data, r.state, r.revision, r.version, r.owner, r.scope,
+       c.accepted_revision, c.checkpoints, c.reclaims, due.was_status = 'RUNNING' AS taken_over
+  FROM claimed AS c
+  JOIN due ON due.id = c.id
+ CROSS JOIN LATERAL (
+           SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope
+             FROM request AS r
+            WHERE r.id = c.request_id
+           OFFSET 0
+       ) AS r
+"""
+
+
+# What a holder runs with: the accepted request snapshot and every checkpoint so far.
+# Fenced, so a stale holder loads nothing.
+# Locks: nothing (the request is blocked by this execution).
+# Index: execution_pkey, request by primary key, checkpoints by
+# action_execution_action_uniq.
+LOAD_EXECUTION = fenced(
+    """
+SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revision,
+       COALESCE(
+           (SELECT jsonb_agg(jsonb_build_object(
+                       'action_id', c.action_id, 'sequence', c.sequence,
+                       'capability', c.capability, 'capability_version', c.capability_version,
+                       'effect', c.effect, 'status', c.status, 'input_hash', c.input_hash,
+                       'external_key', c.external_key, 'attempt', c.attempt,
+                       'output', c.output, 'error_code', c.error_code)
+                       ORDER BY c.sequence)
+              FROM action_execution AS c
+             WHERE c.execution_id = e.id),
+           '[]'::jsonb) AS checkpoints
+  FROM execution AS e
+  JOIN request AS r ON r.id = e.request_id
+ WHERE {fence}
+"""
+)
+
+
+# The pinned flow's definition (immutable once published; workers cache it by id).
+# Locks: nothing.
+# Index: flow primary key.
+FLOW_DEFINITION = "SELECT definition FROM flow WHERE id = %(flow_id)s"

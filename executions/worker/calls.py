@@ -1,0 +1,64 @@
+"""One adapter call of a run: what the adapter is given, and how its answer is read.
+
+No transaction is open here and nothing is written: the runner has committed the attempt's
+RUNNING checkpoint before it calls, and commits what the recovery table decides after.
+"""
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome
+from actions.registry import IntegrationUnavailable
+from orquestador import errors
+from orquestador.schemas import contract_problem
+
+from ..claims import Snapshot
+from ..models import CheckpointStatus
+
+logger = logging.getLogger("executions.worker")
+
+Resolver = Callable[[str, int], Binding]  # capability, version -> the trusted binding
+
+
+def adapter_call(binding: Binding, ctx: ActionContext, log_extra: dict[str, Any]) -> ActionResult:
+    """Call the adapter; one that raises is an UNKNOWN outcome (logged with `log_extra`)."""
+    try:
+        return binding.adapter.call(ctx, binding)
+    except Exception:
+        # Whatever the adapter did before raising is unknown, so is its effect.
+        logger.exception("adapter raised", extra=log_extra)
+        return ActionResult(
+            outcome=Outcome.UNKNOWN,
+            error_code=errors.UNCERTAIN_WRITE,
+            error_detail=f"adapter {binding.adapter.name} raised unexpectedly",
+        )
+
+
+def output_problem(contract: Contract, result: ActionResult) -> str | None:
+    """Why a SUCCEEDED result's output breaks the contract's output schema; None when it keeps
+    it, or when the call did not succeed."""
+    if result.outcome != Outcome.SUCCEEDED:
+        return None
+    output = result.output if result.output is not None else {}
+    if not isinstance(output, dict):
+        return "is not a JSON object"
+    return contract_problem(contract.output_schema, output)
+
+
+def calls_seconds(transition: dict[str, Any], snapshot: Snapshot, resolve: Resolver) -> float:
+    """The contract timeouts of the calls a run has yet to make: a SUCCEEDED checkpoint is
+    reused, a wait holds no lease while SUSPENDED, an unavailable binding fails before any call."""
+    total = 0.0
+    for action in transition.get("actions", []):
+        checkpoint = snapshot.checkpoints.get(action["id"])
+        if checkpoint is not None and checkpoint.status == CheckpointStatus.SUCCEEDED:
+            continue
+        if "capability" not in action:
+            continue
+        try:
+            binding = resolve(action["capability"], action["version"])
+        except IntegrationUnavailable:
+            continue
+        total += binding.contract.timeout_seconds
+    return total
