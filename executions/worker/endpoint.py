@@ -30,7 +30,8 @@ Invariants:
 import json
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -43,7 +44,8 @@ from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
 
 from ..models import Request
 from .config import worker_tunables
-from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
+from .holdings import Holding
+from .runtime import LocalWorkerRuntime, dispatch_once
 from .wire import (
     Ending,
     ExecutionPackage,
@@ -60,6 +62,8 @@ logger = logging.getLogger("executions.worker")
 
 MAX_PACKAGE_BYTES = 64 * 1024  # bytes of a posted package or cancel, at most
 WWW_AUTHENTICATE = 'Bearer realm="worker"'
+
+Posted = TypeVar("Posted")  # what a view reads from its body: a package, or a cancel
 
 
 # ------------------------------------------------------------------------------
@@ -149,31 +153,32 @@ def _run_within_limit(
 ) -> ExecutionResult:
     """Run the package in a thread of its own and wait for it at most `seconds`; past that, tell
     it to stop and raise _PastLimit (the run ends on its own: its writes stay fenced)."""
-    request = WorkerRequest(fence=package.fence)
+    dispatch = package.dispatch
+    holding = Holding(dispatch)  # this endpoint's hold on it: the stop signal a cancel sets
     ended: dict[str, Any] = {}
     done = threading.Event()
 
     def run() -> None:
         try:
-            ended["result"] = dispatch_once(runtime, package, request)
+            ended["result"] = dispatch_once(runtime, package, holding)
         except Exception:  # logged here, where it happened, whether or not anyone still waits
             logger.exception(
                 "worker endpoint: execution run failed; left for recovery by lease",
-                extra=package.fence.log_extra(attempt=package.attempts),
+                extra=dispatch.log_extra,
             )
             ended["failed"] = True
         finally:
             done.set()
 
     threading.Thread(
-        target=run, name=f"worker-endpoint-{str(package.execution_id)[:8]}", daemon=True
+        target=run, name=f"worker-endpoint-{str(dispatch.execution_id)[:8]}", daemon=True
     ).start()
     if not done.wait(seconds):
-        request.cancelled.set()
+        holding.cancelled.set()
         logger.warning(
             "worker endpoint: run passed WORKER_ENDPOINT_RUN_SECONDS; told to stop, left for "
             "recovery by lease",
-            extra=package.fence.log_extra(attempt=package.attempts, limit_seconds=seconds),
+            extra={**dispatch.log_extra, "limit_seconds": seconds},
         )
         raise _PastLimit(seconds)
     if "result" not in ended:
@@ -196,26 +201,33 @@ def _error(status: int, code: str, detail: str) -> JsonResponse:
     return response
 
 
-def _unauthenticated() -> JsonResponse:
-    return _error(
-        401, errors.UNAUTHENTICATED, "this endpoint needs 'Authorization: Bearer <token>'"
-    )
+def _posted(
+    request: HttpRequest, read: Callable[[dict[str, Any]], Posted]
+) -> Posted | JsonResponse:
+    """What an authenticated caller posted, read by `read`; else the answer that refuses it (401
+    before the body is read, 400 for a malformed body)."""
+    if not _authenticated(request):
+        return _error(
+            401, errors.UNAUTHENTICATED, "this endpoint needs 'Authorization: Bearer <token>'"
+        )
+    try:
+        return read(_json_object(request))
+    except PackageInvalid as exc:
+        return _error(400, errors.INVALID_BODY, str(exc))
 
 
 @csrf_exempt
 @require_POST
 def execute(request: HttpRequest) -> JsonResponse:
-    if not _authenticated(request):
-        return _unauthenticated()
-    try:
-        package = package_read(_json_object(request))
-    except PackageInvalid as exc:
-        return _error(400, errors.INVALID_BODY, str(exc))
-    tenant = principal_tenant(package.principal)
+    package = _posted(request, package_read)
+    if isinstance(package, JsonResponse):
+        return package
+    dispatch = package.dispatch
+    tenant = principal_tenant(dispatch.principal)
     # Honoured only from a caller that presented the token above, and only within its tenant.
     if (
         tenant is not None
-        and Request.objects.filter(id=package.fence.request_id).exclude(scope=tenant).exists()
+        and Request.objects.filter(id=dispatch.fence.request_id).exclude(scope=tenant).exists()
     ):
         return _error(
             400,
@@ -237,7 +249,7 @@ def execute(request: HttpRequest) -> JsonResponse:
     except Exception:
         logger.exception(
             "worker endpoint: execution run could not start; left for recovery by lease",
-            extra=package.fence.log_extra(attempt=package.attempts),
+            extra=dispatch.log_extra,
         )
         return _error(500, errors.INTERNAL_ERROR, "internal error; it has been logged")
     if result.status in (Ending.SUPERSEDED, Ending.INTERRUPTED):
@@ -248,11 +260,9 @@ def execute(request: HttpRequest) -> JsonResponse:
 @csrf_exempt
 @require_POST
 def cancel(request: HttpRequest) -> JsonResponse:
-    if not _authenticated(request):
-        return _unauthenticated()
-    try:
-        execution_id, token, reason = cancel_read(_json_object(request))
-    except PackageInvalid as exc:
-        return _error(400, errors.INVALID_BODY, str(exc))
+    posted = _posted(request, cancel_read)
+    if isinstance(posted, JsonResponse):
+        return posted
+    execution_id, token, reason = posted
     cancelled = endpoint_runtime().cancel(str(execution_id), reason, token=token)
     return JsonResponse({"cancelled": cancelled})

@@ -57,7 +57,7 @@ from actions.registry import IntegrationUnavailable
 from orquestador import errors
 
 from ..checkpoints import CallRecord, StartItem, SucceedItem, external_key
-from ..claims import FlowCache, Snapshot, execution_load
+from ..claims import Dispatch, FlowCache, Snapshot, execution_load
 from ..finalize import (
     FinalizeItem,
     finalize_refusal,
@@ -88,6 +88,7 @@ from . import recovery
 from .config import WorkerConfig
 from .endings import RunScope, run_end
 from .groupcommit import Database, GroupWrites, Pending, borrowed
+from .holdings import Holding
 from .recovery import Decision, Verb
 from .wire import RunOutcome
 from .writeretry import fenced_write
@@ -138,32 +139,60 @@ class _Suspended(Exception):
 
 
 class _Run:
+    """One run of one dispatch. Its coordinates are read from the dispatch (`fence`, `attempts`,
+    `principal`, `log_extra`, `audit`) and its stop signal from the slot's holding, never copied."""
+
     def __init__(
-        self,
-        *,
-        db: Database,
-        fence: Fence,
-        attempts: int,
-        deps: RunnerDeps,
-        cancelled: threading.Event,
-        transition_id: str,
-        report_deadline: Callable[[float], None] | None = None,
-        principal: str = "system",
+        self, dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
     ) -> None:
-        self.db, self.fence, self.deps, self.cancelled = db, fence, deps, cancelled
-        self.report_deadline = report_deadline
-        self.attempts = attempts
-        self.transition_id = transition_id
-        self.principal = principal  # `sub@tenant` of whoever caused this dispatch
-        self.log_extra = fence.log_extra(attempt=attempts)
-        self.scope = RunScope(
-            db, fence, transition_id, deps.config, deps.rng, self.log_extra, principal
-        )
-        # What every audit event this run writes starts with: the transition, and the principal
-        # whose dispatch it is (SPEC §8; `system` for a timeout or recovery).
-        self.audit = {"transitionId": transition_id, "principal": principal}
+        self.holding = holding
+        self.deps = deps
+        self.scope = RunScope(dispatch, db, deps.config, deps.rng)
         # The output of the action that just succeeded, until its checkpoint is committed.
         self.carried: CallRecord | None = None
+
+    @property
+    def dispatch(self) -> Dispatch:
+        return self.scope.dispatch
+
+    @property
+    def db(self) -> Database:
+        return self.scope.db
+
+    @property
+    def fence(self) -> Fence:
+        return self.scope.dispatch.fence
+
+    @property
+    def attempts(self) -> int:
+        return self.scope.dispatch.attempts
+
+    @property
+    def transition_id(self) -> str:
+        return self.scope.dispatch.transition_id
+
+    @property
+    def principal(self) -> str:
+        """`sub@tenant` of whoever caused this dispatch (`system` for a timeout or recovery)."""
+        return self.scope.dispatch.principal_name
+
+    @property
+    def log_extra(self) -> dict[str, Any]:
+        return self.scope.dispatch.log_extra
+
+    @property
+    def audit(self) -> dict[str, Any]:
+        """What every audit event this run writes starts with: the transition, and the
+        principal whose dispatch it is."""
+        return self.scope.dispatch.audit
+
+    @property
+    def cancelled(self) -> threading.Event:
+        return self.holding.cancelled
+
+    @property
+    def report_deadline(self) -> Callable[[float], None] | None:
+        return self.holding.set_deadline
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -589,38 +618,21 @@ class _Run:
 
 
 def execution_run(
-    *,
-    db: Database,
-    fence: Fence,
-    flow_id: int,
-    transition_id: str,
-    attempts: int,
-    deps: RunnerDeps,
-    cancelled: threading.Event,
-    snapshot: Snapshot | None = None,
-    report_deadline: Callable[[float], None] | None = None,
-    principal: str = "system",
+    dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
 ) -> RunOutcome:
-    """Run one claimed execution to its next resting state, as the holder `fence`.
+    """Run one claimed execution to its next resting state, as the holder of `dispatch`.
 
-    `db` is a connection, or where to borrow one for each step (the runtime's few shared ones):
-    a run holds no connection between its writes, so none while an adapter runs. `snapshot` is
-    what the claim read under this token, if the caller has it; otherwise it is loaded here with
-    a fenced read. Raises ExecutionSuperseded when another holder owns it,
-    ExecutionInterrupted when told to stop; both leave everything this holder committed in place.
-    `report_deadline`, when given, is told once, before the first action, how many seconds the
-    run may take (`_Run.deadline_seconds`): the dispatcher stops renewing a run past it.
+    `holding` is the slot's hold on it: its stop signal, and where the run reports, once, before
+    the first action, how many seconds it may take (`_Run.deadline_seconds`; the dispatcher stops
+    renewing a run past it). `db` is a connection, or where to borrow one for each step (the
+    runtime's few shared ones): a run holds no connection between its writes, so none while an
+    adapter runs. The dispatch's snapshot is what the claim read under this token; without one
+    it is loaded here with a fenced read. Raises ExecutionSuperseded when another holder owns
+    it, ExecutionInterrupted when told to stop; both leave everything this holder committed in
+    place.
     """
-    return _Run(
-        db=db,
-        fence=fence,
-        attempts=attempts,
-        deps=deps,
-        cancelled=cancelled,
-        transition_id=transition_id,
-        report_deadline=report_deadline,
-        principal=principal,
-    ).run(flow_id=flow_id, snapshot=snapshot)
+    run = _Run(dispatch, holding=holding, db=db, deps=deps)
+    return run.run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot)
 
 
 __all__ = ["RunnerDeps", "execution_run"]
