@@ -27,9 +27,11 @@ Invariants:
   transaction, exactly as in `runworker`.
 """
 
+import functools
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -202,26 +204,35 @@ def _error(status: int, code: str, detail: str) -> JsonResponse:
 
 
 def _posted(
-    request: HttpRequest, read: Callable[[dict[str, Any]], Posted]
-) -> Posted | JsonResponse:
-    """What an authenticated caller posted, read by `read`; else the answer that refuses it (401
-    before the body is read, 400 for a malformed body)."""
-    if not _authenticated(request):
-        return _error(
-            401, errors.UNAUTHENTICATED, "this endpoint needs 'Authorization: Bearer <token>'"
-        )
-    try:
-        return read(_json_object(request))
-    except PackageInvalid as exc:
-        return _error(400, errors.INVALID_BODY, str(exc))
+    read: Callable[[dict[str, Any]], Posted],
+) -> Callable[[Callable[[Posted], JsonResponse]], Callable[[HttpRequest], JsonResponse]]:
+    """A view of what an authenticated caller posted, read by `read`; a call without the token
+    is refused (401) before its body is read, a malformed body answered 400."""
+
+    def view_of(view: Callable[[Posted], JsonResponse]) -> Callable[[HttpRequest], JsonResponse]:
+        @csrf_exempt
+        @require_POST
+        @functools.wraps(view)
+        def answer(request: HttpRequest) -> JsonResponse:
+            if not _authenticated(request):
+                return _error(
+                    401,
+                    errors.UNAUTHENTICATED,
+                    "this endpoint needs 'Authorization: Bearer <token>'",
+                )
+            try:
+                posted = read(_json_object(request))
+            except PackageInvalid as exc:
+                return _error(400, errors.INVALID_BODY, str(exc))
+            return view(posted)
+
+        return answer
+
+    return view_of
 
 
-@csrf_exempt
-@require_POST
-def execute(request: HttpRequest) -> JsonResponse:
-    package = _posted(request, package_read)
-    if isinstance(package, JsonResponse):
-        return package
+@_posted(package_read)
+def execute(package: ExecutionPackage) -> JsonResponse:
     dispatch = package.dispatch
     tenant = principal_tenant(dispatch.principal)
     # Honoured only from a caller that presented the token above, and only within its tenant.
@@ -257,12 +268,8 @@ def execute(request: HttpRequest) -> JsonResponse:
     return JsonResponse(result_wire(result))
 
 
-@csrf_exempt
-@require_POST
-def cancel(request: HttpRequest) -> JsonResponse:
-    posted = _posted(request, cancel_read)
-    if isinstance(posted, JsonResponse):
-        return posted
+@_posted(cancel_read)
+def cancel(posted: tuple[uuid.UUID, int | None, str | None]) -> JsonResponse:
     execution_id, token, reason = posted
     cancelled = endpoint_runtime().cancel(str(execution_id), reason, token=token)
     return JsonResponse({"cancelled": cancelled})

@@ -44,11 +44,10 @@ statements (executions/worker/groupcommit.py), each run fenced on its own.
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Generic, NoReturn, TypeVar
 
 import psycopg
 
@@ -72,7 +71,7 @@ from ..flows.evaluator import (
 from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import DataError, find_transition, validate_data
 from ..flows.schemas import contract_problem
-from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from ..models import CheckpointStatus, Effect, ExecutionStatus
 from ..waits import (
     CALLBACK_EVENT,
@@ -105,6 +104,7 @@ DEADLINE_MARGIN_LEASES = 2
 READ_START_DELAY_SECONDS = 0.5
 
 Resolver = Callable[[str, int], Binding]
+Value = TypeVar("Value")  # what one of a run's read-through attributes holds
 
 
 @dataclass
@@ -138,6 +138,16 @@ class _Suspended(Exception):
         self.outcome = outcome
 
 
+class _Of(Generic[Value]):
+    """An attribute of a run that is its dispatch's or its holding's, read when asked."""
+
+    def __init__(self, read: Callable[["_Run"], Value]) -> None:
+        self._read = read
+
+    def __get__(self, run: "_Run", owner: type | None = None) -> Value:
+        return self._read(run)
+
+
 class _Run:
     """One run of one dispatch. Its coordinates are read from the dispatch (`fence`, `attempts`,
     `principal`, `log_extra`, `audit`) and its stop signal from the slot's holding, never copied."""
@@ -151,48 +161,17 @@ class _Run:
         # The output of the action that just succeeded, until its checkpoint is committed.
         self.carried: CallRecord | None = None
 
-    @property
-    def dispatch(self) -> Dispatch:
-        return self.scope.dispatch
-
-    @property
-    def db(self) -> Database:
-        return self.scope.db
-
-    @property
-    def fence(self) -> Fence:
-        return self.scope.dispatch.fence
-
-    @property
-    def attempts(self) -> int:
-        return self.scope.dispatch.attempts
-
-    @property
-    def transition_id(self) -> str:
-        return self.scope.dispatch.transition_id
-
-    @property
-    def principal(self) -> str:
-        """`sub@tenant` of whoever caused this dispatch (`system` for a timeout or recovery)."""
-        return self.scope.dispatch.principal_name
-
-    @property
-    def log_extra(self) -> dict[str, Any]:
-        return self.scope.dispatch.log_extra
-
-    @property
-    def audit(self) -> dict[str, Any]:
-        """What every audit event this run writes starts with: the transition, and the
-        principal whose dispatch it is."""
-        return self.scope.dispatch.audit
-
-    @property
-    def cancelled(self) -> threading.Event:
-        return self.holding.cancelled
-
-    @property
-    def report_deadline(self) -> Callable[[float], None] | None:
-        return self.holding.set_deadline
+    # Read from the dispatch and the slot's holding when asked, never copied into the run.
+    dispatch = _Of(lambda run: run.scope.dispatch)
+    db = _Of(lambda run: run.scope.db)
+    fence = _Of(lambda run: run.scope.dispatch.fence)
+    attempts = _Of(lambda run: run.scope.dispatch.attempts)
+    transition_id = _Of(lambda run: run.scope.dispatch.transition_id)
+    principal = _Of(lambda run: run.scope.dispatch.principal_name)  # `sub@tenant`, or `system`
+    log_extra = _Of(lambda run: run.scope.dispatch.log_extra)
+    audit = _Of(lambda run: run.scope.dispatch.audit)  # what each audit event starts with
+    cancelled = _Of(lambda run: run.holding.cancelled)
+    report_deadline = _Of(lambda run: run.holding.set_deadline)
 
     # -- the run ---------------------------------------------------------------------------
 
