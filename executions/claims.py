@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any
 
 import psycopg
-from psycopg.rows import kwargs_row
+from psycopg.rows import kwargs_row, scalar_row
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
@@ -207,8 +207,9 @@ class FlowCache:
         found = self.cached(flow_id)
         if found is not None:
             return found
-        row = conn.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
-        if row is None:  # impossible: executions reference their flow (PROTECT)
+        with conn.cursor(row_factory=scalar_row) as cur:
+            definition = cur.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
+        if definition is None:  # impossible: executions reference their flow (PROTECT)
             raise LookupError(f"flow {flow_id} not found")
         with self._lock:
-            return self._definitions.setdefault(flow_id, row[0])
+            return self._definitions.setdefault(flow_id, definition)
