@@ -322,7 +322,7 @@ def result_read(raw: Any, *, dispatch: Dispatch) -> ExecutionResult:
     if not isinstance(state, dict):
         raise ResultInvalid("the result has no state object")
     try:
-        status = ExecutionStatus(state.get("executionStatus"))
+        status = ExecutionStatus(state.get("executionStatus", ""))
         ending = _ENDING_OF[status]
     except (ValueError, KeyError):
         raise ResultInvalid("the result's state has no resting executionStatus") from None
