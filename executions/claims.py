@@ -13,14 +13,21 @@ Invariants and transaction boundaries:
   another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
   `ExecutionSuperseded`, never data;
 - flows are immutable once published, so their definitions are read once per process and cached.
+
+Each claimed row is read by column name (a psycopg row factory) into one `Dispatch`, the object
+the worker carries from the claim to its last write and its result: a slot's `Holding` refers to
+it, the runtime's `ExecutionPackage` wraps it, and the run and its endings read it, never a copy.
 """
 
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import psycopg
+from psycopg.rows import kwargs_row, scalar_row
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
@@ -57,10 +64,14 @@ class Snapshot:
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
 
 
+SYSTEM_PRINCIPAL = "system"  # who a dispatch runs for without a principal (timeouts, recovery)
+
+
 @dataclass(frozen=True)
-class Claim:
-    """One execution this process has just claimed: its holder (`fence`, carried unchanged to
-    every later write), what to run, and the snapshot read under that token."""
+class Dispatch:
+    """One claimed execution, as the one object carried from the claim to its last write and
+    its result: the holder (`fence`, unchanged in every fenced write), what to run, and the
+    snapshot read under that token."""
 
     fence: Fence
     flow_id: int
@@ -69,6 +80,7 @@ class Claim:
     # Who caused this dispatch ({subject, scope, roles}); None: system (a takeover after an
     # expired lease, a wait or callback past its deadline, an operator's requeue).
     principal: dict[str, Any] | None
+    # None: not read yet (a package posted to the worker endpoint); the run loads it, fenced.
     snapshot: Snapshot | None = None
     # Consecutive takeovers after lease expiry without progress, this claim included: above
     # WORKER_MAX_RECLAIMS the holder settles the execution (`poisoned`) instead of running it.
@@ -84,6 +96,28 @@ class Claim:
     def execution_id(self) -> uuid.UUID:
         return self.fence.execution_id
 
+    # Computed once per dispatch: every log line and audit event of the run starts with them.
+    @cached_property
+    def log_extra(self) -> dict[str, Any]:
+        return self.fence.log_extra(attempt=self.attempts)
+
+    @cached_property
+    def principal_name(self) -> str:
+        """`sub@tenant` of the principal, as adapters forward it; `system` without one."""
+        principal = self.principal
+        if not principal:
+            return SYSTEM_PRINCIPAL
+        subject = principal.get("subject")
+        tenant = principal.get("tenant", principal.get("scope"))
+        if not isinstance(subject, str) or not isinstance(tenant, str):
+            return SYSTEM_PRINCIPAL
+        return f"{subject}@{tenant}"
+
+    @cached_property
+    def audit(self) -> dict[str, Any]:
+        """What every audit event of this dispatch's run starts with (never mutated)."""
+        return {"transitionId": self.transition_id, "principal": self.principal_name}
+
 
 def executions_claim(
     *,
@@ -92,7 +126,7 @@ def executions_claim(
     limit: int,
     lease_seconds: float,
     outage: bool = False,
-) -> list[Claim]:
+) -> list[Dispatch]:
     """Claim up to `limit` due executions for `owner` (one statement, committed on return).
 
     `outage`: this process saw the database unreachable within the last lease, so the leases it
@@ -100,49 +134,62 @@ def executions_claim(
     """
     if limit <= 0:
         return []
-    rows = conn.execute(
-        sql.CLAIM_EXECUTIONS,
-        {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
-    ).fetchall()
+    with conn.cursor(row_factory=kwargs_row(_dispatch_of(owner))) as cur:
+        rows = cur.execute(
+            sql.CLAIM_EXECUTIONS,
+            {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
+        ).fetchall()
     if rows:
         faultpoints.reach(faultpoints.CLAIM_COMMITTED)
-    return [_claim(row, owner) for row in rows]
+    return rows
 
 
-def _claim(row: tuple, lease_owner: str) -> Claim:
-    (execution_id, request_id, flow_id, transition_id, attempts, token, principal) = row[:7]
-    return Claim(
-        fence=Fence(execution_id, request_id, token, lease_owner),
-        flow_id=flow_id,
-        transition_id=transition_id,
-        attempts=attempts,
-        principal=principal or None,
-        snapshot=_snapshot(row[7:15]),
-        reclaims=row[15],
-        taken_over=row[16],
-    )
+def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
+    """The claim's row, by column name (sql.CLAIM_EXECUTIONS), as the dispatch of `owner`."""
+
+    def dispatch(
+        *,
+        id: uuid.UUID,  # the columns' names, as sql.CLAIM_EXECUTIONS returns them
+        request_id: uuid.UUID,
+        fencing_token: int,
+        flow_id: int,
+        transition_id: str,
+        attempts: int,
+        dispatch_principal: dict[str, Any] | None,
+        reclaims: int,
+        taken_over: bool,
+        **snapshot: Any,
+    ) -> Dispatch:
+        return Dispatch(
+            fence=Fence(id, request_id, fencing_token, owner),
+            flow_id=flow_id,
+            transition_id=transition_id,
+            attempts=attempts,
+            principal=dispatch_principal or None,
+            snapshot=_snapshot(**snapshot),
+            reclaims=reclaims,
+            taken_over=taken_over,
+        )
+
+    return dispatch
 
 
-def _snapshot(row: tuple) -> Snapshot:
-    data, state, revision, version, owner, scope, accepted_revision, checkpoints = row
+def _snapshot(*, checkpoints: list[dict[str, Any]] | None, **request: Any) -> Snapshot:
+    """The snapshot columns (data, state, revision, version, owner, scope, accepted_revision)
+    and the checkpoints, aggregated as JSON objects with CheckpointRecord's field names."""
     return Snapshot(
-        data=data,
-        state=state,
-        revision=revision,
-        version=version,
-        owner=owner,
-        scope=scope,
-        accepted_revision=accepted_revision,
+        **request,
         checkpoints={c["action_id"]: CheckpointRecord(**c) for c in checkpoints or ()},
     )
 
 
 def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:
     """Load the request snapshot and checkpoints, as this holder (fenced read)."""
-    row = conn.execute(sql.LOAD_EXECUTION, fence.params()).fetchone()
-    if row is None:
+    with conn.cursor(row_factory=kwargs_row(_snapshot)) as cur:
+        snapshot = cur.execute(sql.LOAD_EXECUTION, fence.params()).fetchone()
+    if snapshot is None:
         raise ExecutionSuperseded(fence.execution_id, step="load", token=fence.token)
-    return _snapshot(row)
+    return snapshot
 
 
 class FlowCache:
@@ -160,8 +207,9 @@ class FlowCache:
         found = self.cached(flow_id)
         if found is not None:
             return found
-        row = conn.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
-        if row is None:  # impossible: executions reference their flow (PROTECT)
+        with conn.cursor(row_factory=scalar_row) as cur:
+            definition = cur.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
+        if definition is None:  # impossible: executions reference their flow (PROTECT)
             raise LookupError(f"flow {flow_id} not found")
         with self._lock:
-            return self._definitions.setdefault(flow_id, row[0])
+            return self._definitions.setdefault(flow_id, definition)

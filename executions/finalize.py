@@ -128,23 +128,33 @@ def executions_finalize(
     return {row[0]: row[1] for row in rows}
 
 
+def _one(cursor: psycopg.Cursor) -> tuple[Any, ...]:
+    """The one row an aggregate (no GROUP BY) always answers."""
+    row = cursor.fetchone()
+    if row is None:  # impossible for an aggregate; said rather than indexed into None
+        raise LookupError("an aggregate statement answered no row")
+    return row
+
+
 def finalize_refusal(*, conn: psycopg.Connection, item: FinalizeItem) -> FinalizeRefused:
     """Why a finalisation matched nothing: what changed if the lease holds; else the holder was
     superseded (raised). Two reads, only after a refusal."""
     fence = item.fence
     if not lease_is_held(conn=conn, fence=fence):
         raise ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
-    unchanged, unsettled = conn.execute(
-        sql.FINALIZE_PROBE,
-        {
-            "execution_id": fence.execution_id,
-            "request_id": fence.request_id,
-            "from_state": item.from_state,
-            "accepted_revision": item.accepted_revision,
-            "request_version": item.request_version,
-            "action_ids": item.action_ids,
-        },
-    ).fetchone()
+    unchanged, unsettled = _one(
+        conn.execute(
+            sql.FINALIZE_PROBE,
+            {
+                "execution_id": fence.execution_id,
+                "request_id": fence.request_id,
+                "from_state": item.from_state,
+                "accepted_revision": item.accepted_revision,
+                "request_version": item.request_version,
+                "action_ids": item.action_ids,
+            },
+        )
+    )
     return FinalizeRefused(request_unchanged=bool(unchanged), unsettled=list(unsettled))
 
 
@@ -202,9 +212,9 @@ def execution_fail(
         conn.execute(sql.REQUEST_LOCK, {"request_id": fence.request_id})
         if settlement is not None:
             _settle(conn, fence, settlement)
-        uncertain, succeeded, last_write = conn.execute(
-            sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id}
-        ).fetchone()
+        uncertain, succeeded, last_write = _one(
+            conn.execute(sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id})
+        )
         params = {**fence.params(), "error_code": error_code, "error_detail": error_detail}
         if reconcile or uncertain or succeeded:
             if conn.execute(sql.EXECUTION_REQUIRE_RECONCILIATION, params).fetchone() is None:

@@ -216,6 +216,8 @@ def wait_deadline(
             "timeout_seconds": action["wait"]["timeoutSeconds"],
         },
     ).fetchone()
+    if row is None:  # its WAITING checkpoint is gone: another holder moved it on
+        raise ExecutionSuperseded(fence.execution_id, step=f"deadline {action['id']}")
     return row[0], row[1]
 
 

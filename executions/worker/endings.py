@@ -26,14 +26,14 @@ import psycopg
 from orquestador import errors
 from orquestador.workerconfig import WorkerConfig
 
-from ..claims import Claim
+from ..claims import Dispatch
 from ..finalize import (
     AttemptSettlement,
     execution_exhaust_reclaims,
     execution_fail,
     execution_schedule_retry,
 )
-from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from ..models import ExecutionStatus
 from .groupcommit import Database, borrowed
 from .recovery import Decision, Verb
@@ -48,21 +48,20 @@ WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker write
 
 @dataclass(frozen=True)
 class RunScope:
-    """Who writes a run's ending, and where: fixed for the whole run."""
+    """Where a run's ending is written: its dispatch (the holder, the transition, the principal
+    for the audit) and what only the ending needs beside it; fixed for the whole run."""
 
+    dispatch: Dispatch
     db: Database  # a connection, or where to borrow one for each write
-    fence: Fence
-    transition_id: str
-    config: WorkerConfig
+    config: WorkerConfig  # the lease (the write's retry budget) and the retry backoff
     rng: random.Random
-    log_extra: dict[str, Any]
-    principal: str = "system"  # `sub@tenant` of whoever caused this dispatch, for the audit
 
 
 def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
     """Write the ending `decision` chose for this holder's run; return where it left the run."""
+    dispatch = scope.dispatch
     if decision.verb == Verb.INTERRUPT:
-        raise ExecutionInterrupted(scope.fence.execution_id, step="end")
+        raise ExecutionInterrupted(dispatch.execution_id, step="end")
     if decision.verb == Verb.RETRY and decision.settlement is not None:
         return _retry(decision.settlement, decision.retry_after, scope)
     settlement = decision.settlement
@@ -72,13 +71,13 @@ def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
         with borrowed(scope.db) as conn:
             return execution_fail(
                 conn=conn,
-                fence=scope.fence,
+                fence=dispatch.fence,
                 error_code=code,
                 error_detail=decision.detail,
                 settlement=settlement,
                 reconcile=decision.verb == Verb.RECONCILE,
                 actor=WORKER_ACTOR,
-                payload={"transitionId": scope.transition_id, "principal": scope.principal},
+                payload=dispatch.audit,
             )
 
     status = _write("EXECUTION_FAIL", fail, scope)
@@ -86,7 +85,7 @@ def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
     logger.warning(
         "reconciliation required" if reconciled else "execution failed",
         extra={
-            **scope.log_extra,
+            **dispatch.log_extra,
             "status": status,
             "error_code": code,
             "action_id": settlement.action_id if settlement else None,
@@ -105,13 +104,12 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
         with borrowed(scope.db) as conn:
             return execution_schedule_retry(
                 conn=conn,
-                fence=scope.fence,
+                fence=scope.dispatch.fence,
                 settlement=settlement,
                 delay_seconds=delay,
                 actor=WORKER_ACTOR,
                 payload={
-                    "transitionId": scope.transition_id,
-                    "principal": scope.principal,
+                    **scope.dispatch.audit,
                     "actionId": settlement.action_id,
                     "attempt": settlement.attempt,
                     "errorCode": settlement.error_code,
@@ -124,7 +122,7 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
     logger.info(
         "retry scheduled",
         extra={
-            **scope.log_extra,
+            **scope.dispatch.log_extra,
             "action_id": settlement.action_id,
             "action_attempt": settlement.attempt,
             "error_code": settlement.error_code,
@@ -151,20 +149,20 @@ def _write(statement: str, write: Callable[[], Any], scope: RunScope) -> Any:
         statement,
         write,
         budget_seconds=scope.config.lease_seconds / 2,
-        log_extra=scope.log_extra,
+        log_extra=scope.dispatch.log_extra,
         rng=scope.rng,
     )
 
 
-def poison_settle(conn: psycopg.Connection, claim: Claim) -> str | None:
+def poison_settle(conn: psycopg.Connection, dispatch: Dispatch) -> str | None:
     """The poison cap: an execution taken over more than WORKER_MAX_RECLAIMS times in a row
     without progress is settled (RECLAIMS_EXHAUSTED) instead of run, on the claim's own
     connection and token. Returns the status written; None when nothing was (taken over
     meanwhile, or a database error: the next claim tries again). A lost connection is raised."""
-    extra = {**claim.fence.log_extra(attempt=claim.attempts), "reclaims": claim.reclaims}
+    extra = {**dispatch.log_extra, "reclaims": dispatch.reclaims}
     try:
         status = execution_exhaust_reclaims(
-            conn=conn, fence=claim.fence, reclaims=claim.reclaims, actor=WORKER_ACTOR
+            conn=conn, fence=dispatch.fence, reclaims=dispatch.reclaims, actor=WORKER_ACTOR
         )
     except ExecutionSuperseded:
         logger.info("poison execution taken over before it was settled", extra=extra)

@@ -27,10 +27,13 @@ Invariants:
   transaction, exactly as in `runworker`.
 """
 
+import functools
 import json
 import logging
 import threading
-from typing import Any
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -43,7 +46,8 @@ from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
 from orquestador.workerconfig import worker_tunables
 
 from ..models import Request
-from .runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
+from .holdings import Holding
+from .runtime import LocalWorkerRuntime, dispatch_once
 from .wire import (
     Ending,
     ExecutionPackage,
@@ -60,6 +64,8 @@ logger = logging.getLogger("executions.worker")
 
 MAX_PACKAGE_BYTES = 64 * 1024  # bytes of a posted package or cancel, at most
 WWW_AUTHENTICATE = 'Bearer realm="worker"'
+
+Posted = TypeVar("Posted")  # what a view reads from its body: a package, or a cancel
 
 
 # ------------------------------------------------------------------------------
@@ -149,31 +155,32 @@ def _run_within_limit(
 ) -> ExecutionResult:
     """Run the package in a thread of its own and wait for it at most `seconds`; past that, tell
     it to stop and raise _PastLimit (the run ends on its own: its writes stay fenced)."""
-    request = WorkerRequest(fence=package.fence)
+    dispatch = package.dispatch
+    holding = Holding(dispatch)  # this endpoint's hold on it: the stop signal a cancel sets
     ended: dict[str, Any] = {}
     done = threading.Event()
 
     def run() -> None:
         try:
-            ended["result"] = dispatch_once(runtime, package, request)
+            ended["result"] = dispatch_once(runtime, package, holding)
         except Exception:  # logged here, where it happened, whether or not anyone still waits
             logger.exception(
                 "worker endpoint: execution run failed; left for recovery by lease",
-                extra=package.fence.log_extra(attempt=package.attempts),
+                extra=dispatch.log_extra,
             )
             ended["failed"] = True
         finally:
             done.set()
 
     threading.Thread(
-        target=run, name=f"worker-endpoint-{str(package.execution_id)[:8]}", daemon=True
+        target=run, name=f"worker-endpoint-{str(dispatch.execution_id)[:8]}", daemon=True
     ).start()
     if not done.wait(seconds):
-        request.cancelled.set()
+        holding.cancelled.set()
         logger.warning(
             "worker endpoint: run passed WORKER_ENDPOINT_RUN_SECONDS; told to stop, left for "
             "recovery by lease",
-            extra=package.fence.log_extra(attempt=package.attempts, limit_seconds=seconds),
+            extra={**dispatch.log_extra, "limit_seconds": seconds},
         )
         raise _PastLimit(seconds)
     if "result" not in ended:
@@ -196,26 +203,42 @@ def _error(status: int, code: str, detail: str) -> JsonResponse:
     return response
 
 
-def _unauthenticated() -> JsonResponse:
-    return _error(
-        401, errors.UNAUTHENTICATED, "this endpoint needs 'Authorization: Bearer <token>'"
-    )
+def _posted(
+    read: Callable[[dict[str, Any]], Posted],
+) -> Callable[[Callable[[Posted], JsonResponse]], Callable[[HttpRequest], JsonResponse]]:
+    """A view of what an authenticated caller posted, read by `read`; a call without the token
+    is refused (401) before its body is read, a malformed body answered 400."""
+
+    def view_of(view: Callable[[Posted], JsonResponse]) -> Callable[[HttpRequest], JsonResponse]:
+        @csrf_exempt
+        @require_POST
+        @functools.wraps(view)
+        def answer(request: HttpRequest) -> JsonResponse:
+            if not _authenticated(request):
+                return _error(
+                    401,
+                    errors.UNAUTHENTICATED,
+                    "this endpoint needs 'Authorization: Bearer <token>'",
+                )
+            try:
+                posted = read(_json_object(request))
+            except PackageInvalid as exc:
+                return _error(400, errors.INVALID_BODY, str(exc))
+            return view(posted)
+
+        return answer
+
+    return view_of
 
 
-@csrf_exempt
-@require_POST
-def execute(request: HttpRequest) -> JsonResponse:
-    if not _authenticated(request):
-        return _unauthenticated()
-    try:
-        package = package_read(_json_object(request))
-    except PackageInvalid as exc:
-        return _error(400, errors.INVALID_BODY, str(exc))
-    tenant = principal_tenant(package.principal)
+@_posted(package_read)
+def execute(package: ExecutionPackage) -> JsonResponse:
+    dispatch = package.dispatch
+    tenant = principal_tenant(dispatch.principal)
     # Honoured only from a caller that presented the token above, and only within its tenant.
     if (
         tenant is not None
-        and Request.objects.filter(id=package.fence.request_id).exclude(scope=tenant).exists()
+        and Request.objects.filter(id=dispatch.fence.request_id).exclude(scope=tenant).exists()
     ):
         return _error(
             400,
@@ -237,7 +260,7 @@ def execute(request: HttpRequest) -> JsonResponse:
     except Exception:
         logger.exception(
             "worker endpoint: execution run could not start; left for recovery by lease",
-            extra=package.fence.log_extra(attempt=package.attempts),
+            extra=dispatch.log_extra,
         )
         return _error(500, errors.INTERNAL_ERROR, "internal error; it has been logged")
     if result.status in (Ending.SUPERSEDED, Ending.INTERRUPTED):
@@ -245,14 +268,8 @@ def execute(request: HttpRequest) -> JsonResponse:
     return JsonResponse(result_wire(result))
 
 
-@csrf_exempt
-@require_POST
-def cancel(request: HttpRequest) -> JsonResponse:
-    if not _authenticated(request):
-        return _unauthenticated()
-    try:
-        execution_id, token, reason = cancel_read(_json_object(request))
-    except PackageInvalid as exc:
-        return _error(400, errors.INVALID_BODY, str(exc))
+@_posted(cancel_read)
+def cancel(posted: tuple[uuid.UUID, int | None, str | None]) -> JsonResponse:
+    execution_id, token, reason = posted
     cancelled = endpoint_runtime().cancel(str(execution_id), reason, token=token)
     return JsonResponse({"cancelled": cancelled})

@@ -24,7 +24,7 @@ Invariants:
 
 import contextlib
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -69,7 +69,7 @@ class GroupCommit(Generic[Item, Result]):
 
     def __init__(
         self,
-        write_many: Callable[[psycopg.Connection, list[Item]], dict[Hashable, Result]],
+        write_many: Callable[[psycopg.Connection, list[Item]], Mapping[Any, Result]],
         key: Callable[[Item], Hashable],
     ) -> None:
         self._write_many = write_many

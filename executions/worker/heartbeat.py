@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import psycopg
@@ -33,7 +34,7 @@ from orquestador.workerconfig import WorkerConfig
 from .. import sql
 from ..leases import leases_renew
 from .database import DatabaseState
-from .holdings import Holding, Holdings
+from .holdings import Holding, Slots
 from .metrics import WorkerMetrics
 from .runtime import WorkerRuntime
 
@@ -47,30 +48,20 @@ except importlib.metadata.PackageNotFoundError:  # running from a checkout that 
     VERSION = "unknown"
 
 
+@dataclass(kw_only=True, eq=False)
 class Heartbeat:
-    """Renews the leases in `holdings`, keeps the registry row fresh, and gives stuck slots back
-    (`replace_slot` starts a new slot thread, named after the execution it replaces)."""
+    """Renews the leases of the executions held in `slots`, keeps the registry row fresh, and
+    gives stuck slots back (`replace_slot` starts a new slot thread, named after the execution
+    it replaces; `connect` opens the heartbeat's own connection)."""
 
-    def __init__(
-        self,
-        *,
-        config: WorkerConfig,
-        owner: str,
-        holdings: Holdings,
-        metrics: WorkerMetrics,
-        runtime: WorkerRuntime,
-        database: DatabaseState,
-        connect: Callable[[], psycopg.Connection],
-        replace_slot: Callable[[str], None],
-    ) -> None:
-        self.config = config
-        self.owner = owner
-        self.holdings = holdings
-        self.metrics = metrics
-        self.runtime = runtime
-        self.database = database
-        self._connect = connect
-        self._replace_slot = replace_slot
+    config: WorkerConfig
+    owner: str
+    slots: Slots
+    metrics: WorkerMetrics
+    runtime: WorkerRuntime
+    database: DatabaseState
+    connect: Callable[[], psycopg.Connection]
+    replace_slot: Callable[[str], None]
 
     def run(self, stop: threading.Event) -> None:
         """The heartbeat thread: until `stop` is set."""
@@ -102,7 +93,7 @@ class Heartbeat:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "concurrency": self.config.concurrency,
-                "running": self.holdings.busy,
+                "running": self.slots.busy,
                 "renew_seconds": self.config.renew_seconds,
                 "lease_seconds": self.config.lease_seconds,
                 "version": VERSION,
@@ -130,7 +121,7 @@ class Heartbeat:
             except Exception:
                 conn.close()
                 raise
-        conn = self._connect()
+        conn = self.connect()
         try:
             return conn, work(conn)
         except Exception:
@@ -139,10 +130,10 @@ class Heartbeat:
 
     def renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
         now = time.monotonic()
-        for holding in self.holdings.all():
+        for holding in self.slots.occupants():
             if holding.deadline_at is not None and now > holding.deadline_at:
                 self.stuck(holding)
-        holdings = [h for h in self.holdings.all() if not h.lost]
+        holdings = [h for h in self.slots.occupants() if not h.lost]
         if not holdings:
             return conn
         sent_at = time.monotonic()
@@ -167,7 +158,7 @@ class Heartbeat:
         return leases_renew(
             conn=conn,
             owner=self.owner,
-            held=[h.fence for h in holdings],
+            held=[h.dispatch.fence for h in holdings],
             lease_seconds=self.config.lease_seconds,
         )
 
@@ -176,36 +167,36 @@ class Heartbeat:
     ) -> None:
         """Act on a renewal's answer, which may come back after the holders it names finished."""
         for holding in sent:
-            if (holding.fence.execution_id, holding.fence.token) in renewed:
+            fence = holding.dispatch.fence
+            if (fence.execution_id, fence.token) in renewed:
                 holding.renewed_at = sent_at
             else:
                 self.lease_lost(holding, reason="lease lost")
 
     def lease_lost(self, holding: Holding, *, reason: str) -> None:
         """Cancel exactly this holder: its execution id and token, never a thread."""
-        if not self.holdings.holds(holding):
+        if not self.slots.holds(holding):
             return  # it finished while the renewal was in flight: nothing to stop
         holding.lost = True
         holding.cancelled.set()
         self.metrics.lease_lost()
-        self.runtime.cancel(str(holding.fence.execution_id), reason, token=holding.fence.token)
-        logger.warning(
-            "lease lost",
-            extra=holding.fence.log_extra(attempt=holding.claim.attempts, reason=reason),
-        )
+        dispatch = holding.dispatch
+        self.runtime.cancel(str(dispatch.execution_id), reason, token=dispatch.fence.token)
+        logger.warning("lease lost", extra={**dispatch.log_extra, "reason": reason})
 
     def stuck(self, holding: Holding) -> None:
         """A run past its deadline: stop renewing its lease (another worker recovers it by the
         SPEC §3 rules once it expires), cancel it in-process, count it, and give its slot back
         with a new slot thread, so a thread that never returns does not cost capacity."""
-        if not self.holdings.give_back(holding):
+        if not self.slots.give_back(holding):
             return
         holding.cancelled.set()
         self.metrics.stuck_run()
-        execution_id, token = str(holding.fence.execution_id), holding.fence.token
-        self.runtime.cancel(execution_id, "past its deadline", token=token)
+        dispatch = holding.dispatch
+        execution_id = str(dispatch.execution_id)
+        self.runtime.cancel(execution_id, "past its deadline", token=dispatch.fence.token)
         logger.warning(
             "run past its deadline; lease no longer renewed, slot given back",
-            extra=holding.fence.log_extra(attempt=holding.claim.attempts),
+            extra=dispatch.log_extra,
         )
-        self._replace_slot(execution_id)
+        self.replace_slot(execution_id)

@@ -41,7 +41,7 @@ from orquestador.bearer import token_problem
 from orquestador.workerconfig import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
 
 from ..leases import ExecutionInterrupted, ExecutionSuperseded
-from .runtime import LeaseBook, WorkerLease, WorkerRequest
+from .runtime import Reservation, Reservations
 from .wire import (
     INTERRUPTED,
     SUPERSEDED,
@@ -148,14 +148,18 @@ def remote_target(raw: Mapping[str, str], *, token: str) -> RemoteTarget | None:
 # ------------------------------------------------------------------------------
 # The runtime
 # ------------------------------------------------------------------------------
-class RemoteWorkerRuntime:
-    """Runs each package on a worker endpoint over HTTP; same protocol as the local runtime."""
+class RemoteWorkerRuntime(Reservations):
+    """Runs each package on a worker endpoint over HTTP; same protocol as the local runtime.
+
+    The package's JSON form (wire.py) is made here, where it leaves the process, and nowhere on
+    the way from the claim."""
 
     # The endpoint runs principal-less packages as the worker's system identity (it wraps a
     # LocalWorkerRuntime), which is why it admits only callers with WORKER_ENDPOINT_TOKEN.
     runs_as_system = True
 
     def __init__(self, *, target: RemoteTarget, config: WorkerConfig) -> None:
+        super().__init__()
         self._target = target
         self._execute_url = target.url + "execute"
         self._cancel_url = target.url + "cancel"
@@ -168,7 +172,6 @@ class RemoteWorkerRuntime:
         self._idle: list[requests.Session] = []  # sessions not in use now, reused first
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()  # guards _idle and _sessions
-        self._leases = LeaseBook()
 
     def open(self) -> "RemoteWorkerRuntime":
         return self
@@ -244,19 +247,16 @@ class RemoteWorkerRuntime:
             return None
         return ended[0]
 
-    def allocate(self, request: WorkerRequest) -> WorkerLease:
-        return self._leases.allocate(request)
-
-    def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
-        LeaseBook.check(lease, package)
-        execution_id = package.execution_id
-        response = self._post_unless_stopped(package_json(package), lease.cancelled)
+    def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
+        Reservations.check(reservation, package)
+        dispatch = package.dispatch
+        execution_id = dispatch.execution_id
+        response = self._post_unless_stopped(package_json(package), reservation.holding.cancelled)
         if response is None:
             # The holder was told to stop while the endpoint worked; its answer is abandoned.
             # The endpoint was told too (cancel), and its writes are fenced in any case.
             logger.info(
-                "remote run abandoned: the holder was told to stop",
-                extra=package.fence.log_extra(attempt=package.attempts),
+                "remote run abandoned: the holder was told to stop", extra=dispatch.log_extra
             )
             raise ExecutionInterrupted(execution_id, step="remote execute")
         if isinstance(response, Exception):
@@ -267,13 +267,13 @@ class RemoteWorkerRuntime:
         body = _json_or_none(response)
         if response.status_code == 200:
             try:
-                return result_read(body, execution_id=execution_id)
+                return result_read(body, dispatch=dispatch)
             except ResultInvalid as exc:
                 raise RemoteWorkerError(f"the worker endpoint's answer: {exc}") from None
         if response.status_code == 409 and isinstance(body, dict):
             if body == refusal_wire(SUPERSEDED, execution_id):
                 raise ExecutionSuperseded(
-                    execution_id, step="remote execute", token=package.fence.token
+                    execution_id, step="remote execute", token=dispatch.fence.token
                 )
             if body == refusal_wire(INTERRUPTED, execution_id):
                 raise ExecutionInterrupted(execution_id, step="remote execute")
@@ -283,26 +283,16 @@ class RemoteWorkerRuntime:
             + (f" {str(code)[:40]!r}" if code else "")
         )
 
-    def release(self, lease: WorkerLease) -> None:
-        self._leases.release(lease)
-
-    def cancel(
-        self, execution_id: str, reason: str | None = None, *, token: int | None = None
-    ) -> bool:
-        lease = self._leases.signal(execution_id, token)
-        if lease is None:
-            return False
-        body = cancel_json(lease.fence.execution_id, lease.fence.token, reason)
+    def _cancel_elsewhere(self, reservation: Reservation, reason: str | None) -> dict[str, Any]:
+        """Tell the endpoint too, best effort (its own holder stops; its writes are fenced)."""
+        fence = reservation.holding.dispatch.fence
+        body = cancel_json(fence.execution_id, fence.token, reason)
         try:
             response = self._post(self._cancel_url, body, self._cancel_timeout)
             reached = response.status_code == 200
         except requests.RequestException:
             reached = False
-        logger.info(
-            "execution cancel signalled",
-            extra={**lease.fence.log_extra(), "reason": reason, "endpoint_reached": reached},
-        )
-        return True
+        return {"endpoint_reached": reached}
 
 
 def _json_or_none(response: requests.Response) -> Any:

@@ -18,10 +18,9 @@ hot-path ones (start, save, finalise) grouped with other runs' (groupcommit.py),
 
 import logging
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
@@ -30,12 +29,12 @@ from orquestador.schemas import contract_problem
 from orquestador.workerconfig import WorkerConfig
 
 from ..checkpoints import StartItem, SucceedItem, external_key
-from ..claims import FlowCache, Snapshot, execution_load
+from ..claims import Dispatch, FlowCache, Snapshot, execution_load
 from ..finalize import finalize_refusal
 from ..flows.evaluator import build_context
 from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import find_transition
-from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from ..models import ExecutionStatus
 from ..waits import CALLBACK_EVENT, call_accept, is_wait
 from . import recovery
@@ -43,6 +42,7 @@ from .calls import Resolver, adapter_call, calls_seconds, output_problem
 from .endings import RunScope, run_end
 from .evaluation import final_item
 from .groupcommit import Database, GroupWrites, borrowed
+from .holdings import Holding
 from .recovery import Decision, Verb
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
@@ -54,6 +54,7 @@ logger = logging.getLogger("executions.worker")
 # A run's deadline (stuck runs): the timeouts of the actions it still has to call, plus this
 # many leases for its own writes (each may retry for half a lease) and the scheduling around them.
 DEADLINE_MARGIN_LEASES = 2
+Value = TypeVar("Value")  # what one of a run's read-through attributes holds
 
 
 @dataclass
@@ -78,31 +79,40 @@ class _Call:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class _Of(Generic[Value]):
+    """An attribute of a run that is its dispatch's or its holding's, read when asked."""
+
+    def __init__(self, read: Callable[["_Run"], Value]) -> None:
+        self._read = read
+
+    def __get__(self, run: "_Run", owner: type | None = None) -> Value:
+        return self._read(run)
+
+
 class _Run:
+    """One run of one dispatch. Its coordinates are read from the dispatch (`fence`, `attempts`,
+    `principal`, `log_extra`, `audit`) and its stop signal from the slot's holding, never copied."""
+
     def __init__(
-        self,
-        *,
-        db: Database,
-        fence: Fence,
-        attempts: int,
-        deps: RunnerDeps,
-        cancelled: threading.Event,
-        transition_id: str,
-        report_deadline: Callable[[float], None] | None = None,
-        principal: str = "system",
+        self, dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
     ) -> None:
-        self.db, self.fence, self.deps, self.cancelled = db, fence, deps, cancelled
-        self.report_deadline = report_deadline
-        self.attempts = attempts
-        self.transition_id = transition_id
-        self.principal = principal  # `sub@tenant` of whoever caused this dispatch
-        self.log_extra = fence.log_extra(attempt=attempts)
-        self.scope = RunScope(
-            db, fence, transition_id, deps.config, deps.rng, self.log_extra, principal
-        )
-        # What every audit event this run writes starts with: the transition, and the principal
-        # whose dispatch it is (SPEC §8; `system` for a timeout or recovery).
-        self.audit = {"transitionId": transition_id, "principal": principal}
+        self.holding = holding
+        self.deps = deps
+        self.scope = RunScope(dispatch, db, deps.config, deps.rng)
+
+    # Read from the dispatch and the slot's holding when asked, never copied into the run.
+    dispatch = _Of(lambda run: run.scope.dispatch)
+    db = _Of(lambda run: run.scope.db)
+    fence = _Of(lambda run: run.scope.dispatch.fence)
+    attempts = _Of(lambda run: run.scope.dispatch.attempts)
+    transition_id = _Of(lambda run: run.scope.dispatch.transition_id)
+    principal = _Of(lambda run: run.scope.dispatch.principal_name)  # `sub@tenant`, or `system`
+    log_extra = _Of(lambda run: run.scope.dispatch.log_extra)
+    audit = _Of(lambda run: run.scope.dispatch.audit)  # what each audit event starts with
+    cancelled = _Of(lambda run: run.holding.cancelled)
+    report_deadline = _Of(lambda run: run.holding.set_deadline)
+
+    # -- the run ---------------------------------------------------------------------------
 
     def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
         if snapshot is None:
@@ -358,38 +368,21 @@ class _Run:
 
 
 def execution_run(
-    *,
-    db: Database,
-    fence: Fence,
-    flow_id: int,
-    transition_id: str,
-    attempts: int,
-    deps: RunnerDeps,
-    cancelled: threading.Event,
-    snapshot: Snapshot | None = None,
-    report_deadline: Callable[[float], None] | None = None,
-    principal: str = "system",
+    dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
 ) -> RunOutcome:
-    """Run one claimed execution to its next resting state, as the holder `fence`.
+    """Run one claimed execution to its next resting state, as the holder of `dispatch`.
 
-    `db` is a connection, or where to borrow one for each step (the runtime's few shared ones):
-    a run holds no connection between its writes, so none while an adapter runs. `snapshot` is
-    what the claim read under this token, if the caller has it; otherwise it is loaded here with
-    a fenced read. Raises ExecutionSuperseded when another holder owns it,
-    ExecutionInterrupted when told to stop; both leave everything this holder committed in place.
-    `report_deadline`, when given, is told once, before the first action, how many seconds the
-    run may take (`_Run.deadline_seconds`): the dispatcher stops renewing a run past it.
+    `holding` is the slot's hold on it: its stop signal, and where the run reports, once, before
+    the first action, how many seconds it may take (`_Run.deadline_seconds`; the dispatcher stops
+    renewing a run past it). `db` is a connection, or where to borrow one for each step (the
+    runtime's few shared ones): a run holds no connection between its writes, so none while an
+    adapter runs. The dispatch's snapshot is what the claim read under this token; without one
+    it is loaded here with a fenced read. Raises ExecutionSuperseded when another holder owns
+    it, ExecutionInterrupted when told to stop; both leave everything this holder committed in
+    place.
     """
-    return _Run(
-        db=db,
-        fence=fence,
-        attempts=attempts,
-        deps=deps,
-        cancelled=cancelled,
-        transition_id=transition_id,
-        report_deadline=report_deadline,
-        principal=principal,
-    ).run(flow_id=flow_id, snapshot=snapshot)
+    run = _Run(dispatch, holding=holding, db=db, deps=deps)
+    return run.run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot)
 
 
 __all__ = ["RunnerDeps", "execution_run"]

@@ -1,11 +1,14 @@
 """The worker runtime SPI of SPEC §8: where and how one claimed execution runs.
 
 The dispatcher (executions/worker/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
-`allocate(request) -> lease` (carrying the fencing token), `execute(lease, package) -> result`,
-`release(lease)`, and a best-effort `cancel(execution_id, ...)`. `dispatch_once` is that whole
-exchange. The `ExecutionPackage` (executions/worker/wire.py) carries the holder (`Fence`) and resume
-coordinates only, never code: the runtime resolves the pinned flow by id and rebuilds the run from
-the database. The holder is the same `Fence` from the claim to the last write.
+`allocate(holding) -> reservation` (the slot's `Holding`, which carries the claim's `Dispatch` and
+its fencing token), `execute(reservation, package) -> result`, `release(reservation)`, and a
+best-effort `cancel(execution_id, ...)`. `dispatch_once` is that whole exchange. The
+`ExecutionPackage` (executions/worker/wire.py) wraps the same `Dispatch`: the holder and resume
+coordinates only, never code; the runtime resolves the pinned flow by id. A `Reservation` is what a
+runtime sets aside for one holder; it refers to the holding and is not the database lease
+(`lease_owner`/`lease_expires_at`, renewed by the heartbeat). In-process the package stays a typed
+value; only the remote runtime turns it into JSON.
 
 Invariants:
 - a refusal because another holder owns the execution is *superseded*, not failed:
@@ -28,23 +31,23 @@ import threading
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from actions.base import StopSignal
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
 
-from ..claims import FlowCache, Snapshot
-from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..claims import FlowCache
+from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
+from .holdings import Holding
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
-from .wire import Ending, ExecutionPackage, ExecutionResult, principal_text
+from .wire import Ending, ExecutionPackage, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
 
@@ -61,31 +64,14 @@ POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own threads when clos
 PREPARE_THRESHOLD = 0
 
 
-@dataclass(frozen=True)
-class WorkerRequest:
-    """A slot's ask for a lease on one execution, as the holder `fence`."""
-
-    fence: Fence
-    # In-process only (never serialised): the per-execution stop signal adapters watch, and the
-    # snapshot the claim already read under this token (absent: the runtime loads it, fenced).
-    cancelled: threading.Event = field(default_factory=StopSignal)
-    snapshot: Snapshot | None = None
-    # Told the run's deadline in seconds (stuck runs: the scheduler stops renewing past it).
-    report_deadline: Callable[[float], None] | None = None
-
-    @property
-    def execution_id(self) -> uuid.UUID:
-        return self.fence.execution_id
-
-
 @dataclass(frozen=True, eq=False)
-class WorkerLease:
-    """What a runtime allocated for one holder; a package runs on it only under that holder."""
+class Reservation:
+    """What a runtime set aside for one holding; a package runs on it only under that holder.
 
-    fence: Fence
-    cancelled: threading.Event
-    snapshot: Snapshot | None = None
-    report_deadline: Callable[[float], None] | None = None
+    In-process only: the holding's stop signal (which adapters watch) and its deadline report
+    reach the run through it, never through the package."""
+
+    holding: Holding
 
 
 def is_superseded_refusal(err: BaseException, execution_id: str | uuid.UUID) -> bool:
@@ -96,11 +82,11 @@ def is_superseded_refusal(err: BaseException, execution_id: str | uuid.UUID) -> 
 class WorkerRuntime(Protocol):
     runs_as_system: bool
 
-    def allocate(self, request: WorkerRequest) -> WorkerLease: ...
+    def allocate(self, holding: Holding) -> Reservation: ...
 
-    def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult: ...
+    def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult: ...
 
-    def release(self, lease: WorkerLease) -> None: ...
+    def release(self, reservation: Reservation) -> None: ...
 
     def cancel(
         self, execution_id: str, reason: str | None = None, *, token: int | None = None
@@ -117,57 +103,69 @@ def _configurer(pooling: PoolingConfig) -> Callable[[psycopg.Connection], None]:
     return configure
 
 
-class LeaseBook:
-    """The leases a runtime has handed out, by execution id: allocate, check, release, find.
-
-    Shared by every runtime so that a package is refused, and a cancel finds its holder, by the
-    same rules whatever runs the execution.
-    """
+class Reservations:
+    """The reservations a runtime has handed out, by execution id: allocate, check, release, and
+    the stop signal of a cancel. Every runtime is one, so that a package is refused, and a cancel
+    finds its holder, by the same rules whatever runs the execution."""
 
     def __init__(self) -> None:
-        self._leases: dict[uuid.UUID, WorkerLease] = {}
-        self._lock = threading.Lock()
+        self._reservations: dict[uuid.UUID, Reservation] = {}
+        self._reservations_lock = threading.Lock()
 
-    def allocate(self, request: WorkerRequest) -> WorkerLease:
-        lease = WorkerLease(
-            fence=request.fence,
-            cancelled=request.cancelled,
-            snapshot=request.snapshot,
-            report_deadline=request.report_deadline,
-        )
-        with self._lock:
-            self._leases[request.fence.execution_id] = lease
-        return lease
+    def allocate(self, holding: Holding) -> Reservation:
+        reservation = Reservation(holding)
+        with self._reservations_lock:
+            self._reservations[holding.dispatch.execution_id] = reservation
+        return reservation
 
     @staticmethod
-    def check(lease: WorkerLease, package: ExecutionPackage) -> None:
-        """Refuse a package that is not this lease's holder."""
-        if package.fence != lease.fence:
-            raise ExecutionSuperseded(
-                package.fence.execution_id, step="execute", token=package.fence.token
-            )
+    def check(reservation: Reservation, package: ExecutionPackage) -> None:
+        """Refuse a package that is not this reservation's holder."""
+        fence = package.dispatch.fence
+        if fence != reservation.holding.dispatch.fence:
+            raise ExecutionSuperseded(fence.execution_id, step="execute", token=fence.token)
 
-    def release(self, lease: WorkerLease) -> None:
-        with self._lock:
-            if self._leases.get(lease.fence.execution_id) is lease:
-                del self._leases[lease.fence.execution_id]
+    def release(self, reservation: Reservation) -> None:
+        execution_id = reservation.holding.dispatch.execution_id
+        with self._reservations_lock:
+            if self._reservations.get(execution_id) is reservation:
+                del self._reservations[execution_id]
 
-    def signal(self, execution_id: str | uuid.UUID, token: int | None) -> WorkerLease | None:
-        """Set the stop signal of the lease held for `execution_id` (under `token`, when given)
-        and return it; None when there is no such holder (nothing is signalled)."""
+    def cancel(
+        self, execution_id: str, reason: str | None = None, *, token: int | None = None
+    ) -> bool:
+        """Set the stop signal of the holder of `execution_id` here (under `token`, when given),
+        then tell whoever else runs it (`_cancel_elsewhere`); False when there is no such holder
+        (nothing is signalled)."""
         try:
             key = uuid.UUID(str(execution_id))
         except ValueError:
-            return None
-        with self._lock:
-            lease = self._leases.get(key)
-        if lease is None or (token is not None and lease.fence.token != token):
-            return None
-        lease.cancelled.set()
-        return lease
+            return False
+        with self._reservations_lock:
+            reservation = self._reservations.get(key)
+        if reservation is None:
+            return False
+        dispatch = reservation.holding.dispatch
+        if token is not None and dispatch.fence.token != token:
+            return False
+        reservation.holding.cancelled.set()
+        logger.info(
+            "execution cancel signalled",
+            extra={
+                **dispatch.fence.log_extra(),
+                "reason": reason,
+                **self._cancel_elsewhere(reservation, reason),
+            },
+        )
+        return True
+
+    def _cancel_elsewhere(self, reservation: Reservation, reason: str | None) -> dict[str, Any]:
+        """After the local stop signal: tell the process that runs it, if another one does;
+        returns what to log about it."""
+        return {}
 
 
-class LocalWorkerRuntime:
+class LocalWorkerRuntime(Reservations):
     """Runs executions in the calling thread; all its slots share WRITE_CONNECTIONS connections,
     each borrowed for one statement (or one grouped batch) at a time."""
 
@@ -183,6 +181,7 @@ class LocalWorkerRuntime:
         rng: random.Random | None = None,
         pooling: PoolingConfig | None = None,
     ) -> None:
+        super().__init__()
         pooling = pooling or PoolingConfig()
         size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
         self._pool = ConnectionPool(
@@ -202,7 +201,6 @@ class LocalWorkerRuntime:
             rng=rng or random.SystemRandom(),
             writes=GroupWrites(actor=WORKER_ACTOR),
         )
-        self._leases = LeaseBook()
 
     @property
     def config(self) -> WorkerConfig:
@@ -231,67 +229,38 @@ class LocalWorkerRuntime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def allocate(self, request: WorkerRequest) -> WorkerLease:
-        return self._leases.allocate(request)
-
-    def execute(self, lease: WorkerLease, package: ExecutionPackage) -> ExecutionResult:
-        LeaseBook.check(lease, package)
+    def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
+        Reservations.check(reservation, package)
         # Each step borrows a connection and gives it back at once; the pool checks a returned
         # connection, so one left broken by a failed statement is replaced.
+        dispatch = package.dispatch
+        holding = reservation.holding
         outcome = execution_run(
-            db=self._pool.connection,
-            fence=package.fence,
-            flow_id=package.flow_id,
-            transition_id=package.transition_id,
-            attempts=package.attempts,
-            deps=self._deps,
-            cancelled=lease.cancelled,
-            snapshot=lease.snapshot,
-            report_deadline=lease.report_deadline,
-            principal=principal_text(package.principal),
+            dispatch, holding=holding, db=self._pool.connection, deps=self._deps
         )
-        return ExecutionResult.of(package.execution_id, outcome)
-
-    def release(self, lease: WorkerLease) -> None:
-        self._leases.release(lease)
-
-    def cancel(
-        self, execution_id: str, reason: str | None = None, *, token: int | None = None
-    ) -> bool:
-        lease = self._leases.signal(execution_id, token)
-        if lease is None:
-            return False
-        logger.info(
-            "execution cancel signalled",
-            extra={**lease.fence.log_extra(), "reason": reason},
-        )
-        return True
+        return ExecutionResult.of(dispatch, outcome)
 
 
 def dispatch_once(
-    runtime: WorkerRuntime, package: ExecutionPackage, request: WorkerRequest
+    runtime: WorkerRuntime, package: ExecutionPackage, holding: Holding
 ) -> ExecutionResult:
-    """Allocate, execute and always release; settle a superseded refusal instead of failing.
+    """Allocate for `holding`, execute `package` and always release; settle a superseded refusal
+    instead of failing.
 
     The result is completed, suspended or failed with the run's outcome, or superseded or
     interrupted (no run: nothing more was written).
     """
-    lease = runtime.allocate(request)
+    dispatch = package.dispatch
+    reservation = runtime.allocate(holding)
     try:
-        return runtime.execute(lease, package)
+        return runtime.execute(reservation, package)
     except ExecutionSuperseded as err:
-        if not is_superseded_refusal(err, package.execution_id):
+        if not is_superseded_refusal(err, dispatch.execution_id):
             raise
-        logger.info(
-            "execution superseded",
-            extra={**package.fence.log_extra(attempt=package.attempts), "step": err.step},
-        )
-        return ExecutionResult(package.execution_id, Ending.SUPERSEDED)
+        logger.info("execution superseded", extra={**dispatch.log_extra, "step": err.step})
+        return ExecutionResult(dispatch, Ending.SUPERSEDED)
     except ExecutionInterrupted as err:
-        logger.info(
-            "execution interrupted",
-            extra={**package.fence.log_extra(attempt=package.attempts), "step": err.step},
-        )
-        return ExecutionResult(package.execution_id, Ending.INTERRUPTED)
+        logger.info("execution interrupted", extra={**dispatch.log_extra, "step": err.step})
+        return ExecutionResult(dispatch, Ending.INTERRUPTED)
     finally:
-        runtime.release(lease)
+        runtime.release(reservation)

@@ -3,7 +3,9 @@
 Invariants:
 - it claims only free capacity: a claim asks for at most min(WORKER_BATCH, free slots) rows, and
   every claimed execution goes straight to a waiting slot thread, so no claimed work waits in a
-  local backlog while its lease ticks away;
+  local backlog while its lease ticks away. Each is one `Dispatch` (executions/claims.py), held
+  in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps it
+  and the holding is the request to allocate;
 - idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
   WORKER_POLL_MS (due retries, expired leases, lost notifications);
 - the same connection LISTENs for cancellations (NOTIFY_CANCEL, sent when a cancellation fences
@@ -43,15 +45,15 @@ import psycopg
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
-from ..claims import Claim, executions_claim
+from ..claims import Dispatch, executions_claim
 from ..leases import lease_owner_name
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat
-from .holdings import Holding, Holdings
+from .holdings import Holding, Slots
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
-from .runtime import WorkerRequest, WorkerRuntime, dispatch_once
+from .runtime import WorkerRuntime, dispatch_once
 from .wire import ExecutionPackage
 
 logger = logging.getLogger("executions.worker")
@@ -88,8 +90,8 @@ class Scheduler:
         self._stop_claiming = threading.Event()
         self._end_drain = threading.Event()
         self._stop_heartbeat = threading.Event()
-        self.held = Holdings()
-        self._work: queue.SimpleQueue[tuple[Claim, Holding] | None] = queue.SimpleQueue()
+        self.slots = Slots()
+        self._work: queue.SimpleQueue[Holding | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self.claimed = 0  # executions claimed by this scheduler, for tests and logs
         # When the database comes back, the runtime replaces the connections the outage broke
@@ -100,7 +102,7 @@ class Scheduler:
         self.heartbeat = Heartbeat(
             config=config,
             owner=self.owner,
-            holdings=self.held,
+            slots=self.slots,
             metrics=self.metrics,
             runtime=runtime,
             database=self.database,
@@ -126,10 +128,10 @@ class Scheduler:
 
     @property
     def busy(self) -> int:
-        return self.held.busy
+        return self.slots.busy
 
-    def holdings(self) -> list[Holding]:
-        return self.held.all()
+    def occupants(self) -> list[Holding]:
+        return self.slots.occupants()
 
     def run(self) -> None:
         """Claim and run until `request_stop`, then drain and return."""
@@ -173,7 +175,7 @@ class Scheduler:
                         self._take_cancels(conn)  # every slot busy: a cancel may be for one
                         continue
                     claim_started = time.perf_counter()
-                    claims = executions_claim(
+                    dispatches = executions_claim(
                         conn=conn,
                         owner=self.owner,
                         limit=limit,
@@ -181,19 +183,19 @@ class Scheduler:
                         outage=self._outage_within_lease(),
                     )
                     self.metrics.claim_done(
-                        claimed=len(claims), seconds=time.perf_counter() - claim_started
+                        claimed=len(dispatches), seconds=time.perf_counter() - claim_started
                     )
-                    if taken := sum(1 for claim in claims if claim.taken_over):
+                    if taken := sum(1 for dispatch in dispatches if dispatch.taken_over):
                         self.metrics.taken_over(taken)
                     self.database.reached("claim")
                     reconnect_wait = RECONNECT_FIRST_SECONDS
-                    for claim in claims:
-                        if claim.poisoned(self.config.max_reclaims):
-                            if poison_settle(conn, claim) is not None:
+                    for dispatch in dispatches:
+                        if dispatch.poisoned(self.config.max_reclaims):
+                            if poison_settle(conn, dispatch) is not None:
                                 self.metrics.reclaims_exhausted()
                         else:
-                            self._dispatch(claim)
-                    backlog = len(claims) == limit
+                            self._hand_to_slot(dispatch)
+                    backlog = len(dispatches) == limit
                     if not backlog:
                         self._wait_for_work(conn)
                 except psycopg.OperationalError as exc:
@@ -243,24 +245,24 @@ class Scheduler:
         """Wait for a free slot; return how many to claim (0 when stopping or still full)."""
         config = self.config
         target = min(config.batch, config.concurrency)
-        held = self.held
-        with held.changed:
-            held.wake_at_busy = config.concurrency - 1
-            held.changed.wait_for(
-                lambda: held.busy_now < config.concurrency or self._stop_claiming.is_set(),
+        slots = self.slots
+        with slots.changed:
+            slots.wake_at = config.concurrency - 1
+            slots.changed.wait_for(
+                lambda: slots.in_use < config.concurrency or self._stop_claiming.is_set(),
                 timeout=WAKE_CHECK_SECONDS,
             )
-            if backlog and held.busy_now and config.concurrency - held.busy_now < target:
-                held.wake_at_busy = config.concurrency - target
-                held.changed.wait_for(
+            if backlog and slots.in_use and config.concurrency - slots.in_use < target:
+                slots.wake_at = config.concurrency - target
+                slots.changed.wait_for(
                     lambda: (
-                        config.concurrency - held.busy_now >= target or self._stop_claiming.is_set()
+                        config.concurrency - slots.in_use >= target or self._stop_claiming.is_set()
                     ),
                     timeout=REFILL_WAIT_SECONDS,
                 )
             if self._stop_claiming.is_set():
                 return 0
-            return min(config.batch, config.concurrency - held.busy_now)
+            return min(config.batch, config.concurrency - slots.in_use)
 
     def _wait_for_work(self, conn: psycopg.Connection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
@@ -303,54 +305,31 @@ class Scheduler:
             key, new_token = uuid.UUID(execution_id), int(token)
         except ValueError:
             return
-        holding = self.held.find(key)
-        if holding is not None and holding.fence.token < new_token:
+        holding = self.slots.find(key)
+        if holding is not None and holding.dispatch.fence.token < new_token:
             self.heartbeat.lease_lost(holding, reason="cancelled")
 
-    def _hold(self, claim: Claim) -> Holding:
-        """Take a slot for a claimed execution and start renewing its lease."""
-        return self.held.hold(claim)
-
-    def _unhold(self, holding: Holding) -> None:
-        """Free the slot; stop renewing, unless the execution is held again under a new token."""
-        self.held.release(holding)
-
-    def _dispatch(self, claim: Claim) -> None:
-        holding = self._hold(claim)
+    def _hand_to_slot(self, dispatch: Dispatch) -> None:
+        """Take a slot for a claimed execution (its lease is renewed from now on) and hand it to
+        a waiting slot thread."""
+        holding = self.slots.take(dispatch)
         self.claimed += 1
         if logger.isEnabledFor(logging.INFO):  # no log fields built per claim for a level off
             logger.info(
-                "execution taken over" if claim.taken_over else "execution claimed",
-                extra=holding.fence.log_extra(attempt=claim.attempts),
+                "execution taken over" if dispatch.taken_over else "execution claimed",
+                extra=dispatch.log_extra,
             )
-        self._work.put((claim, holding))
+        self._work.put(holding)
 
     # -- running ---------------------------------------------------------------------------
 
     def _slot(self) -> None:
         while True:
-            item = self._work.get()
-            if item is None:
+            holding = self._work.get()
+            if holding is None:
                 return
-            claim, holding = item
-            package = ExecutionPackage(
-                fence=claim.fence,
-                flow_id=claim.flow_id,
-                transition_id=claim.transition_id,
-                attempts=claim.attempts,
-                principal=claim.principal,
-            )
             try:
-                result = dispatch_once(
-                    self.runtime,
-                    package,
-                    WorkerRequest(
-                        fence=claim.fence,
-                        cancelled=holding.cancelled,
-                        snapshot=claim.snapshot,
-                        report_deadline=holding.set_deadline,
-                    ),
-                )
+                result = dispatch_once(self.runtime, ExecutionPackage(holding.dispatch), holding)
                 self.metrics.run_ended(result)
             except Exception:
                 # Left RUNNING with its checkpoints: another claim recovers it once the lease
@@ -358,16 +337,16 @@ class Scheduler:
                 self.metrics.run_raised()
                 logger.exception(
                     "execution run failed; left for recovery by lease",
-                    extra=holding.fence.log_extra(attempt=claim.attempts),
+                    extra=holding.dispatch.log_extra,
                 )
             finally:
-                self._unhold(holding)
+                self.slots.free(holding)
             if holding.abandoned:
                 # A stuck run came back late: its writes were fenced out, a replacement thread
                 # already took its slot, so this thread ends here.
                 logger.warning(
                     "stuck run returned after its slot was given back",
-                    extra=holding.fence.log_extra(attempt=claim.attempts),
+                    extra=holding.dispatch.log_extra,
                 )
                 return
 
@@ -376,26 +355,22 @@ class Scheduler:
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.config.drain_seconds
         logger.info("worker draining", extra={"owner": self.owner, "running": self.busy})
-        held = self.held
-        with held.changed:
-            while held.busy_now and not self._end_drain.is_set():
+        slots = self.slots
+        with slots.changed:
+            while slots.in_use and not self._end_drain.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                held.changed.wait(min(remaining, WAKE_CHECK_SECONDS))
-        abandoned = self.holdings()
+                slots.changed.wait(min(remaining, WAKE_CHECK_SECONDS))
+        abandoned = self.occupants()
         for holding in abandoned:
             holding.cancelled.set()
-            self.runtime.cancel(
-                str(holding.fence.execution_id), "shutdown", token=holding.fence.token
-            )
-            logger.warning(
-                "execution abandoned at shutdown",
-                extra=holding.fence.log_extra(attempt=holding.claim.attempts),
-            )
+            fence = holding.dispatch.fence
+            self.runtime.cancel(str(fence.execution_id), "shutdown", token=fence.token)
+            logger.warning("execution abandoned at shutdown", extra=holding.dispatch.log_extra)
         self._stop_heartbeat.set()
-        with held.changed:
-            held.changed.wait_for(lambda: held.busy_now == 0, timeout=STOP_GRACE_SECONDS)
+        with slots.changed:
+            slots.changed.wait_for(lambda: slots.in_use == 0, timeout=STOP_GRACE_SECONDS)
         for _ in range(self.config.concurrency):
             self._work.put(None)
         for thread in self._threads:

@@ -1,15 +1,17 @@
 """What crosses the worker runtime boundary (SPEC §8), and its one JSON form.
 
-Going in, an `ExecutionPackage`: the holder (`Fence`) and what to run, never code. Coming out, an
-`ExecutionResult`: where the run left the execution (`RunOutcome`), folded into the SPI's
-`completed` / `suspended` / `failed`; `dispatch_once` adds `superseded` and `interrupted` for a
-dispatch that ended without a result. Both runtimes and the worker endpoint read and write these
-through this module only, so the JSON field names below are written once. They are public
-(SPEC §8, seeds/worker-runtime.md): never rename them.
+Going in, an `ExecutionPackage`: the claim's `Dispatch` (the holder and what to run, never code)
+and why it runs. Coming out, an `ExecutionResult`: the same dispatch and where the run left the
+execution (`RunOutcome`), folded into the SPI's `completed` / `suspended` / `failed`;
+`dispatch_once` adds `superseded` and `interrupted` for a dispatch that ended without a result.
+Both are typed values in-process; their JSON form is made here, and only the remote runtime and
+the worker endpoint make or read it, so the JSON field names below are written once. They are
+public (a worker endpoint of another release reads them): never rename them.
 
 Invariants:
-- the holder is one `Fence` end to end (claim -> package -> request -> lease -> every write); the
-  JSON carries it as `executionId`, `requestId`, `fencingToken`, `leaseOwner`;
+- the holder is one `Fence` in one `Dispatch` end to end (claim -> slot -> package -> run ->
+  every write -> result); the JSON carries it as `executionId`, `requestId`, `fencingToken`,
+  `leaseOwner`;
 - reading is strict: `package_read` refuses unknown fields and wrong types with a
   `PackageInvalid` naming the field, and `result_read` refuses anything that is not a result for
   the expected execution with a `ResultInvalid`.
@@ -22,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..claims import Dispatch
 from ..leases import Fence
 from ..models import ExecutionStatus
 
@@ -61,33 +64,16 @@ class ResultInvalid(Exception):
 # ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ExecutionPackage:
-    """Identity and resume coordinates of one dispatch: the holder, the flow and transition."""
+    """What a runtime runs: one dispatch (its identity and resume coordinates: the holder, the
+    flow and transition, the attempt and principal) and why it runs now."""
 
-    fence: Fence
-    flow_id: int
-    transition_id: str
-    attempts: int = 1
-    principal: dict[str, Any] | None = None
+    dispatch: Dispatch
     resume_event: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def execution_id(self) -> uuid.UUID:
-        return self.fence.execution_id
-
-
-SYSTEM_PRINCIPAL = "system"  # who runs a package without a principal (timeouts, recovery)
-
-
-def principal_text(principal: dict[str, Any] | None) -> str:
-    """`sub@tenant` of a package's principal, as adapters forward it; `system` without one."""
-    if not principal:
-        return SYSTEM_PRINCIPAL
-    subject = principal.get("subject")
-    tenant = principal.get("tenant", principal.get("scope"))
-    if not isinstance(subject, str) or not isinstance(tenant, str):
-        return SYSTEM_PRINCIPAL
-    return f"{subject}@{tenant}"
+        return self.dispatch.execution_id
 
 
 def principal_tenant(principal: dict[str, Any] | None) -> str | None:
@@ -98,17 +84,20 @@ def principal_tenant(principal: dict[str, Any] | None) -> str | None:
 
 
 def package_json(package: ExecutionPackage) -> str:
+    """The package as the remote runtime posts it (the snapshot stays behind: the endpoint
+    loads it under the same fence)."""
+    dispatch = package.dispatch
     return json.dumps(
         {
             "formatVersion": FORMAT_VERSION,
-            "executionId": str(package.fence.execution_id),
-            "requestId": str(package.fence.request_id),
-            "flowId": package.flow_id,
-            "transitionId": package.transition_id,
-            "fencingToken": package.fence.token,
-            "leaseOwner": package.fence.owner,
-            "attempts": package.attempts,
-            "principal": package.principal,
+            "executionId": str(dispatch.fence.execution_id),
+            "requestId": str(dispatch.fence.request_id),
+            "flowId": dispatch.flow_id,
+            "transitionId": dispatch.transition_id,
+            "fencingToken": dispatch.fence.token,
+            "leaseOwner": dispatch.fence.owner,
+            "attempts": dispatch.attempts,
+            "principal": dispatch.principal,
             "resumeEvent": package.resume_event,
             "metadata": package.metadata,
         },
@@ -163,7 +152,7 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
         isinstance(resume_event.get("eventId"), str) and isinstance(resume_event.get("event"), str)
     ):
         raise PackageInvalid("resumeEvent must be an object with eventId and event strings")
-    return ExecutionPackage(
+    dispatch = Dispatch(
         fence=Fence(
             execution_id=_uuid(raw, "executionId"),
             request_id=_uuid(raw, "requestId"),
@@ -175,6 +164,9 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
         attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
         # Honoured only because the caller has already presented the endpoint's token.
         principal=_object(raw, "principal"),
+    )
+    return ExecutionPackage(
+        dispatch,
         # The event itself is already durable (its wait's checkpoint); this says why it runs.
         resume_event=resume_event,
         metadata=_object(raw, "metadata") or {},
@@ -239,13 +231,17 @@ _ENDING_OF = {
 class ExecutionResult:
     """How one dispatch ended and, unless it was refused, where the run left the execution."""
 
-    execution_id: uuid.UUID
+    dispatch: Dispatch
     status: Ending
     run: RunOutcome | None = None  # None exactly when superseded or interrupted
 
     @classmethod
-    def of(cls, execution_id: uuid.UUID, run: RunOutcome) -> "ExecutionResult":
-        return cls(execution_id, _ENDING_OF[run.status], run)
+    def of(cls, dispatch: Dispatch, run: RunOutcome) -> "ExecutionResult":
+        return cls(dispatch, _ENDING_OF[run.status], run)
+
+    @property
+    def execution_id(self) -> uuid.UUID:
+        return self.dispatch.execution_id
 
     @property
     def execution_status(self) -> ExecutionStatus | None:
@@ -311,8 +307,8 @@ def _optional_text(state: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
-    """Read an endpoint's result for `execution_id`; anything else raises ResultInvalid."""
+def result_read(raw: Any, *, dispatch: Dispatch) -> ExecutionResult:
+    """Read an endpoint's result for `dispatch`; anything else raises ResultInvalid."""
     if not isinstance(raw, dict):
         raise ResultInvalid("the result is not a JSON object")
     if raw.get("formatVersion") != FORMAT_VERSION:
@@ -320,13 +316,13 @@ def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
             f"the result's formatVersion {str(raw.get('formatVersion'))[:20]} is not "
             f"{FORMAT_VERSION}"
         )
-    if raw.get("executionId") != str(execution_id):
+    if raw.get("executionId") != str(dispatch.execution_id):
         raise ResultInvalid("the result is for another execution")
     state = raw.get("state")
     if not isinstance(state, dict):
         raise ResultInvalid("the result has no state object")
     try:
-        status = ExecutionStatus(state.get("executionStatus"))
+        status = ExecutionStatus(state.get("executionStatus", ""))
         ending = _ENDING_OF[status]
     except (ValueError, KeyError):
         raise ResultInvalid("the result's state has no resting executionStatus") from None
@@ -352,7 +348,7 @@ def result_read(raw: Any, *, execution_id: uuid.UUID) -> ExecutionResult:
         waiting_on=_optional_text(suspended_on, "actionId"),
         waiting_for=_optional_text(suspended_on, "event"),
     )
-    return ExecutionResult(execution_id, ending, run)
+    return ExecutionResult(dispatch, ending, run)
 
 
 def refusal_wire(code: str, execution_id: uuid.UUID) -> dict[str, str]:

@@ -11,6 +11,7 @@ the way a process dies mid-call.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -32,11 +33,12 @@ from actions.registry import NO_OP, Registry
 from actions.simulation import SIMULATION_BINDINGS
 from executions import sql
 from executions.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
-from executions.claims import Claim, executions_claim
+from executions.claims import Dispatch, executions_claim
 from executions.finalize import FinalizeItem, executions_finalize, finalize_refusal
 from executions.flows.canonical import sha256_hex
 from executions.leases import ExecutionSuperseded, Fence
-from executions.worker.runtime import LocalWorkerRuntime, WorkerRequest, dispatch_once
+from executions.worker.holdings import Holding
+from executions.worker.runtime import LocalWorkerRuntime, dispatch_once
 from executions.worker.scheduler import Scheduler
 from executions.worker.wire import ExecutionPackage, ExecutionResult
 from orquestador.workerconfig import WorkerConfig
@@ -434,29 +436,27 @@ def runtime_for(
 
 def claim(
     conn: psycopg.Connection, owner: str, *, limit: int = 1, lease_seconds: float = 2.0
-) -> list[Claim]:
+) -> list[Dispatch]:
     return executions_claim(conn=conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
 
 
-def package_of(found: Claim) -> ExecutionPackage:
-    return ExecutionPackage(
-        fence=found.fence,
-        flow_id=found.flow_id,
-        transition_id=found.transition_id,
-        attempts=found.attempts,
-        principal=found.principal,  # as the scheduler sends it
-    )
+def package_of(found: Dispatch) -> ExecutionPackage:
+    """The package of a claimed execution, without the snapshot the claim read: the run loads
+    it under the fence, as the worker endpoint's does, so a test that changes the execution
+    after claiming it sees the change (the scheduler's runs keep the claim's: running_scheduler)."""
+    return ExecutionPackage(dataclasses.replace(found, snapshot=None))
+
+
+def holding_of(found: Dispatch, cancelled: threading.Event | None = None) -> Holding:
+    """A slot's hold on a claimed execution, with its own stop signal."""
+    return Holding(found, cancelled=cancelled or threading.Event())
 
 
 def run_claim(
-    runtime: LocalWorkerRuntime, found: Claim, *, cancelled: threading.Event | None = None
+    runtime: LocalWorkerRuntime, found: Dispatch, *, cancelled: threading.Event | None = None
 ) -> ExecutionResult:
     """Run one claimed execution through the SPI, as a scheduler slot does."""
-    return dispatch_once(
-        runtime,
-        package_of(found),
-        WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
-    )
+    return dispatch_once(runtime, package_of(found), holding_of(found, cancelled))
 
 
 def run_next(

@@ -1,11 +1,11 @@
-"""Busy slots: a freed slot wakes the claim loop only when it frees what the loop waits for."""
+"""Slots in use: a freed slot wakes the claim loop only when it frees what the loop waits for."""
 
 import threading
 import uuid
 
-from executions.claims import Claim
+from executions.claims import Dispatch
 from executions.leases import Fence
-from executions.worker.holdings import Holdings
+from executions.worker.holdings import Slots
 from tests.support.worker import wait_until
 
 
@@ -21,64 +21,64 @@ class CountingCondition(threading.Condition):
         super().notify_all()
 
 
-def _claim() -> Claim:
+def _claim() -> Dispatch:
     fence = Fence(uuid.uuid4(), uuid.uuid4(), 1, "w")
-    return Claim(fence=fence, flow_id=1, transition_id="go", attempts=1, principal=None)
+    return Dispatch(fence=fence, flow_id=1, transition_id="go", attempts=1, principal=None)
 
 
-def _held(busy: int) -> tuple[Holdings, list]:
-    held = Holdings()
+def _held(busy: int) -> tuple[Slots, list]:
+    held = Slots()
     held.changed = CountingCondition()
-    return held, [held.hold(_claim()) for _ in range(busy)]
+    return held, [held.take(_claim()) for _ in range(busy)]
 
 
-def test_release__notifies_only_at_or_below_the_busy_count_waited_for():
+def test_free__notifies_only_at_or_below_the_busy_count_waited_for():
     held, holdings = _held(5)
-    held.wake_at_busy = 2  # a claim loop waiting for three of five slots
+    held.wake_at = 2  # a claim loop waiting for three of five slots
 
-    held.release(holdings[0])
-    held.release(holdings[1])
+    held.free(holdings[0])
+    held.free(holdings[1])
     assert held.changed.notified == 0 and held.busy == 3  # 4, then 3 busy: nobody to wake
 
-    held.release(holdings[2])
+    held.free(holdings[2])
     assert held.changed.notified == 1  # 2 busy: what it waits for
 
-    held.release(holdings[3])
-    held.release(holdings[4])
+    held.free(holdings[3])
+    held.free(holdings[4])
     assert held.changed.notified == 3 and held.busy == 0
 
 
-def test_release__the_last_slot_freed_always_notifies():
+def test_free__the_last_slot_freed_always_notifies():
     # A drain waits for nothing busy, whatever the claim loop last waited for.
     held, holdings = _held(1)
-    held.wake_at_busy = 0
-    held.release(holdings[0])
+    held.wake_at = 0
+    held.free(holdings[0])
     assert held.changed.notified == 1
 
 
 def test_give_back__always_notifies():
     held, holdings = _held(3)
-    held.wake_at_busy = 0
+    held.wake_at = 0
     assert held.give_back(holdings[0])
     assert held.changed.notified == 1 and held.busy == 2
 
 
-def test_release__wakes_a_real_waiter_when_enough_slots_are_free():
+def test_free__wakes_a_real_waiter_when_enough_slots_are_free():
     held, holdings = _held(4)
     seen: list[int] = []
     woke = threading.Event()
 
     def waiter() -> None:
         with held.changed:
-            held.wake_at_busy = 1
-            held.changed.wait_for(lambda: seen.append(held.busy_now) or held.busy_now <= 1, 10)
+            held.wake_at = 1
+            held.changed.wait_for(lambda: seen.append(held.in_use) or held.in_use <= 1, 10)
         woke.set()
 
     thread = threading.Thread(target=waiter)
     thread.start()
     wait_until(lambda: seen == [4], what="the waiter waiting with four busy")
     for holding in holdings[:3]:
-        held.release(holding)
+        held.free(holding)
     assert woke.wait(10)
     thread.join(10)
     # Woken once, by the release that left one busy: the two before it woke nobody.

@@ -5,6 +5,8 @@ import uuid
 
 import pytest
 
+from executions.claims import Dispatch
+from executions.leases import Fence
 from executions.models import ExecutionStatus
 from executions.worker.metrics import (
     CLAIM_LATENCY,
@@ -25,6 +27,7 @@ from orquestador.workerconfig import WorkerConfigError
 from tests.support.prometheus import scrape
 
 ID = uuid.UUID("3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d")
+DISPATCH = Dispatch(Fence(ID, uuid.uuid4(), 1, "w"), 1, "go", 1, None)
 
 
 def test_worker_metrics__every_series_exists_from_the_start_at_zero():
@@ -39,9 +42,9 @@ def test_worker_metrics__every_series_exists_from_the_start_at_zero():
 def test_worker_metrics__counts_each_run_outcome_once_where_it_belongs():
     metrics = WorkerMetrics()
     for status in ("SUCCEEDED", "SUCCEEDED", "FAILED", "RETRY_WAIT", "RECONCILIATION_REQUIRED"):
-        metrics.run_ended(ExecutionResult.of(ID, RunOutcome(status=ExecutionStatus(status))))
-    metrics.run_ended(ExecutionResult(ID, Ending.SUPERSEDED))
-    metrics.run_ended(ExecutionResult(ID, Ending.INTERRUPTED))
+        metrics.run_ended(ExecutionResult.of(DISPATCH, RunOutcome(status=ExecutionStatus(status))))
+    metrics.run_ended(ExecutionResult(DISPATCH, Ending.SUPERSEDED))
+    metrics.run_ended(ExecutionResult(DISPATCH, Ending.INTERRUPTED))
     metrics.run_raised()
     metrics.lease_lost()
 

@@ -8,12 +8,11 @@ principal of the dispatch that scheduled it. The audit rows each dispatch writes
 
 import dataclasses
 import json
-import threading
 
 import pytest
 
 from executions.resumes import execution_resume
-from executions.worker.runtime import WorkerRequest, dispatch_once
+from executions.worker.runtime import dispatch_once
 from executions.worker.wire import package_json
 from orquestador.auth import EXECUTIONS_RESUME, Principal
 from tests.integration.actions.conftest import catalog_registry
@@ -27,6 +26,7 @@ from tests.support.worker import (
     enqueue,
     execution_row,
     expire_lease,
+    holding_of,
     ok,
     package_of,
     registry,
@@ -53,10 +53,8 @@ def recording():
 
 
 def _dispatch(runtime, found, principal):
-    package = dataclasses.replace(package_of(found), principal=principal)
-    return dispatch_once(
-        runtime, package, WorkerRequest(fence=found.fence, cancelled=threading.Event())
-    )
+    package = package_of(dataclasses.replace(found, principal=principal))
+    return dispatch_once(runtime, package, holding_of(found))
 
 
 def test_endpoint__refuses_a_principal_of_another_tenant(conn, make_flow, worker_endpoint):
@@ -64,8 +62,8 @@ def test_endpoint__refuses_a_principal_of_another_tenant(conn, make_flow, worker
     worker_endpoint.serve(registry(binding("A", adapter)))
     accepted = enqueue(conn, make_flow([action("a", "A")]), scope="acme")
     (found,) = claim(conn, "w", lease_seconds=30)
-    package = dataclasses.replace(
-        package_of(found), principal={"subject": "mallory", "tenant": "globex"}
+    package = package_of(
+        dataclasses.replace(found, principal={"subject": "mallory", "tenant": "globex"})
     )
 
     response = post(

@@ -14,12 +14,12 @@ import psycopg
 import pytest
 
 from actions.base import ActionResult, Outcome
+from executions.claims import Dispatch
 from executions.leases import ExecutionSuperseded, Fence
 from executions.resumes import execution_resume
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.runtime import (
     LocalWorkerRuntime,
-    WorkerRequest,
     dispatch_once,
     is_superseded_refusal,
 )
@@ -35,6 +35,7 @@ from tests.support.worker import (
     claim,
     enqueue,
     execution_row,
+    holding_of,
     package_of,
     permanent,
     registry,
@@ -83,7 +84,7 @@ def _dispatch(runtime, found, cancelled=None, resume_event=None):
     return dispatch_once(
         runtime,
         dataclasses.replace(package_of(found), resume_event=resume_event),
-        WorkerRequest(fence=found.fence, cancelled=cancelled or threading.Event()),
+        holding_of(found, cancelled),
     )
 
 
@@ -153,7 +154,7 @@ def test_runtime__cancel_reaches_only_the_exact_holder(conn, make_flow, make_run
 
 
 def test_package__is_json_with_identity_and_resume_coordinates_only():
-    package = ExecutionPackage(
+    dispatch = Dispatch(
         fence=Fence(
             uuid.UUID("3f1c1f5e-4b4e-4f57-9b0e-0d3c7b1a2c9d"),
             uuid.UUID("9a7d2c44-5c1b-4f7e-8a31-2f5e8d3b6a10"),
@@ -165,6 +166,7 @@ def test_package__is_json_with_identity_and_resume_coordinates_only():
         attempts=2,
         principal={"subject": "alice", "tenant": "acme"},
     )
+    package = ExecutionPackage(dispatch)
     text = package_json(package)
     # The public field names (SPEC §8), written out rather than taken from wire.py: this pins them.
     assert set(json.loads(text)) == {
@@ -268,10 +270,8 @@ def _recording():
 
 
 def _dispatch_as(runtime, found, principal):
-    package = dataclasses.replace(package_of(found), principal=principal)
-    return dispatch_once(
-        runtime, package, WorkerRequest(fence=found.fence, cancelled=threading.Event())
-    )
+    package = package_of(dataclasses.replace(found, principal=principal))
+    return dispatch_once(runtime, package, holding_of(found))
 
 
 @pytest.mark.parametrize(

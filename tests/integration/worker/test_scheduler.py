@@ -140,14 +140,14 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
     with runtime_for(runtime_dsn, registry()) as runtime:
         scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime, owner="w")
         (claim_a,) = claim(conn, "w", lease_seconds=30)
-        holding_a = scheduler._hold(claim_a)
-        sent = scheduler.holdings()  # the renewal goes out with execution A in it ...
+        holding_a = scheduler.slots.take(claim_a)
+        sent = scheduler.occupants()  # the renewal goes out with execution A in it ...
 
         # ... and while it is in flight, A is cancelled and its slot runs B instead.
         execution_cancel(execution_id=first.execution_id, actor="ops", reason="stop")
-        scheduler._unhold(holding_a)
+        scheduler.slots.free(holding_a)
         (claim_b,) = claim(conn, "w", lease_seconds=30)
-        holding_b = scheduler._hold(claim_b)
+        holding_b = scheduler.slots.take(claim_b)
         assert claim_b.execution_id == second.execution_id
 
         renewed = scheduler_renewal(conn, sent)
@@ -158,13 +158,15 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
         assert not holding_a.cancelled.is_set()  # A had already finished: nothing to stop
 
         # The same answer while A is still held does cancel A, and only A.
-        holding_a2 = scheduler._hold(claim_a)
+        holding_a2 = scheduler.slots.take(claim_a)
         scheduler.heartbeat.apply_renewal([holding_a2], set(), sent_at=time.monotonic())
         assert holding_a2.cancelled.is_set() and not holding_b.cancelled.is_set()
 
 
 def scheduler_renewal(conn, holdings):
-    return leases_renew(conn=conn, owner="w", held=[h.fence for h in holdings], lease_seconds=30)
+    return leases_renew(
+        conn=conn, owner="w", held=[h.dispatch.fence for h in holdings], lease_seconds=30
+    )
 
 
 def test_shutdown__drains_running_work_and_claims_nothing_more(conn, make_flow, runtime_dsn):
@@ -246,7 +248,7 @@ def test_scheduler__request_stop_is_safe_before_any_work(runtime_dsn):
         assert scheduler.finished.is_set() and scheduler.claimed == 0
 
 
-def test_hold__the_same_fence_claimed_again_stops_the_earlier_holder(conn, make_flow, runtime_dsn):
+def test_take__the_same_fence_claimed_again_stops_the_earlier_holder(conn, make_flow, runtime_dsn):
     # A claim commits asynchronously: a database crash can lose it and hand this process the
     # same token again. The earlier run under that fence must stop; a new token never stops one.
     flow_id = make_flow([action("a", "NO_OP")])
@@ -255,14 +257,14 @@ def test_hold__the_same_fence_claimed_again_stops_the_earlier_holder(conn, make_
         scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime, owner="w")
         (claim_a,) = claim(conn, "w", lease_seconds=30)
         assert claim_a.execution_id == first.execution_id
-        earlier = scheduler._hold(claim_a)
+        earlier = scheduler.slots.take(claim_a)
 
-        again = scheduler._hold(claim_a)  # the very same fence, as after a lost claim
+        again = scheduler.slots.take(claim_a)  # the very same fence, as after a lost claim
 
         assert earlier.cancelled.is_set() and earlier.lost
         assert not again.cancelled.is_set()
-        assert scheduler.holdings() == [again]
+        assert scheduler.occupants() == [again]
 
         (claim_b,) = claim(conn, "w", lease_seconds=30)
-        other = scheduler._hold(claim_b)
+        other = scheduler.slots.take(claim_b)
         assert not other.cancelled.is_set() and not again.cancelled.is_set()

@@ -75,7 +75,7 @@ def test_stuck_run__past_its_deadline_loses_the_lease_but_not_the_slot(
             running_scheduler(runtime_dsn, reg, config=CONFIG) as scheduler,
         ):
             assert adapter.entered.wait(15)
-            holding = wait_until(scheduler.holdings, what="the stuck run to be held")[0]
+            holding = wait_until(scheduler.occupants, what="the stuck run to be held")[0]
             deadline = TIMEOUT + DEADLINE_MARGIN_LEASES * CONFIG.lease_seconds
             wait_until(
                 lambda: scheduler.metrics.value(STUCK_RUNS) == 1,

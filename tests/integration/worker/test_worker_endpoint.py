@@ -15,7 +15,7 @@ from actions.base import StopSignal
 from executions.leases import ExecutionSuperseded
 from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
 from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
-from executions.worker.runtime import WorkerRequest, dispatch_once, is_superseded_refusal
+from executions.worker.runtime import dispatch_once, is_superseded_refusal
 from executions.worker.wire import package_json
 from tests.support.providers import JsonProvider, slow, status
 from tests.support.worker import (
@@ -28,6 +28,7 @@ from tests.support.worker import (
     claim,
     enqueue,
     execution_row,
+    holding_of,
     package_of,
     registry,
 )
@@ -229,11 +230,11 @@ def test_endpoint__a_stale_fence_is_409_superseded_and_the_remote_runtime_settle
 
     target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
     with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
-        request = WorkerRequest(fence=found.fence)
-        lease = runtime.allocate(request)
+        request = holding_of(found)
+        reservation = runtime.allocate(request)
         with pytest.raises(ExecutionSuperseded) as refused:
-            runtime.execute(lease, package)
-        runtime.release(lease)
+            runtime.execute(reservation, package)
+        runtime.release(reservation)
         assert is_superseded_refusal(refused.value, accepted.execution_id)
         assert dispatch_once(runtime, package, request).status == "superseded"
     assert adapter.calls == []
@@ -245,7 +246,7 @@ def test_endpoint__a_stale_fence_is_409_superseded_and_the_remote_runtime_settle
 # ------------------------------------------------------------------------------
 def _dispatch_fails(runtime, found):
     package = package_of(found)
-    request = WorkerRequest(fence=found.fence, cancelled=threading.Event())
+    request = holding_of(found)
     with pytest.raises(RemoteWorkerError) as failed:
         dispatch_once(runtime, package, request)
     assert not is_superseded_refusal(failed.value, package.execution_id)
@@ -401,7 +402,7 @@ def test_remote_runtime__waits_past_one_lease_and_abandons_the_answer_once_told_
     stop = StopSignal()
     ended: list = []
     with RemoteWorkerRuntime(target=target, config=config) as runtime:
-        request = WorkerRequest(fence=found.fence, cancelled=stop)
+        request = holding_of(found, stop)
         thread = threading.Thread(
             target=lambda: ended.append(dispatch_once(runtime, package_of(found), request))
         )
