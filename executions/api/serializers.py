@@ -15,7 +15,7 @@ from reconciliation.cancel import MAX_REASON_CHARS
 from reconciliation.writes import REASON_SPACES
 
 from ..flows.canonical import compact_size
-from ..flows.checks import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
+from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
 from ..waits import waiting_for
 

@@ -15,7 +15,8 @@ from orquestador.errors import CodedError
 
 from ..models import Flow
 from .canonical import compact_size, sha256_hex
-from .checks import FlowProblem, short_detail, validate_definition
+from .checks import validate_definition
+from .problems import FlowProblem, short_detail
 from .schemas import best_error
 
 __all__ = [
