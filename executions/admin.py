@@ -51,16 +51,8 @@ def _as_uuid(text: str) -> uuid.UUID | None:
         return None
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Viewable with the "view" permission; never added, changed or deleted through the admin."""
-
-    actions = None
-    change_form_template = "admin/readonly_change_form.html"  # no History: nothing is edited
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # counting every filter choice would scan the table
-    list_per_page = 50
-    # Search terms that are UUIDs match these fields exactly; others go to search_fields.
-    uuid_search_fields: tuple[str, ...] = ()
+class ViewOnly:
+    """Never added, changed or deleted through a form: a mixin for model admins and inlines."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -70,6 +62,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
+    """Viewable with the "view" permission; never added, changed or deleted through the admin."""
+
+    actions = None
+    change_form_template = "admin/readonly_change_form.html"  # no History: nothing is edited
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # counting every filter choice would scan the table
+    list_per_page = 50
+    # Search terms that are UUIDs match these fields exactly; others go to search_fields.
+    uuid_search_fields: tuple[str, ...] = ()
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
@@ -107,7 +111,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return column.__get__(self)
 
 
-class CheckpointInline(admin.TabularInline):
+class CheckpointInline(ViewOnly, admin.TabularInline):
     model = ActionExecution
     fields = (
         "sequence",
@@ -129,15 +133,6 @@ class CheckpointInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Flow)
