@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 import urllib3
 import urllib3.exceptions
 
+from .base import Binding
 from .pools import pool_manager
 from .watchdog import Watchdog, watching
 
@@ -164,6 +165,35 @@ def exchange(
         finally:
             if forget is not None:
                 forget()
+
+
+def fetch(
+    binding: Binding,
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    max_bytes: int,
+    sink: Callable[[bytes], None] | None = None,
+    cancelled: threading.Event | None = None,
+) -> Reply:
+    """GET `url` within the binding's budget (the contract's timeout_seconds in all, the route's
+    connect_timeout_seconds to connect), reading the body only of a 200."""
+    return exchange(
+        method="GET",
+        url=url,
+        headers=headers,
+        body=None,
+        deadline=Deadline.after(binding.contract.timeout_seconds),
+        connect_timeout=binding.route.options["connect_timeout_seconds"],
+        max_bytes=max_bytes,
+        want_body=_is_ok,
+        sink=sink,
+        cancelled=cancelled,
+    )
+
+
+def _is_ok(status: int) -> bool:
+    return status == 200
 
 
 def _send(
