@@ -111,16 +111,22 @@ class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
         return column.__get__(self)
 
 
+# What a checkpoint is, as both its execution's inline and the checkpoint list show it first.
+CHECKPOINT_COLUMNS = (
+    "sequence",
+    "action_id",
+    "capability",
+    "capability_version",
+    "effect",
+    "status",
+    "attempt",
+)
+
+
 class CheckpointInline(ViewOnly, admin.TabularInline):
     model = ActionExecution
     fields = (
-        "sequence",
-        "action_id",
-        "capability",
-        "capability_version",
-        "effect",
-        "status",
-        "attempt",
+        *CHECKPOINT_COLUMNS,
         "external_key",
         "input_hash",
         "fencing_token",
@@ -198,6 +204,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
     inlines = (CheckpointInline,)
     exclude = ("idempotency_fingerprint",)
     readonly_fields = ("lease_now", "takeovers", "timeline")
+    # Declared as RequestAdmin's columns are, by shape only: each admin names its own.
     short = columns.short_id()
     request_link = columns.linked_id("request_id", "request", description="request")
     created = columns.moment("created_at", description="created")
@@ -294,13 +301,7 @@ class ActionExecutionAdmin(ReadOnlyAdmin):
     list_display = (
         "checkpoint",
         "execution_link",
-        "sequence",
-        "action_id",
-        "capability",
-        "capability_version",
-        "effect",
-        "status",
-        "attempt",
+        *CHECKPOINT_COLUMNS,
         "error_code",
         "started",
     )

@@ -140,8 +140,8 @@ def path_id(name: str, what: str) -> OpenApiParameter:
 def operation(
     operation_id: str,
     summary: str,
-    *,
     description: str,
+    *,
     responses: dict[int, Any],
     parameters: Sequence[OpenApiParameter] = (),
     **schema: Any,
@@ -166,7 +166,6 @@ def read_one_view(
     what: str,
     select: Callable[..., Any],
     serializer: type[serializers.Serializer],
-    *,
     summary: str,
     description: str,
 ) -> type[ApiView]:
@@ -180,7 +179,7 @@ def read_one_view(
         @operation(
             f"{what}s_retrieve",
             summary,
-            description=description,
+            description,
             parameters=[path_id(field, what)],
             responses={
                 200: serializer,

@@ -43,20 +43,19 @@ ExecutionDetailView = read_one_view(
     "execution",
     selectors.execution_get,
     ExecutionViewSerializer,
-    summary="Read an execution",
-    description="Its status and, once decided, the business outcome and target state; a "
+    "Read an execution",
+    "Its status and, once decided, the business outcome and target state; a "
     "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
 )
 
 
-# Each operation's header (permissions, then `operation`) has one shape by design: its own texts.
 class ExecutionCancelView(ApiView):
     required_permissions = {"POST": (REQUESTS_WRITE,)}
 
     @operation(
         "executions_cancel",
         "Cancel an execution",
-        description="A durable, fenced write that needs no worker: whoever holds the execution "
+        "A durable, fenced write that needs no worker: whoever holds the execution "
         "is locked out of every later write. PENDING, RETRY_WAIT, SUSPENDED and RUNNING "
         "executions end CANCELLED and release the request when none of their writes succeeded "
         "or is still pending; otherwise they go to RECONCILIATION_REQUIRED with the request "
@@ -92,7 +91,7 @@ class ExecutionEventsView(ApiView):
     @operation(
         "executions_events_create",
         "Send an event to a waiting execution",
-        description="Resumes an execution SUSPENDED on a wait for this event: in one "
+        "Resumes an execution SUSPENDED on a wait for this event: in one "
         "transaction the wait's checkpoint records the payload as its output, the execution "
         "becomes PENDING for the workers, and EXECUTION_RESUMED records the caller. An event "
         "for a wait the execution has not reached yet (it is PENDING, RETRY_WAIT or RUNNING and "

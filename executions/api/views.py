@@ -41,14 +41,13 @@ from .serializers import (
 )
 
 
-# Each operation's header (permissions, then `operation`) has one shape by design: its own texts.
 class RequestCollectionView(ApiView):
     required_permissions = {"POST": (REQUESTS_WRITE,)}
 
     @operation(
         "requests_create",
         "Create a request on a published flow",
-        description="The request starts in the flow's initialState, owned by the token's sub in "
+        "The request starts in the flow's initialState, owned by the token's sub in "
         "its tenant. Without flowVersion, the highest published version. Needs requests:write.",
         request=RequestCreateSerializer,
         examples=[
@@ -89,8 +88,8 @@ RequestDetailView = read_one_view(
     "request",
     selectors.request_get,
     RequestViewSerializer,
-    summary="Read a request",
-    description="Needs requests:read (the caller's own requests) or requests:read:tenant "
+    "Read a request",
+    "Needs requests:read (the caller's own requests) or requests:read:tenant "
     "(every request of the caller's tenant).",
 )
 
@@ -101,7 +100,7 @@ class TransitionCollectionView(ApiView):
     @operation(
         "requests_transitions_create",
         "Accept a transition on a request",
-        description="In one transaction: checks the transition exists and the request's state "
+        "In one transaction: checks the transition exists and the request's state "
         "allows it, that the request is not blocked and is at expectedRevision; then increments "
         "the revision, blocks the request and creates a PENDING execution for the workers. "
         "With an Idempotency-Key, a retry of the same body on the same request returns the "
@@ -167,7 +166,7 @@ class FlowCollectionView(ApiView):
     @operation(
         "flows_list",
         "List published flow versions",
-        description="Every published version, by key then version, for every tenant: flows "
+        "Every published version, by key then version, for every tenant: flows "
         "are platform-wide. Needs flows:admin (a platform scope).",
         responses={
             200: FlowViewSerializer(many=True),
@@ -179,7 +178,7 @@ class FlowCollectionView(ApiView):
     @operation(
         "flows_publish",
         "Publish a flow version",
-        description="The body is a flow definition (SPEC §4). A new key and version is stored "
+        "The body is a flow definition (SPEC §4). A new key and version is stored "
         "(201); the same content again changes nothing (200). The version serves every tenant: "
         "flows are platform-wide. Needs flows:admin (a platform scope).",
         request=FlowDefinitionSerializer,
