@@ -62,13 +62,15 @@ class _OneSend:
 # The request has been written when a connection starts reading the response; from then on the
 # socket belongs to this call's watchdog, for the status line, the headers and the body.
 class _WatchedHTTPConnection(_OneSend, urllib3.connection.HTTPConnection):
-    def getresponse(self) -> urllib3.HTTPResponse:
+    # urllib3's own connections answer with its response type, not http.client's.
+    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
         watch_current(self.sock)
         return super().getresponse()
 
 
 class _WatchedHTTPSConnection(_OneSend, urllib3.connection.HTTPSConnection):
-    def getresponse(self) -> urllib3.HTTPResponse:
+    # urllib3's own connections answer with its response type, not http.client's.
+    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
         watch_current(self.sock)
         return super().getresponse()
 

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
@@ -38,7 +39,8 @@ from .expressions import TRANSITION_SCOPE, ExpressionChecks
 from .payloads import payload_problems
 from .pointer import kind
 from .problems import IDENTIFIER, IDENTIFIER_RULE, FlowProblem, member, short_detail
-from .schemas import DRAFT, schema_errors
+from .schemas import DRAFT as DRAFT  # imported from here by waits.py and tests
+from .schemas import schema_errors
 
 MAX_CASE_SUMMARY = 8  # pointers a flow's caseSummary may list
 TOP_LEVEL_KEYS = ("key", "version", "initialState", "states", "dataSchema", "transitions")
@@ -52,6 +54,8 @@ DECISION_KEYS = ("hitPolicy", "rules")
 RULE_KEYS = ("id", "when", "target", "outcome")
 
 FLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
+# The one draft a schema may declare in `$schema`, as its meta-schema names itself.
+DRAFT_URI: str = jsonschema.Draft202012Validator.META_SCHEMA["$id"]
 
 
 class _Checker(ExpressionChecks):
@@ -123,10 +127,10 @@ class _Checker(ExpressionChecks):
             self.problem(path, f"must be a JSON Schema object, not {kind(schema)}")
             return False
         declared = schema.get("$schema")
-        if declared is not None and declared != DRAFT.META_SCHEMA["$id"]:
+        if declared is not None and declared != DRAFT_URI:
             self.problem(
                 member(path, "$schema"),
-                f"only JSON Schema Draft 2020-12 ({DRAFT.META_SCHEMA['$id']}) is supported",
+                f"only JSON Schema Draft 2020-12 ({DRAFT_URI}) is supported",
             )
             return False
         valid = True
