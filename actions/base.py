@@ -76,7 +76,7 @@ class Route:
 class StopSignal(threading.Event):
     """An execution's stop signal (cancellation, lost lease, shutdown past the drain, a stuck
     run): an Event that, when set, also calls what is registered on it, so a call blocked on a
-    slow provider is woken at once (actions/transport.py shuts its socket) instead of noticing
+    slow provider is woken at once (actions/watchdog.py shuts its socket) instead of noticing
     only after the provider answers."""
 
     def __init__(self) -> None:
@@ -106,6 +106,7 @@ class StopSignal(threading.Event):
             self._callbacks.remove(callback)
 
 
+# Alike the worker's claimed snapshot in its fields, not the same thing: what an adapter may see.
 @dataclass(frozen=True)
 class ActionContext:
     input: dict[str, Any]

@@ -27,10 +27,9 @@ from .options import Option, http_url, integer, seconds, string_list
 from .transport import (
     DEFAULT_CONNECT_TIMEOUT,
     USER_AGENT,
-    Deadline,
     Stage,
     TransportError,
-    exchange,
+    fetch,
 )
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024  # bytes
@@ -98,15 +97,11 @@ class DocumentsVerifyAdapter:
 
         digest = hashlib.sha256()
         try:
-            reply = exchange(
-                method="GET",
-                url=options["url"].replace("{documentId}", quote(document_id, safe="")),
-                headers=headers,
-                body=None,
-                deadline=Deadline.after(binding.contract.timeout_seconds),
-                connect_timeout=options["connect_timeout_seconds"],
+            reply = fetch(
+                binding,
+                options["url"].replace("{documentId}", quote(document_id, safe="")),
+                headers,
                 max_bytes=options["max_bytes"],
-                want_body=lambda status: status == 200,
                 sink=digest.update,
                 cancelled=ctx.cancelled,
             )

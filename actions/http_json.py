@@ -33,6 +33,7 @@ from .transport import (
     Reply,
     TransportError,
     exchange,
+    fetch,
 )
 
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024  # bytes
@@ -130,15 +131,11 @@ class HttpJsonAdapter:
         except MissingCredential as exc:
             return LookupResult(happened=None, detail=str(exc))
         try:
-            reply = exchange(
-                method="GET",
-                url=template.replace("{key}", quote(external_key, safe="")),
-                headers=headers,
-                body=None,
-                deadline=Deadline.after(binding.contract.timeout_seconds),
-                connect_timeout=options["connect_timeout_seconds"],
+            reply = fetch(
+                binding,
+                template.replace("{key}", quote(external_key, safe="")),
+                headers,
                 max_bytes=options["max_response_bytes"],
-                want_body=lambda status: status == 200,
             )
         except TransportError as exc:
             return LookupResult(happened=None, detail=f"lookup failed: {exc.reason}")

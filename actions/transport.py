@@ -20,34 +20,31 @@ hundreds of calls per second a worker makes to slow providers, requests' layers 
 requests, hooks, the cookie jar, settings merged per call) cost as much CPU as the call itself,
 and nothing here uses them. What requests checked before sending (header names and values, the
 URL) is checked here, with the same classification.
+
+The per-thread pool managers are in pools.py, the watchdog and its timer thread in watchdog.py.
 """
 
-import contextlib
 import email.utils
 import enum
-import heapq
 import http.client
 import math
-import os
 import re
-import socket
 import ssl
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-import certifi
 import urllib3
-import urllib3.connection
 import urllib3.exceptions
+
+from .base import Binding
+from .pools import pool_manager
+from .watchdog import Watchdog, watching
 
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds, capped by the contract's timeout_seconds
 CHUNK_BYTES = 64 * 1024  # bytes per read while streaming a body
-POOL_SIZE = 4  # hosts, and connections per host, kept by each thread's pool manager
 MAX_RETRY_AFTER_SECONDS = 86_400  # seconds; the worker applies its own, smaller cap
 USER_AGENT = "orquestador"
 
@@ -102,206 +99,6 @@ class Reply:
 
 
 # ------------------------------------------------------------------------------
-# Pool managers: one per thread, closed when the thread ends
-# ------------------------------------------------------------------------------
-_local = threading.local()
-_finalizers: set[weakref.finalize] = set()  # one per live pool manager, to close them all
-_finalizers_lock = threading.Lock()
-
-
-class _Holder:
-    """Kept in thread-local storage; freed when its thread ends, which closes its pools."""
-
-    __slots__ = ("__weakref__", "manager")
-
-    def __init__(self, manager: urllib3.PoolManager) -> None:
-        self.manager = manager
-
-
-class _Watchdog:
-    """Shuts the call's socket at the deadline, which wakes a read blocked on it.
-
-    One shared timer thread (`_Timers`) serves every call of the process: a call costs a heap
-    entry, not a thread of its own."""
-
-    __slots__ = ("_lock", "_sock", "cancelled", "expired", "stopped")
-
-    def __init__(self, seconds: float) -> None:
-        # Flags, set once under the lock and read without it (nobody waits on them).
-        self.expired = False  # the deadline passed (`expire`)
-        self.stopped = False  # the execution was told to stop (`stop`)
-        self.cancelled = False
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        _timers.add(time.monotonic() + max(0.0, seconds), self)
-
-    def watch(self, sock: socket.socket | None) -> None:
-        with self._lock:
-            self._sock = sock
-            if self.expired or self.stopped:
-                _shutdown(sock)
-
-    def cancel(self) -> None:
-        _timers.cancel(self)
-
-    def expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            _shutdown(self._sock)
-
-    def stop(self) -> None:
-        """The execution was told to stop: abandon the wait (whatever the request did stays as
-        it is, an outcome the runner settles by the usual rules)."""
-        with self._lock:
-            self.stopped = True
-            _shutdown(self._sock)
-
-
-class _Timers:
-    """The process's one watchdog thread: a heap of deadlines, each expiring its `_Watchdog`
-    unless cancelled first. Started on first use (and again in a forked child)."""
-
-    def __init__(self) -> None:
-        self._due: list[tuple[float, int, _Watchdog]] = []
-        self._wake = threading.Condition(threading.Lock())
-        self._count = 0  # tie-breaker: watchdogs themselves are not ordered
-        self._cancelled = 0  # cancelled entries still in the heap
-        self._pid: int | None = None
-
-    def add(self, at: float, watchdog: _Watchdog) -> None:
-        with self._wake:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._run, name="http-watchdog", daemon=True).start()
-            self._count += 1
-            heapq.heappush(self._due, (at, self._count, watchdog))
-            if self._due[0][2] is watchdog:  # earlier than what the thread sleeps towards
-                self._wake.notify()
-
-    def cancel(self, watchdog: _Watchdog) -> None:
-        """Forget a finished call's deadline. Entries are dropped lazily, and the heap is rebuilt
-        once most of it is cancelled, so long budgets at a high call rate do not pile up."""
-        with self._wake:
-            if watchdog.cancelled:
-                return
-            watchdog.cancelled = True
-            self._cancelled += 1
-            if self._cancelled > 64 and 2 * self._cancelled > len(self._due):
-                self._due = [entry for entry in self._due if not entry[2].cancelled]
-                heapq.heapify(self._due)
-                self._cancelled = 0
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
-                _, _, watchdog = heapq.heappop(self._due)
-                if watchdog.cancelled:
-                    self._cancelled -= 1
-                    continue
-                watchdog.cancelled = True  # expired: a later cancel has nothing to count
-            watchdog.expire()
-
-
-_timers = _Timers()
-
-
-def _shutdown(sock: socket.socket | None) -> None:
-    if sock is None:
-        return
-    # shutdown (not close) wakes a recv blocked in another thread; the base-class call avoids
-    # SSLSocket.shutdown, which would also drop the TLS state from under that thread.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-def _watch_current(sock: socket.socket | None) -> None:
-    watchdog = getattr(_local, "watchdog", None)
-    if watchdog is not None:
-        watchdog.watch(sock)
-
-
-class _OneSend:
-    """Hands a request's header block and its bytes body to the socket in one send, as
-    http.client does for a bytes body and urllib3 does not: one segment and one system call per
-    request instead of two (about a tenth of the transport's CPU per loopback call)."""
-
-    _holding = False
-    _held: bytes | None = None
-
-    def request(
-        self, method: str, url: str, body: Any = None, headers: Any = None, **kw: Any
-    ) -> None:
-        self._holding = isinstance(body, bytes) and bool(body) and not kw.get("chunked")
-        try:
-            super().request(method, url, body, headers, **kw)  # type: ignore[misc]
-        finally:
-            self._holding, self._held = False, None
-
-    def send(self, data: Any) -> None:
-        if self._holding:
-            if self._held is None:  # the header block (endheaders): the body comes next
-                self._held = data
-                return
-            data, self._held, self._holding = self._held + data, None, False
-        super().send(data)  # type: ignore[misc]
-
-
-# The request has been written when a connection starts reading the response; from then on the
-# socket belongs to this call's watchdog, for the status line, the headers and the body.
-class _WatchedHTTPConnection(_OneSend, urllib3.connection.HTTPConnection):
-    def getresponse(self) -> urllib3.HTTPResponse:
-        _watch_current(self.sock)
-        return super().getresponse()
-
-
-class _WatchedHTTPSConnection(_OneSend, urllib3.connection.HTTPSConnection):
-    def getresponse(self) -> urllib3.HTTPResponse:
-        _watch_current(self.sock)
-        return super().getresponse()
-
-
-class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-def pool_manager() -> urllib3.PoolManager:
-    """This thread's pool manager, created on first use."""
-    holder = getattr(_local, "holder", None)
-    if holder is None:
-        manager = urllib3.PoolManager(
-            num_pools=POOL_SIZE,
-            maxsize=POOL_SIZE,
-            retries=False,
-            cert_reqs="CERT_REQUIRED",
-            ca_certs=certifi.where(),
-        )
-        manager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-        holder = _Holder(manager)
-        with _finalizers_lock:
-            _finalizers.difference_update([f for f in _finalizers if not f.alive])
-            _finalizers.add(weakref.finalize(holder, manager.clear))
-        _local.holder = holder
-    return holder.manager
-
-
-def close_all_pools() -> None:
-    """Close every thread's pooled connections (tests, shutdown). Pool managers stay usable."""
-    with _finalizers_lock:
-        finalizers = list(_finalizers)
-        _finalizers.clear()
-    for finalizer in finalizers:
-        finalizer()
-    with contextlib.suppress(AttributeError):
-        del _local.holder
-
-
-# ------------------------------------------------------------------------------
 # One exchange
 # ------------------------------------------------------------------------------
 def exchange(
@@ -332,42 +129,71 @@ def exchange(
     timeout = urllib3.Timeout(
         connect=min(connect_timeout, remaining), read=remaining, total=remaining
     )
-    watchdog = _Watchdog(remaining)
-    _local.watchdog = watchdog
-    # A StopSignal (the worker's) wakes this call as soon as the execution is told to stop.
-    on_set = getattr(cancelled, "on_set", None)
-    forget = on_set(watchdog.stop) if on_set is not None else None
-    try:
-        response = _send(method, url, headers, body, timeout, watchdog)
-        consumed = False  # the body was read to its end: the connection can serve another call
+    with watching(remaining) as watchdog:
+        # A StopSignal (the worker's) wakes this call as soon as the execution is told to stop.
+        on_set = getattr(cancelled, "on_set", None)
+        forget = on_set(watchdog.stop) if on_set is not None else None
         try:
-            status = response.status
-            reply = Reply(
-                status=status,
-                media_type=_media_type(response.headers.get("Content-Type")),
-                retry_after=parse_retry_after(response.headers.get("Retry-After")),
-                body=None,
-                size=0,
-            )
-            if not want_body(status):
-                return reply
-            declared = response.headers.get("Content-Length", "")
-            if declared.isdigit() and int(declared) > max_bytes:
-                raise TransportError(
-                    Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
+            response = _send(method, url, headers, body, timeout, watchdog)
+            consumed = False  # the body was read to its end: the connection can serve another call
+            try:
+                status = response.status
+                reply = Reply(
+                    status=status,
+                    media_type=_media_type(response.headers.get("Content-Type")),
+                    retry_after=parse_retry_after(response.headers.get("Retry-After")),
+                    body=None,
+                    size=0,
                 )
-            content, size = _read_body(response, watchdog, max_bytes, sink, cancelled)
-            consumed = True
-            return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
+                if not want_body(status):
+                    return reply
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise TransportError(
+                        Stage.BODY,
+                        f"response body over {max_bytes} bytes",
+                        status=status,
+                        final=True,
+                    )
+                content, size = _read_body(response, watchdog, max_bytes, sink, cancelled)
+                consumed = True
+                return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
+            finally:
+                if not consumed:  # an unread or half-read body: the connection cannot be reused
+                    response.close()
+                response.release_conn()
         finally:
-            if not consumed:  # an unread or half-read body: the connection cannot be reused
-                response.close()
-            response.release_conn()
-    finally:
-        if forget is not None:
-            forget()
-        watchdog.cancel()
-        _local.watchdog = None
+            if forget is not None:
+                forget()
+
+
+def fetch(
+    binding: Binding,
+    url: str,
+    headers: Mapping[str, str],
+    *,
+    max_bytes: int,
+    sink: Callable[[bytes], None] | None = None,
+    cancelled: threading.Event | None = None,
+) -> Reply:
+    """GET `url` within the binding's budget (the contract's timeout_seconds in all, the route's
+    connect_timeout_seconds to connect), reading the body only of a 200."""
+    return exchange(
+        method="GET",
+        url=url,
+        headers=headers,
+        body=None,
+        deadline=Deadline.after(binding.contract.timeout_seconds),
+        connect_timeout=binding.route.options["connect_timeout_seconds"],
+        max_bytes=max_bytes,
+        want_body=_is_ok,
+        sink=sink,
+        cancelled=cancelled,
+    )
+
+
+def _is_ok(status: int) -> bool:
+    return status == 200
 
 
 def _send(
@@ -376,7 +202,7 @@ def _send(
     headers: Mapping[str, str],
     body: bytes | None,
     timeout: urllib3.Timeout,
-    watchdog: _Watchdog,
+    watchdog: Watchdog,
 ) -> urllib3.BaseHTTPResponse:
     """Send the request and read the status line and headers; failures become TransportError."""
     for name, value in headers.items():
@@ -426,7 +252,7 @@ def _send(
 
 def _read_body(
     response: urllib3.BaseHTTPResponse,
-    watchdog: _Watchdog,
+    watchdog: Watchdog,
     max_bytes: int,
     sink: Callable[[bytes], None] | None,
     cancelled: threading.Event | None,

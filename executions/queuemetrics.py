@@ -45,20 +45,23 @@ def unauthorized() -> JsonResponse:
     return response
 
 
+def _gauge(name: str, help_text: str, value: float) -> Family:
+    """A gauge of one sample, without labels."""
+    return Family(name, "gauge", help_text, [Sample(value)])
+
+
 def queue_families(stats: QueueStats | None, *, seconds: float) -> list[Family]:
     """The web process's metric families for these statistics (None: the database was not read)."""
     families = [
-        Family(
+        _gauge(
             "orquestador_database_up",
-            "gauge",
             "1 when this scrape read the queue statistics from the database, 0 when it could not.",
-            [Sample(0 if stats is None else 1)],
+            0 if stats is None else 1,
         ),
-        Family(
+        _gauge(
             "orquestador_metrics_read_seconds",
-            "gauge",
             "Time this scrape spent reading the queue statistics, in seconds.",
-            [Sample(seconds)],
+            seconds,
         ),
     ]
     if stats is None:
@@ -77,31 +80,27 @@ def queue_families(stats: QueueStats | None, *, seconds: float) -> list[Family]:
             "Executions due now by status; a RUNNING one is due once its lease has expired.",
             [Sample(stats.due[s], (("status", s),)) for s in QUEUE_STATUSES],
         ),
-        Family(
+        _gauge(
             "orquestador_queue_oldest_due_age_seconds",
-            "gauge",
             "How long the oldest due execution has been due, by the database clock, in seconds "
             "(0 when nothing is due).",
-            [Sample(stats.oldest_due_age_seconds)],
+            stats.oldest_due_age_seconds,
         ),
-        Family(
+        _gauge(
             "orquestador_reconciliation_backlog",
-            "gauge",
             "Executions waiting for an operator (RECONCILIATION_REQUIRED).",
-            [Sample(stats.reconciliation_backlog)],
+            stats.reconciliation_backlog,
         ),
-        Family(
+        _gauge(
             "orquestador_reconciliation_oldest_age_seconds",
-            "gauge",
             "Age since creation of the oldest execution waiting for an operator, in seconds "
             "(0 when none waits).",
-            [Sample(stats.reconciliation_oldest_age_seconds)],
+            stats.reconciliation_oldest_age_seconds,
         ),
-        Family(
+        _gauge(
             "orquestador_requests_blocked",
-            "gauge",
             "Requests held by an execution (running, waiting, or waiting for an operator).",
-            [Sample(stats.requests_blocked)],
+            stats.requests_blocked,
         ),
     ]
 

@@ -14,6 +14,7 @@ Invariants and transaction boundaries:
   never for a rolled-back acceptance.
 """
 
+import functools
 from typing import Any
 from uuid import UUID
 
@@ -92,21 +93,8 @@ def transition_accept(
         fingerprint = sha256_hex(
             {"transitionId": transition_id, "expectedRevision": expected_revision}
         )
-    try:
-        return _accept(
-            principal=principal,
-            request_id=parsed,
-            transition_id=transition_id,
-            expected_revision=expected_revision,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-        )
-    except IntegrityError as exc:
-        if idempotency_key is None or _constraint(exc) != IDEMPOTENCY_CONSTRAINT:
-            raise
-    # Another acceptance with this key committed between our lookup and our insert; it is the
-    # one the client meant, and the retry finds it under the lock.
-    return _accept(
+    accept = functools.partial(
+        _accept,
         principal=principal,
         request_id=parsed,
         transition_id=transition_id,
@@ -114,6 +102,14 @@ def transition_accept(
         idempotency_key=idempotency_key,
         fingerprint=fingerprint,
     )
+    try:
+        return accept()
+    except IntegrityError as exc:
+        if idempotency_key is None or _constraint(exc) != IDEMPOTENCY_CONSTRAINT:
+            raise
+    # Another acceptance with this key committed between our lookup and our insert; it is the
+    # one the client meant, and the retry finds it under the lock.
+    return accept()
 
 
 def _accept(

@@ -53,6 +53,15 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+# What makes json.loads strict: no duplicate keys, no NaN or Infinity, numbers within bounds.
+_STRICT_HOOKS: dict[str, Any] = {
+    "object_pairs_hook": _no_duplicates,
+    "parse_constant": _no_constants,
+    "parse_float": _finite_float,
+    "parse_int": _bounded_int,
+}
+
+
 def loads(raw: bytes | str, *, max_bytes: int | None = None) -> Any:
     """Parse strict JSON text, or raise JSONRefused saying what is wrong with it."""
     if max_bytes is not None and len(raw) > max_bytes:
@@ -63,13 +72,7 @@ def loads(raw: bytes | str, *, max_bytes: int | None = None) -> Any:
         except UnicodeDecodeError as exc:
             raise JSONRefused("is not UTF-8 text") from exc
     try:
-        value = json.loads(
-            raw,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_no_constants,
-            parse_float=_finite_float,
-            parse_int=_bounded_int,
-        )
+        value = json.loads(raw, **_STRICT_HOOKS)
     except json.JSONDecodeError as exc:
         raise JSONRefused(
             f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from executions.admin import ViewOnly
 from executions.insight import takeover_sentence
 from executions.models import AuditType, ExecutionStatus
 from orquestador import display
@@ -49,19 +50,6 @@ def _search(
     if as_id is not None:
         return queryset.filter(Q(**{request_field: as_id}) | Q(**{execution_field: as_id}))
     return selectors.with_external_key(queryset, term, execution_field=execution_field)
-
-
-class ViewOnly:
-    """Never added, changed or deleted through a form (a ModelAdmin mixin)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(ReconciliationCase)

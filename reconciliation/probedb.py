@@ -92,6 +92,7 @@ def orm_on(source: ConnectionSource | None) -> Iterator[None]:
 
 def _lend(conn: psycopg.Connection) -> None:
     """Django's connection of this thread becomes `conn`, as connect() would leave it."""
+    # A run of attribute resets, like any constructor's by shape only (the worker's heartbeat).
     connection.in_atomic_block = False
     connection.savepoint_ids = []
     connection.atomic_blocks = []

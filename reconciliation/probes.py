@@ -129,6 +129,7 @@ def _settle(
         if cursor.fetchone() is None:
             return False  # another prober holds it now: write nothing
         if evidence is not None and execution is not None:
+            # The audit write every service makes (resumes.py too): one function, its keywords.
             audit_append(
                 cursor,
                 request_id=execution.request_id,

@@ -13,9 +13,6 @@ from typing import Any
 from . import permissions, services
 from .forms import ResolutionForm, WriteHappenedForm
 
-# apply(execution_id, the form's cleaned data, the operator) -> services.Resolved
-Apply = Callable[[Any, dict[str, Any], Any], services.Resolved]
-
 
 @dataclass(frozen=True)
 class ResolutionAction:
@@ -27,7 +24,13 @@ class ResolutionAction:
     explanation: str  # what happens, in words, on both pages
     form_class: type[ResolutionForm]
     settles_one_action: bool  # settles one uncertain action, so one case at a time
-    apply: Apply
+    service: Callable[..., services.Resolved]  # called with execution_id, operator and `takes`
+    takes: tuple[str, ...]  # the fields of the form's cleaned data the service is given
+
+    def apply(self, execution_id: Any, data: dict[str, Any], operator: Any) -> services.Resolved:
+        """Resolve one case through this row's service, with the fields it takes from `data`."""
+        fields = {name: data[name] for name in self.takes}
+        return self.service(execution_id=execution_id, operator=operator, **fields)
 
     @property
     def permission(self) -> str:
@@ -51,13 +54,8 @@ RESOLUTIONS = (
         "provider for this action again.",
         form_class=WriteHappenedForm,
         settles_one_action=True,
-        apply=lambda execution_id, data, user: services.execution_resolve_write_happened(
-            execution_id=execution_id,
-            action_id=data["action_id"],
-            output=data["output"],
-            reason=data["reason"],
-            operator=user,
-        ),
+        service=services.execution_resolve_write_happened,
+        takes=("action_id", "output", "reason"),
     ),
     ResolutionAction(
         name="resolve_write_not_happened",
@@ -70,12 +68,8 @@ RESOLUTIONS = (
         "more, with the same external key (Idempotency-Key).",
         form_class=ResolutionForm,
         settles_one_action=True,
-        apply=lambda execution_id, data, user: services.execution_resolve_write_not_happened(
-            execution_id=execution_id,
-            action_id=data["action_id"],
-            reason=data["reason"],
-            operator=user,
-        ),
+        service=services.execution_resolve_write_not_happened,
+        takes=("action_id", "reason"),
     ),
     ResolutionAction(
         name="abandon_execution",
@@ -88,9 +82,8 @@ RESOLUTIONS = (
         "is recorded as done: whatever the provider did stays as it is.",
         form_class=ResolutionForm,
         settles_one_action=False,
-        apply=lambda execution_id, data, user: services.execution_abandon(
-            execution_id=execution_id, reason=data["reason"], operator=user
-        ),
+        service=services.execution_abandon,
+        takes=("reason",),
     ),
 )
 BY_NAME = {resolution.name: resolution for resolution in RESOLUTIONS}

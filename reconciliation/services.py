@@ -233,6 +233,7 @@ def execution_resolve_write_happened(
                 errors.OUTPUT_INVALID,
                 "The output does not match the capability's output schema: " + "; ".join(problems),
             )
+        # Alike finalize.py's audit write by shape only: keyword arguments one a line.
         return _settle_and_requeue(
             case,
             checkpoint,

@@ -1,18 +1,19 @@
 """What every API view shares: bearer authentication and permissions, JSON in and out only, the
-strict body readers, the Idempotency-Key rule, and the OpenAPI description of the errors any
-operation can answer with."""
+strict body readers, the Idempotency-Key rule, the OpenAPI description of the errors any
+operation can answer with, and the one view that reads an object by its id."""
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request as DrfRequest
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orquestador import errors
@@ -144,3 +145,60 @@ def path_id(name: str, what: str) -> OpenApiParameter:
         OpenApiParameter.PATH,
         description=f"The {what}'s id. Anything that is not one of the caller's is a 404.",
     )
+
+
+def operation(
+    operation_id: str,
+    summary: str,
+    description: str,
+    *,
+    responses: dict[int, Any],
+    parameters: Sequence[OpenApiParameter] = (),
+    **schema: Any,
+) -> Callable:
+    """`extend_schema` for a bearer-authenticated operation: `responses` and `parameters` are its
+    own, and every such operation also answers 401 (with WWW-Authenticate), 403 and 405, and 400
+    when it takes a body."""
+    common = {401: UNAUTHENTICATED, 403: FORBIDDEN, 405: METHOD_NOT_ALLOWED}
+    if "request" in schema:
+        common[400] = INVALID_BODY
+    return extend_schema(
+        operation_id=operation_id,
+        summary=summary,
+        description=description,
+        parameters=[*parameters, WWW_AUTHENTICATE],
+        responses=dict(sorted({**common, **responses}.items())),
+        **schema,
+    )
+
+
+def read_one_view(
+    what: str,
+    select: Callable[..., Any],
+    serializer: type[serializers.Serializer],
+    summary: str,
+    description: str,
+) -> type[ApiView]:
+    """The view of `GET /api/v1/<what>s/<id>`: one `what` the caller may read, found by
+    `select(principal=..., <what>_id=...)` and rendered by `serializer`; anything else is a 404."""
+    field = f"{what}_id"
+
+    class ReadOneView(ApiView):
+        required_permissions = {"GET": READ}
+
+        @operation(
+            f"{what}s_retrieve",
+            summary,
+            description,
+            parameters=[path_id(field, what)],
+            responses={
+                200: serializer,
+                404: error_response(f"NOT_FOUND: no such {what}, or not one the caller may read."),
+            },
+        )
+        def get(self, request: DrfRequest, **ids: str) -> Response:
+            found = select(principal=caller(request), **{field: ids[field]})
+            return Response(serializer(found).data)
+
+    ReadOneView.__name__ = ReadOneView.__qualname__ = f"{what.capitalize()}DetailView"
+    return ReadOneView

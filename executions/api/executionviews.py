@@ -22,17 +22,15 @@ from ..callbacks import MAX_CALLBACK_BYTES, callback_receive
 from ..cancel import execution_cancel
 from ..resumes import MAX_KEPT_EVENTS, execution_resume
 from .base import (
-    FORBIDDEN,
     INVALID_BODY,
     METHOD_NOT_ALLOWED,
-    READ,
-    UNAUTHENTICATED,
-    WWW_AUTHENTICATE,
     ApiView,
     JsonOnly,
     caller,
     error_response,
+    operation,
     path_id,
+    read_one_view,
     validated,
 )
 from .serializers import (
@@ -42,50 +40,33 @@ from .serializers import (
     ExecutionViewSerializer,
 )
 
-
-class ExecutionDetailView(ApiView):
-    required_permissions = {"GET": READ}
-
-    @extend_schema(
-        operation_id="executions_retrieve",
-        summary="Read an execution",
-        description="Its status and, once decided, the business outcome and target state; a "
-        "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
-        parameters=[path_id("execution_id", "execution"), WWW_AUTHENTICATE],
-        responses={
-            200: ExecutionViewSerializer,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
-            404: error_response("NOT_FOUND: no such execution, or not one the caller may read."),
-            405: METHOD_NOT_ALLOWED,
-        },
-    )
-    def get(self, request: DrfRequest, execution_id: str) -> Response:
-        found = selectors.execution_get(principal=caller(request), execution_id=execution_id)
-        return Response(ExecutionViewSerializer(found).data)
+ExecutionDetailView = read_one_view(
+    "execution",
+    selectors.execution_get,
+    ExecutionViewSerializer,
+    "Read an execution",
+    "Its status and, once decided, the business outcome and target state; a "
+    "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
+)
 
 
 class ExecutionCancelView(ApiView):
     required_permissions = {"POST": (REQUESTS_WRITE,)}
 
-    @extend_schema(
-        operation_id="executions_cancel",
-        summary="Cancel an execution",
-        description="A durable, fenced write that needs no worker: whoever holds the execution "
+    @operation(
+        "executions_cancel",
+        "Cancel an execution",
+        "A durable, fenced write that needs no worker: whoever holds the execution "
         "is locked out of every later write. PENDING, RETRY_WAIT, SUSPENDED and RUNNING "
         "executions end CANCELLED and release the request when none of their writes succeeded "
         "or is still pending; otherwise they go to RECONCILIATION_REQUIRED with the request "
         "still blocked, for an operator. The reason is kept in the audit trail. Needs "
         "requests:write, on the caller's own executions.",
         request=ExecutionCancelSerializer,
-        parameters=[path_id("execution_id", "execution"), WWW_AUTHENTICATE],
+        parameters=[path_id("execution_id", "execution")],
         responses={
             202: ExecutionViewSerializer,
-            400: INVALID_BODY,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
             404: error_response("NOT_FOUND: no such execution, or not one of the caller's."),
-            405: METHOD_NOT_ALLOWED,
             409: error_response(
                 "NOT_CANCELLABLE: the execution already ended (SUCCEEDED, FAILED, CANCELLED) or "
                 "is in RECONCILIATION_REQUIRED, which an operator settles instead."
@@ -110,10 +91,10 @@ class ExecutionCancelView(ApiView):
 class ExecutionEventsView(ApiView):
     required_permissions = {"POST": (EXECUTIONS_RESUME,)}
 
-    @extend_schema(
-        operation_id="executions_events_create",
-        summary="Send an event to a waiting execution",
-        description="Resumes an execution SUSPENDED on a wait for this event: in one "
+    @operation(
+        "executions_events_create",
+        "Send an event to a waiting execution",
+        "Resumes an execution SUSPENDED on a wait for this event: in one "
         "transaction the wait's checkpoint records the payload as its output, the execution "
         "becomes PENDING for the workers, and EXECUTION_RESUMED records the caller. An event "
         "for a wait the execution has not reached yet (it is PENDING, RETRY_WAIT or RUNNING and "
@@ -121,17 +102,13 @@ class ExecutionEventsView(ApiView):
         "execution). Sending the same eventId with the same body again answers 200 with the "
         "execution as it is now. Needs executions:resume; any execution of the caller's tenant.",
         request=ExecutionEventSerializer,
-        parameters=[path_id("execution_id", "execution"), WWW_AUTHENTICATE],
+        parameters=[path_id("execution_id", "execution")],
         responses={
             200: OpenApiResponse(
                 ExecutionViewSerializer, description="A replay: this eventId was already taken."
             ),
             202: OpenApiResponse(ExecutionViewSerializer, description="Taken."),
-            400: INVALID_BODY,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
             404: error_response("NOT_FOUND: no such execution in the caller's tenant."),
-            405: METHOD_NOT_ALLOWED,
             409: error_response(
                 "NOT_WAITING: the execution waits for no event, for another event, or for an "
                 "asynchronous provider's callback, and no wait for this event lies ahead (or "

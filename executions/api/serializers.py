@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from ..cancel import MAX_REASON_CHARS
 from ..flows.canonical import compact_size
-from ..flows.checks import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
+from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
 from ..models import Execution, ExecutionStatus, Request
 from ..operatorwrites import REASON_SPACES
 from ..waits import waiting_for
@@ -97,30 +97,38 @@ def _messages(**extra: str) -> "dict[str, str | StrPromise]":
     return {"required": "is required", "null": "must not be null", **extra}
 
 
-def _name_messages() -> "dict[str, str | StrPromise]":
-    return _messages(
-        blank="must not be empty",
-        min_length="must not be empty",
-        max_length=f"must be at most {MAX_NAME_LENGTH} characters",
+def _name_field(help_text: str, validators: list | None = None) -> StrictCharField:
+    """A flow's key, a transition's id, an event's name: 1 to MAX_NAME_LENGTH characters."""
+    return StrictCharField(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        validators=[NO_NUL] if validators is None else validators,
+        error_messages=_messages(
+            blank="must not be empty",
+            min_length="must not be empty",
+            max_length=f"must be at most {MAX_NAME_LENGTH} characters",
+        ),
+        help_text=help_text,
+    )
+
+
+def _positive_field(maximum: int, help_text: str, required: bool = True) -> StrictIntegerField:
+    """A version or a revision: an integer from 1 to `maximum`."""
+    return StrictIntegerField(
+        required=required,
+        min_value=1,
+        max_value=maximum,
+        error_messages=_messages(
+            min_value="must be at least 1", max_value=f"must be at most {maximum}"
+        ),
+        help_text=help_text,
     )
 
 
 class RequestCreateSerializer(StrictSerializer):
-    flowKey = StrictCharField(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        validators=[NO_NUL],
-        error_messages=_name_messages(),
-        help_text="The key of a published flow.",
-    )
-    flowVersion = StrictIntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_VERSION,
-        error_messages=_messages(
-            min_value="must be at least 1", max_value=f"must be at most {MAX_VERSION}"
-        ),
-        help_text="A published version of the flow; without it, the highest one.",
+    flowKey = _name_field("The key of a published flow.")
+    flowVersion = _positive_field(
+        MAX_VERSION, "A published version of the flow; without it, the highest one.", required=False
     )
     # DRF's serializer metaclass takes declared fields out of the class body, so this field does
     # not hide Serializer.data as the type checker believes.
@@ -132,20 +140,10 @@ class RequestCreateSerializer(StrictSerializer):
 
 
 class TransitionAcceptSerializer(StrictSerializer):
-    transitionId = StrictCharField(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        validators=[NO_NUL],
-        error_messages=_name_messages(),
-        help_text="The id of a transition of the request's flow.",
-    )
-    expectedRevision = StrictIntegerField(
-        min_value=1,
-        max_value=MAX_REVISION,
-        error_messages=_messages(
-            min_value="must be at least 1", max_value=f"must be at most {MAX_REVISION}"
-        ),
-        help_text="The request revision the caller saw; a different current one is a conflict.",
+    transitionId = _name_field("The id of a transition of the request's flow.")
+    expectedRevision = _positive_field(
+        MAX_REVISION,
+        "The request revision the caller saw; a different current one is a conflict.",
     )
 
 
@@ -190,14 +188,9 @@ class ExecutionEventSerializer(StrictSerializer):
         help_text="The sender's id for this event, unique per execution: sending it again with "
         "the same body is a harmless replay. 1 to 255 visible ASCII characters.",
     )
-    event = StrictCharField(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        validators=[
-            RegexValidator(rf"^{IDENTIFIER.pattern}$", message=f"must be {IDENTIFIER_RULE}")
-        ],
-        error_messages=_name_messages(),
-        help_text="The event's name, as the flow's wait action names it.",
+    event = _name_field(
+        "The event's name, as the flow's wait action names it.",
+        [RegexValidator(rf"^{IDENTIFIER.pattern}$", message=f"must be {IDENTIFIER_RULE}")],
     )
     payload = JsonObjectField(
         error_messages=_messages(),

@@ -12,7 +12,18 @@ from drf_spectacular.views import SpectacularAPIView
 from orquestador.api_errors import not_found
 from orquestador.auth import configured_verifier
 
-from . import executionviews, views
+from .executionviews import (
+    CallbackView,
+    ExecutionCancelView,
+    ExecutionDetailView,
+    ExecutionEventsView,
+)
+from .views import (
+    FlowCollectionView,
+    RequestCollectionView,
+    RequestDetailView,
+    TransitionCollectionView,
+)
 
 urlpatterns = [path("schema/", SpectacularAPIView.as_view(), name="api-schema")]
 
@@ -22,35 +33,23 @@ if settings.REQUEST_API_ENABLED or settings.FLOW_ADMIN_ENABLED:
     configured_verifier()
 
 if settings.REQUEST_API_ENABLED:
+    REQUEST = "v1/requests/<str:request_id>"
+    EXECUTION = "v1/executions/<str:execution_id>"
     urlpatterns += [
-        path("v1/requests", views.RequestCollectionView.as_view(), name="api-requests"),
-        path("v1/requests/<str:request_id>", views.RequestDetailView.as_view(), name="api-request"),
+        path("v1/requests", RequestCollectionView.as_view(), name="api-requests"),
+        path(REQUEST, RequestDetailView.as_view(), name="api-request"),
         path(
-            "v1/requests/<str:request_id>/transitions",
-            views.TransitionCollectionView.as_view(),
+            f"{REQUEST}/transitions",
+            TransitionCollectionView.as_view(),
             name="api-request-transitions",
         ),
-        path(
-            "v1/executions/<str:execution_id>",
-            executionviews.ExecutionDetailView.as_view(),
-            name="api-execution",
-        ),
-        path(
-            "v1/executions/<str:execution_id>/cancel",
-            executionviews.ExecutionCancelView.as_view(),
-            name="api-execution-cancel",
-        ),
-        path(
-            "v1/executions/<str:execution_id>/events",
-            executionviews.ExecutionEventsView.as_view(),
-            name="api-execution-events",
-        ),
-        path(
-            "v1/callbacks/<str:name>", executionviews.CallbackView.as_view(), name="api-callbacks"
-        ),
+        path(EXECUTION, ExecutionDetailView.as_view(), name="api-execution"),
+        path(f"{EXECUTION}/cancel", ExecutionCancelView.as_view(), name="api-execution-cancel"),
+        path(f"{EXECUTION}/events", ExecutionEventsView.as_view(), name="api-execution-events"),
+        path("v1/callbacks/<str:name>", CallbackView.as_view(), name="api-callbacks"),
     ]
 
 if settings.FLOW_ADMIN_ENABLED:
-    urlpatterns += [path("v1/flows", views.FlowCollectionView.as_view(), name="api-flows")]
+    urlpatterns += [path("v1/flows", FlowCollectionView.as_view(), name="api-flows")]
 
 urlpatterns += [re_path(r"", not_found, name="api-not-found")]

@@ -8,7 +8,7 @@ description of each operation lists every status it can answer with.
 """
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request as DrfRequest
 from rest_framework.response import Response
@@ -20,19 +20,15 @@ from orquestador.errors import CodedError
 from .. import selectors, services
 from ..flows.publication import flow_publish
 from .base import (
-    FORBIDDEN,
     IDEMPOTENCY_KEY_SCHEMA,
-    INVALID_BODY,
-    METHOD_NOT_ALLOWED,
-    READ,
-    UNAUTHENTICATED,
-    WWW_AUTHENTICATE,
     ApiView,
     caller,
     error_response,
     idempotency_key,
     json_body,
+    operation,
     path_id,
+    read_one_view,
     validated,
 )
 from .serializers import (
@@ -49,10 +45,10 @@ from .serializers import (
 class RequestCollectionView(ApiView):
     required_permissions = {"POST": (REQUESTS_WRITE,)}
 
-    @extend_schema(
-        operation_id="requests_create",
-        summary="Create a request on a published flow",
-        description="The request starts in the flow's initialState, owned by the token's sub in "
+    @operation(
+        "requests_create",
+        "Create a request on a published flow",
+        "The request starts in the flow's initialState, owned by the token's sub in "
         "its tenant. Without flowVersion, the highest published version. Needs requests:write.",
         request=RequestCreateSerializer,
         examples=[
@@ -63,16 +59,11 @@ class RequestCollectionView(ApiView):
             )
         ],
         parameters=[
-            WWW_AUTHENTICATE,
             OpenApiParameter("Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[201]),
         ],
         responses={
             201: RequestViewSerializer,
-            400: INVALID_BODY,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
             404: error_response("NOT_FOUND: no published flow has this flowKey (and flowVersion)."),
-            405: METHOD_NOT_ALLOWED,
             422: error_response(
                 "DATA_INVALID: data does not satisfy the flow's dataSchema (the detail names "
                 "the path); DATA_TOO_LARGE: data is over 256 KiB as compact UTF-8 JSON."
@@ -94,35 +85,23 @@ class RequestCollectionView(ApiView):
         )
 
 
-class RequestDetailView(ApiView):
-    required_permissions = {"GET": READ}
-
-    @extend_schema(
-        operation_id="requests_retrieve",
-        summary="Read a request",
-        description="Needs requests:read (the caller's own requests) or requests:read:tenant "
-        "(every request of the caller's tenant).",
-        parameters=[path_id("request_id", "request"), WWW_AUTHENTICATE],
-        responses={
-            200: RequestViewSerializer,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
-            404: error_response("NOT_FOUND: no such request, or not one the caller may read."),
-            405: METHOD_NOT_ALLOWED,
-        },
-    )
-    def get(self, request: DrfRequest, request_id: str) -> Response:
-        found = selectors.request_get(principal=caller(request), request_id=request_id)
-        return Response(RequestViewSerializer(found).data)
+RequestDetailView = read_one_view(
+    "request",
+    selectors.request_get,
+    RequestViewSerializer,
+    "Read a request",
+    "Needs requests:read (the caller's own requests) or requests:read:tenant "
+    "(every request of the caller's tenant).",
+)
 
 
 class TransitionCollectionView(ApiView):
     required_permissions = {"POST": (REQUESTS_WRITE,)}
 
-    @extend_schema(
-        operation_id="requests_transitions_create",
-        summary="Accept a transition on a request",
-        description="In one transaction: checks the transition exists and the request's state "
+    @operation(
+        "requests_transitions_create",
+        "Accept a transition on a request",
+        "In one transaction: checks the transition exists and the request's state "
         "allows it, that the request is not blocked and is at expectedRevision; then increments "
         "the revision, blocks the request and creates a PENDING execution for the workers. "
         "With an Idempotency-Key, a retry of the same body on the same request returns the "
@@ -143,7 +122,6 @@ class TransitionCollectionView(ApiView):
                 OpenApiParameter.HEADER,
                 description="1 to 255 visible ASCII characters, unique per acceptance you mean.",
             ),
-            WWW_AUTHENTICATE,
             OpenApiParameter(
                 "Location",
                 OpenApiTypes.STR,
@@ -154,11 +132,7 @@ class TransitionCollectionView(ApiView):
         ],
         responses={
             202: ExecutionViewSerializer,
-            400: INVALID_BODY,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
             404: error_response("NOT_FOUND: no such request, or not one of the caller's."),
-            405: METHOD_NOT_ALLOWED,
             409: error_response(
                 "REVISION_CONFLICT: expectedRevision is not the request's revision; "
                 "REQUEST_BLOCKED: an execution holds the request until it finishes."
@@ -190,37 +164,28 @@ class TransitionCollectionView(ApiView):
 class FlowCollectionView(ApiView):
     required_permissions = {"GET": (FLOWS_ADMIN,), "POST": (FLOWS_ADMIN,)}
 
-    @extend_schema(
-        operation_id="flows_list",
-        summary="List published flow versions",
-        description="Every published version, by key then version, for every tenant: flows "
+    @operation(
+        "flows_list",
+        "List published flow versions",
+        "Every published version, by key then version, for every tenant: flows "
         "are platform-wide. Needs flows:admin (a platform scope).",
-        parameters=[WWW_AUTHENTICATE],
         responses={
             200: FlowViewSerializer(many=True),
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
-            405: METHOD_NOT_ALLOWED,
         },
     )
     def get(self, request: DrfRequest) -> Response:
         return Response(FlowViewSerializer(selectors.flow_list(), many=True).data)
 
-    @extend_schema(
-        operation_id="flows_publish",
-        summary="Publish a flow version",
-        description="The body is a flow definition (SPEC §4). A new key and version is stored "
+    @operation(
+        "flows_publish",
+        "Publish a flow version",
+        "The body is a flow definition (SPEC §4). A new key and version is stored "
         "(201); the same content again changes nothing (200). The version serves every tenant: "
         "flows are platform-wide. Needs flows:admin (a platform scope).",
         request=FlowDefinitionSerializer,
-        parameters=[WWW_AUTHENTICATE],
         responses={
             200: OpenApiResponse(FlowViewSerializer, description="Already published as sent."),
             201: OpenApiResponse(FlowViewSerializer, description="Published."),
-            400: INVALID_BODY,
-            401: UNAUTHENTICATED,
-            403: FORBIDDEN,
-            405: METHOD_NOT_ALLOWED,
             409: error_response(
                 "FLOW_CONFLICT: this key and version is published with other content."
             ),

@@ -91,7 +91,8 @@ def resolve(doc: Any, pointer: str) -> Any:
     return current
 
 
-def _kind(value: Any) -> str:
+def kind(value: Any) -> str:
+    """The JSON type of `value` as a message names it ("a number", "an object", "null")."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -100,6 +101,10 @@ def _kind(value: Any) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
     return f"a {type(value).__name__}"
 
 
@@ -140,7 +145,7 @@ def set_value(doc: Any, pointer: str, value: Any) -> None:
             current = current[_array_position(pointer, prefix, current, token)]
         else:
             raise PointerError(
-                pointer, f"cannot write under {_where(prefix)}, which is {_kind(current)}"
+                pointer, f"cannot write under {_where(prefix)}, which is {kind(current)}"
             )
         prefix += "/" + escape(token)
     last = tokens[-1]
@@ -150,5 +155,5 @@ def set_value(doc: Any, pointer: str, value: Any) -> None:
         current[_array_position(pointer, prefix, current, last)] = value
     else:
         raise PointerError(
-            pointer, f"cannot write under {_where(prefix)}, which is {_kind(current)}"
+            pointer, f"cannot write under {_where(prefix)}, which is {kind(current)}"
         )

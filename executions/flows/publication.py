@@ -16,7 +16,8 @@ from orquestador.schemas import best_error
 
 from ..models import Flow
 from .canonical import compact_size, sha256_hex
-from .checks import FlowProblem, short_detail, validate_definition
+from .checks import validate_definition
+from .problems import FlowProblem, short_detail
 
 __all__ = [
     "DataError",

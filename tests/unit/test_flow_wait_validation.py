@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from executions.flows.checks import MAX_WAIT_SECONDS, payload_problems, unproducible
+from executions.flows.checks import MAX_WAIT_SECONDS
+from executions.flows.payloads import payload_problems, unproducible
 from executions.flows.publication import validate_definition
 
 T = "$.transitions[0]"

@@ -7,8 +7,8 @@ import pytest
 
 from actions.base import ActionContext, Binding
 from actions.catalog import parse_catalog
+from actions.pools import close_all_pools
 from actions.registry import ADAPTERS, Registry
-from actions.transport import close_all_pools
 from tests.support.providers import DocumentStore, JsonProvider
 
 LEASE_SECONDS = 60  # seconds

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from actions.base import Outcome
-from actions.transport import pool_manager
+from actions.pools import pool_manager
 from orquestador import errors
 from tests.support.providers import (
     Reply,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from actions import transport
+from actions import pools, transport, watchdog
 from actions.transport import MAX_RETRY_AFTER_SECONDS, parse_retry_after
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
@@ -37,7 +37,7 @@ def test_pool_manager__closed_when_its_thread_ends(provider):
     seen = {}
 
     def work() -> None:
-        manager = transport.pool_manager()
+        manager = pools.pool_manager()
         manager.request("GET", provider.url("/ping"), timeout=2).release_conn()
         seen["manager"] = manager
         seen["pools_while_alive"] = len(manager.pools)
@@ -71,4 +71,4 @@ def test_watchdog__one_thread_for_every_call__finished_deadlines_do_not_pile_up(
     watchdogs = [t for t in threading.enumerate() if t.name == "http-watchdog"]
     assert len(watchdogs) == 1
     # 300 finished calls, their 600-second deadlines cancelled: the heap was rebuilt on the way.
-    assert len(transport._timers._due) < 150
+    assert len(watchdog._timers._due) < 150

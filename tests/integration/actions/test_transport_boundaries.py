@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from actions import transport
+from actions import pools
 from actions.base import Outcome
 from orquestador import errors
 from tests.support.providers import JsonProvider, Reply
@@ -146,7 +146,7 @@ def test_tls__untrusted_certificate__refused_before_sending(tls_server):
 
 def test_tls__trusted_certificate__the_call_goes_through(tls_server, monkeypatch):
     # The bundle the transport verifies against, here holding the provider's own certificate.
-    monkeypatch.setattr(transport.certifi, "where", lambda: str(tls_server.cert_file))
+    monkeypatch.setattr(pools.certifi, "where", lambda: str(tls_server.cert_file))
     b = binding(url=f"https://127.0.0.1:{tls_server.port}/charges")
 
     result = call(b, context({"amount": 12}, key="e-9:charge"))
@@ -161,7 +161,7 @@ def test_tls__trusted_certificate__the_call_goes_through(tls_server, monkeypatch
 def test_tls__trusted_certificate_for_another_host__refused_before_sending(tmp_path, monkeypatch):
     server = SelfSignedTlsServer(tmp_path, host="provider.example")
     try:
-        monkeypatch.setattr(transport.certifi, "where", lambda: str(server.cert_file))
+        monkeypatch.setattr(pools.certifi, "where", lambda: str(server.cert_file))
         b = binding(url=f"https://127.0.0.1:{server.port}/charges")
 
         result = call(b)
