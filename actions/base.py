@@ -1,4 +1,4 @@
-"""The contract between the worker and trusted adapters (SPEC §5).
+"""The contract between the worker and trusted adapters (INTEGRATIONS.md).
 
 An adapter is trusted code registered under a name (`http.json`, `documents.verify`, ...). It is
 handed an `ActionContext` and the `Binding` that says which contract and route it serves, and it
@@ -49,7 +49,8 @@ class Contract:
     output_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     # seconds an asynchronous provider has to call back after accepting a call
     callback_timeout_seconds: float = 3600.0
-    # Automatic probes of an uncertain write (reconciliation/probes.py, SPEC §10).
+    # Automatic probes of an uncertain write (reconciliation/probes.py,
+    # RECONCILIATION.md#automatic-probes).
     auto_reconcile: str = "found"  # "off" | "found" | "found-or-absent"
     lookup_authoritative: bool = False  # "not found" on every probe means it did not happen
     probe_window_seconds: int = 900  # seconds after the case opens that probes run
@@ -137,7 +138,8 @@ class ActionResult:
 
 @dataclass(frozen=True)
 class LookupResult:
-    """What a provider says about a write, asked by its external key (SPEC §5)."""
+    """What a provider says about a write, asked by its external key
+    (INTEGRATIONS.md#lookup-by-external-key)."""
 
     happened: bool | None  # True: it happened; False: it did not; None: settles nothing
     output: dict[str, Any] | None = None

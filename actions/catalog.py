@@ -1,4 +1,4 @@
-"""The trusted integration catalog: contracts and routes from INTEGRATIONS_FILE (SPEC §5).
+"""The trusted integration catalog: contracts and routes from INTEGRATIONS_FILE (INTEGRATIONS.md).
 
 The file is read and validated once, when a process starts; the first problem stops it with an
 `IntegrationConfigError` that names the TOML key (`contracts."payments.charge@1".effect`) and

@@ -1,4 +1,4 @@
-"""`http.json`: a generic JSON-over-HTTP call to the route's URL (SPEC §5).
+"""`http.json`: a generic JSON-over-HTTP call to the route's URL (INTEGRATIONS.md).
 
 It sends the resolved input as the JSON body and the external key as `Idempotency-Key`, and
 takes the JSON object it gets back as the output. The route's contract declares the effect of
@@ -117,7 +117,7 @@ class HttpJsonAdapter:
         return result
 
     def lookup(self, external_key: str, binding: Binding) -> LookupResult:
-        """Ask the provider whether the write with this key happened (SPEC §5).
+        """Ask the provider whether the write with this key happened (INTEGRATIONS.md).
 
         200 with a JSON object: it happened, and that object is its output (offered only when it
         passes the contract's output schema); 404: it did not; anything else settles nothing.

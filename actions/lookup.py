@@ -1,4 +1,5 @@
-"""Lookup by external key: ask the provider whether a write happened (SPEC §5, §7).
+"""Lookup by external key: ask the provider whether a write happened
+(INTEGRATIONS.md#lookup-by-external-key, RECONCILIATION.md).
 
 Reconciliation calls `lookup_by_key` to gather evidence about an uncertain write. The answer
 never settles anything by itself; an operator decides, and the output they record is validated

@@ -8,7 +8,7 @@ The rules (INTEGRATIONS.md has the table):
 - 408 and 429: TRANSIENT for every effect (the provider says it did not process the request);
 - other 5xx: TRANSIENT for READ_ONLY and IDEMPOTENT_WRITE; UNKNOWN for a NON_IDEMPOTENT_WRITE,
   because a 500 may come after a commit and a 502/503/504 from a proxy after the upstream got the
-  request (SPEC §3 lets only reads and idempotent writes retry a 5xx);
+  request (only reads and idempotent writes retry a 5xx: docs/worker-protocol.md#retries);
 - 3xx (never followed): PERMANENT for a read; UNKNOWN for a write (303 See Other answers a
   processed POST);
 - other 4xx: PERMANENT.

@@ -1,4 +1,4 @@
-"""The trusted, version-aware adapter registry (SPEC §5).
+"""The trusted, version-aware adapter registry (INTEGRATIONS.md).
 
 `resolve(capability, version)` returns the `Binding` (contract, route, adapter) that serves an
 action, or raises `IntegrationUnavailable` before any call is made. Adapters are registered in

@@ -15,8 +15,8 @@ provider? This module answers it with `Stage` and keeps these invariants:
 - failures are `TransportError` values with a fixed, safe reason: no exception text from the
   network stack, no header, no byte of the provider's body ever leaves this module in an error.
 
-It drives urllib3 directly rather than through `requests` (STYLE rule 8 names requests): at the
-hundreds of calls per second a worker makes to slow providers, requests' layers (prepared
+It drives urllib3 directly rather than through `requests` (measured in docs/benchmarks.md, run F):
+at the hundreds of calls per second a worker makes to slow providers, requests' layers (prepared
 requests, hooks, the cookie jar, settings merged per call) cost as much CPU as the call itself,
 and nothing here uses them. What requests checked before sending (header names and values, the
 URL) is checked here, with the same classification.

@@ -1,4 +1,4 @@
-"""Who may see and change which requests and executions, as SQL filters (SPEC §6).
+"""Who may see and change which requests and executions, as SQL filters (docs/api.md).
 
 Invariants:
 - every query for a request or an execution on behalf of a caller starts from one of the

@@ -1,4 +1,5 @@
-"""The one way an audit event is appended (SPEC §2: the audit trail is append-only).
+"""The one way an audit event is appended (docs/worker-protocol.md#data-model: the audit trail is
+append-only).
 
 Every writer — the API's services, the worker's finalisation, cancellation and the operators'
 resolutions — appends through `audit_append`, inside the transaction of the change it records, so

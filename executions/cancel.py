@@ -1,4 +1,5 @@
-"""Durable cancellation of an execution (SPEC §8), which never depends on reaching a worker.
+"""Durable cancellation of an execution (docs/worker-protocol.md#cancellation), which never depends
+on reaching a worker.
 
 Invariants and transaction boundary (`execution_cancel` is one `operator_write`, see
 operatorwrites.py):

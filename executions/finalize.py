@@ -259,8 +259,9 @@ def execution_exhaust_reclaims(
     WORKER_MAX_RECLAIMS consecutive takeovers without progress; return its new status.
 
     FAILED `RECLAIMS_EXHAUSTED` (request released) when no write succeeded or is uncertain,
-    otherwise RECONCILIATION_REQUIRED with that code (request kept blocked), by the SPEC §3 rule
-    for failures; audited either way. One transaction, fenced by the claim's token.
+    otherwise RECONCILIATION_REQUIRED with that code (request kept blocked), by the rules of
+    docs/worker-protocol.md for failures; audited either way. One transaction, fenced by the claim's
+    token.
     """
     return execution_fail(
         conn=conn,

@@ -1,4 +1,5 @@
-"""The durable model of SPEC §2: flows, requests, executions, checkpoints and the audit trail.
+"""The durable model (docs/worker-protocol.md#data-model): flows, requests, executions, checkpoints
+and the audit trail.
 
 Invariants kept by the database itself, not only by Python:
 - statuses and effects are CHECK constraints;
@@ -100,7 +101,7 @@ def _in(field: str, choices: type[models.TextChoices]) -> Q:
 
 
 class Flow(models.Model):
-    """An immutable, published flow version (SPEC §4)."""
+    """An immutable, published flow version (docs/flow-format.md)."""
 
     key = models.CharField(max_length=100)
     version = models.PositiveIntegerField()
@@ -195,9 +196,10 @@ class Execution(models.Model):
     error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     error_detail = models.TextField(null=True, blank=True)  # noqa: DJ001
     actor_snapshot = models.JSONField(default=dict)
-    # Who caused the current or next dispatch; the package's `principal` (SPEC §8). Set with the
-    # event that causes the dispatch: the acceptance, a resume; the claim clears it (system) when
-    # it takes over an expired lease or a wait past its deadline. See executions/sql/claims.py.
+    # Who caused the current or next dispatch; the package's `principal`
+    # (docs/worker-protocol.md#runtime-spi). Set with the event that causes the dispatch: the
+    # acceptance, a resume; the claim clears it (system) when it takes over an expired lease or a
+    # wait past its deadline. See executions/sql/claims.py.
     dispatch_principal = models.JSONField(
         null=True,
         blank=True,

@@ -1,5 +1,5 @@
-"""Resuming (SPEC §10): an event delivered through the API to a waiting execution, or kept for a
-wait it has not reached yet. The worker's side of waiting is waits.py.
+"""Resuming (docs/worker-protocol.md#waits): an event delivered through the API to a waiting
+execution, or kept for a wait it has not reached yet. The worker's side of waiting is waits.py.
 
 Invariants and transaction boundaries (`execution_resume` is exactly one transaction): lock the
 request, then the execution, as `waits.wait_reach` does. A known eventId is a replay (same event

@@ -1,4 +1,4 @@
-"""The API's writes: create a request, accept a transition on one (SPEC §6).
+"""The API's writes: create a request, accept a transition on one (docs/api.md).
 
 Invariants and transaction boundaries:
 - each service owns its one transaction (ATOMIC_REQUESTS stays off): the request row, the

@@ -1,4 +1,5 @@
-"""Waiting (SPEC §10): wait actions reached by the worker, their deadlines, what they wait for.
+"""Waiting (docs/worker-protocol.md#waits): wait actions reached by the worker, their deadlines,
+what they wait for.
 
 A wait action `{"id", "wait": {"event", "payloadSchema", "timeoutSeconds", "onTimeout"?}}` has
 a checkpoint like any action (capability `wait:<event>`, READ_ONLY, never a write): WAITING while

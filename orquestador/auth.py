@@ -1,4 +1,5 @@
-"""Bearer-token authentication: JWTs validated locally with PyJWT (SPEC §6).
+"""Bearer-token authentication: JWTs validated locally with PyJWT
+(docs/api.md#authentication-and-scopes).
 
 Invariants:
 - the algorithm is decided by the configured key, never by the token: HS256 with `JWT_SECRET`,

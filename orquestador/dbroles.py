@@ -1,5 +1,5 @@
-"""The two database roles of SPEC §2: what the runtime role is granted, and the check that it is
-restricted.
+"""The two database roles (docs/operations.md#two-database-roles): what the runtime role is granted,
+and the check that it is restricted.
 
 `grant_runtime` runs as the migration role (the schema owner); `unrestricted_reasons` runs on any
 connection and describes that connection's own role.

@@ -1,4 +1,4 @@
-"""Stable error codes, shared by the API, the worker and the admin (SPEC §6).
+"""Stable error codes, shared by the API, the worker and the admin (docs/api.md#errors).
 
 API errors render as `{"code", "detail"}`; execution error codes are stored in
 `execution.error_code` and shown to clients as `errorCode`. Details shown to clients are safe
@@ -75,7 +75,7 @@ PROPOSAL_PENDING = "PROPOSAL_PENDING"
 PROPOSAL_STALE = "PROPOSAL_STALE"
 SELF_APPROVAL = "SELF_APPROVAL"
 
-# Size limit of a request's data, as compact UTF-8 JSON (SPEC §2).
+# Size limit of a request's data, as compact UTF-8 JSON (docs/api.md#limits).
 MAX_DATA_BYTES = 256 * 1024  # bytes
 
 

@@ -107,7 +107,7 @@ TEMPLATES = [
 ]
 
 # ------------------------------------------------------------------------------
-# Database: two roles (SPEC §2)
+# Database: two roles (docs/operations.md#two-database-roles)
 # ------------------------------------------------------------------------------
 # DATABASE_URL is the restricted runtime role (DML only). MIGRATION_DATABASE_URL owns the schema
 # and is used only by the commands below; every other command runs as the runtime role.
@@ -162,7 +162,7 @@ TIME_ZONE = "UTC"
 FORMAT_MODULE_PATH = ["orquestador.formats"]
 # The two-person rule: a replay of a non-idempotent write is proposed by one operator and applied
 # only when another approves it (reconciliation/approvals.py); the automatic prober never replays
-# a write on its own (SPEC §10).
+# a write on its own (RECONCILIATION.md#two-person-rule).
 RECONCILIATION_TWO_PERSON = _flag("RECONCILIATION_TWO_PERSON", default=False)
 USE_I18N = True
 USE_TZ = True
@@ -191,14 +191,15 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 
 # ------------------------------------------------------------------------------
-# Feature switches (SPEC §3, §6, §9)
+# Feature switches (docs/worker-protocol.md, docs/api.md, docs/operations.md)
 # ------------------------------------------------------------------------------
 REQUEST_API_ENABLED = _flag("REQUEST_API_ENABLED", default=False)
 FLOW_ADMIN_ENABLED = _flag("FLOW_ADMIN_ENABLED", default=False)
 SIMULATION_MODE = _flag("SIMULATION_MODE", default=False)
 INTEGRATIONS_FILE = env.str("INTEGRATIONS_FILE", default="")
 
-# JWT (SPEC §6): validated locally; HS256 with JWT_SECRET or RS256/ES256 with JWT_PUBLIC_KEY.
+# JWT (docs/api.md#authentication-and-scopes): validated locally; HS256 with JWT_SECRET or
+# RS256/ES256 with JWT_PUBLIC_KEY.
 JWT_SECRET = env.str("JWT_SECRET", default="")
 JWT_PUBLIC_KEY = env.str("JWT_PUBLIC_KEY", default="").replace("\\n", "\n")
 JWT_ISSUER = env.str("JWT_ISSUER", default="orquestador")
@@ -210,8 +211,9 @@ if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC
         "JWT_PUBLIC_KEY (RS256/ES256) is set; set one of them (see .env.example)."
     )
 
-# Worker (SPEC §3). Raw strings here; their defaults and their validation (once, at start, with
-# messages that name the variable) live in orquestador/workerconfig.py.
+# Worker (docs/worker-protocol.md#configuration). Raw strings here; their defaults and their
+# validation (once, at start, with messages that name the variable) live in
+# orquestador/workerconfig.py.
 WORKER_ENV = {name: env.str(name, default=default) for name, default in worker_defaults.items()}
 
 # The crash-point hook (executions/faultpoints.py) is for the test suite's crash-point matrix and
@@ -234,7 +236,8 @@ if WORKER_ENDPOINT_TOKEN and (
 ):
     raise environ.ImproperlyConfigured(f"{_problem} (see .env.example).")
 
-# Metrics (SPEC §9): GET /metrics and the worker's endpoint ask for this bearer token when set.
+# Metrics (docs/operations.md#metrics): GET /metrics and the worker's endpoint ask for this bearer
+# token when set.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 if METRICS_TOKEN and (_problem := bearer.token_problem("METRICS_TOKEN", METRICS_TOKEN)):
     raise environ.ImproperlyConfigured(

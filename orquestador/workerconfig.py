@@ -1,4 +1,5 @@
-"""The worker's configuration (SPEC §3), validated once, at start, from the raw WORKER_* strings.
+"""The worker's configuration (docs/worker-protocol.md#configuration), validated once, at start,
+from the raw WORKER_* strings.
 
 `worker_config(settings.WORKER_ENV)` returns a `WorkerConfig` or raises `WorkerConfigError` whose
 message names the variable and the rule it breaks; `WorkerDisabled` when WORKER_ENABLED is false.

@@ -1,5 +1,6 @@
 """Automatic provider probes: runworker asks the provider about an uncertain write before anyone
-is paged, and settles the case itself when the provider's answer is conclusive (SPEC §10).
+is paged, and settles the case itself when the provider's answer is conclusive
+(RECONCILIATION.md#automatic-probes).
 
 Invariants and transaction boundaries:
 - every uncertain write of an open case gets one probe row per attempt (PROBES_ENLIST); its
@@ -46,7 +47,8 @@ from .probedb import ConnectionSource, orm_on
 
 logger = logging.getLogger("reconciliation.probes")
 
-PROBER = "system:prober"  # the actor of probes and automatic resolutions (SPEC §10)
+# The actor of probes and automatic resolutions (RECONCILIATION.md#automatic-probes).
+PROBER = "system:prober"
 SCHEDULE = (1, 5, 30, 120, 600)  # seconds after the case opened, within the window
 MIN_PROBES = 3  # a window too short for the schedule is still probed this many times
 PROBE_LEASE_SECONDS = 60  # seconds a claimed probe is this worker's

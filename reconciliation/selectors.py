@@ -269,7 +269,8 @@ class Overview:
     resolved_automatically: int  # in the last 24 hours, by system:prober
 
 
-AUTOMATIC_ACTOR = "system:prober"  # the actor of automatic resolutions (SPEC §10)
+# The actor of automatic resolutions (RECONCILIATION.md#automatic-probes).
+AUTOMATIC_ACTOR = "system:prober"
 
 
 def overview() -> Overview:

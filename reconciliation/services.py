@@ -1,6 +1,6 @@
 """An operator's writes on a case: record provider evidence, and the three resolutions.
 
-Invariants (SPEC §7, RECONCILIATION.md):
+Invariants (RECONCILIATION.md):
 - every service checks the operator's permission itself, so no caller writes without one;
 - a resolution is one transaction: lock the request, then the execution (one lock order
   everywhere), require RECONCILIATION_REQUIRED, write with the token read under the lock and bump

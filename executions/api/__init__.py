@@ -1,1 +1,1 @@
-"""The REST API of SPEC §6: requests, transitions, executions and, for admins, flows."""
+"""The REST API (docs/api.md): requests, transitions, executions and, for admins, flows."""

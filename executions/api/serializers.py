@@ -303,7 +303,8 @@ def _name(**kwargs: Any) -> serializers.CharField:
 
 
 class FlowDefinitionSerializer(serializers.Serializer):
-    """A flow definition as SPEC §4 describes it: the OpenAPI schema of `POST /api/v1/flows`.
+    """A flow definition as docs/flow-format.md describes it: the OpenAPI schema of `POST
+    /api/v1/flows`.
 
     The view checks the whole definition itself (`executions.flows.checks`, every problem with
     its path, 422 FLOW_INVALID); this states its shape, so that a generated client sends what the
@@ -319,7 +320,8 @@ class FlowDefinitionSerializer(serializers.Serializer):
     states = serializers.ListField(child=_name(), min_length=1)
     dataSchema = JsonObjectField(help_text="JSON Schema Draft 2020-12, self-contained.")
     transitions = serializers.ListField(
-        child=JsonObjectField(), help_text="Each with id, from, actions, decision (SPEC §4)."
+        child=JsonObjectField(),
+        help_text="Each with id, from, actions, decision (docs/flow-format.md).",
     )
     caseSummary = serializers.ListField(
         child=serializers.CharField(validators=[NO_NUL]),

@@ -179,7 +179,7 @@ class FlowCollectionView(ApiView):
     @operation(
         "flows_publish",
         "Publish a flow version",
-        "The body is a flow definition (SPEC §4). A new key and version is stored "
+        "The body is a flow definition (docs/flow-format.md). A new key and version is stored "
         "(201); the same content again changes nothing (200). The version serves every tenant: "
         "flows are platform-wide. Needs flows:admin (a platform scope).",
         request=FlowDefinitionSerializer,
@@ -190,8 +190,8 @@ class FlowCollectionView(ApiView):
                 "FLOW_CONFLICT: this key and version is published with other content."
             ),
             422: error_response(
-                "FLOW_INVALID: the definition breaks SPEC §4; `problems` lists every problem "
-                "with its path. Nothing is stored.",
+                "FLOW_INVALID: the definition breaks the flow format (docs/flow-format.md); "
+                "`problems` lists every problem with its path. Nothing is stored.",
                 FlowInvalidSerializer,
             ),
         },

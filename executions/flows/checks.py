@@ -1,14 +1,14 @@
-"""Whole-definition validation of flow versions (SPEC §4).
+"""Whole-definition validation of flow versions (docs/flow-format.md).
 
 A definition is JSON with exactly these top-level keys: `key`, `version`, `initialState`,
 `states`, `dataSchema` (JSON Schema, Draft 2020-12) and `transitions`. A transition has `id`,
 `from`, `actions` (may be empty), `decision` and, optionally, `updates` (default none). An action
 has `id`, `capability`, `version` and `input` (an object of values), or is a wait action: `id` and
 `wait` (`event`, `payloadSchema`, `timeoutSeconds` and optionally `onTimeout: {payload}`), whose
-output is the payload of the event that resumes it (SPEC §10). A rule has `id`, `when` (a
-condition), `target` and `outcome`. An update has `path` (a pointer into the data) and exactly one
-of `from` (a pointer into the context) or `value` (a literal, taken as is). Unknown keys are
-refused at every level, so a misspelt key never silently means "absent".
+output is the payload of the event that resumes it (docs/flow-format.md#wait-actions). A rule has
+`id`, `when` (a condition), `target` and `outcome`. An update has `path` (a pointer into the data)
+and exactly one of `from` (a pointer into the context) or `value` (a literal, taken as is). Unknown
+keys are refused at every level, so a misspelt key never silently means "absent".
 
 Pointers in values start with `/data` or `/actions/<actionId>`. An action's input may read only
 actions that run before it in the same transition; rules and updates may read any action of the
@@ -343,7 +343,8 @@ def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 def validate_definition(definition: Any) -> list[FlowProblem]:
-    """Return every problem of `definition` against SPEC §4; empty when it is valid."""
+    """Return every problem of `definition` against the flow format (docs/flow-format.md); empty
+    when it is valid."""
     try:
         canonical_json(definition)
     except (TypeError, ValueError) as exc:

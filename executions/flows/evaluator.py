@@ -1,4 +1,5 @@
-"""The pure evaluator of SPEC §4: values, conditions, hit policies and data updates.
+"""The pure evaluator of the flow format (docs/flow-format.md): values, conditions, hit policies and
+data updates.
 
 Everything here is a function of (transition, context) and nothing else: no I/O, no clock, no
 ORM. The context is `{"data": <accepted data>, "actions": {<actionId>: <output>}}`. Definitions
@@ -55,7 +56,7 @@ class UpdateError(errors.CodedError):
 
 
 def build_context(data: dict, outputs: dict[str, dict]) -> dict:
-    """Return the evaluation context of SPEC §4."""
+    """Return the evaluation context (docs/flow-format.md#values-and-pointers)."""
     return {"data": data, "actions": outputs}
 
 
@@ -114,7 +115,7 @@ def _ordered(op: str, a: Any, b: Any) -> bool:
 
 
 def evaluate_condition(condition: Any, context: dict) -> bool:
-    """Evaluate a condition of SPEC §4 against the context."""
+    """Evaluate a condition (docs/flow-format.md#conditions) against the context."""
     if isinstance(condition, bool):
         return condition
     if not isinstance(condition, dict) or len(condition) != 1:

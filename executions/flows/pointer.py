@@ -1,4 +1,4 @@
-"""JSON Pointer (RFC 6901) with the write semantics of SPEC §4.
+"""JSON Pointer (RFC 6901) with the write rules of docs/flow-format.md#updates.
 
 Reading (`resolve`) never raises for an absent path: it returns `MISSING`. Writing
 (`set_value`) is deliberately narrower than RFC 6902 "add":

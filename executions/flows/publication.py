@@ -1,4 +1,4 @@
-"""Flow versions (SPEC §4): publication, lookup and validation of request data.
+"""Flow versions (docs/flow-format.md): publication, lookup and validation of request data.
 
 A definition is validated whole by `executions.flows.checks` before anything is stored.
 Published versions are immutable: `flow_publish` stores a new key/version once, treats identical
@@ -34,7 +34,8 @@ __all__ = [
 
 
 class FlowInvalid(CodedError):
-    """The definition breaks SPEC §4; `problems` lists every problem found."""
+    """The definition breaks the flow format (docs/flow-format.md); `problems` lists every problem
+    found."""
 
     def __init__(self, problems: list[FlowProblem]) -> None:
         self.problems = list(problems)

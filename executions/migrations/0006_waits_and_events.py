@@ -1,4 +1,4 @@
-"""Waiting (SPEC §10): checkpoint statuses WAITING and ACCEPTED, SUSPENDED executions in the claim
+"""Waiting (docs/worker-protocol.md#waits): checkpoint statuses WAITING and ACCEPTED, SUSPENDED executions in the claim
 index (the claim takes them once their wait's deadline passed), and the event inbox.
 
 Reverses cleanly while no checkpoint is WAITING or ACCEPTED (the old status check refuses them).

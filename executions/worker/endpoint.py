@@ -1,4 +1,5 @@
-"""The worker endpoint (SPEC §8): runs ExecutionPackages posted by a `RemoteWorkerRuntime`.
+"""The worker endpoint (docs/worker-protocol.md#runtime-spi): runs ExecutionPackages posted by a
+`RemoteWorkerRuntime`.
 
 Mounted under /internal/worker/ only when WORKER_ENDPOINT_ENABLED is true:
 - `POST execute` takes an ExecutionPackage as JSON, runs it through a `LocalWorkerRuntime` in

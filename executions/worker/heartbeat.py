@@ -186,8 +186,9 @@ class Heartbeat:
 
     def stuck(self, holding: Holding) -> None:
         """A run past its deadline: stop renewing its lease (another worker recovers it by the
-        SPEC §3 rules once it expires), cancel it in-process, count it, and give its slot back
-        with a new slot thread, so a thread that never returns does not cost capacity."""
+        recovery rules of docs/worker-protocol.md#recovery once it expires), cancel it in-process,
+        count it, and give its slot back with a new slot thread, so a thread that never returns does
+        not cost capacity."""
         if not self.slots.give_back(holding):
             return
         holding.cancelled.set()

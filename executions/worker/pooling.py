@@ -8,7 +8,8 @@ rely on session state:
 - LISTEN needs a session of its own, so it goes to `WORKER_LISTEN_DATABASE_URL`, a direct
   connection to the same database; without it the worker polls every WORKER_POLL_MS and says so
   at start.
-Without a pooler nothing changes (LISTEN/NOTIFY on DATABASE_URL, SPEC §3).
+Without a pooler nothing changes (LISTEN/NOTIFY on DATABASE_URL,
+docs/operations.md#behind-pgbouncer).
 
 `pooling_config(raw, database_url=...)` refuses combinations that cannot work, naming the
 variables: an unknown pooler mode, a listen URL without a pooler (it would change nothing but

@@ -1,4 +1,5 @@
-"""The recovery table of SPEC §3 as pure decisions: what a run does, given what it finds.
+"""The recovery table (docs/worker-protocol.md#recovery) as pure decisions: what a run does, given
+what it finds.
 
 Each function takes what the runner knows (a checkpoint, an effect, an attempt, hashes, an
 adapter's result) and returns one `Decision`; the runner applies it (executions/worker/runner.py)

@@ -1,4 +1,5 @@
-"""`RemoteWorkerRuntime` (SPEC §8): the worker runtime SPI over HTTP to a worker endpoint.
+"""`RemoteWorkerRuntime` (docs/worker-protocol.md#runtime-spi): the worker runtime SPI over HTTP to
+a worker endpoint.
 
 The endpoint is this same application (executions/worker/endpoint.py), serving
 `POST <WORKER_REMOTE_URL>/execute` and `POST <WORKER_REMOTE_URL>/cancel` behind the shared

@@ -1,4 +1,5 @@
-"""The worker runtime SPI of SPEC §8: where and how one claimed execution runs.
+"""The worker runtime SPI (docs/worker-protocol.md#runtime-spi): where and how one claimed execution
+runs.
 
 The dispatcher (executions/worker/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
 `allocate(holding) -> reservation` (the slot's `Holding`, which carries the claim's `Dispatch` and

@@ -1,4 +1,5 @@
-"""What crosses the worker runtime boundary (SPEC §8), and its one JSON form.
+"""What crosses the worker runtime boundary (docs/worker-protocol.md#runtime-spi), and its one JSON
+form.
 
 Going in, an `ExecutionPackage`: the claim's `Dispatch` (the holder and what to run, never code)
 and why it runs. Coming out, an `ExecutionResult`: the same dispatch and where the run left the
@@ -214,8 +215,8 @@ class Ending(enum.StrEnum):
     INTERRUPTED = INTERRUPTED
 
 
-# The SPI's three results (seeds/worker-runtime.md): `completed`, `suspended` only for a wait,
-# and `failed` for everything else, whose folded state says which (a retry that is due later,
+# The SPI's three results (docs/worker-protocol.md#runtime-spi): `completed`, `suspended` only for a
+# wait, and `failed` for everything else, whose folded state says which (a retry that is due later,
 # FAILED, CANCELLED or RECONCILIATION_REQUIRED).
 _ENDING_OF = {
     ExecutionStatus.SUCCEEDED: Ending.COMPLETED,

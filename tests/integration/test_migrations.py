@@ -1,4 +1,5 @@
-"""The migration history of SPEC §2, run forwards and backwards against real PostgreSQL."""
+"""The migration history (docs/worker-protocol.md#data-model), run forwards and backwards against
+real PostgreSQL."""
 
 import pytest
 from django.conf import settings

@@ -1,5 +1,6 @@
 """The crash-point matrix: a runworker dies by SIGKILL at each persistence boundary, for each
-effect class, and another process recovers the execution by the SPEC §3 rules.
+effect class, and another process recovers the execution by the rules of
+docs/worker-protocol.md#recovery.
 
 Each round arms one point (executions/faultpoints.py, reachable only under settings_test.py) in
 three doomed workers of one slot each, enqueues three executions (one per effect class: the

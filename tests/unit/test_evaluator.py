@@ -1,4 +1,5 @@
-"""The pure evaluator of SPEC §4: values, conditions, hit policies, updates."""
+"""The pure evaluator of the flow format (docs/flow-format.md): values, conditions, hit policies,
+updates."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""Whole-definition validation (SPEC §4): every rule, named by its JSON path."""
+"""Whole-definition validation (docs/flow-format.md): every rule, named by its JSON path."""
 
 import copy
 import json

@@ -1,4 +1,5 @@
-"""Wait actions in flow definitions (SPEC §10): every problem of the construct, by its path."""
+"""Wait actions in flow definitions (docs/flow-format.md#wait-actions): every problem of the
+construct, by its path."""
 
 import copy
 import time

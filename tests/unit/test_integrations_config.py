@@ -456,7 +456,7 @@ def test_async__only_for_adapters_that_support_it(tmp_path):
     assert load(tmp_path, text, environ=SECRET_ENV).routes["x.y@1"].is_async
 
 
-# Automatic probes (SPEC §10)
+# Automatic probes (RECONCILIATION.md#automatic-probes)
 def test_catalog__probe_options__defaults_and_values(tmp_path):
     default = load(tmp_path, CONTRACT + ROUTE).contracts["p.x@1"]
     assert (default.auto_reconcile, default.lookup_authoritative) == ("found", False)

@@ -1,5 +1,5 @@
 """`pattern` in every schema runs on RE2: linear time, and patterns it cannot compile refused with
-their path. The catastrophic pattern of the issue, `^(a+)+$`, takes seconds on Python's `re` at
+their path. The catastrophic pattern `^(a+)+$` takes seconds on Python's `re` at
 thirty characters; here 10,000 characters must validate in under 50 ms."""
 
 import time

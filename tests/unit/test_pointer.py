@@ -1,4 +1,4 @@
-"""JSON Pointer (RFC 6901) with the write rules of SPEC §4."""
+"""JSON Pointer (RFC 6901) with the write rules of docs/flow-format.md#updates."""
 
 import copy
 

@@ -1,4 +1,5 @@
-"""The recovery table of SPEC §3 (executions/worker/recovery.py), row by row, as pure decisions."""
+"""The recovery table (docs/worker-protocol.md#recovery, executions/worker/recovery.py), row by row,
+as pure decisions."""
 
 import hashlib
 from pathlib import Path

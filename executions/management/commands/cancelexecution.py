@@ -15,7 +15,7 @@ def _os_user() -> str:
 
 
 class Command(BaseCommand):
-    help = "Cancel an execution durably (SPEC §8), recording the reason in the audit trail."
+    help = "Cancel an execution durably, recording the reason in the audit trail."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("execution_id", metavar="ID", help="the execution's id")

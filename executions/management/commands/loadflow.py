@@ -12,7 +12,7 @@ from executions.flows.publication import (
 
 
 class Command(BaseCommand):
-    help = "Publish the flow version in a JSON file (SPEC §4); identical content is a no-op."
+    help = "Publish the flow version in a JSON file; identical content is a no-op."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="a flow definition, as JSON")

@@ -21,7 +21,7 @@ OUTAGE_EXIT_STATUS = 3  # exit status when the database stayed unreachable too l
 
 
 class Command(BaseCommand):
-    help = "Claim and run executions until SIGTERM or SIGINT (WORKER_* settings, SPEC §3)."
+    help = "Claim and run executions until SIGTERM or SIGINT (WORKER_* settings)."
 
     # The database role check below is the one that matters here, and it runs before any claim.
     requires_system_checks = []

@@ -1,10 +1,10 @@
 """End to end: flows whose actions are http.json and documents.verify calls to loopback providers,
 run by two real `manage.py runworker` processes on the runtime role.
 
-Each failure class ends in the state SPEC §3 prescribes (INTEGRATIONS.md, "What the worker does
-with each class"). The workers, the providers and the INTEGRATIONS_FILE are shared by the module;
-each test publishes the flow, accepts one transition and waits, with a deadline, for the
-execution to settle.
+Each failure class ends in the state the worker protocol prescribes (docs/worker-protocol.md;
+INTEGRATIONS.md, "What the worker does with each class"). The workers, the providers and the
+INTEGRATIONS_FILE are shared by the module; each test publishes the flow, accepts one transition and
+waits, with a deadline, for the execution to settle.
 """
 
 import hashlib

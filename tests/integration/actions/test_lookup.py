@@ -1,4 +1,5 @@
-"""Lookup by external key against a real loopback provider (SPEC §5)."""
+"""Lookup by external key against a real loopback provider
+(INTEGRATIONS.md#lookup-by-external-key)."""
 
 import pytest
 

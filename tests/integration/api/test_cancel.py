@@ -1,4 +1,5 @@
-"""POST /api/v1/executions/{id}/cancel: the owner stops an execution under SPEC §3's rule."""
+"""POST /api/v1/executions/{id}/cancel: the owner stops an execution under the cancellation rule
+(docs/worker-protocol.md#cancellation)."""
 
 from datetime import timedelta
 

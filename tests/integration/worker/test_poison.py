@@ -1,5 +1,6 @@
 """The poison cap: the claim counts consecutive takeovers without progress, and the settlement
-that replaces a run once they pass WORKER_MAX_RECLAIMS (SPEC §10, RECLAIMS_EXHAUSTED)."""
+that replaces a run once they pass WORKER_MAX_RECLAIMS (docs/worker-protocol.md#poison-cap,
+RECLAIMS_EXHAUSTED)."""
 
 import time
 

@@ -1,6 +1,6 @@
-"""The principal of a dispatch (SPEC §8, issue item 5): adapters see `sub@tenant` of whoever
-caused it (`system` without one), on both runtimes; the endpoint refuses a package whose
-principal is not of the request's tenant. Both runtimes: test_runtime_conformance.py.
+"""The principal of a dispatch (docs/worker-protocol.md#runtime-spi): adapters see
+`sub@tenant` of whoever caused it (`system` without one), on both runtimes; the endpoint refuses a
+package whose principal is not of the request's tenant. Both runtimes: test_runtime_conformance.py.
 
 Who caused it: the accepting caller for the first dispatch, the resuming caller after a resume,
 `system` after a timeout or a takeover of an expired lease; a scheduled retry keeps the

@@ -1,4 +1,5 @@
-"""The WorkerRuntime SPI (SPEC §8): one conformance suite that every runtime must pass.
+"""The WorkerRuntime SPI (docs/worker-protocol.md#runtime-spi): one conformance suite that every
+runtime must pass.
 
 Runtimes are listed in RUNTIMES; each factory returns an opened runtime for a registry. The
 remote one talks real HTTP to the worker endpoint served by live_server on 127.0.0.1, which runs
@@ -168,7 +169,8 @@ def test_package__is_json_with_identity_and_resume_coordinates_only():
     )
     package = ExecutionPackage(dispatch)
     text = package_json(package)
-    # The public field names (SPEC §8), written out rather than taken from wire.py: this pins them.
+    # The public field names (docs/worker-protocol.md#runtime-spi), written out rather than taken
+    # from wire.py: this pins them.
     assert set(json.loads(text)) == {
         "formatVersion",
         "executionId",

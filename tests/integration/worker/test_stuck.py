@@ -1,5 +1,5 @@
 """Stuck runs: an adapter that ignores its timeout and its cancellation holds a slot thread, but
-not the lease, not the slot, and not the execution (issue: stuck runs; SPEC §3 recovery)."""
+not the lease, not the slot, and not the execution (docs/worker-protocol.md#poison-cap)."""
 
 import threading
 
@@ -89,7 +89,8 @@ def test_stuck_run__past_its_deadline_loses_the_lease_but_not_the_slot(
             other = enqueue(conn, make_flow([action("n", "NO_OP")]))
             wait_until(lambda: execution_row(conn, other.execution_id)["status"] == "SUCCEEDED")
             # ...and the stuck execution itself, once its unrenewed lease expires, is taken
-            # over and recovered by the SPEC §3 rules (a READ_ONLY call is retried).
+            # over and recovered by the rules of docs/worker-protocol.md#recovery (a READ_ONLY call
+            # is retried).
             wait_until(
                 lambda: execution_row(conn, stuck.execution_id)["status"] == "SUCCEEDED",
                 what="the stuck execution to be recovered",

@@ -1,4 +1,5 @@
-"""The worker and wait actions: suspend, resume from checkpoints, time out (SPEC §10)."""
+"""The worker and wait actions: suspend, resume from checkpoints, time out
+(docs/worker-protocol.md#waits)."""
 
 import pytest
 
