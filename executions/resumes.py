@@ -37,6 +37,7 @@ def event_fingerprint(*, event: str, payload: Any) -> str:
     return sha256_hex({"event": event, "payload": payload})
 
 
+# Shaped like checkpoints.SucceedItem only by chance: a row of another table, nothing shared.
 @dataclass(frozen=True)
 class _Delivery:
     """One event sent to one execution: what its row and its audit event record."""

@@ -114,16 +114,17 @@ def _settle(
     owner: str,
     finished: bool,
     outcome: str,
-    next_offset: float | None,
-    absent: bool,
-    evidence: dict[str, Any] | None,
-    execution: Execution | None,
+    next_offset: float | None = None,
+    absent: bool = False,
+    evidence: dict[str, Any] | None = None,
+    execution: Execution | None = None,
     source: ConnectionSource | None = None,
     then: Callable[[], None] | None = None,
 ) -> bool:
     """Record the answer and reschedule or finish the probe, fenced on its token; `then` (an
     automatic resolution) runs in the same transaction, so a probe is never finished as resolved
-    while its case stays open (a crash or a lost connection in between undoes both)."""
+    while its case stays open (a crash or a lost connection in between undoes both). The
+    defaults are a probe that asked nobody: no next probe, no absence seen, no evidence."""
     with orm_on(source), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             sql.PROBE_LOCK, {"key": probe.key, "probe_token": probe.token, "owner": owner}
@@ -161,17 +162,7 @@ def _close(
     probe: Claimed, *, owner: str, outcome: str, source: ConnectionSource | None = None
 ) -> str:
     """Finish a probe that asks nobody: the case closed, or there is no lookup to ask."""
-    _settle(
-        probe,
-        owner=owner,
-        finished=True,
-        outcome=outcome,
-        next_offset=None,
-        absent=False,
-        evidence=None,
-        execution=None,
-        source=source,
-    )
+    _settle(probe, owner=owner, finished=True, outcome=outcome, source=source)
     return outcome
 
 

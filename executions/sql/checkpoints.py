@@ -4,25 +4,20 @@
 
 from .fence import fenced
 
-# Commit the RUNNING checkpoints of one or many holders (%(items)s, grouped by
-# executions/worker/groupcommit.py) before their adapters are called: a first attempt inserts
-# attempt 1, a later one moves the same row to attempt + 1 only if it is still what the holder
-# loaded (same attempt, hash, key and effect, not SUCCEEDED). Returns (execution id, attempt)
-# per started item; a missing item was superseded or its checkpoint changed.
-# Locks: each holder's execution row, FOR NO KEY UPDATE, items in execution id order,
-# inside a LATERAL subquery that is never flattened (one lookup per item).
-# Index: execution_pkey per item; action_execution_action_uniq.
-CHECKPOINT_START = fenced(
-    """
+# The opening of a grouped write: the transaction's durability as the group asks (MATERIALIZED
+# and read by the items, so it is set before anything is written); the items, each a holder's
+# coordinates then the write's own {columns}; and their holders in execution id order, each
+# execution locked under its own fence in a LATERAL subquery that is never flattened (one lookup
+# by primary key per item; an item whose fence no longer holds drops out).
+_GROUPED = """
 WITH durability AS MATERIALIZED (
     SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
 ),
 item AS (
     SELECT i.*
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
-               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
-               sequence integer, capability text, capability_version integer, effect text,
-               input_hash text, external_key text, attempt integer),
+               execution_id uuid, request_id uuid, token bigint, owner text,
+               {columns}),
            durability
 ),
 holder AS (
@@ -34,7 +29,28 @@ holder AS (
                 WHERE {fence_of_item}
                   FOR NO KEY UPDATE OF e
            ) AS locked
-)
+)"""
+
+
+def _grouped(columns: str) -> str:
+    """The opening of a grouped write whose items carry `columns` (static text)."""
+    return _GROUPED.replace("{columns}", columns)
+
+
+# Commit the RUNNING checkpoints of one or many holders (%(items)s, grouped by
+# executions/worker/groupcommit.py) before their adapters are called: a first attempt inserts
+# attempt 1, a later one moves the same row to attempt + 1 only if it is still what the holder
+# loaded (same attempt, hash, key and effect, not SUCCEEDED). Returns (execution id, attempt)
+# per started item; a missing item was superseded or its checkpoint changed.
+# Locks: each holder's execution row, FOR NO KEY UPDATE, items in execution id order,
+# inside a LATERAL subquery that is never flattened (one lookup per item).
+# Index: execution_pkey per item; action_execution_action_uniq.
+CHECKPOINT_START = fenced(
+    _grouped(
+        """action_id text, sequence integer, capability text, capability_version integer,
+               effect text, input_hash text, external_key text, attempt integer"""
+    )
+    + """
 INSERT INTO action_execution AS c
        (execution_id, action_id, sequence, capability, capability_version, effect, status,
         input_hash, external_key, attempt, fencing_token, started_at)
@@ -48,8 +64,7 @@ SELECT h.execution_id, h.action_id, h.sequence, h.capability, h.capability_versi
        started_at = EXCLUDED.started_at,
        finished_at = NULL,
        output = NULL,
-       error_code = NULL,
-       error_detail = NULL
+       {error_cleared}
  WHERE c.status <> 'SUCCEEDED'
    AND c.attempt = EXCLUDED.attempt - 1
    AND c.input_hash = EXCLUDED.input_hash
@@ -66,32 +81,12 @@ RETURNING c.execution_id, c.attempt
 # Locks: as CHECKPOINT_START.
 # Index: execution_pkey per item; action_execution_action_uniq.
 CHECKPOINT_SUCCEED = fenced(
-    """
-WITH durability AS MATERIALIZED (
-    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true) AS setting
-),
-item AS (
-    SELECT i.*
-      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
-               execution_id uuid, request_id uuid, token bigint, owner text, action_id text,
-               attempt integer, output jsonb),
-           durability
-),
-holder AS (
-    SELECT item.*
-      FROM (SELECT * FROM item ORDER BY item.execution_id) AS item
-     CROSS JOIN LATERAL (
-               SELECT e.id
-                 FROM execution AS e
-                WHERE {fence_of_item}
-                  FOR NO KEY UPDATE OF e
-           ) AS locked
-)
+    _grouped("action_id text, attempt integer, output jsonb")
+    + """
 UPDATE action_execution AS c
    SET status = 'SUCCEEDED',
        output = h.output,
-       error_code = NULL,
-       error_detail = NULL,
+       {error_cleared},
        finished_at = clock_timestamp()
   FROM holder AS h
  WHERE c.execution_id = h.execution_id AND c.action_id = h.action_id
@@ -108,17 +103,9 @@ RETURNING c.execution_id
 # Index: execution_pkey; action_execution_action_uniq.
 CHECKPOINT_SETTLE = fenced(
     """
-WITH holder AS (
-    SELECT e.id
-      FROM execution AS e
-     WHERE {fence}
-       FOR NO KEY UPDATE
-)
+WITH {holder}
 UPDATE action_execution AS c
-   SET status = %(status)s,
-       output = %(output)s,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s,
+   SET {outcome_given},
        finished_at = clock_timestamp()
   FROM holder
  WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s

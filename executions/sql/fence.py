@@ -7,6 +7,8 @@ holder that matches no row gets `ExecutionSuperseded` from its caller; nothing i
 no-op. Why it is written with `IS NOT DISTINCT FROM`: docs/adr/0002, "How the statement does it".
 """
 
+from .fragments import composed
+
 # `IS NOT DISTINCT FROM` (never NULL here: the columns are NOT NULL or compared to a constant)
 # is not indexable, so no statistics can lead the planner to execution_request_idx or a status
 # index instead of the primary key: the fenced row is always found by `e.id`.
@@ -61,7 +63,9 @@ OPERATOR_GUARDED = frozenset(
 
 
 def fenced(template: str) -> str:
-    """`template` with its fence placeholders replaced (at import time, from FENCES)."""
+    """`template` composed of its fragments, then its fence placeholders replaced (at import
+    time, from FENCES)."""
+    template = composed(template)
     for placeholder, predicate in FENCES.items():
         template = template.replace(placeholder, predicate)
     return template

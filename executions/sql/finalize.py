@@ -16,12 +16,10 @@ EXECUTION_SCHEDULE_RETRY = fenced(
     """
 UPDATE execution AS e
    SET status = 'RETRY_WAIT',
-       lease_owner = NULL,
-       lease_expires_at = NULL,
+       {lease_cleared},
        next_attempt_at = clock_timestamp()
                          + make_interval(secs => %(delay_seconds)s::double precision),
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s
+       {error_recorded}
  WHERE {fence}
 RETURNING e.next_attempt_at
 """
@@ -69,10 +67,8 @@ EXECUTION_FAIL = fenced(
     """
 UPDATE execution AS e
    SET status = 'FAILED',
-       lease_owner = NULL,
-       lease_expires_at = NULL,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s,
+       {lease_cleared},
+       {error_recorded},
        finished_at = clock_timestamp()
  WHERE {fence}
 RETURNING e.id
@@ -88,10 +84,8 @@ EXECUTION_REQUIRE_RECONCILIATION = fenced(
     """
 UPDATE execution AS e
    SET status = 'RECONCILIATION_REQUIRED',
-       lease_owner = NULL,
-       lease_expires_at = NULL,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s
+       {lease_cleared},
+       {error_recorded}
  WHERE {fence}
 RETURNING e.id
 """
@@ -167,10 +161,8 @@ done AS (
     UPDATE execution AS e
        SET status = 'SUCCEEDED',
            result = held.result,
-           lease_owner = NULL,
-           lease_expires_at = NULL,
-           error_code = NULL,
-           error_detail = NULL,
+           {lease_cleared},
+           {error_cleared},
            finished_at = clock_timestamp()
       FROM held
      WHERE e.id = held.execution_id

@@ -8,6 +8,8 @@ lock, which bumps the token so whoever holds the lease is fenced out of every la
 transaction.
 """
 
+from .fragments import composed
+
 # Channel on which a cancellation that fenced out a RUNNING execution tells its holder, so the
 # worker holding it stops it at once rather than at its next renewal. The payload is
 # "<execution id>:<new token>"; a worker acts only on a holder whose token is older, and the
@@ -52,47 +54,46 @@ SELECT request_id, status, fencing_token
 # under the lock (an operator guard, not a holder's fence).
 # Locks: the execution row (already locked).
 # Index: execution_pkey.
-EXECUTION_CANCEL = """
+EXECUTION_CANCEL = composed(
+    """
 UPDATE execution
    SET status = 'CANCELLED',
        fencing_token = fencing_token + 1,
-       lease_owner = NULL,
-       lease_expires_at = NULL,
+       {lease_cleared},
        error_code = NULL,
        error_detail = %(error_detail)s,
        finished_at = clock_timestamp()
  WHERE id = %(execution_id)s AND status = %(status)s AND fencing_token = %(token)s
 RETURNING fencing_token
 """
+)
 
 
 # Cancel an execution whose writes are outstanding: RECONCILIATION_REQUIRED under token + 1,
 # lease cleared, request still blocked; same guard as EXECUTION_CANCEL.
 # Locks: the execution row (already locked).
 # Index: execution_pkey.
-EXECUTION_CANCEL_TO_RECONCILIATION = """
+EXECUTION_CANCEL_TO_RECONCILIATION = composed(
+    """
 UPDATE execution
    SET status = 'RECONCILIATION_REQUIRED',
        fencing_token = fencing_token + 1,
-       lease_owner = NULL,
-       lease_expires_at = NULL,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s
+       {lease_cleared},
+       {error_recorded}
  WHERE id = %(execution_id)s AND status = %(status)s AND fencing_token = %(token)s
 RETURNING fencing_token
 """
+)
 
 
 # Settle an uncertain checkpoint (RUNNING or UNKNOWN) as the operator established:
 # SUCCEEDED with the output they recorded, or FAILED with REPLAY_AUTHORIZED, under the new token.
 # Locks: the checkpoint row, under the execution lock.
 # Index: action_execution_action_uniq.
-RECONCILE_SETTLE_CHECKPOINT = """
+RECONCILE_SETTLE_CHECKPOINT = composed(
+    """
 UPDATE action_execution
-   SET status = %(status)s,
-       output = %(output)s,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s,
+   SET {outcome_given},
        fencing_token = %(token)s,
        finished_at = clock_timestamp()
  WHERE execution_id = %(execution_id)s
@@ -100,6 +101,7 @@ UPDATE action_execution
    AND status IN ('RUNNING', 'UNKNOWN', 'ACCEPTED')
 RETURNING id
 """
+)
 
 
 # Requeue a resolved execution: PENDING and due now under token + 1, lease and error
@@ -108,35 +110,35 @@ RETURNING id
 # not a principal of the request's tenant.
 # Locks: the execution row (already locked).
 # Index: execution_pkey; it moves to execution_claim_idx.
-RECONCILE_REQUEUE = """
+RECONCILE_REQUEUE = composed(
+    """
 UPDATE execution
    SET status = 'PENDING',
        fencing_token = fencing_token + 1,
-       lease_owner = NULL,
-       lease_expires_at = NULL,
+       {lease_cleared},
        next_attempt_at = clock_timestamp(),
-       error_code = NULL,
-       error_detail = NULL,
+       {error_cleared},
        finished_at = NULL,
        dispatch_principal = NULL
  WHERE id = %(execution_id)s AND status = 'RECONCILIATION_REQUIRED' AND fencing_token = %(token)s
 RETURNING fencing_token
 """
+)
 
 
 # Abandon an execution in reconciliation: FAILED under token + 1, lease cleared, with the
 # code that says so; same guard as RECONCILE_REQUEUE.
 # Locks: the execution row (already locked).
 # Index: execution_pkey.
-RECONCILE_ABANDON = """
+RECONCILE_ABANDON = composed(
+    """
 UPDATE execution
    SET status = 'FAILED',
        fencing_token = fencing_token + 1,
-       lease_owner = NULL,
-       lease_expires_at = NULL,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s,
+       {lease_cleared},
+       {error_recorded},
        finished_at = clock_timestamp()
  WHERE id = %(execution_id)s AND status = 'RECONCILIATION_REQUIRED' AND fencing_token = %(token)s
 RETURNING fencing_token
 """
+)

@@ -10,19 +10,13 @@ uses.
 """
 
 from .fence import fenced
+from .fragments import composed
 
 # Lock the holder's execution row for a wait's transaction, fenced (after REQUEST_LOCK). No
 # row: superseded.
 # Locks: the execution row, FOR NO KEY UPDATE.
 # Index: execution_pkey.
-WAIT_HOLDER_LOCK = fenced(
-    """
-SELECT e.id
-  FROM execution AS e
- WHERE {fence}
-   FOR NO KEY UPDATE
-"""
-)
+WAIT_HOLDER_LOCK = fenced("{holder_row}")
 
 
 # Take the oldest event kept for this wait (it came before the wait was reached): CONSUMED now.
@@ -55,18 +49,17 @@ VALUES (%(execution_id)s, %(action_id)s, %(sequence)s, %(capability)s, 1, 'READ_
 
 # Suspend: SUSPENDED until the wait's deadline (next_attempt_at, by the database clock), lease
 # cleared, the request still blocked; the row stays in execution_claim_idx keyed by its deadline.
+# Alike EXECUTION_SCHEDULE_RETRY in shape only (another status, clock and error): each stays whole.
 # Locks: the execution row (already locked by WAIT_HOLDER_LOCK).
 # Index: execution_pkey.
 EXECUTION_SUSPEND = fenced(
     """
 UPDATE execution AS e
    SET status = 'SUSPENDED',
-       lease_owner = NULL,
-       lease_expires_at = NULL,
+       {lease_cleared},
        next_attempt_at = clock_timestamp()
                          + make_interval(secs => %(timeout_seconds)s::double precision),
-       error_code = NULL,
-       error_detail = NULL
+       {error_cleared}
  WHERE {fence}
 RETURNING e.next_attempt_at
 """
@@ -90,18 +83,17 @@ SELECT c.started_at + make_interval(secs => %(timeout_seconds)s::double precisio
 # WAITING: SUCCEEDED with the wait's onTimeout payload, or FAILED with EVENT_TIMEOUT.
 # Locks: the checkpoint row (under the execution lock).
 # Index: action_execution_action_uniq.
-WAIT_CHECKPOINT_TIME_OUT = """
+WAIT_CHECKPOINT_TIME_OUT = composed(
+    """
 UPDATE action_execution AS c
-   SET status = %(status)s,
-       output = %(output)s,
-       error_code = %(error_code)s,
-       error_detail = %(error_detail)s,
+   SET {outcome_given},
        fencing_token = %(token)s,
        finished_at = clock_timestamp()
  WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
    AND c.status = 'WAITING'
 RETURNING c.id
 """
+)
 
 
 # Back to SUSPENDED until a deadline not yet reached (a holder that found the wait early, e.g. a
@@ -112,8 +104,7 @@ EXECUTION_SUSPEND_UNTIL = fenced(
     """
 UPDATE execution AS e
    SET status = 'SUSPENDED',
-       lease_owner = NULL,
-       lease_expires_at = NULL,
+       {lease_cleared},
        next_attempt_at = %(deadline)s::timestamptz
  WHERE {fence}
 RETURNING e.next_attempt_at
@@ -175,18 +166,19 @@ VALUES (%(execution_id)s, %(event_id)s, %(event)s, %(action_id)s, %(payload)s,
 # A checkpoint settled from outside the worker, under the new token: WAITING (a resume's event)
 # or ACCEPTED (an asynchronous provider's callback) becomes SUCCEEDED with the payload as output.
 # One fragment; each statement names the status it settles from.
-_SETTLE_FROM = """
+_SETTLE_FROM = composed(
+    """
 UPDATE action_execution AS c
    SET status = 'SUCCEEDED',
        output = %(output)s,
-       error_code = NULL,
-       error_detail = NULL,
+       {error_cleared},
        fencing_token = %(new_token)s,
        finished_at = clock_timestamp()
  WHERE c.execution_id = %(execution_id)s AND c.action_id = %(action_id)s
    AND c.status = '{settled_from}'
 RETURNING c.id
 """
+)
 
 # A resume's checkpoint: WAITING becomes SUCCEEDED with the event's payload.
 # Locks: the checkpoint row (under the execution lock).
@@ -223,12 +215,7 @@ RETURNING e.fencing_token
 # Index: execution_pkey; action_execution_action_uniq.
 CHECKPOINT_ACCEPT = fenced(
     """
-WITH holder AS (
-    SELECT e.id
-      FROM execution AS e
-     WHERE {fence}
-       FOR NO KEY UPDATE
-)
+WITH {holder}
 UPDATE action_execution AS c
    SET status = 'ACCEPTED'
   FROM holder

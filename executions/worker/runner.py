@@ -181,6 +181,7 @@ class _Run:
         attempt = self.start(prepared)
         return self.settle(attempt, self.call(attempt, snapshot))
 
+    # The parameters of action(), whose first step this is: a signature repeats, not logic.
     def prepare(
         self,
         sequence: int,

@@ -60,6 +60,7 @@ class Command(BaseCommand):
             else LocalWorkerRuntime(conninfo=conninfo, config=config, pooling=pooling)
         )
         with endpoint, runtime:
+            # Keyword arguments, alike other calls (wait_reach) in form only: nothing to share.
             scheduler = Scheduler(
                 config=config,
                 conninfo=conninfo,
