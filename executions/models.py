@@ -14,7 +14,8 @@ Invariants kept by the database itself, not only by Python:
   role additionally has no such privilege).
 
 Writes go through services and the queue SQL in `executions/sql/`; lease times come from the
-database clock.
+database clock. One module past 400 lines, as Django expects an app's models: the constraints
+between these tables read best side by side.
 """
 
 import uuid

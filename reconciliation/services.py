@@ -12,6 +12,9 @@ Invariants (RECONCILIATION.md):
   it FAILED and releases the request without touching its data, state or revision;
 - a provider lookup runs outside any transaction (an adapter call never holds one) and is then
   appended as RECONCILIATION_EVIDENCE; it changes nothing else.
+
+It stays one module past 400 lines because its services share one skeleton (open the case under
+the lock order, check, write, audit) and reading them side by side is how the rule is checked.
 """
 
 import enum
