@@ -199,8 +199,9 @@ def test_tour__from_an_order_to_a_resolved_case(
             # The operator's side: the desk, the queue, the case, the evidence, the resolution.
             log_in(browser, wait, live_server, "olga")
             browser.get(f"{live_server.url}/admin/")
-            wait.until(ec.presence_of_element_located((By.ID, "desk-overview")))
+            desk = wait.until(ec.presence_of_element_located((By.ID, "desk-overview"))).text
             screenshots(browser, "desk")
+            assert "system:prober" in desk  # the two charges that settled themselves
             browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
             navigate(
                 browser,
@@ -233,3 +234,21 @@ def test_tour__from_an_order_to_a_resolved_case(
             browser.get(f"{live_server.url}/admin/executions/request/{request_id}/change/")
             wait.until(ec.presence_of_element_located((By.ID, "content")))
             screenshots(browser, "request")
+
+            # The flow's other transition: cancel refunds the charge and releases the stock.
+            status, cancel = api(
+                live_server.url,
+                "POST",
+                f"/api/v1/requests/{request_id}/transitions",
+                token,
+                {"transitionId": "cancel", "expectedRevision": request["revision"]},
+            )
+            assert status == 202, cancel
+            assert settled(cancel["id"], worker, log) == "SUCCEEDED"
+            status, request = api(live_server.url, "GET", f"/api/v1/requests/{request_id}", token)
+            assert request["state"] == "CANCELLED"
+            assert request["data"]["refund"]["chargeId"] == found[1]["chargeId"]
+            assert request["data"]["reservation"]["status"] == "released"
+            assert sandbox_lookup(port, "charges", f"{execution_id}:charge")[1]["status"] == (
+                "refunded"
+            )

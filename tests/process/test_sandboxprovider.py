@@ -34,7 +34,15 @@ def test_sandboxprovider__serves_until_sigterm_and_logs_each_write(process_env, 
     log = tmp_path / "sandbox.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            manage("sandboxprovider", "--port", "0", "--fail-after-apply", "1", "--seed", "3"),
+            manage(
+                "sandboxprovider",
+                "--port",
+                "0",
+                "--fail-after-apply",
+                "1",
+                "--fail-before-apply",
+                "0",
+            ),
             env=process_env,
             stdout=out,
             stderr=subprocess.STDOUT,

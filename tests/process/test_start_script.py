@@ -242,6 +242,6 @@ def _assert_an_order_goes_through_the_sandbox(base, token, sandbox_port, secrets
         status, charge = _call(
             "GET",
             f"{sandbox}/charges/by-key/{execution['id']}%3Acharge",
-            authorization=secrets["PAYMENTS_AUTH"],
+            authorization=secrets["PAYMENTS_AUTH"].strip("'"),  # quoted for the shell
         )
         assert (status, charge["chargesWithKey"], charge["amount"]) == (200, 1, 2500), charge
