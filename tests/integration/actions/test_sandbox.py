@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import re
+import socket
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +19,9 @@ import pytest
 from actions.base import Outcome
 from actions.lookup import lookup_by_key
 from actions.registry import Registry
-from actions.sandbox import MAX_BODY_BYTES, Faults, SandboxProvider
+from actions.sandbox import MAX_BODY_BYTES, MAX_CONNECTIONS, Faults, SandboxProvider
 from actions.sandboxshop import document_bytes
+from tests.support.worker import wait_until
 
 from .conftest import catalog_registry, context
 
@@ -305,3 +307,22 @@ def test_refusals__a_field_is_named(sandbox):
 def test_listens_on_loopback_only(sandbox):
     assert sandbox._server.server_address[0] == "127.0.0.1"
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", sandbox.url())
+
+
+def test_connections_beyond_the_bound_are_closed_at_once(sandbox):
+    held = [socket.create_connection(("127.0.0.1", sandbox.port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with socket.create_connection(("127.0.0.1", sandbox.port), timeout=5) as extra:
+            extra.sendall(b"GET /documents/a HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert extra.recv(100) == b""  # closed unanswered: every slot is taken
+    finally:
+        for connection in held:
+            connection.close()
+
+    def served() -> bool:  # the slots come back as the idle connections close
+        try:
+            return raw(sandbox, "GET", "/documents/a")[0] == 200
+        except OSError:
+            return False
+
+    assert wait_until(served, timeout=10, what="a slot to come back")
