@@ -102,7 +102,7 @@ def rules(d):
 # -- valid definitions ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["onboarding", "documents", "approval"])
+@pytest.mark.parametrize("name", ["onboarding", "documents", "approval", "order"])
 def test_examples_are_valid(name):
     assert validate_definition(example(name)) == []
 

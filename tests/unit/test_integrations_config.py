@@ -52,8 +52,9 @@ def test_catalog__example_file__loads_every_capability():
     assert set(catalog.routes) == {
         "documents.verify@1",
         "payments.charge@1",
-        "crm.upsert@1",
-        "credit.score@1",
+        "payments.refund@1",
+        "stock.reserve@1",
+        "stock.release@1",
     }
     charge = catalog.contracts["payments.charge@1"]
     assert (charge.effect, charge.max_attempts, charge.timeout_seconds) == (
@@ -61,10 +62,17 @@ def test_catalog__example_file__loads_every_capability():
         3,
         5.0,
     )
+    assert catalog.contracts["stock.reserve@1"].effect == "IDEMPOTENT_WRITE"
     route = catalog.routes["payments.charge@1"].options
     assert route["headers_from_env"] == {"Authorization": "PAYMENTS_AUTH"}
-    assert route["max_response_bytes"] == 1024 * 1024  # the default
+    assert route["max_response_bytes"] == 64 * 1024
+    assert catalog.routes["payments.refund@1"].options["max_response_bytes"] == 1024 * 1024
     assert "example-token" not in repr(catalog)
+    # Every route goes to the sandbox provider's port, which scripts/start rewrites as a whole.
+    for name, route in catalog.routes.items():
+        for option in ("url", "lookup_url"):
+            if option in route.options:
+                assert route.options[option].startswith("http://127.0.0.1:9000/"), name
 
 
 def test_catalog__example_in_integrations_md_is_the_example_file():

@@ -46,10 +46,11 @@ def test_load_registry__example_file__resolves_every_route(settings, monkeypatch
     registry = load_registry()
 
     assert registry.keys() == [
-        "credit.score@1",
-        "crm.upsert@1",
         "documents.verify@1",
         "payments.charge@1",
+        "payments.refund@1",
+        "stock.release@1",
+        "stock.reserve@1",
     ]
     binding = resolve("payments.charge", 1)  # the installed process registry
     assert binding.adapter.name == "http.json"
