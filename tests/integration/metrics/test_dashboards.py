@@ -2,6 +2,7 @@
 their tests, every alert has a case that fires it, and every metric either names is one the web
 process and the worker export."""
 
+import json
 import os
 import subprocess
 import threading
@@ -19,6 +20,7 @@ from orquestador.exposition import render
 from tests.support.dashboards import (
     ALERTS,
     ALERTS_TEST,
+    DASHBOARD,
     ROOT,
     dashboard_expressions,
     exported_series,
@@ -185,3 +187,24 @@ def test_dashboard_and_rules__name_only_metrics_the_processes_export(client: Cli
         "orquestador_worker_lease_losses_total",
         "orquestador_worker_probes_total",
     } <= dashboard
+
+
+def test_dashboard__panels_are_unique_do_not_overlap_and_use_the_chosen_data_source():
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
