@@ -5,6 +5,7 @@ RUNNING checkpoint before it calls, and commits what the recovery table decides 
 """
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from orquestador.schemas import contract_problem
 
 from ..claims import Snapshot
 from ..models import CheckpointStatus
+from .callmetrics import CALLS
 
 logger = logging.getLogger("executions.worker")
 
@@ -22,17 +24,25 @@ Resolver = Callable[[str, int], Binding]  # capability, version -> the trusted b
 
 
 def adapter_call(binding: Binding, ctx: ActionContext, log_extra: dict[str, Any]) -> ActionResult:
-    """Call the adapter; one that raises is an UNKNOWN outcome (logged with `log_extra`)."""
+    """Call the adapter; one that raises is an UNKNOWN outcome (logged with `log_extra`). Each
+    call is counted by capability and outcome, and timed (executions/worker/callmetrics.py)."""
+    started = time.perf_counter()
     try:
-        return binding.adapter.call(ctx, binding)
+        result = binding.adapter.call(ctx, binding)
     except Exception:
         # Whatever the adapter did before raising is unknown, so is its effect.
         logger.exception("adapter raised", extra=log_extra)
-        return ActionResult(
+        result = ActionResult(
             outcome=Outcome.UNKNOWN,
             error_code=errors.UNCERTAIN_WRITE,
             error_detail=f"adapter {binding.adapter.name} raised unexpectedly",
         )
+    CALLS.call_done(
+        capability=binding.contract.key,
+        outcome=Outcome(result.outcome).value,
+        seconds=time.perf_counter() - started,
+    )
+    return result
 
 
 def output_problem(contract: Contract, result: ActionResult) -> str | None:

@@ -6,7 +6,8 @@ Invariants:
   a bisect, then one lock for its bucket, sum and count): no I/O, no database round trip. The
   scheduler records claims, takeovers, run outcomes and lease losses
   (executions/worker/scheduler.py), the prober its lookups and automatic resolutions
-  (reconciliation/probes.py);
+  (reconciliation/probes.py), the adapter call site its per-route calls
+  (executions/worker/callmetrics.py);
   nothing on the execution path itself waits for a scrape;
 - a scrape copies the values under that lock and formats them outside it;
 - label values come from closed sets (final statuses, probe outcomes, resolutions, bucket
@@ -34,6 +35,7 @@ from orquestador.workerconfig import DEFAULT_METRICS_HOST, WorkerConfigError
 
 from ..models import ExecutionStatus
 from ..queuemetrics import metrics_token_matches
+from .callmetrics import CALLS
 from .wire import Ending, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
@@ -233,6 +235,7 @@ class WorkerMetrics:
                 latency,
             )
         )
+        families += CALLS.families()  # per-route calls, counted where the adapter is called
         if self._busy is not None:
             families += [
                 Family(

@@ -12,6 +12,7 @@ import requests
 
 from orquestador.exposition import CONTENT_TYPE
 from tests.conftest import manage
+from tests.support.dashboards import dashboard_expressions, exported_series, metric_names, rules
 from tests.support.prometheus import Scrape, assert_no_identifiers, scrape
 from tests.support.worker import (
     PROCESS_SETTINGS,
@@ -53,6 +54,16 @@ def read_metrics(url: str) -> Scrape:
     return scrape(response.text)
 
 
+def named_metrics() -> set[str]:
+    """Every metric the shipped dashboard and alert rules mention (docker/grafana, prometheus)."""
+    return metric_names(dashboard_expressions() + [r["expr"] for r in rules()])
+
+
+def worker_metrics_named() -> set[str]:
+    prefixes = ("orquestador_worker_", "orquestador_action_")
+    return {name for name in named_metrics() if name.startswith(prefixes)}
+
+
 def test_runworker__serves_counters_that_move_as_it_runs_executions(
     process_env, runtime_conn, tmp_path
 ):
@@ -89,6 +100,12 @@ def test_runworker__serves_counters_that_move_as_it_runs_executions(
     assert after.value("orquestador_worker_claim_latency_seconds_count") >= 1
     assert after.value("orquestador_worker_executions_finished_total", status="FAILED") == 0
     assert after.value("orquestador_worker_slots") == 2
+    # Each adapter call, by capability@version and outcome (executions/worker/callmetrics.py).
+    calls = {"capability": "NO_OP@1"}
+    assert after.value("orquestador_action_calls_total", **calls, outcome="SUCCEEDED") == 3
+    assert after.value("orquestador_action_calls_total", **calls, outcome="UNKNOWN") == 0
+    assert after.value("orquestador_action_call_seconds_count", **calls) == 3
+    assert worker_metrics_named() <= exported_series(after.text)
     ids = [str(a.execution_id) for a in accepted] + [str(a.request_id) for a in accepted]
     assert_no_identifiers(after.text, *ids, "alice", "acme", owner, owner.split(":")[-1], TOKEN)
     assert fetch(url) is None  # the endpoint stopped with the worker
@@ -182,3 +199,4 @@ def test_web__metrics_as_the_runtime_role(web, runtime_conn):
     assert found.value("orquestador_queue_due", status="PENDING") == 1
     assert found.value("orquestador_requests_blocked") == 1
     assert_no_identifiers(found.text, str(accepted.execution_id), str(accepted.request_id))
+    assert named_metrics() - worker_metrics_named() <= exported_series(found.text)
