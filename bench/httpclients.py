@@ -3,12 +3,13 @@
     python bench/httpclients.py URL CONCURRENCY CALLS
 
 CONCURRENCY threads, each with its own `requests.Session`, POST a small JSON body to URL until
-CALLS calls were made between them. Prints one JSON line: calls, seconds, calls/s and the
-process's CPU seconds.
+CALLS calls were made between them. Prints one JSON line: calls, errors, seconds, calls/s, the
+process's CPU seconds and its context switches (every thread's).
 """
 
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -38,13 +39,13 @@ def main(argv: list[str]) -> int:
     threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
-    cpu = os.times()
+    cpu, switches = os.times(), resource.getrusage(resource.RUSAGE_SELF)
     start.wait()
     began = time.perf_counter()
     for thread in threads:
         thread.join()
     seconds = time.perf_counter() - began
-    used = os.times()
+    used, after = os.times(), resource.getrusage(resource.RUSAGE_SELF)
     print(
         json.dumps(
             {
@@ -53,6 +54,8 @@ def main(argv: list[str]) -> int:
                 "seconds": round(seconds, 3),
                 "calls_per_second": round(calls / seconds, 1),
                 "cpu_seconds": round(used.user + used.system - cpu.user - cpu.system, 3),
+                "voluntary_ctxt_switches": after.ru_nvcsw - switches.ru_nvcsw,
+                "nonvoluntary_ctxt_switches": after.ru_nivcsw - switches.ru_nivcsw,
             }
         ),
         flush=True,

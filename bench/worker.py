@@ -1,4 +1,4 @@
-"""Worker benchmark: throughput, pickup latency, claim time with history, beside Procrastinate.
+"""Worker benchmark: throughput, pickup latency, claim time with history, beside its peers.
 
     bench/run [--quick] [--only raw,slow] [--executions 10000] [--history 1000000] ...
 
@@ -30,7 +30,8 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    light load, beside ours (acceptance commit -> adapter call), with the ratio.
 7. Slow provider: a one-action flow whose http.json provider (bench/provider.py, loopback,
    TCP_NODELAY) answers after 100 ms; one runworker at each --slow-concurrency: executions/s,
-   the most PostgreSQL connections its role held, peak RSS, CPU per execution. Beside it, the
+   the most PostgreSQL connections its role held, peak RSS, CPU per execution; then again at
+   LOG_LEVEL=INFO, the default, for its CPU beside the run at --log-level. Beside it, the
    database-free ceiling (bench/httpclients.py: one requests.Session per thread, same
    concurrency, same provider) and Procrastinate posting from an async httpx task. The call is
    a READ_ONLY action; at the first concurrency it runs again declared an IDEMPOTENT_WRITE,
@@ -39,11 +40,17 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    gunicorn (the production web server, docker/) with real HS256 tokens, at 1, 8 and 32
    concurrent clients (bench/apiclients.py): requests/s, p50, p99.
 
+9. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
+   slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
+10. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
+   aiohttp (bench/asynchttp.py) at each --slow-concurrency, on asyncio's loop and on uvloop.
+
 For each throughput run it also reports PostgreSQL's CPU and commits per execution (all server
-processes' CPU time and pg_stat_database.xact_commit, before and after).
+processes' CPU time and pg_stat_database.xact_commit, before and after), and the worker's
+context switches per execution (voluntary and not, every thread's, bench/procstat.py).
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, api).
+sections (throughput, pickup, claim, raw, procrastinate, slow, api, pgqueuer, http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -72,6 +79,9 @@ from psycopg import sql as pgsql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.peers import Peers  # noqa: E402
+from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
+from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
 from bench.rawloop import SCHEMA as RAW_SCHEMA  # noqa: E402
 from executions import sql  # noqa: E402 (plain SQL constants, no Django needed)
 from executions.worker.database import WorkerConnections  # noqa: E402 (no Django either)
@@ -124,6 +134,7 @@ adapter = "http.json"
 url = "http://127.0.0.1:{port}/slow"
 """
 SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate")
+PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
 JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
 
@@ -193,6 +204,7 @@ class Bench:
         self.args = args
         self.base = base
         self.report: dict = {"settings": vars(args).copy()}
+        self.peers = Peers(self)
 
     # -- the cluster ------------------------------------------------------------------------
 
@@ -414,6 +426,7 @@ class Bench:
             workers = self.start_workers(processes, stack, label, concurrency, env)
             connections = self._worker_connections()
             cpu = [self._cpu_seconds(p.pid) for p in workers]
+            switches = [context_switches(p.pid) for p in workers]
             server_cpu, commits = self._server_cpu_seconds(), self._commits()
             tag, committed = self.enqueue(n, flow_id)
             deadline = time.monotonic() + RUN_TIMEOUT
@@ -425,6 +438,7 @@ class Bench:
             cpu = [
                 self._cpu_seconds(p.pid) - before for p, before in zip(workers, cpu, strict=True)
             ]
+            switches = switches_per(switches, [context_switches(p.pid) for p in workers], n)
             server_cpu = self._server_cpu_seconds() - server_cpu
             commits = self._commits() - commits
             memory = [self._memory(p.pid) for p in workers]
@@ -442,6 +456,7 @@ class Bench:
             "worker_cpu_ms_per_execution": round(sum(cpu) / n * 1000, 3),
             "postgres_cpu_ms_per_execution": round(server_cpu / n * 1000, 3),
             "commits_per_execution": round(commits / n, 2),
+            "context_switches_per_execution": switches,
         }
         print(
             f"  {label}: {result['executions_per_second']} executions/s "
@@ -450,7 +465,8 @@ class Bench:
             f"{result['connections_per_process']} connections/process, CPU/execution: worker "
             f"{result['worker_cpu_ms_per_execution']} ms, PostgreSQL "
             f"{result['postgres_cpu_ms_per_execution']} ms; "
-            f"{result['commits_per_execution']} commits/execution",
+            f"{result['commits_per_execution']} commits/execution, context switches/execution "
+            f"{switches['voluntary']} + {switches['nonvoluntary']}",
             flush=True,
         )
         return result
@@ -696,11 +712,21 @@ class Bench:
                 "provider_delay_seconds": delay,
                 "ours": [],
                 "ours_write": [],
+                "ours_info": [],
                 "http_only": [],
             }
             for concurrency in concurrencies:
                 n = max(calls, concurrency * 10)
                 report["ours"].append(self._slow_ours("slow provider", n, concurrency, env))
+                # The same run at the default level: what logging costs a person who keeps it.
+                report["ours_info"].append(
+                    self._slow_ours(
+                        "slow provider at LOG_LEVEL=INFO",
+                        n,
+                        concurrency,
+                        {**env, "LOG_LEVEL": "INFO"},
+                    )
+                )
                 if concurrency == concurrencies[0]:
                     report["ours_write"].append(
                         self._slow_ours(
@@ -726,21 +752,32 @@ class Bench:
                 http_only["cpu_ms_per_call"] = round(
                     http_only["cpu_seconds"] / http_only["calls"] * 1000, 3
                 )
+                http_only["context_switches_per_call"] = {
+                    "voluntary": round(http_only["voluntary_ctxt_switches"] / n, 2),
+                    "nonvoluntary": round(http_only["nonvoluntary_ctxt_switches"] / n, 2),
+                }
                 print(
                     f"  slow provider, requests.Session per thread at {concurrency} (no "
                     f"database): {http_only['calls_per_second']} calls/s, "
-                    f"{http_only['cpu_ms_per_call']} ms CPU/call",
+                    f"{http_only['cpu_ms_per_call']} ms CPU/call, context switches/call "
+                    f"{http_only['context_switches_per_call']['voluntary']} + "
+                    f"{http_only['context_switches_per_call']['nonvoluntary']}",
                     flush=True,
                 )
                 report["http_only"].append(http_only)
             if not self.args.skip_procrastinate:
                 report["procrastinate"] = [
-                    self.procrastinate_run(
-                        1, c, max(calls, c * 10), "post", {"BENCH_PROVIDER_URL": url}
-                    )
-                    for c in concurrencies
+                    self._slow_procrastinate(c, max(calls, c * 10), url) for c in concurrencies
                 ]
         return report
+
+    def _slow_procrastinate(self, concurrency: int, n: int, url: str) -> dict:
+        """As _slow_ours: one concurrency that does not finish leaves the others measured."""
+        try:
+            return self.procrastinate_run(1, concurrency, n, "post", {"BENCH_PROVIDER_URL": url})
+        except RuntimeError as exc:
+            print(f"  Procrastinate+httpx at {concurrency}: {exc}", flush=True)
+            return {"concurrency": concurrency, "error": str(exc)}
 
     # -- the API ------------------------------------------------------------------------------
 
@@ -1038,6 +1075,20 @@ class Bench:
                 self.procrastinate_run(k, c, args.procrastinate_jobs)
                 for k, c in procrastinate_configurations(args.more_concurrency)
             ]
+        if "pgqueuer" in wanted:
+            print("pgqueuer, same cluster:", flush=True)
+            self.report["pgqueuer"] = self.peers.pgqueuer(
+                args.processes,
+                args.executions,
+                args.slow_concurrency,
+                args.slow_calls,
+                args.slow_delay,
+            )
+        if "http-async" in wanted:
+            print(f"aiohttp alone, one event loop ({args.slow_delay * 1000:.0f} ms per call):")
+            self.report["http_async"] = self.peers.http_async(
+                args.slow_concurrency, args.slow_calls, args.slow_delay
+            )
         return self.report
 
 
@@ -1106,7 +1157,9 @@ def summary(report: dict) -> list[str]:
             "  per execution at 1 process: worker CPU "
             f"{report['throughput'][0]['worker_cpu_ms_per_execution']} ms, PostgreSQL CPU "
             f"{report['throughput'][0]['postgres_cpu_ms_per_execution']} ms, "
-            f"{report['throughput'][0]['commits_per_execution']} commits"
+            f"{report['throughput'][0]['commits_per_execution']} commits, "
+            f"{switches_text(report['throughput'][0]['context_switches_per_execution'])} context "
+            "switches"
         )
     if "throughput_history" in report:
         lines.append(
@@ -1156,7 +1209,11 @@ def summary(report: dict) -> list[str]:
     if "slow_provider" in report:
         slow = report["slow_provider"]
         http = {r["concurrency"]: r["calls_per_second"] for r in slow["http_only"]}
-        theirs = {r["concurrency"]: r["jobs_per_second"] for r in slow.get("procrastinate", [])}
+        theirs = {
+            r["concurrency"]: r["jobs_per_second"]
+            for r in slow.get("procrastinate", [])
+            if "error" not in r
+        }
         for r in slow["ours"]:
             c = r["concurrency"]
             if "error" in r:
@@ -1166,7 +1223,9 @@ def summary(report: dict) -> list[str]:
                 f"  slow provider at {c}: ours {r['executions_per_second']}/s on "
                 f"{r['connections_per_process']} connections, peak RSS "
                 f"{max(m['VmHWM'] for m in r['rss_mib'])} MiB, "
-                f"{r['worker_cpu_ms_per_execution']} ms CPU/execution; HTTP alone {http[c]}/s "
+                f"{r['worker_cpu_ms_per_execution']} ms CPU/execution, "
+                f"{switches_text(r['context_switches_per_execution'])} context switches; "
+                f"HTTP alone {http[c]}/s "
                 f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
                 f"{theirs.get(c, 'n/a')}/s ({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
             )
@@ -1181,6 +1240,19 @@ def summary(report: dict) -> list[str]:
                 f"{r['commits_per_execution']} commits/execution; HTTP alone {http[c]}/s "
                 f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
                 f"({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
+            )
+        level = {r["concurrency"]: r for r in slow["ours"] if "error" not in r}
+        for r in slow.get("ours_info", []):
+            c = r["concurrency"]
+            if "error" in r or c not in level:
+                missing = f"no run at {report['settings']['log_level']} beside it"
+                lines.append(f"  slow provider at LOG_LEVEL=INFO at {c}: {r.get('error', missing)}")
+                continue
+            info, usual = r["worker_cpu_ms_per_execution"], level[c]["worker_cpu_ms_per_execution"]
+            lines.append(
+                f"  slow provider at LOG_LEVEL=INFO at {c}: ours {r['executions_per_second']}/s, "
+                f"{info} ms CPU/execution against {usual} ms at "
+                f"{report['settings']['log_level']} ({_ratio(info, usual)})"
             )
     if "api" in report:
         for kind in ("transitions", "executions"):
@@ -1201,7 +1273,7 @@ def summary(report: dict) -> list[str]:
             + (f" ({ours['processes']}x{ours['concurrency']})" if ours else "")
             + f" ({_ratio(best, theirs['jobs_per_second'])})"
         )
-    return lines
+    return lines + peer_summary_lines(report)
 
 
 def main(argv: list[str]) -> int:
@@ -1220,7 +1292,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--procrastinate-jobs", type=int, default=5_000)
     parser.add_argument("--skip-procrastinate", action="store_true")
-    parser.add_argument("--slow-concurrency", default="100,200")
+    parser.add_argument("--slow-concurrency", default="100,200,1000")
     parser.add_argument("--slow-calls", type=int, default=5_000)
     parser.add_argument("--slow-delay", type=float, default=0.1, help="provider delay, seconds")
     parser.add_argument("--api-clients", default="1,8,32")
@@ -1228,7 +1300,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--web-workers", type=int, default=2, help="WEB_WORKERS of the web server")
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="sections to run")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS + PEER_SECTIONS), help="sections to run"
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -1250,9 +1324,10 @@ def main(argv: list[str]) -> int:
     args.slow_concurrency = [int(c) for c in args.slow_concurrency.split(",")]
     args.api_clients = [int(c) for c in args.api_clients.split(",")]
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = set(args.only) - set(SECTIONS)
+    known = SECTIONS + PEER_SECTIONS
+    unknown = set(args.only) - set(known)
     if unknown:
-        parser.error(f"--only: unknown sections {sorted(unknown)} (known: {', '.join(SECTIONS)})")
+        parser.error(f"--only: unknown sections {sorted(unknown)} (known: {', '.join(known)})")
 
     (ROOT / ".local").mkdir(exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="bench-worker.", dir=ROOT / ".local"))
