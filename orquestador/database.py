@@ -2,8 +2,9 @@
 
 Any view that needs the database and cannot reach it (refused, restarting, shut down, the
 connection cut under it) answers `503 {"code": "DATABASE_UNAVAILABLE", "detail"}` with a
-Retry-After, never a stack trace or an HTML page: `DatabaseUnavailableMiddleware` turns the error
-into that answer, and the 500 handler does the same for an error raised outside a view. Nothing
+Retry-After, never a stack trace: `DatabaseUnavailableMiddleware` turns the error into that
+answer, and the 500 handler does the same for an error raised outside a view. Under the admin the
+503 is an HTML page saying the same (orquestador/adminpages.py), with the same Retry-After. Nothing
 was written: every write is one transaction, and a transaction the server never committed is
 rolled back. Django drops the broken connection at the end of the request (its health check
 catches the rest), so the first request after the database returns is served normally.
@@ -23,7 +24,7 @@ import psycopg
 from django import db
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from . import errors
+from . import adminpages, errors
 
 logger = logging.getLogger("orquestador.database")
 
@@ -83,8 +84,11 @@ def note_outage(exc: BaseException) -> None:
     logger.warning("database unavailable: %s", reason(exc))
 
 
-def unavailable_response(exc: BaseException) -> JsonResponse:
+def unavailable_response(exc: BaseException, request: HttpRequest | None = None) -> HttpResponse:
+    """The 503: JSON, or the outage page for an admin `request`."""
     note_outage(exc)
+    if request is not None and adminpages.is_admin(request):
+        return adminpages.outage_page(request, retry_after=RETRY_AFTER_SECONDS)
     response = JsonResponse(
         {
             "code": errors.DATABASE_UNAVAILABLE,
@@ -107,5 +111,5 @@ class DatabaseUnavailableMiddleware:
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if is_unavailable(exception):
-            return unavailable_response(exception)
+            return unavailable_response(exception, request)
         return None

@@ -49,7 +49,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
     # DATABASE_UNAVAILABLE on every path (orquestador/database.py), not a fault of ours.
     exc = sys.exc_info()[1]
     if exc is not None and database.is_unavailable(exc):
-        return database.unavailable_response(exc)
+        return database.unavailable_response(exc, request)
     if _json(request):
         return JsonResponse(
             {"code": errors.INTERNAL_ERROR, "detail": "internal error; it has been logged"},

@@ -78,6 +78,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # An admin request holding a NUL is refused here, before anything reads the database.
+    "orquestador.adminpages.RefuseNulMiddleware",
     # Outermost of those that can meet the database: its process_exception runs last.
     "orquestador.database.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

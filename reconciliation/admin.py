@@ -8,7 +8,7 @@ added, changed or deleted through a form.
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -31,7 +31,8 @@ from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
 PROPOSED = AuditType.RECONCILIATION_PROPOSED  # a replay awaiting a second operator's approval
-QUEUE_DETAIL_CHARS = 60  # characters of an error detail in a queue row
+QUEUE_DETAIL_CHARS = 160  # characters of an error detail in a queue row
+QUEUE_HOVER_CHARS = 1000  # characters of it on hover
 
 # The admin home opens on the desk's state (templates/admin/operations_index.html); there is no
 # public site behind "View site".
@@ -109,8 +110,15 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
 
     @admin.display(description="why")
     def why(self, obj: ReconciliationCase) -> str:
-        detail = clip(obj.error_detail, QUEUE_DETAIL_CHARS)
-        return f"{obj.error_code or '—'}: {detail}" if detail else (obj.error_code or "—")
+        code = obj.error_code or "—"
+        if not obj.error_detail:
+            return code
+        return format_html(
+            '<span title="{}">{}: {}</span>',
+            clip(obj.error_detail, QUEUE_HOVER_CHARS),
+            code,
+            clip(obj.error_detail, QUEUE_DETAIL_CHARS),
+        )
 
     @admin.display(description="provider")
     def lookup(self, obj: ReconciliationCase) -> str:
@@ -121,6 +129,14 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     @admin.display(description="created (UTC)", ordering="created_at")
     def created(self, obj: ReconciliationCase) -> str:
         return display.utc(obj.created_at).removesuffix(" UTC")
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # The queue gives the navigation sidebar's width to its columns, so at 1400 px they fit
+        # without scrolling sideways; the breadcrumbs and the home page lead everywhere else.
+        context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def change_view(
         self,
@@ -142,7 +158,11 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     def render_case(
         self, request: HttpRequest, execution_id: Any, *, bound: dict | None = None
     ) -> TemplateResponse:
-        """The case page, with `bound` forms (by resolution name) kept as the operator typed."""
+        """The case page, with `bound` forms (by resolution name) kept as the operator typed;
+        a refused one is also said at the top, where the page opens."""
+        refused = casepage.refusal(bound)
+        if refused is not None:
+            self.message_user(request, refused, messages.ERROR)
         case = selectors.case_detail(execution_id=execution_id)
         context = {
             **self.admin_site.each_context(request),

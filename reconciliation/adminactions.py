@@ -18,11 +18,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 
 from executions.models import ExecutionStatus
 from orquestador import display
 
-from . import explain, permissions, selectors, services
+from . import confirmation, explain, permissions, selectors, services
 from .forms import ResolutionForm
 from .models import ReconciliationCase
 from .resolutions import RESOLUTIONS, ResolutionAction
@@ -79,25 +80,6 @@ def settled_by(execution_id: Any, settled: Any) -> str:
         f"case {short(execution_id)} was already settled by {settled.actor} at "
         f"{display.utc(settled.created_at)} ({what}); nothing was written."
     )
-
-
-def _supported(
-    resolution: ResolutionAction, case: ReconciliationCase
-) -> tuple[dict[str, Any] | None, str]:
-    """What a bulk resolution would apply to one case (None: skipped), and why, in words."""
-    detail = selectors.case_detail(execution_id=case.pk)
-    if len(detail.uncertain) != 1:
-        return None, f"it has {len(detail.uncertain)} uncertain actions: resolve it on its page"
-    action_id = detail.uncertain[0].checkpoint.action_id
-    lookup = detail.latest_lookup(action_id)
-    status = explain.lookup_status(lookup)
-    if resolution.name == explain.WRITE_HAPPENED:
-        if lookup is not None and status == explain.HAPPENED and lookup.get("outputValid"):
-            data = {"action_id": action_id, "output": lookup["output"]}
-            return data, "the provider found the write; its output is recorded"
-    elif resolution.name == explain.WRITE_NOT_HAPPENED and status == explain.NOT_FOUND:
-        return {"action_id": action_id}, "the provider found no write; it is replayed once"
-    return None, f"the provider's answer does not support it (lookup: {status})"
 
 
 def _resolution_action(resolution: ResolutionAction) -> CaseAction:
@@ -243,18 +225,23 @@ class CaseActions(CaseAdminBase):
         The page lists, case by case, what will be done and what is skipped and why; after the
         operator's reason, each case gets its own result.
         """
-        plans = [(case, *_supported(resolution, case)) for case in cases]
+        now = timezone.now()
+        plans = [
+            confirmation.case_plan(resolution, case, by_evidence=True, now=now) for case in cases
+        ]
         if "post" in request.POST:
             form = ResolutionForm(request.POST)
             if form.is_valid():
                 reason = form.cleaned_data["reason"]
-                for case, data, note in plans:
-                    name = f"Case {short(case.pk)}"
-                    if data is None:
+                for plan in plans:
+                    name, note = f"Case {short(plan.case.pk)}", plan.note
+                    if plan.data is None:
                         self.message_user(request, f"{name}: skipped, {note}.", messages.WARNING)
                         continue
                     try:
-                        resolution.apply(case.pk, {**data, "reason": reason}, request.user)
+                        resolution.apply(
+                            plan.case.pk, {**plan.data, "reason": reason}, request.user
+                        )
                     except services.ResolutionRefused as exc:
                         self.message_user(request, f"{name}: {exc.detail}", messages.ERROR)
                     else:
@@ -337,6 +324,7 @@ class CaseActions(CaseAdminBase):
                 return self.back(request, selected)
         else:
             form = resolution.form_class(action_ids=action_ids, risks=risks)
+        now = timezone.now()
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -344,6 +332,10 @@ class CaseActions(CaseAdminBase):
             "subtitle": None,
             "explanation": resolution.explanation,
             "cases": cases,
+            "plans": [
+                confirmation.case_plan(resolution, case, by_evidence=False, now=now)
+                for case in cases
+            ],
             "form": form,
             "action_name": resolution.name,
             "selected_name": helpers.ACTION_CHECKBOX_NAME,

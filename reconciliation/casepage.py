@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.admin import helpers
+from django.forms import Form
+from django.forms.utils import ErrorDict
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from actions.lookup import supports_lookup
 from executions.models import AuditType, ExecutionStatus
@@ -23,7 +27,7 @@ from . import approvals, explain, selectors, services
 from .adminproposals import approval_risk
 from .forms import DecisionForm, ResolutionForm
 from .permissions import RESOLVE_WRITE_NOT_HAPPENED
-from .resolutions import RESOLUTIONS, ResolutionAction
+from .resolutions import BY_NAME, RESOLUTIONS, ResolutionAction
 
 FINAL_STATUSES = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
 REFRESH_SECONDS = 5  # how often a resolved case's page reloads while the execution still runs
@@ -206,6 +210,48 @@ def proposal_card(
     )
 
 
+def _problems(form: Form) -> list[str]:
+    """A form's errors as sentences, each with its field's label where the message needs one."""
+    errors: ErrorDict = form.errors
+    lines = []
+    for name, messages in errors.items():
+        field = form.fields.get(name)
+        label = (field.label if field else None) or name.replace("_", " ").capitalize()
+        for message in messages:
+            # The risk's confirmation and the form's own errors say what they are about.
+            bare = name in ("__all__", "confirm_risk")
+            lines.append(str(message) if bare else f"{label}: {message}")
+    return lines
+
+
+def refusal(bound: dict[str, Any] | None) -> SafeString | None:
+    """What a refused form says, for the top of the case page: the page is shown again from the
+    top, and the form with its errors sits below the first screen."""
+    for name, form in (bound or {}).items():
+        if not form.errors:
+            continue
+        if name == "decide":  # adminproposals.py: the decision on a proposed replay
+            what, anchor = "The decision on the proposed replay", "case-proposal"
+        else:
+            resolution = BY_NAME[name]
+            what, anchor = resolution.title, f"resolve-{resolution.key}"
+        return format_html(
+            "Not done: “{}” was refused and nothing was written. {} "
+            '<a href="#{}" id="refusal-form-link">Go to the form</a> (it keeps what you typed).',
+            what,
+            " ".join(_problems(form)),
+            anchor,
+        )
+    return None
+
+
+def replay_offered(resolutions: list[CaseForm], proposal: ProposalCard | None) -> bool:
+    """Whether this operator is offered a replay here: its form, or a proposal to approve."""
+    if any(offered.resolution.name == explain.WRITE_NOT_HAPPENED for offered in resolutions):
+        return True
+    return proposal is not None and proposal.may_decide and proposal.proposal.stale is None
+
+
 def case_context(
     request: HttpRequest,
     case: selectors.CaseDetail,
@@ -231,6 +277,18 @@ def case_context(
         if case.is_open and services.two_person_rule()
         else None
     )
+    resolutions = (
+        forms_for(request, case, suggestion=suggestion, proposal=proposal, bound=bound)
+        if case.is_open
+        else []
+    )
+    card_of_proposal = proposal_card(
+        request,
+        case,
+        proposal,
+        now=now,
+        bound=decide if isinstance(decide, DecisionForm) else None,
+    )
     return {
         "case": case,
         "short_id": str(execution.pk)[:8],
@@ -253,18 +311,12 @@ def case_context(
         else None,
         "can_lookup": can_lookup and may_lookup,
         "suggestion": suggestion,
-        "resolutions": forms_for(
-            request, case, suggestion=suggestion, proposal=proposal, bound=bound
-        )
-        if case.is_open
-        else [],
-        "proposal": proposal_card(
-            request,
-            case,
-            proposal,
-            now=now,
-            bound=decide if isinstance(decide, DecisionForm) else None,
-        ),
+        "resolutions": resolutions,
+        "proposal": card_of_proposal,
+        # What a replay does at a provider that does not deduplicate, where one is offered.
+        "replay_risk": explain.replay_risk(first)
+        if first is not None and replay_offered(resolutions, card_of_proposal)
+        else None,
         "proposal_url": reverse(
             "admin:reconciliation_reconciliationcase_proposal", args=[execution.pk]
         ),

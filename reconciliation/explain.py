@@ -195,6 +195,56 @@ def risk(resolution: str, lookup: dict[str, Any] | None) -> str | None:
     return None
 
 
+def replay_risk(checkpoint: Any) -> str:
+    """What replaying this write does, at a provider that deduplicates by key and at one that
+    does not: said before any replay is chosen, whatever the evidence."""
+    return (
+        f"A replay calls {checkpoint.capability} again with the same Idempotency-Key "
+        f"({checkpoint.external_key}). A provider that deduplicates by that key answers with its "
+        "first result; a provider that does not deduplicate applies the write a second time if "
+        "the first call went through: for a payment, a double charge."
+    )
+
+
+def resolution_risk(resolution: str, *, checkpoint: Any, lookup: dict[str, Any] | None) -> str:
+    """The risk of `resolution` for a case whose first uncertain write is `checkpoint` (None: no
+    write is in doubt): the risk against the provider's latest answer when there is one, else
+    what the resolution does to the provider's side if the evidence is wrong."""
+    against = risk(resolution, lookup)
+    if against:
+        return f"Against the evidence: {against}"
+    if checkpoint is None:
+        return "No write is in doubt: whatever the provider did stays done."
+    if resolution == WRITE_NOT_HAPPENED:
+        return replay_risk(checkpoint)
+    if resolution == WRITE_HAPPENED:
+        return (
+            f"{checkpoint.action_id} is recorded as done and the provider is not called again: "
+            "if the write did not in fact happen, nothing will make it happen."
+        )
+    return (
+        "Nothing is replayed or undone: if the provider applied the write, it stays applied "
+        "(a charge stays charged: refund it at the provider)."
+    )
+
+
+def evidence_sentence(lookup: dict[str, Any] | None) -> str:
+    """What the provider's latest answer says, in words."""
+    status = lookup_status(lookup)
+    if lookup is None:
+        return "not asked yet"
+    if status == HAPPENED:
+        return "the provider says the write happened" + (
+            " (its record does not match the output schema)"
+            if lookup.get("outputValid") is False
+            else ""
+        )
+    if status == NOT_FOUND:
+        return "the provider says the write did not happen (no record for the key)"
+    detail = clip(lookup.get("detail") or "", WHY_DETAIL_CHARS)
+    return "the last lookup settled nothing" + (f" ({detail})" if detail else "")
+
+
 def blocking(execution: Any, now: datetime) -> str:
     """What the execution holding a request is doing, in words (the Blocked requests page)."""
     status = execution.status

@@ -5,7 +5,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from django.contrib.admin.views.main import ChangeList
 
 ALL = "all"
-MAX_FLOW_ID = 2**63 - 1  # bigint primary key
+MAX_FLOW_KEY_CHARS = 100  # characters: the max_length of Flow.key
 MAX_CAPABILITY_VERSION = 2**31 - 1  # integer column
 
 
@@ -78,21 +78,25 @@ class BlockingStatusFilter(StatusFilter):
 
 
 class FlowFilter(admin.SimpleListFilter):
+    """By flow key, every version at once: a flow republished all day is still one choice."""
+
     title = "flow"
     parameter_name = "flow"
     field = "flow_id"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(str(flow.pk), str(flow)) for flow in Flow.objects.order_by("key", "version")]
+        # One row per key, read from the unique (key, version) index.
+        keys = Flow.objects.order_by("key").values("key").annotate(latest=Max("version"))
+        return [(row["key"], f"{row['key']} (latest v{row['latest']})") for row in keys]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         value = self.value()
         if not value:
             return queryset
-        flow_id = _bounded_int(value, MAX_FLOW_ID)
-        if flow_id is None:
+        if len(value) > MAX_FLOW_KEY_CHARS:
             return queryset.none()
-        return queryset.filter(**{self.field: flow_id})
+        versions = Flow.objects.filter(key=value).values("pk")
+        return queryset.filter(**{f"{self.field}__in": versions})
 
 
 class CapabilityFilter(admin.SimpleListFilter):

@@ -152,6 +152,7 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
                     "case-summary-fields",
                     "case-suggestion",
                     "lookup-charge",
+                    "case-replay-risk",
                 ):
                     assert in_first_screen(browser, element_id), (kind, element_id)
                 summary = browser.find_element(By.ID, "case-summary-fields").text
@@ -261,7 +262,13 @@ def walk_crash_case(browser, wait, live_server, execution, screenshots) -> None:
     against that answer needs the confirmation before the operator records what happened."""
     case_page(browser, wait, live_server, execution)
     screenshots(browser, "crash-in-flight-case")
-    for element_id in ("case-why", "case-summary-fields", "case-suggestion", "lookup-charge"):
+    for element_id in (
+        "case-why",
+        "case-summary-fields",
+        "case-suggestion",
+        "lookup-charge",
+        "case-replay-risk",
+    ):
         assert in_first_screen(browser, element_id), element_id
     assert "in flight" in browser.find_element(By.ID, "case-why").text
     assert "cus_crash" in browser.find_element(By.ID, "case-summary-fields").text
@@ -276,6 +283,9 @@ def walk_crash_case(browser, wait, live_server, execution, screenshots) -> None:
     wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
     form = browser.find_element(By.ID, "resolve-not-happened").text
     assert "Confirm that you choose this against the evidence" in form
+    # The refusal is also said at the top, where the page opens.
+    assert in_first_screen(browser, "refusal-form-link")
+    assert "Not done" in browser.find_element(By.CSS_SELECTOR, ".messagelist .error").text
     screenshots(browser, "crash-in-flight-confirmation-needed")
     assert request_of(execution).blocked_by_id == execution.pk  # nothing written
 

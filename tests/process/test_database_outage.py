@@ -2,8 +2,9 @@
 
 A real web process runs on a cluster of the test's own, which the test stops and starts under it.
 While the database cannot be reached, the API answers `503 {"code": "DATABASE_UNAVAILABLE"}` with
-a Retry-After and changes nothing, `/readyz` says why, and `/healthz` stays 200; once the
-database is back, the same calls succeed without restarting the web process.
+a Retry-After and changes nothing, the admin its outage page (HTML, 503), `/readyz` says why, and
+`/healthz` stays 200; once the database is back, the same calls succeed without restarting the
+web process.
 """
 
 import json
@@ -102,7 +103,10 @@ def test_web__answers_503_database_unavailable_while_the_database_is_stopped(
     assert ready.json()["code"] == "DATABASE_UNAVAILABLE"
     assert ready.json()["reason"].startswith("database unreachable: cannot connect")
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
-    assert admin.status_code == 503 and admin.json()["code"] == "DATABASE_UNAVAILABLE"
+    # The admin answers its outage page, in HTML, with the same Retry-After.
+    assert admin.status_code == 503 and admin.headers["Content-Type"].startswith("text/html")
+    assert admin.headers["Retry-After"] == "5"
+    assert "<h1>The database cannot be reached</h1>" in admin.text
 
     # Back: the same process serves again, and the refused acceptance changed nothing.
     wait_until(lambda: _get(f"{web}/readyz").status_code == 200, timeout=RECOVERY, what="ready")

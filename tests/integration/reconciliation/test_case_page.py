@@ -121,6 +121,12 @@ def test_replay_after_the_provider_said_happened__needs_a_second_confirmation(
     assert "Confirm that you choose this against the evidence" in again
     assert reason in again  # what the operator typed is kept
     assert row(case.pk) == before
+    # The refusal is said at the top, where the page opens, with a way to the form.
+    told = [str(m) for m in refused.context["messages"]]
+    assert len(told) == 1 and told[0].startswith("Not done: “The write did not happen” was refused")
+    assert "Confirm that you choose this against the evidence" in told[0]
+    assert again.index('class="messagelist"') < again.index('id="case-explained"')
+    assert 'href="#resolve-not-happened" id="refusal-form-link"' in again
 
     confirmed = client.post(
         reverse(QUEUE),
@@ -239,3 +245,44 @@ def test_a_reader_without_resolution_permissions__sees_no_resolution_control(
     assert "Suggested resolution:" in page  # the explanation is for everyone who may read it
     assert 'id="no-resolution-permission"' in page
     assert 'name="reason"' not in page and "lookup-charge" not in page
+
+
+def test_a_refused_form__says_which_field_and_why_at_the_top(operator, charge_registry):
+    case = reconciliation_case()
+    response = _client(operator).post(
+        reverse(QUEUE), _post(case, "abandon_execution", reason="   ")
+    )
+    assert response.status_code == 200
+    told = [str(m) for m in response.context["messages"]]
+    assert told == [
+        "Not done: “Abandon” was refused and nothing was written. Reason: This field is "
+        'required. <a href="#resolve-abandon" id="refusal-form-link">Go to the form</a> (it '
+        "keeps what you typed)."
+    ]
+
+
+def test_a_refusal_by_the_service__is_said_once_at_the_top(operator, charge_registry):
+    case = reconciliation_case()
+    response = _client(operator).post(
+        reverse(QUEUE),
+        _post(case, "resolve_write_happened", action_id="charge", reason="r", output='{"x": 1}'),
+    )
+    assert response.status_code == 200
+    told = [str(m) for m in response.context["messages"]]
+    assert len(told) == 1 and "output schema" in told[0], told
+
+
+def test_replay_offered__the_first_screen_says_what_a_replay_does_at_the_provider(
+    operator, viewer, make_user, charge_registry
+):
+    case = reconciliation_case()
+    top = _section(_client(operator).get(_case_url(case)).content.decode(), "case-explained")
+    risk = _section(top, "case-replay-risk")
+    assert "A replay calls payments.charge again with the same Idempotency-Key" in risk
+    assert f"({case.pk}:charge)" in risk
+    assert "a provider that does not deduplicate applies the write a second time" in risk
+    assert "a double charge" in risk
+    # Where no replay is offered (a reader, an operator who may only abandon), it is not said.
+    assert 'id="case-replay-risk"' not in _client(viewer).get(_case_url(case)).content.decode()
+    abandoner = make_user("abe", "view_reconciliationcase", "abandon_execution")
+    assert 'id="case-replay-risk"' not in _client(abandoner).get(_case_url(case)).content.decode()

@@ -20,7 +20,14 @@ from executions.models import (
 )
 from reconciliation import selectors, services
 
-from .factories import CheckpointFactory, audit, reconciliation_case, row
+from .factories import (
+    DEFINITION,
+    CheckpointFactory,
+    FlowFactory,
+    audit,
+    reconciliation_case,
+    row,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -64,6 +71,41 @@ def test_queue_rows__tell_cases_apart(operator, charge_registry):
     assert ">happened<" in rows[asked.pk] and ">not asked<" in rows[fresh.pk]
     assert "Created (UTC)" in page
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d<", rows[fresh.pk])  # to the second
+
+
+def test_queue_rows__say_why_in_full_and_leave_the_width_to_the_columns(operator, charge_registry):
+    detail = (
+        "action 'charge': the outcome of a NON_IDEMPOTENT_WRITE is unknown after the request was "
+        "sent (read timed out after 3 s); the provider may have applied it"
+    )
+    case = reconciliation_case()
+    Execution.objects.filter(pk=case.pk).update(error_detail=detail)
+    page = _client(operator).get(reverse(QUEUE)).content.decode()
+    assert f"UNCERTAIN_WRITE: {detail}".replace("'", "&#x27;") in response_row(page, case.pk)
+    assert 'id="nav-sidebar"' not in page  # the queue's width goes to its columns
+    assert "#result_list td.field-why" in page
+    other = _client(operator).get(reverse("admin:reconciliation_blockedrequest_changelist"))
+    assert 'id="nav-sidebar"' in other.content.decode()  # elsewhere the admin is as it was
+
+
+def test_flow_filter__lists_each_flow_key_once_and_takes_every_version(operator, charge_registry):
+    first = reconciliation_case()
+    later = [FlowFactory(version=version) for version in range(2, 8)]
+    on_latest = reconciliation_case()
+    Execution.objects.filter(pk=on_latest.pk).update(flow=later[-1])
+    refunds = FlowFactory(key="refunds", version=1, definition={**DEFINITION, "key": "refunds"})
+    elsewhere = reconciliation_case()
+    Execution.objects.filter(pk=elsewhere.pk).update(flow=refunds)
+
+    client = _client(operator)
+    page = client.get(reverse(QUEUE)).content.decode()
+    choices = page[page.index("By flow") : page.index("By capability")]
+    assert choices.count("?flow=") == 2
+    assert "billing (latest v7)" in choices and "refunds (latest v1)" in choices
+    billing = client.get(reverse(QUEUE), {"flow": "billing"}).context["cl"].result_list
+    assert {c.pk for c in billing} == {first.pk, on_latest.pk}
+    only = client.get(reverse(QUEUE), {"flow": "refunds"}).context["cl"].result_list
+    assert [c.pk for c in only] == [elsewhere.pk]
 
 
 def response_row(page: str, execution_id) -> str:
@@ -126,6 +168,39 @@ def test_bulk_write_happened__only_where_the_provider_found_it(operator, charge_
     checkpoint = ActionExecution.objects.get(execution=found)
     assert (checkpoint.status, checkpoint.output) == (CheckpointStatus.SUCCEEDED, OUTPUT)
     assert {case.pk: row(case.pk) for case in (absent, unasked)} == before
+
+
+def test_bulk_confirmation__shows_each_cases_evidence_and_the_risk(operator, charge_registry):
+    found, absent, unasked = reconciliation_case(), reconciliation_case(), reconciliation_case()
+    _lookup(found, happened=True, output=OUTPUT)
+    _lookup(absent, happened=False)
+    client = _client(operator)
+    ids = [found.pk, absent.pk, unasked.pk]
+    replay = client.post(
+        reverse(QUEUE), {"action": "resolve_write_not_happened", "_selected_action": ids}
+    ).content.decode()
+    rows = {case.pk: _plan(replay, case.pk) for case in (found, absent, unasked)}
+    assert "the provider says the write did not happen" in rows[absent.pk]
+    assert "asked by olga at" in rows[absent.pk] and "will be resolved:" in rows[absent.pk]
+    assert (
+        "a provider that does not deduplicate applies the write a second time" in (rows[absent.pk])
+    )
+    assert "the provider says the write happened" in rows[found.pk]
+    assert "skipped:" in rows[found.pk] and "not applied to this case" in rows[found.pk]
+    assert "not asked yet" in rows[unasked.pk]
+
+    abandon = client.post(
+        reverse(QUEUE), {"action": "abandon_execution", "_selected_action": ids}
+    ).content.decode()
+    rows = {case.pk: _plan(abandon, case.pk) for case in (found, absent, unasked)}
+    assert "the provider says the write happened" in rows[found.pk]
+    assert "if the provider applied the write, it stays applied" in rows[found.pk]
+    assert all("will be resolved:" in text for text in rows.values())
+
+
+def _plan(page: str, execution_id) -> str:
+    start = page.index(f'id="plan-{execution_id}"')
+    return page[start : page.index("</tr>", start)]
 
 
 def test_bulk_write_not_happened__only_where_the_provider_found_nothing(operator, charge_registry):
