@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from actions.lookup import supports_lookup
+from executions.adminpictures import timeline_drawing
 from executions.models import AuditType, ExecutionStatus
 from orquestador import display
 
@@ -276,4 +277,5 @@ def case_context(
         else None,
         "changelist_url": reverse("admin:reconciliation_reconciliationcase_changelist"),
         "selected_name": helpers.ACTION_CHECKBOX_NAME,
+        "timeline_drawing": timeline_drawing(execution, now=now),
     }
