@@ -242,10 +242,16 @@ def _lane(
             f"{x - 6:.1f},{cy:.1f}",
         )  # fmt: skip
         svg_text(el("title", shape), mark.title)
-        if x + 8 >= free_from and x + 8 + len(mark.label) * CHAR_WIDTH < WIDTH:
+        wide = len(mark.label) * CHAR_WIDTH
+        if x + 8 >= free_from and x + 8 + wide < WIDTH:
             text = el("text", root, class_="tl-dark-label", x=f"{x + 8:.1f}", y=top + 4)
             svg_text(text, mark.label)
-            free_from = x + 8 + len(mark.label) * CHAR_WIDTH + 6
+            free_from = x + 8 + wide + 6
+        elif x + 8 >= free_from and x - 8 - wide > max(free_from, PLOT_LEFT):  # no room right
+            text = el("text", root, class_="tl-dark-label", x=f"{x - 8:.1f}", y=top + 4)
+            text.set("text-anchor", "end")
+            svg_text(text, mark.label)
+            free_from = x + 6
 
 
 LEGEND_ROW = 20  # px between the legend's rows
