@@ -24,10 +24,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from orquestador import display
 from orquestador.errors import CodedError
 
 from . import admincolumns as columns
-from . import insight
+from . import adminpictures, insight
 from .cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 from .models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
 
@@ -143,16 +144,20 @@ class CheckpointInline(ViewOnly, admin.TabularInline):
 
 
 @admin.register(Flow)
-class FlowAdmin(ReadOnlyAdmin):
+class FlowAdmin(adminpictures.DrawingAdmin, ReadOnlyAdmin):
     list_display = ("key", "version", "checksum", "published")
     list_filter = ("key",)
     search_fields = ("key",)
     ordering = ("key", "-version")
     published = columns.moment("published_at", description="published")
+    change_form_template = "admin/executions/flow/change_form.html"  # the state machine first
+
+    def drawing_context(self, obj: Flow) -> dict[str, Any]:
+        return {"flow_drawing": adminpictures.flow_drawing(obj)}
 
 
 @admin.register(Request)
-class RequestAdmin(ReadOnlyAdmin):
+class RequestAdmin(adminpictures.DrawingAdmin, ReadOnlyAdmin):
     list_display = (
         "short",
         "flow",
@@ -171,6 +176,7 @@ class RequestAdmin(ReadOnlyAdmin):
     uuid_search_fields = ("id", "blocked_by_id")
     ordering = ("-created_at", "-id")
     readonly_fields = ("timeline",)
+    change_form_template = "admin/executions/request/change_form.html"  # where it stands, drawn
     short = columns.short_id()
     blocking = columns.linked_id("blocked_by_id", "execution", description="blocked by")
     created = columns.moment("created_at", description="created")
@@ -180,9 +186,12 @@ class RequestAdmin(ReadOnlyAdmin):
     def timeline(self, obj: Request) -> str:
         return insight.timeline_html(obj.pk)
 
+    def drawing_context(self, obj: Request) -> dict[str, Any]:
+        return {"flow_drawing": adminpictures.request_drawing(obj)}
+
 
 @admin.register(Execution)
-class ExecutionAdmin(ReadOnlyAdmin):
+class ExecutionAdmin(adminpictures.DrawingAdmin, ReadOnlyAdmin):
     # What an operator scans for first comes first: a wide list scrolls sideways at 1400 px.
     list_display = (
         "short",
@@ -205,11 +214,28 @@ class ExecutionAdmin(ReadOnlyAdmin):
     inlines = (CheckpointInline,)
     exclude = ("idempotency_fingerprint",)
     readonly_fields = ("lease_now", "takeovers", "timeline")
+    change_form_template = "admin/executions/execution/change_form.html"  # its timeline first
     # Declared as RequestAdmin's columns are, by shape only: each admin names its own.
     short = columns.short_id()
     request_link = columns.linked_id("request_id", "request", description="request")
     created = columns.moment("created_at", description="created")
     finished = columns.moment("finished_at", description="finished")
+
+    @admin.display(description="next attempt at (UTC)")
+    def next_attempt_at__utc(self, obj: Execution) -> str:
+        """When the claim may take it, for the statuses that have a next attempt; a finished
+        execution keeps the column's last value, which is no promise of anything."""
+        if obj.status in (ExecutionStatus.PENDING, ExecutionStatus.RETRY_WAIT):
+            return display.at_and_ago(obj.next_attempt_at, timezone.now())
+        if obj.status == ExecutionStatus.SUSPENDED:
+            moment = display.at_and_ago(obj.next_attempt_at, timezone.now())
+            return f"— (suspended; its wait's deadline is {moment})"
+        if obj.status == ExecutionStatus.RUNNING:
+            return "— (running; see the lease below)"
+        return f"— ({obj.status}: no next attempt)"
+
+    def drawing_context(self, obj: Execution) -> dict[str, Any]:
+        return {"timeline_drawing": adminpictures.timeline_drawing(obj, now=timezone.now())}
 
     @admin.display(description="lease now")
     def lease_now(self, obj: Execution) -> str:

@@ -4,9 +4,9 @@ Invariants and transaction boundaries:
 - only final executions (SUCCEEDED, FAILED, CANCELLED) finished before the cutoff are purged:
   never RECONCILIATION_REQUIRED (an operator needs its evidence) and never live work;
 - each batch is one short transaction of one statement (sql.PURGE_BATCH): it deletes the batch's
-  checkpoints and the events sent to them and clears the executions' payloads, or does nothing;
-  a purge stopped at any point leaves every execution either purged or untouched, and running it
-  again carries on;
+  checkpoints, their attempt history and the events sent to them and clears the executions'
+  payloads, or does nothing; a purge stopped at any point leaves every execution either purged or
+  untouched, and running it again carries on;
 - workers keep running meanwhile: a batch locks only final execution rows (SKIP LOCKED), which
   no worker and no claim ever locks, and it holds them for one statement;
 - the audit trail is append-only and stays whole; the execution row stays too (the audit and the
@@ -40,6 +40,7 @@ class PurgeResult:
     checkpoints: int = 0
     events: int = 0
     batches: int = 0
+    attempts: int = 0  # rows of attempt history (action_attempt)
 
 
 def history_purge(
@@ -72,6 +73,7 @@ def history_purge(
         result.executions += len(rows)
         result.checkpoints += sum(row[1] for row in rows)
         result.events += sum(row[2] for row in rows)
+        result.attempts += sum(row[3] for row in rows)
         logger.info(
             "history purged",
             extra={
@@ -79,6 +81,7 @@ def history_purge(
                 "executions": result.executions,
                 "checkpoints": result.checkpoints,
                 "events": result.events,
+                "attempts": result.attempts,
             },
         )
         if on_batch is not None:

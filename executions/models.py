@@ -400,3 +400,36 @@ class ExecutionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} {self.event_id}"
+
+
+class ActionAttempt(models.Model):
+    """An ended attempt of an action that did not succeed (FAILED or UNKNOWN), kept because its
+    checkpoint holds only the latest attempt: written by the statement that settles it
+    (sql.CHECKPOINT_SETTLE), read by the execution's timeline, removed by purgehistory with the
+    checkpoints."""
+
+    # action_attempt_uniq (execution, action_id, attempt) serves the execution key.
+    execution = models.ForeignKey(
+        Execution, on_delete=models.PROTECT, related_name="attempt_history", db_index=False
+    )
+    action_id = models.CharField(max_length=100)
+    attempt = models.IntegerField()
+    status = models.CharField(max_length=16, choices=CheckpointStatus.choices)
+    error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    fencing_token = models.BigIntegerField(help_text="The token of the writer.")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "action_attempt"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution", "action_id", "attempt"], name="action_attempt_uniq"
+            ),
+            models.CheckConstraint(
+                condition=_in("status", CheckpointStatus), name="action_attempt_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}:{self.action_id}#{self.attempt}"

@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from actions.lookup import supports_lookup
+from executions.adminpictures import timeline_drawing
 from executions.models import AuditType, ExecutionStatus
 from orquestador import display
 
@@ -328,4 +329,5 @@ def case_context(
         else None,
         "changelist_url": reverse("admin:reconciliation_reconciliationcase_changelist"),
         "selected_name": helpers.ACTION_CHECKBOX_NAME,
+        "timeline_drawing": timeline_drawing(execution, now=now),
     }

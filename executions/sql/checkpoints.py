@@ -97,19 +97,33 @@ RETURNING c.execution_id
 
 
 # Settle an attempt that did not succeed, FAILED or UNKNOWN (`output` keeps what a write
-# returned when it cannot be trusted); the first statement of the retry and failure
+# returned when it cannot be trusted), and keep the attempt in action_attempt, since the
+# checkpoint will hold only the next one; the first statement of the retry and failure
 # transactions, whose last write checks the fence again.
 # Locks: the execution row, FOR NO KEY UPDATE, until the transaction ends.
-# Index: execution_pkey; action_execution_action_uniq.
+# Index: execution_pkey; action_execution_action_uniq; action_attempt_uniq.
 CHECKPOINT_SETTLE = fenced(
     """
-WITH {holder}
-UPDATE action_execution AS c
-   SET {outcome_given},
-       finished_at = clock_timestamp()
-  FROM holder
- WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
-   AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
-RETURNING c.id
+WITH {holder},
+settled AS (
+    UPDATE action_execution AS c
+       SET {outcome_given},
+           finished_at = clock_timestamp()
+      FROM holder
+     WHERE c.execution_id = holder.id AND c.action_id = %(action_id)s
+       AND c.status = 'RUNNING' AND c.fencing_token = %(token)s AND c.attempt = %(attempt)s
+    RETURNING c.id, c.execution_id, c.action_id, c.attempt, c.status, c.error_code,
+              c.fencing_token, c.started_at, c.finished_at
+),
+kept AS (
+    INSERT INTO action_attempt AS a
+           (execution_id, action_id, attempt, status, error_code, fencing_token, started_at,
+            finished_at)
+    SELECT s.execution_id, s.action_id, s.attempt, s.status, s.error_code, s.fencing_token,
+           s.started_at, s.finished_at
+      FROM settled AS s
+        ON CONFLICT (execution_id, action_id, attempt) DO NOTHING
+)
+SELECT settled.id FROM settled
 """
 )

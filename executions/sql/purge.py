@@ -16,12 +16,13 @@ PURGE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, true)"
 
 # Purge one batch of old history in its own short transaction: up to %(limit)s final
 # executions (never RECONCILIATION_REQUIRED nor live work) finished before %(cutoff)s, oldest
-# first; deletes their checkpoints and events, clears the execution's own payloads, keeps what
-# the execution view shows and the append-only audit trail. Returns one row per purged
-# execution with the checkpoints and events deleted.
+# first; deletes their checkpoints, attempt history and events, clears the execution's own
+# payloads, keeps what the execution view shows and the append-only audit trail. Returns one row
+# per purged execution with the checkpoints, events and attempts deleted.
 # Locks: those execution rows, FOR UPDATE SKIP LOCKED (two purges never wait on each other;
 # no worker locks a final row).
-# Index: execution_purge_idx; action_execution_action_uniq; execution_event_uniq.
+# Index: execution_purge_idx; action_execution_action_uniq; action_attempt_uniq;
+# execution_event_uniq.
 PURGE_BATCH = """
 WITH batch AS (
     SELECT e.id
@@ -39,6 +40,12 @@ gone AS (
      WHERE c.execution_id = batch.id
     RETURNING c.execution_id
 ),
+attempts_gone AS (
+    DELETE FROM action_attempt AS a
+     USING batch
+     WHERE a.execution_id = batch.id
+    RETURNING a.execution_id
+),
 events_gone AS (
     DELETE FROM execution_event AS v
      USING batch
@@ -55,10 +62,13 @@ purged AS (
      WHERE e.id = batch.id
     RETURNING e.id
 )
-SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS events
+SELECT p.id, COALESCE(g.checkpoints, 0) AS checkpoints, COALESCE(v.events, 0) AS events,
+       COALESCE(t.attempts, 0) AS attempts
   FROM purged AS p
   LEFT JOIN (SELECT execution_id, count(*) AS checkpoints FROM gone GROUP BY execution_id) AS g
          ON g.execution_id = p.id
   LEFT JOIN (SELECT execution_id, count(*) AS events FROM events_gone GROUP BY execution_id) AS v
          ON v.execution_id = p.id
+  LEFT JOIN (SELECT execution_id, count(*) AS attempts FROM attempts_gone GROUP BY execution_id)
+         AS t ON t.execution_id = p.id
 """

@@ -27,7 +27,7 @@ def test_purgehistory__purges_as_the_runtime_role_and_reports(process_env, runti
         done = _run(process_env, "--older-than", "30", "--batch", "2", "--pause", "0")
 
         assert done.returncode == 0, done.stderr
-        assert "purged 3 executions (6 checkpoints, 0 events)" in done.stdout
+        assert "purged 3 executions (6 checkpoints, 3 earlier attempts, 0 events)" in done.stdout
         assert "in 2 batches" in done.stdout
         assert all(checkpoint_rows(conn, eid) == {} for eid in old)
         assert set(checkpoint_rows(conn, kept)) == {"a", "b"}

@@ -7,8 +7,9 @@ from executions.history import DEFAULT_BATCH, DEFAULT_PAUSE_SECONDS, MAX_BATCH, 
 
 class Command(BaseCommand):
     help = (
-        "Remove the checkpoints and payloads of final executions (SUCCEEDED, FAILED, CANCELLED) "
-        "finished more than DAYS ago, in short batches; the audit trail is kept."
+        "Remove the checkpoints, attempt history and payloads of final executions (SUCCEEDED, "
+        "FAILED, CANCELLED) finished more than DAYS ago, in short batches; the audit trail is "
+        "kept."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -36,6 +37,6 @@ class Command(BaseCommand):
         result = history_purge(older_than_days=older_than, batch=batch, pause_seconds=pause)
         self.stdout.write(
             f"purged {result.executions} executions ({result.checkpoints} checkpoints, "
-            f"{result.events} events) finished before {result.cutoff.isoformat()} in "
-            f"{result.batches} batches"
+            f"{result.attempts} earlier attempts, {result.events} events) finished before "
+            f"{result.cutoff.isoformat()} in {result.batches} batches"
         )

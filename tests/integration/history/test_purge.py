@@ -1,4 +1,5 @@
-"""purgehistory: old final executions lose their checkpoints and payloads, nothing else does."""
+"""purgehistory: old final executions lose their checkpoints, attempt history and payloads,
+nothing else does."""
 
 import threading
 import uuid
@@ -34,8 +35,15 @@ def flow(runtime_conn) -> int:
 
 
 def finished(conn: psycopg.Connection, flow: int, status: str, days_ago: int) -> uuid.UUID:
-    """An execution that ran both actions and ended `status` `days_ago` days ago."""
+    """An execution that ran both actions (the first on its second attempt) and ended `status`
+    `days_ago` days ago."""
     accepted = enqueue(conn, flow, notify=False)
+    conn.execute(
+        "INSERT INTO action_attempt (execution_id, action_id, attempt, status, error_code, "
+        "fencing_token, started_at, finished_at) VALUES (%s, 'a', 1, 'FAILED', 'HTTP_503', 1, "
+        "now(), now())",
+        [accepted.execution_id],
+    )
     for sequence, action_id in enumerate(("a", "b")):
         conn.execute(
             "INSERT INTO action_execution (execution_id, action_id, sequence, capability, "
@@ -74,6 +82,12 @@ def events_of(conn: psycopg.Connection, execution_id: uuid.UUID) -> int:
     ).fetchone()[0]
 
 
+def attempts_of(conn: psycopg.Connection, execution_id: uuid.UUID) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM action_attempt WHERE execution_id = %s", [execution_id]
+    ).fetchone()[0]
+
+
 def audit_count(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT count(*) FROM audit_event").fetchone()[0]
 
@@ -102,12 +116,14 @@ def test_purge__removes_checkpoints_and_payloads_of_old_final_executions_only(ru
     )
 
     assert (result.executions, result.checkpoints, result.events, result.batches) == (3, 6, 1, 2)
+    assert result.attempts == 3
     assert events_of(conn, purged[0]) == 0
     assert events_of(conn, waiting) == 1
     assert batches == [1, 2]
     for execution_id in purged:
         row = execution_row(conn, execution_id)
         assert checkpoint_rows(conn, execution_id) == {}
+        assert attempts_of(conn, execution_id) == 0
         assert row["purged_at"] is not None
         assert (row["error_detail"], row["actor_snapshot"]) == (None, {})
         # What the execution view shows stays.
@@ -119,6 +135,7 @@ def test_purge__removes_checkpoints_and_payloads_of_old_final_executions_only(ru
             "lease_valid": execution_row(conn, execution_id)["lease_valid"],
         }
         assert set(checkpoint_rows(conn, execution_id)) == {"a", "b"}
+        assert attempts_of(conn, execution_id) == 1
     assert audit_count(conn) == audit_before
     assert audit_events(conn, running.request_id)[0][0] == "TRANSITION_ACCEPTED"
     # Live work is untouched: the holder's fenced write still lands.
