@@ -14,11 +14,9 @@ from django.views import defaults
 
 from . import database, errors
 
-JSON_PREFIXES = ("/api/", "/internal/")
-
 
 def _json(request: HttpRequest) -> bool:
-    return request.path.startswith(JSON_PREFIXES)
+    return request.path.startswith(errors.JSON_PREFIXES)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:

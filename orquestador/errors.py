@@ -21,6 +21,8 @@ IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"  # 422
 FLOW_INVALID = "FLOW_INVALID"  # 422: a flow definition with problems, each with its path
 FLOW_CONFLICT = "FLOW_CONFLICT"  # 409: this key and version is published with other content
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"  # 405
+# The request line or the header fields are over the web server's limits (docs/api.md#limits).
+HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"  # 431
 # An event's payload breaks the wait's payloadSchema (with `problems`).
 EVENT_INVALID = "EVENT_INVALID"  # 422
 # The execution is not waiting for this event, and the event cannot be kept for a wait ahead.
@@ -74,6 +76,10 @@ NO_APPROVAL_NEEDED = "NO_APPROVAL_NEEDED"
 PROPOSAL_PENDING = "PROPOSAL_PENDING"
 PROPOSAL_STALE = "PROPOSAL_STALE"
 SELF_APPROVAL = "SELF_APPROVAL"
+
+# Paths whose every answer is JSON `{"code", "detail"}`, refusals included, whoever makes them:
+# Django's error views (orquestador/errorpages.py), the web server (orquestador/gunicornworker.py).
+JSON_PREFIXES = ("/api/", "/internal/")
 
 # Size limit of a request's data, as compact UTF-8 JSON (docs/api.md#limits).
 MAX_DATA_BYTES = 256 * 1024  # bytes

@@ -3,14 +3,16 @@
     gunicorn -c python:orquestador.gunicorn orquestador.wsgi:application
 
 WEB_BIND (default 127.0.0.1:8000) and WEB_WORKERS (default 2) from the environment; request
-lines and headers are bounded so a caller cannot make the server buffer without limit.
+lines and headers are bounded so a caller cannot make the server buffer without limit, and what
+gunicorn refuses itself is answered in the API's format by the project's worker class
+(orquestador/gunicornworker.py: JSON 431 HEADERS_TOO_LARGE under /api/ for a head over them).
 """
 
 import os
 
 bind = [os.environ.get("WEB_BIND", "127.0.0.1:8000")]
 workers = int(os.environ.get("WEB_WORKERS", "2"))  # processes; one per core is a fair start
-worker_class = "sync"
+worker_class = "orquestador.gunicornworker.SyncWorker"  # gunicorn's sync worker, JSON refusals
 timeout = 30  # seconds a worker may spend on one request before it is replaced
 if os.environ.get("WORKER_ENDPOINT_ENABLED", "").strip().lower() in ("true", "1", "yes", "on"):
     # A worker endpoint holds a web thread up to WORKER_ENDPOINT_RUN_SECONDS per package, then
@@ -24,9 +26,10 @@ if os.environ.get("WORKER_ENDPOINT_ENABLED", "").strip().lower() in ("true", "1"
         timeout = max(timeout, int(run_seconds) + 15)
 graceful_timeout = 10  # seconds in-flight requests may finish after SIGTERM
 keepalive = 5  # seconds an idle keep-alive connection is held
+# docs/api.md#limits. gunicorn takes no request line over 8190 bytes but 0, which is unbounded.
 limit_request_line = 8190  # bytes of the request line
 limit_request_fields = 100  # header fields
-limit_request_field_size = 8190  # bytes of one header field
+limit_request_field_size = 8190  # bytes of one header line (name, colon, value, CRLF)
 accesslog = None  # Django logs what matters as JSON; set --access-logfile - to see every call
 errorlog = "-"
 capture_output = False

@@ -3,15 +3,18 @@
 The URLs load here, at start, so a setting they check (a JWT key the API refuses) stops the
 server before it answers anything. A process that serves the worker endpoint runs executions with
 its database role, so, like `runworker`, it refuses to start unless DATABASE_URL is a restricted
-runtime role.
+runtime role. Bodies sent chunked are read under the same limit as any other
+(orquestador/bodies.py) before Django sees them.
 """
 
 import os
 
 from django.core.wsgi import get_wsgi_application
 
+from orquestador.bodies import ChunkedBodies
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orquestador.settings")
-application = get_wsgi_application()
+application = ChunkedBodies(get_wsgi_application())
 
 
 def _check_endpoint_role() -> None:

@@ -1,8 +1,9 @@
 """Request bodies: bounded, strict JSON that PostgreSQL can store as it was sent.
 
 Bodies over MAX_BODY_BYTES are refused whatever their size (the declared length is checked
-before anything is read); what "strict" refuses beyond that is `orquestador.strictjson`'s to say.
-Every refusal is INVALID_BODY, saying why ("the body …").
+before anything is read; a chunked body arrives here already bounded, with the length it has,
+from `orquestador.bodies`); what "strict" refuses beyond that is `orquestador.strictjson`'s to
+say. Every refusal is INVALID_BODY, saying why ("the body …").
 """
 
 from typing import Any
@@ -10,9 +11,8 @@ from typing import Any
 from rest_framework.parsers import JSONParser
 
 from orquestador import errors, strictjson
+from orquestador.bodies import MAX_BODY_BYTES
 from orquestador.errors import CodedError
-
-MAX_BODY_BYTES = 1024 * 1024  # bytes; request data alone is limited to 256 KiB, compact
 
 
 def _invalid(detail: str) -> CodedError:

@@ -7,7 +7,6 @@ the same 404 as any unknown path.
 
 from django.conf import settings
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView
 
 from orquestador.api_errors import not_found
 from orquestador.auth import configured_verifier
@@ -18,6 +17,7 @@ from .executionviews import (
     ExecutionDetailView,
     ExecutionEventsView,
 )
+from .schema import SchemaView
 from .views import (
     FlowCollectionView,
     RequestCollectionView,
@@ -25,7 +25,7 @@ from .views import (
     TransitionCollectionView,
 )
 
-urlpatterns = [path("schema/", SpectacularAPIView.as_view(), name="api-schema")]
+urlpatterns = [path("schema/", SchemaView.as_view(), name="api-schema")]
 
 if settings.REQUEST_API_ENABLED or settings.FLOW_ADMIN_ENABLED:
     # A JWT key that cannot verify anything stops the process here, when the URLs load

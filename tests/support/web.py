@@ -1,8 +1,10 @@
-"""A real web process (`manage.py runserver`, no reloader) on a free loopback port."""
+"""A real web process on a free loopback port: `manage.py runserver` (no reloader), or gunicorn
+with the production configuration, as scripts/start runs it."""
 
 import contextlib
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,10 +29,30 @@ def web_process(env: dict[str, str], log_path: Path, **overrides: str) -> Iterat
     """A web process with the request API on (tokens.SECRET signs its JWTs); yields its base
     URL once it answers /healthz. Only this process is ever signalled, by its pid."""
     port = free_port()
+    command = manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks")
+    with _serving(command, port, env, log_path, overrides) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def gunicorn_process(env: dict[str, str], log_path: Path, **overrides: str) -> Iterator[str]:
+    """gunicorn with orquestador/gunicorn.py, otherwise as web_process."""
+    port = free_port()
+    gunicorn = str(Path(sys.executable).parent / "gunicorn")
+    command = [gunicorn, "-c", "python:orquestador.gunicorn", "orquestador.wsgi:application"]
+    overrides = {"WEB_BIND": f"127.0.0.1:{port}", **overrides}
+    with _serving(command, port, env, log_path, overrides) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def _serving(
+    command: list[str], port: int, env: dict[str, str], log_path: Path, overrides: dict[str, str]
+) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            manage("runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"),
+            command,
             env={
                 **env,
                 "REQUEST_API_ENABLED": "true",
