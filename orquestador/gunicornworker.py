@@ -2,7 +2,7 @@
 
 gunicorn refuses a request line or header fields over its limits, malformed ones and framing it
 cannot trust before the application sees the request, with an HTML page of its own
-(docs/adr/0010-refusals-before-the-application.md). This worker answers every such refusal, and
+(docs/adr/0013-refusals-before-the-application.md). This worker answers every such refusal, and
 a fault of ours the application let through, in the project's format: JSON `{"code", "detail"}`
 under errors.JSON_PREFIXES, plain text elsewhere, with the status the code stands for (431
 HEADERS_TOO_LARGE for a head over the limits). Its path is read from the request gunicorn parsed
