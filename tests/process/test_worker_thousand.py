@@ -30,10 +30,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
 CONCURRENCY = 1_000
 EXECUTIONS = 2_000  # two rounds of a full process
-DELAY = 1.5  # seconds the provider holds every call
+DELAY = 4.0  # seconds the provider holds every call: long enough for every slot to fill
 # The two rounds take 2 * DELAY when the slots are really concurrent; a thread per slot, or a
 # collapse as slots grow, would take many times that. Generous for a shared, loaded machine.
-DEADLINE_SECONDS = 90
+DEADLINE_SECONDS = 120
 
 
 class SlowProvider:
@@ -93,7 +93,7 @@ def test_runworker__a_thousand_slots_wait_at_once_on_four_connections(
         '[contracts."slow.read@1"]\n'
         'effect = "READ_ONLY"\n'
         "max_attempts = 1\n"
-        "timeout_seconds = 30\n"
+        "timeout_seconds = 10\n"
         "\n"
         '[routes."slow.read@1"]\n'
         'adapter = "http.json"\n'
