@@ -270,8 +270,9 @@ class LocalWorkerRuntime(Reservations):
 
     async def refresh_connections(self) -> None:
         """After a database outage: test the idle shared connections and replace broken ones,
-        so no run borrows a connection the outage closed."""
+        so no run (nor the prober) borrows a connection the outage closed."""
         await self._pool.check()
+        await asyncio.to_thread(self._prober_pool.check)
 
     async def __aenter__(self) -> "LocalWorkerRuntime":
         return await self.open()
