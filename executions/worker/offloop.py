@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 Result = TypeVar("Result")
 
-LARGE_NODES = 2_000  # values in a document past which its validation or hash leaves the loop
+LARGE_NODES = 200  # values in a document past which its validation or hash leaves the loop
 
 
 def is_large(document: Any, *, limit: int = LARGE_NODES) -> bool:
