@@ -84,8 +84,7 @@ from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
 from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
 from bench.rawloop import SCHEMA as RAW_SCHEMA  # noqa: E402
 from executions import sql  # noqa: E402 (plain SQL constants, no Django needed)
-from executions.worker.database import WorkerConnections  # noqa: E402 (no Django either)
-from executions.worker.pooling import PoolingConfig  # noqa: E402
+from executions.worker.pooling import PoolingConfig  # noqa: E402 (no Django either)
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 READY_TIMEOUT = 60  # seconds for worker processes to connect
@@ -531,9 +530,15 @@ class Bench:
         return result
 
     def _claimer(self) -> psycopg.Connection:
-        """A claiming connection opened by the worker's own code (WorkerConnections), with its
-        session settings and prepared statements, only without LISTEN."""
-        return WorkerConnections(self.db["DATABASE_URL"], PoolingConfig()).plain(claims=True)
+        """A claiming connection set up as the worker's own (PoolingConfig's session settings
+        and prepared statements), only synchronous and without LISTEN."""
+        pooling = PoolingConfig()
+        conn = psycopg.connect(
+            self.db["DATABASE_URL"], autocommit=True, prepare_threshold=pooling.prepare_threshold
+        )
+        for statement in pooling.session_statements(claims=True):
+            conn.execute(statement)
+        return conn
 
     def claim_time(self, claims: int, label: str) -> dict:
         owner = "bench-claimer"

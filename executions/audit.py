@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from psycopg.types.json import Jsonb
 
 from . import sql
+from .steps import Query
 
 
 class Cursor(Protocol):
@@ -31,7 +32,23 @@ def audit_append(
     payload: dict[str, Any],
 ) -> int:
     """Append one event in the caller's transaction; return its id."""
-    cursor.execute(
+    query = audit_query(
+        request_id=request_id, execution_id=execution_id, type=type, actor=actor, payload=payload
+    )
+    cursor.execute(query.statement, query.params)
+    return cursor.fetchone()[0]
+
+
+def audit_query(
+    *,
+    request_id: uuid.UUID | str,
+    execution_id: uuid.UUID | str | None,
+    type: str,
+    actor: str,
+    payload: dict[str, Any],
+) -> Query:
+    """The same append as a step of a plan (executions/steps.py), for the worker's writes."""
+    return Query(
         sql.AUDIT_APPEND,
         {
             "request_id": request_id,
@@ -40,5 +57,5 @@ def audit_append(
             "actor": actor,
             "payload": Jsonb(payload),
         },
+        fetch="one",
     )
-    return cursor.fetchone()[0]

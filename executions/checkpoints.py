@@ -12,7 +12,9 @@ Invariants and transaction boundaries:
 - the external key is always "<executionId>:<actionId>", the same on every attempt;
   `checkpoint.attempt` counts the calls of that action (+1 per call);
 - `checkpoint_settle` (FAILED or UNKNOWN) never commits by itself: it is the first statement of
-  the caller's retry or failure transaction (executions/finalize.py).
+  the caller's retry or failure transaction (executions/finalize.py);
+- each is a plan (executions/steps.py): defined once, run on an asynchronous connection by the
+  worker or on a synchronous one.
 """
 
 import uuid
@@ -20,12 +22,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
 from .models import Effect
+from .steps import Plan, Query, Steps
 
 
 def external_key(execution_id: object, action_id: str) -> str:
@@ -104,47 +106,51 @@ def _coordinates(fence: Fence) -> dict[str, Any]:
     }
 
 
-def checkpoints_start(
-    *, conn: psycopg.Connection, items: Sequence[StartItem]
-) -> dict[uuid.UUID, int]:
+def checkpoints_start(*, items: Sequence[StartItem]) -> Plan[dict[uuid.UUID, int]]:
     """Commit RUNNING checkpoints for one or many holders in one statement.
 
-    Returns the attempt number by execution id; a holder missing from it was superseded.
+    The plan returns the attempt number by execution id; a holder missing from it was
+    superseded.
     """
-    rows = conn.execute(
+    return Plan(_start(items))
+
+
+def _start(items: Sequence[StartItem]) -> Steps[dict[uuid.UUID, int]]:
+    rows = yield Query(
         sql.CHECKPOINT_START,
         {
             "items": Jsonb([item.row() for item in items]),
             "synchronous_commit": _durability(item.effect for item in items),
         },
-    ).fetchall()
+    )
     faultpoints.reach(faultpoints.CHECKPOINT_STARTED, [item.action_id for item in items])
     return {row[0]: row[1] for row in rows}
 
 
-def checkpoints_succeed(
-    *, conn: psycopg.Connection, items: Sequence[SucceedItem]
-) -> set[uuid.UUID]:
+def checkpoints_succeed(*, items: Sequence[SucceedItem]) -> Plan[set[uuid.UUID]]:
     """Commit SUCCEEDED checkpoints for one or many holders in one statement.
 
-    Returns the execution ids saved; a holder missing from it was superseded.
+    The plan returns the execution ids saved; a holder missing from it was superseded.
     """
+    return Plan(_succeed(items))
+
+
+def _succeed(items: Sequence[SucceedItem]) -> Steps[set[uuid.UUID]]:
     action_ids = [item.action_id for item in items]
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, action_ids)
-    saved = conn.execute(
+    saved = yield Query(
         sql.CHECKPOINT_SUCCEED,
         {
             "items": Jsonb([item.row() for item in items]),
             "synchronous_commit": _durability(item.effect for item in items),
         },
-    ).fetchall()
+    )
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDED, action_ids)
     return {row[0] for row in saved}
 
 
 def checkpoint_settle(
     *,
-    conn: psycopg.Connection,
     fence: Fence,
     action_id: str,
     attempt: int,
@@ -152,9 +158,9 @@ def checkpoint_settle(
     error_code: str,
     error_detail: str | None,
     output: dict[str, Any] | None = None,
-) -> None:
-    """Mark this holder's attempt FAILED or UNKNOWN, inside the caller's transaction."""
-    row = conn.execute(
+) -> Steps[None]:
+    """Mark this holder's attempt FAILED or UNKNOWN: steps of the caller's transaction."""
+    row = yield Query(
         sql.CHECKPOINT_SETTLE,
         {
             **fence.params(),
@@ -165,6 +171,7 @@ def checkpoint_settle(
             "error_detail": error_detail,
             "output": Jsonb(output) if output is not None else None,
         },
-    ).fetchone()
+        fetch="one",
+    )
     if row is None:
         raise ExecutionSuperseded(fence.execution_id, step=f"settle {action_id}", token=fence.token)

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import psycopg
 from psycopg.rows import kwargs_row, scalar_row
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
+from .steps import Plan, Query, Steps
 
 
 @dataclass(frozen=True)
@@ -121,24 +121,27 @@ class Dispatch:
 
 def executions_claim(
     *,
-    conn: psycopg.Connection,
     owner: str,
     limit: int,
     lease_seconds: float,
     outage: bool = False,
-) -> list[Dispatch]:
+) -> Plan[list[Dispatch]]:
     """Claim up to `limit` due executions for `owner` (one statement, committed on return).
 
     `outage`: this process saw the database unreachable within the last lease, so the leases it
     takes over may have lapsed for that reason; they do not count toward the poison cap.
     """
+    return Plan(_claim(owner, limit, lease_seconds, outage))
+
+
+def _claim(owner: str, limit: int, lease_seconds: float, outage: bool) -> Steps[list[Dispatch]]:
     if limit <= 0:
         return []
-    with conn.cursor(row_factory=kwargs_row(_dispatch_of(owner))) as cur:
-        rows = cur.execute(
-            sql.CLAIM_EXECUTIONS,
-            {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
-        ).fetchall()
+    rows: list[Dispatch] = yield Query(
+        sql.CLAIM_EXECUTIONS,
+        {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
+        row_factory=kwargs_row(_dispatch_of(owner)),
+    )
     if rows:
         faultpoints.reach(faultpoints.CLAIM_COMMITTED)
     return rows
@@ -183,13 +186,32 @@ def _snapshot(*, checkpoints: list[dict[str, Any]] | None, **request: Any) -> Sn
     )
 
 
-def execution_load(*, conn: psycopg.Connection, fence: Fence) -> Snapshot:
+def execution_load(*, fence: Fence) -> Plan[Snapshot]:
     """Load the request snapshot and checkpoints, as this holder (fenced read)."""
-    with conn.cursor(row_factory=kwargs_row(_snapshot)) as cur:
-        snapshot = cur.execute(sql.LOAD_EXECUTION, fence.params()).fetchone()
+    return Plan(_load(fence))
+
+
+def _load(fence: Fence) -> Steps[Snapshot]:
+    snapshot = yield Query(
+        sql.LOAD_EXECUTION, fence.params(), fetch="one", row_factory=kwargs_row(_snapshot)
+    )
     if snapshot is None:
         raise ExecutionSuperseded(fence.execution_id, step="load", token=fence.token)
     return snapshot
+
+
+def flow_definition_load(*, flow_id: int) -> Plan[dict[str, Any]]:
+    """A published flow's definition (read once per process: `FlowCache`)."""
+    return Plan(_flow(flow_id))
+
+
+def _flow(flow_id: int) -> Steps[dict[str, Any]]:
+    definition = yield Query(
+        sql.FLOW_DEFINITION, {"flow_id": flow_id}, fetch="one", row_factory=scalar_row
+    )
+    if definition is None:  # impossible: executions reference their flow (PROTECT)
+        raise LookupError(f"flow {flow_id} not found")
+    return definition
 
 
 class FlowCache:
@@ -203,13 +225,7 @@ class FlowCache:
         """The definition if this process has read it already (no connection needed)."""
         return self._definitions.get(flow_id)  # one dict read: atomic, no lock
 
-    def get(self, *, conn: psycopg.Connection, flow_id: int) -> dict[str, Any]:
-        found = self.cached(flow_id)
-        if found is not None:
-            return found
-        with conn.cursor(row_factory=scalar_row) as cur:
-            definition = cur.execute(sql.FLOW_DEFINITION, {"flow_id": flow_id}).fetchone()
-        if definition is None:  # impossible: executions reference their flow (PROTECT)
-            raise LookupError(f"flow {flow_id} not found")
+    def store(self, flow_id: int, definition: dict[str, Any]) -> dict[str, Any]:
+        """Keep a definition read by `flow_definition_load`; the first one kept wins."""
         with self._lock:
             return self._definitions.setdefault(flow_id, definition)

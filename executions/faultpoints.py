@@ -12,15 +12,13 @@ it) and only `orquestador/settings_test.py` sets. An unknown point name stops th
 start, naming it.
 """
 
-import contextlib
 import functools
 import json
 import os
 import signal
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 
-import psycopg
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -69,16 +67,12 @@ def reach(point: str, action_ids: Iterable[str] | None = None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@contextlib.contextmanager
-def final_transaction(
-    conn: psycopg.Connection, action_ids: Iterable[str] | None = None
-) -> Iterator[None]:
-    """Around the final statement: when FINAL_UNCOMMITTED is armed, run it inside an explicit
-    transaction and die before its commit; otherwise do nothing (it commits on its own)."""
+def final_uncommitted(action_ids: Iterable[str] | None = None) -> Callable[[], None] | None:
+    """For the final statement's plan: when FINAL_UNCOMMITTED is armed, what to call inside its
+    explicit transaction before the commit (it dies there); otherwise None (the statement
+    commits on its own)."""
     target = armed()
     if target is None or target[0] != FINAL_UNCOMMITTED:
-        yield
-        return
-    with conn.transaction():
-        yield
-        reach(FINAL_UNCOMMITTED, action_ids)
+        return None
+    ids = list(action_ids) if action_ids is not None else None
+    return lambda: reach(FINAL_UNCOMMITTED, ids)

@@ -16,7 +16,9 @@ Invariants and transaction boundaries (each function is exactly one transaction)
   execution becomes RECONCILIATION_REQUIRED and the request stays blocked
   (RECONCILIATION_REQUIRED audit); otherwise FAILED, the request released (EXECUTION_FAILED);
 - every write is fenced; a write that matches nothing raises `ExecutionSuperseded` and the
-  transaction rolls back.
+  transaction rolls back;
+- each is a plan (executions/steps.py): its statements and decisions defined here once, run by
+  the worker on its asynchronous connections or on a synchronous one.
 """
 
 import datetime
@@ -25,16 +27,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from orquestador import errors
 
 from . import faultpoints, sql
-from .audit import audit_append
+from .audit import audit_query
 from .checkpoints import checkpoint_settle
 from .leases import ExecutionSuperseded, Fence, lease_is_held
 from .models import AuditType, ExecutionStatus
+from .steps import Plan, Query, Steps
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,9 @@ class AttemptSettlement:
     output: dict[str, Any] | None = None
 
 
-def _settle(conn: psycopg.Connection, fence: Fence, settlement: AttemptSettlement) -> None:
+def _settle(fence: Fence, settlement: AttemptSettlement) -> Steps[None]:
     """Settle the attempt's checkpoint: the first statement of a retry or failure transaction."""
-    checkpoint_settle(
-        conn=conn,
+    yield from checkpoint_settle(
         fence=fence,
         action_id=settlement.action_id,
         attempt=settlement.attempt,
@@ -71,12 +72,9 @@ def _settle(conn: psycopg.Connection, fence: Fence, settlement: AttemptSettlemen
     )
 
 
-def _audit(
-    conn: psycopg.Connection, fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
-) -> None:
+def _audit(fence: Fence, *, type: str, actor: str, payload: dict[str, Any]) -> Query:
     ids = {"request_id": fence.request_id, "execution_id": fence.execution_id}
-    with conn.cursor() as cursor:
-        audit_append(cursor, **ids, type=type, actor=actor, payload=payload)
+    return audit_query(**ids, type=type, actor=actor, payload=payload)
 
 
 @dataclass(frozen=True)
@@ -110,49 +108,64 @@ class FinalizeItem:
         }
 
 
-def executions_finalize(
-    *, conn: psycopg.Connection, items: Sequence[FinalizeItem], actor: str
-) -> dict[uuid.UUID, int]:
+def executions_finalize(*, items: Sequence[FinalizeItem], actor: str) -> Plan[dict[uuid.UUID, int]]:
     """Commit the success of one or many executions in one statement.
 
-    Returns each finalised execution's new request revision by execution id. A holder missing
-    from it was superseded, or its request or checkpoints changed: `finalize_refusal` says which.
+    The plan returns each finalised execution's new request revision by execution id. A holder
+    missing from it was superseded, or its request or checkpoints changed: `finalize_refusal`
+    says which.
     """
     action_ids = [action_id for item in items for action_id in item.action_ids]
-    with faultpoints.final_transaction(conn, action_ids):
-        rows = conn.execute(
-            sql.EXECUTION_FINALIZE,
-            {"items": Jsonb([item.row() for item in items]), "actor": actor},
-        ).fetchall()
+    before_commit = faultpoints.final_uncommitted(action_ids)
+    return Plan(
+        _finalize(items, actor, action_ids),
+        atomic=before_commit is not None,
+        before_commit=before_commit,
+    )
+
+
+def _finalize(
+    items: Sequence[FinalizeItem], actor: str, action_ids: list[str]
+) -> Steps[dict[uuid.UUID, int]]:
+    rows = yield Query(
+        sql.EXECUTION_FINALIZE,
+        {"items": Jsonb([item.row() for item in items]), "actor": actor},
+    )
     faultpoints.reach(faultpoints.FINAL_COMMITTED, action_ids)
     return {row[0]: row[1] for row in rows}
 
 
-def _one(cursor: psycopg.Cursor) -> tuple[Any, ...]:
+def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
     """The one row an aggregate (no GROUP BY) always answers."""
-    row = cursor.fetchone()
     if row is None:  # impossible for an aggregate; said rather than indexed into None
         raise LookupError("an aggregate statement answered no row")
     return row
 
 
-def finalize_refusal(*, conn: psycopg.Connection, item: FinalizeItem) -> FinalizeRefused:
+def finalize_refusal(*, item: FinalizeItem) -> Plan[FinalizeRefused]:
     """Why a finalisation matched nothing: what changed if the lease holds; else the holder was
     superseded (raised). Two reads, only after a refusal."""
+    return Plan(_refusal(item))
+
+
+def _refusal(item: FinalizeItem) -> Steps[FinalizeRefused]:
     fence = item.fence
-    if not lease_is_held(conn=conn, fence=fence):
+    if not (yield from lease_is_held(fence=fence)):
         raise ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
     unchanged, unsettled = _one(
-        conn.execute(
-            sql.FINALIZE_PROBE,
-            {
-                "execution_id": fence.execution_id,
-                "request_id": fence.request_id,
-                "from_state": item.from_state,
-                "accepted_revision": item.accepted_revision,
-                "request_version": item.request_version,
-                "action_ids": item.action_ids,
-            },
+        (
+            yield Query(
+                sql.FINALIZE_PROBE,
+                {
+                    "execution_id": fence.execution_id,
+                    "request_id": fence.request_id,
+                    "from_state": item.from_state,
+                    "accepted_revision": item.accepted_revision,
+                    "request_version": item.request_version,
+                    "action_ids": item.action_ids,
+                },
+                fetch="one",
+            )
         )
     )
     return FinalizeRefused(request_unchanged=bool(unchanged), unsettled=list(unsettled))
@@ -160,41 +173,48 @@ def finalize_refusal(*, conn: psycopg.Connection, item: FinalizeItem) -> Finaliz
 
 def execution_schedule_retry(
     *,
-    conn: psycopg.Connection,
     fence: Fence,
     settlement: AttemptSettlement,
     delay_seconds: float,
     actor: str,
     payload: dict[str, Any],
-) -> datetime.datetime:
+) -> Plan[datetime.datetime]:
     """Settle the attempt and schedule the next one, in one transaction; return when it is due."""
-    with conn.transaction():
-        _settle(conn, fence, settlement)
-        row = conn.execute(
-            sql.EXECUTION_SCHEDULE_RETRY,
-            {
-                **fence.params(),
-                "delay_seconds": delay_seconds,
-                "error_code": settlement.error_code,
-                "error_detail": settlement.error_detail,
-            },
-        ).fetchone()
-        if row is None:
-            raise ExecutionSuperseded(fence.execution_id, step="schedule retry", token=fence.token)
-        due = row[0]
-        _audit(
-            conn,
-            fence,
-            type=AuditType.RETRY_SCHEDULED,
-            actor=actor,
-            payload={**payload, "nextAttemptAt": due.isoformat()},
-        )
+    return Plan(_retry(fence, settlement, delay_seconds, actor, payload), atomic=True)
+
+
+def _retry(
+    fence: Fence,
+    settlement: AttemptSettlement,
+    delay_seconds: float,
+    actor: str,
+    payload: dict[str, Any],
+) -> Steps[datetime.datetime]:
+    yield from _settle(fence, settlement)
+    row = yield Query(
+        sql.EXECUTION_SCHEDULE_RETRY,
+        {
+            **fence.params(),
+            "delay_seconds": delay_seconds,
+            "error_code": settlement.error_code,
+            "error_detail": settlement.error_detail,
+        },
+        fetch="one",
+    )
+    if row is None:
+        raise ExecutionSuperseded(fence.execution_id, step="schedule retry", token=fence.token)
+    due: datetime.datetime = row[0]
+    yield _audit(
+        fence,
+        type=AuditType.RETRY_SCHEDULED,
+        actor=actor,
+        payload={**payload, "nextAttemptAt": due.isoformat()},
+    )
     return due
 
 
 def execution_fail(
     *,
-    conn: psycopg.Connection,
     fence: Fence,
     error_code: str,
     error_detail: str | None,
@@ -202,59 +222,62 @@ def execution_fail(
     reconcile: bool,
     actor: str,
     payload: dict[str, Any],
-) -> str:
-    """End the run without success, in one transaction; return the execution's new status.
+) -> Plan[str]:
+    """End the run without success, in one transaction; the plan returns the execution's new
+    status.
 
     RECONCILIATION_REQUIRED (request stays blocked) when `reconcile` is asked or any write is
     outstanding; otherwise FAILED with the request released.
     """
-    with conn.transaction():
-        conn.execute(sql.REQUEST_LOCK, {"request_id": fence.request_id})
-        if settlement is not None:
-            _settle(conn, fence, settlement)
-        uncertain, succeeded, last_write = _one(
-            conn.execute(sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id})
-        )
-        params = {**fence.params(), "error_code": error_code, "error_detail": error_detail}
-        if reconcile or uncertain or succeeded:
-            if conn.execute(sql.EXECUTION_REQUIRE_RECONCILIATION, params).fetchone() is None:
-                raise ExecutionSuperseded(fence.execution_id, step="reconcile", token=fence.token)
-            action_id = settlement.action_id if settlement is not None else None
-            _audit(
-                conn,
-                fence,
-                type=AuditType.RECONCILIATION_REQUIRED,
-                actor=actor,
-                payload={
-                    **payload,
-                    "actionId": action_id or last_write,
-                    "errorCode": error_code,
-                },
-            )
-            return ExecutionStatus.RECONCILIATION_REQUIRED
-        if conn.execute(sql.EXECUTION_FAIL, params).fetchone() is None:
-            raise ExecutionSuperseded(fence.execution_id, step="fail", token=fence.token)
-        conn.execute(
-            sql.REQUEST_RELEASE,
-            {"request_id": fence.request_id, "execution_id": fence.execution_id},
-        )
-        _audit(
-            conn,
+    return Plan(
+        _fail(fence, error_code, error_detail, settlement, reconcile, actor, payload), atomic=True
+    )
+
+
+def _fail(
+    fence: Fence,
+    error_code: str,
+    error_detail: str | None,
+    settlement: AttemptSettlement | None,
+    reconcile: bool,
+    actor: str,
+    payload: dict[str, Any],
+) -> Steps[str]:
+    yield Query(sql.REQUEST_LOCK, {"request_id": fence.request_id}, fetch="none")
+    if settlement is not None:
+        yield from _settle(fence, settlement)
+    uncertain, succeeded, last_write = _one(
+        (yield Query(sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id}, fetch="one"))
+    )
+    params = {**fence.params(), "error_code": error_code, "error_detail": error_detail}
+    action_id = settlement.action_id if settlement is not None else None
+    if reconcile or uncertain or succeeded:
+        if (yield Query(sql.EXECUTION_REQUIRE_RECONCILIATION, params, fetch="one")) is None:
+            raise ExecutionSuperseded(fence.execution_id, step="reconcile", token=fence.token)
+        yield _audit(
             fence,
-            type=AuditType.EXECUTION_FAILED,
+            type=AuditType.RECONCILIATION_REQUIRED,
             actor=actor,
-            payload={
-                **payload,
-                "actionId": settlement.action_id if settlement is not None else None,
-                "errorCode": error_code,
-            },
+            payload={**payload, "actionId": action_id or last_write, "errorCode": error_code},
         )
-        return ExecutionStatus.FAILED
+        return ExecutionStatus.RECONCILIATION_REQUIRED
+    if (yield Query(sql.EXECUTION_FAIL, params, fetch="one")) is None:
+        raise ExecutionSuperseded(fence.execution_id, step="fail", token=fence.token)
+    yield Query(
+        sql.REQUEST_RELEASE,
+        {"request_id": fence.request_id, "execution_id": fence.execution_id},
+        fetch="none",
+    )
+    yield _audit(
+        fence,
+        type=AuditType.EXECUTION_FAILED,
+        actor=actor,
+        payload={**payload, "actionId": action_id, "errorCode": error_code},
+    )
+    return ExecutionStatus.FAILED
 
 
-def execution_exhaust_reclaims(
-    *, conn: psycopg.Connection, fence: Fence, reclaims: int, actor: str
-) -> str:
+def execution_exhaust_reclaims(*, fence: Fence, reclaims: int, actor: str) -> Plan[str]:
     """The poison cap: settle, instead of running, an execution just claimed after more than
     WORKER_MAX_RECLAIMS consecutive takeovers without progress; return its new status.
 
@@ -264,7 +287,6 @@ def execution_exhaust_reclaims(
     token.
     """
     return execution_fail(
-        conn=conn,
         fence=fence,
         error_code=errors.RECLAIMS_EXHAUSTED,
         error_detail=(

@@ -10,7 +10,8 @@ Invariants:
   the holder that won);
 - renewal needs the exact holder and an unexpired lease; an expired lease never revives.
   `leases_renew` renews every held lease of a process in one statement (its own transaction)
-  and reports which ones came back lost.
+  and reports which ones came back lost. Like every protocol statement it is a plan
+  (executions/steps.py), run on the worker's asynchronous connections or a synchronous one.
 """
 
 import os
@@ -19,9 +20,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import psycopg
-
 from . import sql
+from .steps import Plan, Query, Steps
 
 
 @dataclass(frozen=True)
@@ -84,16 +84,20 @@ def lease_owner_name() -> str:
 
 
 def leases_renew(
-    *, conn: psycopg.Connection, owner: str, held: Iterable[Fence], lease_seconds: float
-) -> set[tuple[uuid.UUID, int]]:
-    """Renew every held lease in one statement; return the (execution id, token) renewed.
-
-    A held lease missing from the result is lost: its token is stale or it had expired.
+    *, owner: str, held: Iterable[Fence], lease_seconds: float
+) -> Plan[set[tuple[uuid.UUID, int]]]:
+    """Renew every held lease in one statement; the plan returns the (execution id, token)
+    renewed. A held lease missing from the result is lost: its token is stale or it had expired.
     """
-    fences = sorted(held, key=lambda f: f.execution_id)
+    return Plan(_renew(owner, sorted(held, key=lambda f: f.execution_id), lease_seconds))
+
+
+def _renew(
+    owner: str, fences: list[Fence], lease_seconds: float
+) -> Steps[set[tuple[uuid.UUID, int]]]:
     if not fences:
         return set()
-    rows = conn.execute(
+    rows = yield Query(
         sql.RENEW_LEASES,
         {
             "execution_ids": [f.execution_id for f in fences],
@@ -102,10 +106,12 @@ def leases_renew(
             "owner": owner,
             "lease_seconds": lease_seconds,
         },
-    ).fetchall()
+    )
     return {(row[0], row[1]) for row in rows}
 
 
-def lease_is_held(*, conn: psycopg.Connection, fence: Fence) -> bool:
-    """True while this holder's lease is valid by database time (a fenced read)."""
-    return conn.execute(sql.LEASE_PROBE, fence.params()).fetchone() is not None
+def lease_is_held(*, fence: Fence) -> Steps[bool]:
+    """True while this holder's lease is valid by database time (a fenced read; a step of a
+    caller's plan)."""
+    row = yield Query(sql.LEASE_PROBE, fence.params(), fetch="one")
+    return row is not None

@@ -25,13 +25,12 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from orquestador import errors
 
 from . import sql
-from .audit import audit_append
+from .audit import audit_query
 from .checkpoints import external_key
 from .flows.canonical import sha256_hex
 from .flows.checks import DRAFT, short_detail
@@ -43,6 +42,7 @@ from .models import (
     Execution,
     ExecutionStatus,
 )
+from .steps import Plan, Query, Steps
 
 WAIT_CAPABILITY_PREFIX = "wait:"  # a wait action's checkpoint capability: wait:<event>
 CALLBACK_EVENT = "callback"  # waitingFor.event while an asynchronous provider's answer is due
@@ -72,7 +72,7 @@ def payload_problems(schema: Any, payload: Any) -> list[dict[str, str]]:
     ]
 
 
-# -- the worker's side (psycopg connection, fenced) -------------------------------------------
+# -- the worker's side (plans: executions/steps.py; fenced) -----------------------------------
 
 
 @dataclass(frozen=True)
@@ -83,26 +83,31 @@ class WaitReached:
     deadline: datetime.datetime | None = None
 
 
-def _lock_holder(conn: psycopg.Connection, fence: Fence, step: str) -> None:
-    conn.execute(sql.REQUEST_LOCK, {"request_id": fence.request_id})
-    if conn.execute(sql.WAIT_HOLDER_LOCK, fence.params()).fetchone() is None:
+def _lock_holder(fence: Fence, step: str) -> Steps[None]:
+    yield Query(sql.REQUEST_LOCK, {"request_id": fence.request_id}, fetch="none")
+    if (yield Query(sql.WAIT_HOLDER_LOCK, fence.params(), fetch="one")) is None:
         raise ExecutionSuperseded(fence.execution_id, step=step, token=fence.token)
 
 
 def wait_reach(
     *,
-    conn: psycopg.Connection,
     fence: Fence,
     action: dict[str, Any],
     sequence: int,
     payload: dict,
     tenant: str,
-) -> WaitReached:
+) -> Plan[WaitReached]:
     """Reach a wait action: consume an event kept for it, or suspend until its deadline.
 
     `payload` goes into the audit event (the runner's: transition and dispatch principal); a
     kept event's EXECUTION_RESUMED names its sender instead, `sub@tenant` of the request's
     `tenant`, who caused that resume (the run goes on in the same dispatch, for its principal)."""
+    return Plan(_reach(fence, action, sequence, payload, tenant), atomic=True)
+
+
+def _reach(
+    fence: Fence, action: dict[str, Any], sequence: int, payload: dict, tenant: str
+) -> Steps[WaitReached]:
     action_id = action["id"]
     wait = action["wait"]
     checkpoint = {
@@ -115,82 +120,86 @@ def wait_reach(
         "token": fence.token,
     }
     ids = {"request_id": fence.request_id, "execution_id": fence.execution_id}
-    with conn.transaction():
-        _lock_holder(conn, fence, f"reach {action_id}")
-        kept = conn.execute(
-            sql.EVENT_TAKE_KEPT, {"execution_id": fence.execution_id, "action_id": action_id}
-        ).fetchone()
-        if kept is not None:
-            event_id, event, event_payload, actor = kept
-            conn.execute(
-                sql.WAIT_CHECKPOINT_INSERT,
-                {
-                    **checkpoint,
-                    "status": CheckpointStatus.SUCCEEDED,
-                    "output": Jsonb(event_payload),
-                    "finished": True,
-                },
-            )
-            audit_append(
-                conn.cursor(),
-                **ids,
-                type=AuditType.EXECUTION_RESUMED,
-                actor=actor,
-                payload={
-                    **payload,
-                    "actionId": action_id,
-                    "event": event,
-                    "eventId": event_id,
-                    "principal": f"{actor}@{tenant}",
-                },
-            )
-            return WaitReached(output=event_payload)
-        conn.execute(
+    yield from _lock_holder(fence, f"reach {action_id}")
+    kept = yield Query(
+        sql.EVENT_TAKE_KEPT,
+        {"execution_id": fence.execution_id, "action_id": action_id},
+        fetch="one",
+    )
+    if kept is not None:
+        event_id, event, event_payload, actor = kept
+        yield Query(
             sql.WAIT_CHECKPOINT_INSERT,
-            {**checkpoint, "status": CheckpointStatus.WAITING, "output": None, "finished": False},
+            {
+                **checkpoint,
+                "status": CheckpointStatus.SUCCEEDED,
+                "output": Jsonb(event_payload),
+                "finished": True,
+            },
+            fetch="none",
         )
-        deadline = _suspend(conn, fence, action_id, wait["event"], wait["timeoutSeconds"], payload)
+        yield audit_query(
+            **ids,
+            type=AuditType.EXECUTION_RESUMED,
+            actor=actor,
+            payload={
+                **payload,
+                "actionId": action_id,
+                "event": event,
+                "eventId": event_id,
+                "principal": f"{actor}@{tenant}",
+            },
+        )
+        return WaitReached(output=event_payload)
+    yield Query(
+        sql.WAIT_CHECKPOINT_INSERT,
+        {**checkpoint, "status": CheckpointStatus.WAITING, "output": None, "finished": False},
+        fetch="none",
+    )
+    deadline = yield from _suspend(fence, action_id, wait["event"], wait["timeoutSeconds"], payload)
     return WaitReached(deadline=deadline)
 
 
 def call_accept(
     *,
-    conn: psycopg.Connection,
     fence: Fence,
     action_id: str,
     attempt: int,
     timeout_seconds: float,
     payload: dict,
-) -> datetime.datetime:
+) -> Plan[datetime.datetime]:
     """An asynchronous provider accepted the call: ACCEPTED, SUSPENDED until the callback is
     overdue, EXECUTION_SUSPENDED; return that deadline."""
-    with conn.transaction():
-        _lock_holder(conn, fence, f"accept {action_id}")
-        params = {**fence.params(), "action_id": action_id, "attempt": attempt}
-        if conn.execute(sql.CHECKPOINT_ACCEPT, params).fetchone() is None:
-            raise ExecutionSuperseded(fence.execution_id, step=f"accept {action_id}")
-        return _suspend(conn, fence, action_id, CALLBACK_EVENT, timeout_seconds, payload)
+    return Plan(_accept(fence, action_id, attempt, timeout_seconds, payload), atomic=True)
+
+
+def _accept(
+    fence: Fence, action_id: str, attempt: int, timeout_seconds: float, payload: dict
+) -> Steps[datetime.datetime]:
+    yield from _lock_holder(fence, f"accept {action_id}")
+    params = {**fence.params(), "action_id": action_id, "attempt": attempt}
+    if (yield Query(sql.CHECKPOINT_ACCEPT, params, fetch="one")) is None:
+        raise ExecutionSuperseded(fence.execution_id, step=f"accept {action_id}")
+    return (yield from _suspend(fence, action_id, CALLBACK_EVENT, timeout_seconds, payload))
 
 
 def _suspend(
-    conn: psycopg.Connection,
     fence: Fence,
     action_id: str,
     event: str,
     timeout_seconds: float,
     payload: dict,
-) -> datetime.datetime:
+) -> Steps[datetime.datetime]:
     """Within the caller's transaction, its checkpoint written: SUSPENDED until `timeout_seconds`
     from now (database clock), and EXECUTION_SUSPENDED; return that deadline. The one suspension
     of a wait reached and of an asynchronous provider's ACCEPTED."""
-    row = conn.execute(
-        sql.EXECUTION_SUSPEND, {**fence.params(), "timeout_seconds": timeout_seconds}
-    ).fetchone()
+    row = yield Query(
+        sql.EXECUTION_SUSPEND, {**fence.params(), "timeout_seconds": timeout_seconds}, fetch="one"
+    )
     if row is None:
         raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action_id}")
-    deadline = row[0]
-    audit_append(
-        conn.cursor(),
+    deadline: datetime.datetime = row[0]
+    yield audit_query(
         request_id=fence.request_id,
         execution_id=fence.execution_id,
         type=AuditType.EXECUTION_SUSPENDED,
@@ -205,73 +214,87 @@ def _suspend(
     return deadline
 
 
-def wait_deadline(
-    *, conn: psycopg.Connection, fence: Fence, action: dict[str, Any]
-) -> tuple[datetime.datetime, bool]:
+def wait_deadline(*, fence: Fence, action: dict[str, Any]) -> Plan[tuple[datetime.datetime, bool]]:
     """The deadline of a reached wait, and whether it has passed (database clock)."""
-    row = conn.execute(
+    return Plan(_deadline(fence, action))
+
+
+def _deadline(fence: Fence, action: dict[str, Any]) -> Steps[tuple[datetime.datetime, bool]]:
+    row = yield Query(
         sql.WAIT_DEADLINE,
         {
             "execution_id": fence.execution_id,
             "action_id": action["id"],
             "timeout_seconds": action["wait"]["timeoutSeconds"],
         },
-    ).fetchone()
+        fetch="one",
+    )
     if row is None:  # its WAITING checkpoint is gone: another holder moved it on
         raise ExecutionSuperseded(fence.execution_id, step=f"deadline {action['id']}")
     return row[0], row[1]
 
 
 def wait_resuspend(
-    *, conn: psycopg.Connection, fence: Fence, action: dict[str, Any], deadline: datetime.datetime
-) -> datetime.datetime:
+    *, fence: Fence, action: dict[str, Any], deadline: datetime.datetime
+) -> Plan[datetime.datetime]:
     """Back to SUSPENDED until a deadline that has not passed yet."""
-    with conn.transaction():
-        _lock_holder(conn, fence, f"suspend {action['id']}")
-        row = conn.execute(
-            sql.EXECUTION_SUSPEND_UNTIL, {**fence.params(), "deadline": deadline}
-        ).fetchone()
-        if row is None:
-            raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action['id']}")
+    return Plan(_resuspend(fence, action, deadline), atomic=True)
+
+
+def _resuspend(
+    fence: Fence, action: dict[str, Any], deadline: datetime.datetime
+) -> Steps[datetime.datetime]:
+    yield from _lock_holder(fence, f"suspend {action['id']}")
+    row = yield Query(
+        sql.EXECUTION_SUSPEND_UNTIL, {**fence.params(), "deadline": deadline}, fetch="one"
+    )
+    if row is None:
+        raise ExecutionSuperseded(fence.execution_id, step=f"suspend {action['id']}")
     return row[0]
 
 
 def wait_time_out_continue(
-    *, conn: psycopg.Connection, fence: Fence, action: dict[str, Any], payload: dict
-) -> dict[str, Any]:
+    *, fence: Fence, action: dict[str, Any], payload: dict
+) -> Plan[dict[str, Any]]:
     """Settle a timed-out wait with its onTimeout payload; return that payload as the output."""
-    output = action["wait"]["onTimeout"]["payload"]
-    with conn.transaction():
-        _lock_holder(conn, fence, f"time out {action['id']}")
-        _time_out(
-            conn,
-            fence,
-            action["id"],
-            CheckpointStatus.SUCCEEDED,
-            output,
-            "the deadline passed; the wait's onTimeout payload was used",
-        )
-        audit_append(
-            conn.cursor(),
-            request_id=fence.request_id,
-            execution_id=fence.execution_id,
-            type=AuditType.EXECUTION_RESUMED,
-            actor=SYSTEM_ACTOR,
-            payload={
-                **payload,
-                "actionId": action["id"],
-                "event": action["wait"]["event"],
-                "timedOut": True,
-            },
-        )
+    return Plan(_time_out_continue(fence, action, payload), atomic=True)
+
+
+def _time_out_continue(
+    fence: Fence, action: dict[str, Any], payload: dict
+) -> Steps[dict[str, Any]]:
+    output: dict[str, Any] = action["wait"]["onTimeout"]["payload"]
+    yield from _lock_holder(fence, f"time out {action['id']}")
+    yield from _time_out(
+        fence,
+        action["id"],
+        CheckpointStatus.SUCCEEDED,
+        output,
+        "the deadline passed; the wait's onTimeout payload was used",
+    )
+    yield audit_query(
+        request_id=fence.request_id,
+        execution_id=fence.execution_id,
+        type=AuditType.EXECUTION_RESUMED,
+        actor=SYSTEM_ACTOR,
+        payload={
+            **payload,
+            "actionId": action["id"],
+            "event": action["wait"]["event"],
+            "timedOut": True,
+        },
+    )
     return output
 
 
-def wait_checkpoint_expire(*, conn: psycopg.Connection, fence: Fence, action_id: str) -> None:
-    """Within the caller's transaction: the WAITING checkpoint becomes FAILED, EVENT_TIMEOUT."""
-    _lock_holder(conn, fence, f"time out {action_id}")
-    _time_out(
-        conn,
+def wait_checkpoint_expire(*, fence: Fence, action_id: str) -> Plan[None]:
+    """In a transaction of its own: the WAITING checkpoint becomes FAILED, EVENT_TIMEOUT."""
+    return Plan(_expire(fence, action_id), atomic=True)
+
+
+def _expire(fence: Fence, action_id: str) -> Steps[None]:
+    yield from _lock_holder(fence, f"time out {action_id}")
+    yield from _time_out(
         fence,
         action_id,
         CheckpointStatus.FAILED,
@@ -281,16 +304,15 @@ def wait_checkpoint_expire(*, conn: psycopg.Connection, fence: Fence, action_id:
 
 
 def _time_out(
-    conn: psycopg.Connection,
     fence: Fence,
     action_id: str,
     status: str,
     output: dict[str, Any] | None,
     detail: str,
-) -> None:
+) -> Steps[None]:
     """Settle a WAITING checkpoint whose deadline passed (EVENT_TIMEOUT), `status` with
     `output`, under the holder's lock."""
-    row = conn.execute(
+    row = yield Query(
         sql.WAIT_CHECKPOINT_TIME_OUT,
         {
             "execution_id": fence.execution_id,
@@ -301,7 +323,8 @@ def _time_out(
             "error_detail": detail,
             "token": fence.token,
         },
-    ).fetchone()
+        fetch="one",
+    )
     if row is None:
         raise ExecutionSuperseded(fence.execution_id, step=f"time out {action_id}")
 

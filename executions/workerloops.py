@@ -5,7 +5,7 @@ Reconciliation's automatic prober is one: it asks providers about uncertain writ
 worker has a free slot. Reconciliation registers it from its AppConfig.ready, so runworker starts
 it without importing reconciliation, which sits above executions. A loop is a thread built with
 what the worker shares with it: its lease owner name, whether a slot is free, its metrics, and
-its shared connections; runworker starts each loop before the scheduler runs, sets its `stop`
+its prober connection; runworker starts each loop before the scheduler runs, sets its `stop`
 when the scheduler returns, and waits for it at most LOOP_JOIN_SECONDS.
 """
 
@@ -20,7 +20,8 @@ from .worker.metrics import WorkerMetrics
 
 LOOP_JOIN_SECONDS = 10  # seconds a stopping worker waits for a loop's step in flight
 
-# Lends one of the worker's shared connections for one step (LocalWorkerRuntime.connection).
+# Lends the worker's prober connection for one step (LocalWorkerRuntime.connection): a loop is a
+# thread, so a synchronous connection, counted in the process's budget of four.
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection]]
 
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 # Defaults, as documented in .env.example; the one place they are written.
 DEFAULT_CONCURRENCY = 10  # executions run at once by one process
+# Slots of one process, at most: each is a task on its event loop (a few kilobytes), and a
+# thousand waiting on slow providers still share the process's four database connections.
+MAX_CONCURRENCY = 1_000
 DEFAULT_BATCH = 10  # executions claimed by one claim statement, at most
 DEFAULT_POLL_MS = 500  # milliseconds between fallback polls
 DEFAULT_LEASE_SECONDS = 60.0  # seconds
@@ -114,6 +117,11 @@ class WorkerConfig:
             raise WorkerConfigError(
                 "WORKER_DB_OUTAGE_EXIT_SECONDS must be empty (off) or a positive number of "
                 f"seconds, got {self.db_outage_exit_seconds!r}"
+            )
+        if self.concurrency > MAX_CONCURRENCY:
+            raise WorkerConfigError(
+                f"WORKER_CONCURRENCY must be at most {MAX_CONCURRENCY:,} (slots of one process; "
+                f"run more processes for more), got {self.concurrency}"
             )
         if self.endpoint_run_seconds > MAX_ENDPOINT_RUN_SECONDS:
             raise WorkerConfigError(

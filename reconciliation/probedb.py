@@ -2,7 +2,7 @@
 runworker's own, so a runworker stays within its connection budget (README, "Connections").
 
 The prober reads cases and resolves them through the operators' services, which speak Django's
-ORM. `orm_on(source)` borrows one of the worker's shared connections (runtime.WRITE_CONNECTIONS,
+ORM. `orm_on(source)` borrows the worker's prober connection (LocalWorkerRuntime.connection,
 autocommit) for one step — a few statements or one transaction, never across a provider call —
 and lends it to Django's connection of this thread for that step only:
 - Django sees it through `_Lent`: its cursors are Django's own client-binding cursors with

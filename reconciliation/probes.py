@@ -327,9 +327,9 @@ class Prober(threading.Thread):
     """The probe loop of a runworker process, until `stop` is set.
 
     Probes are background work: a pass runs only while `may_probe()` (the worker has a free
-    slot). Its database steps borrow the worker's shared connections from `source` one step at a
-    time (probedb.py), so the prober opens none of its own; without a source (a runtime with no
-    shared connections) it uses Django's connection and closes it after every pass.
+    slot). Its database steps borrow the connection the worker's runtime keeps for it from
+    `source` one step at a time (probedb.py), so the prober opens none of its own; without a
+    source (a remote runtime) it uses Django's connection and closes it after every pass.
     """
 
     def __init__(

@@ -4,6 +4,8 @@ No transaction is open here and nothing is written: the runner has committed the
 RUNNING checkpoint before it calls, and commits what the recovery table decides after.
 """
 
+import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -17,18 +19,22 @@ from orquestador.schemas import contract_problem
 from ..claims import Snapshot
 from ..models import CheckpointStatus
 from .callmetrics import CALLS
+from .recovery import input_hash
 
 logger = logging.getLogger("executions.worker")
 
 Resolver = Callable[[str, int], Binding]  # capability, version -> the trusted binding
 
 
-def adapter_call(binding: Binding, ctx: ActionContext, log_extra: dict[str, Any]) -> ActionResult:
-    """Call the adapter; one that raises is an UNKNOWN outcome (logged with `log_extra`). Each
-    call is counted by capability and outcome, and timed (executions/worker/callmetrics.py)."""
+async def adapter_call(
+    binding: Binding, ctx: ActionContext, log_extra: dict[str, Any]
+) -> ActionResult:
+    """Call the adapter on the loop; one that raises is an UNKNOWN outcome (logged with
+    `log_extra`). Each call is counted by capability and outcome, and timed
+    (executions/worker/callmetrics.py)."""
     started = time.perf_counter()
     try:
-        result = binding.adapter.call(ctx, binding)
+        result = await _call(binding, ctx)
     except Exception:
         # Whatever the adapter did before raising is unknown, so is its effect.
         logger.exception("adapter raised", extra=log_extra)
@@ -43,6 +49,24 @@ def adapter_call(binding: Binding, ctx: ActionContext, log_extra: dict[str, Any]
         seconds=time.perf_counter() - started,
     )
     return result
+
+
+async def _call(binding: Binding, ctx: ActionContext) -> ActionResult:
+    # BRIDGE (removed at merge, once every adapter's call is `async def`): an adapter whose call
+    # is still synchronous runs in a thread, so it never blocks the loop.
+    adapter: Any = binding.adapter
+    if inspect.iscoroutinefunction(adapter.call):
+        return await adapter.call(ctx, binding)
+    result = await asyncio.to_thread(adapter.call, ctx, binding)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def input_checks(schema: dict[str, Any], action_input: dict[str, Any]) -> tuple[str, str | None]:
+    """An action input's hash (recorded on its checkpoint) and why it breaks its contract's
+    input schema (None: it keeps it): the two CPU-bound steps before a call."""
+    return input_hash(action_input), contract_problem(schema, action_input)
 
 
 def output_problem(contract: Contract, result: ActionResult) -> str | None:

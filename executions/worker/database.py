@@ -11,7 +11,7 @@ caused by it).
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -46,7 +46,7 @@ class DatabaseState:
     Logs once per change (unreachable, reachable again), not once per failed attempt, and says
     how long an outage has lasted so far."""
 
-    def __init__(self, owner: str, on_return: Callable[[], None] | None = None) -> None:
+    def __init__(self, owner: str, on_return: Callable[[], Awaitable[None]] | None = None) -> None:
         self._owner = owner
         self._on_return = on_return  # called once when the database is reachable again
         self._lock = threading.Lock()
@@ -70,7 +70,7 @@ class DatabaseState:
             },
         )
 
-    def reached(self, where: str) -> None:
+    async def reached(self, where: str) -> None:
         with self._lock:
             if self.down_since is None:
                 return
@@ -81,7 +81,7 @@ class DatabaseState:
             extra={"owner": self._owner, "where": where, "outage_seconds": round(lasted, 3)},
         )
         if self._on_return is not None:
-            self._on_return()
+            await self._on_return()
 
     def down_for(self) -> float:
         """Seconds the current outage has lasted (0 when the database is reachable)."""
@@ -90,10 +90,11 @@ class DatabaseState:
 
 
 class WorkerConnections:
-    """The dispatcher's connections: the claiming one, which also LISTENs on a direct connection;
-    behind a transaction pooler a separate direct listener (WORKER_LISTEN_DATABASE_URL) or none,
-    and then the worker polls; and plain ones (the heartbeat's). All autocommit, set up with the
-    pooling mode's session statements."""
+    """The dispatcher's connections (asynchronous): the claiming one, which also LISTENs on a
+    direct connection; behind a transaction pooler a separate direct listener
+    (WORKER_LISTEN_DATABASE_URL) or none, and then the worker polls; and plain ones (the
+    heartbeat's, with a remote runtime). All autocommit, set up with the pooling mode's session
+    statements."""
 
     def __init__(self, conninfo: str, pooling: PoolingConfig) -> None:
         self.conninfo = conninfo
@@ -105,33 +106,35 @@ class WorkerConnections:
             if pooling.transaction_pooled and pooling.listen_url
             else None
         )
-        self.listener: psycopg.Connection | None = None
+        self.listener: psycopg.AsyncConnection | None = None
 
-    def claiming(self) -> psycopg.Connection:
+    async def claiming(self) -> psycopg.AsyncConnection:
         """The claiming connection; it also LISTENs, unless behind a transaction pooler."""
-        conn = self.plain(claims=True)
+        conn = await self.plain(claims=True)
         if not self.pooling.transaction_pooled:
-            conn.execute(sql.LISTEN_WORK)
-            conn.execute(sql.LISTEN_CANCELS)
+            await conn.execute(sql.LISTEN_WORK)
+            await conn.execute(sql.LISTEN_CANCELS)
         elif self.listen_conninfo is not None and self.listener is None:
-            self.listener = psycopg.connect(self.listen_conninfo, autocommit=True)
-            self.listener.execute(sql.LISTEN_WORK)
-            self.listener.execute(sql.LISTEN_CANCELS)
+            self.listener = await psycopg.AsyncConnection.connect(
+                self.listen_conninfo, autocommit=True
+            )
+            await self.listener.execute(sql.LISTEN_WORK)
+            await self.listener.execute(sql.LISTEN_CANCELS)
         return conn
 
-    def notifier(self, claiming: psycopg.Connection) -> psycopg.Connection | None:
+    def notifier(self, claiming: psycopg.AsyncConnection) -> psycopg.AsyncConnection | None:
         """Where notifications arrive: the claiming connection, the listener, or nowhere."""
         return claiming if not self.pooling.transaction_pooled else self.listener
 
-    def plain(self, *, claims: bool = False) -> psycopg.Connection:
-        conn = psycopg.connect(
+    async def plain(self, *, claims: bool = False) -> psycopg.AsyncConnection:
+        conn = await psycopg.AsyncConnection.connect(
             self.conninfo, autocommit=True, prepare_threshold=self.pooling.prepare_threshold
         )
         for statement in self.pooling.session_statements(claims=claims):
-            conn.execute(statement)
+            await conn.execute(statement)
         return conn
 
-    def close_listener(self) -> None:
+    async def close_listener(self) -> None:
         if self.listener is not None:
-            self.listener.close()
+            await self.listener.close()
             self.listener = None

@@ -17,7 +17,7 @@ Invariants:
 import datetime
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,8 @@ from ..finalize import (
 )
 from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from ..models import ExecutionStatus
-from .groupcommit import Database, borrowed
+from ..steps import run_async
+from .groupcommit import Database, on
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
 from .wire import RunOutcome
@@ -57,20 +58,20 @@ class RunScope:
     rng: random.Random
 
 
-def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
+async def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
     """Write the ending `decision` chose for this holder's run; return where it left the run."""
     dispatch = scope.dispatch
     if decision.verb == Verb.INTERRUPT:
         raise ExecutionInterrupted(dispatch.execution_id, step="end")
     if decision.verb == Verb.RETRY and decision.settlement is not None:
-        return _retry(decision.settlement, decision.retry_after, scope)
+        return await _retry(decision.settlement, decision.retry_after, scope)
     settlement = decision.settlement
     code = decision.code or errors.PERMANENT_FAILURE
 
-    def fail() -> str:
-        with borrowed(scope.db) as conn:
-            return execution_fail(
-                conn=conn,
+    async def fail() -> str:
+        return await on(
+            scope.db,
+            execution_fail(
                 fence=dispatch.fence,
                 error_code=code,
                 error_detail=decision.detail,
@@ -78,9 +79,10 @@ def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
                 reconcile=decision.verb == Verb.RECONCILE,
                 actor=WORKER_ACTOR,
                 payload=dispatch.audit,
-            )
+            ),
+        )
 
-    status = _write("EXECUTION_FAIL", fail, scope)
+    status = await _write("EXECUTION_FAIL", fail, scope)
     reconciled = status == ExecutionStatus.RECONCILIATION_REQUIRED
     logger.warning(
         "reconciliation required" if reconciled else "execution failed",
@@ -95,15 +97,17 @@ def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
     return RunOutcome(status=ExecutionStatus(status), error_code=code)
 
 
-def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunScope) -> RunOutcome:
+async def _retry(
+    settlement: AttemptSettlement, retry_after: float | None, scope: RunScope
+) -> RunOutcome:
     delay = retry_delay_seconds(
         attempt=settlement.attempt, retry_after=retry_after, config=scope.config, rng=scope.rng
     )
 
-    def schedule() -> datetime.datetime:
-        with borrowed(scope.db) as conn:
-            return execution_schedule_retry(
-                conn=conn,
+    async def schedule() -> datetime.datetime:
+        return await on(
+            scope.db,
+            execution_schedule_retry(
                 fence=scope.dispatch.fence,
                 settlement=settlement,
                 delay_seconds=delay,
@@ -116,9 +120,10 @@ def _retry(settlement: AttemptSettlement, retry_after: float | None, scope: RunS
                     "delaySeconds": round(delay, 3),
                     **_retry_after(retry_after),
                 },
-            )
+            ),
+        )
 
-    due = _write("EXECUTION_SCHEDULE_RETRY", schedule, scope)
+    due = await _write("EXECUTION_SCHEDULE_RETRY", schedule, scope)
     logger.info(
         "retry scheduled",
         extra={
@@ -142,10 +147,10 @@ def _retry_after(retry_after: float | None) -> dict[str, float]:
     return {"retryAfterSeconds": round(float(retry_after), 3)}
 
 
-def _write(statement: str, write: Callable[[], Any], scope: RunScope) -> Any:
+async def _write(statement: str, write: Callable[[], Awaitable[Any]], scope: RunScope) -> Any:
     """An ending is a fenced write: a database error is logged with `statement` and retried with
     backoff for up to half the lease, then raised (executions/worker/writeretry.py)."""
-    return fenced_write(
+    return await fenced_write(
         statement,
         write,
         budget_seconds=scope.config.lease_seconds / 2,
@@ -154,15 +159,18 @@ def _write(statement: str, write: Callable[[], Any], scope: RunScope) -> Any:
     )
 
 
-def poison_settle(conn: psycopg.Connection, dispatch: Dispatch) -> str | None:
+async def poison_settle(conn: psycopg.AsyncConnection, dispatch: Dispatch) -> str | None:
     """The poison cap: an execution taken over more than WORKER_MAX_RECLAIMS times in a row
     without progress is settled (RECLAIMS_EXHAUSTED) instead of run, on the claim's own
     connection and token. Returns the status written; None when nothing was (taken over
     meanwhile, or a database error: the next claim tries again). A lost connection is raised."""
     extra = {**dispatch.log_extra, "reclaims": dispatch.reclaims}
     try:
-        status = execution_exhaust_reclaims(
-            conn=conn, fence=dispatch.fence, reclaims=dispatch.reclaims, actor=WORKER_ACTOR
+        status = await run_async(
+            conn,
+            execution_exhaust_reclaims(
+                fence=dispatch.fence, reclaims=dispatch.reclaims, actor=WORKER_ACTOR
+            ),
         )
     except ExecutionSuperseded:
         logger.info("poison execution taken over before it was settled", extra=extra)

@@ -19,8 +19,9 @@ Invariants:
 - a malformed package is a 400 `{"code": "INVALID_BODY", "detail"}`, never a 500; a fault of ours
   is logged and answered 500 `INTERNAL_ERROR` without detail;
 - a web thread is never held longer than WORKER_ENDPOINT_RUN_SECONDS for one package: the run
-  has a thread of its own, and past that limit it is told to stop (its stop signal: it starts
-  no further action and abandons a provider wait) and the endpoint answers
+  is a task on the runtime's event loop (a thread of this process), and past that limit it is
+  told to stop (its stop signal: it starts no further action and abandons a provider wait) and
+  the endpoint answers
   503 `{"code": "RUN_TIME_LIMIT", "detail"}`, which the dispatcher treats as a remote timeout
   (left for recovery by lease, nothing uncertain repeated). Meanwhile the dispatcher keeps
   renewing the lease, so a run of many actions is bounded by this limit, not by one lease;
@@ -28,6 +29,7 @@ Invariants:
   transaction, exactly as in `runworker`.
 """
 
+import concurrent.futures
 import functools
 import json
 import logging
@@ -48,6 +50,7 @@ from orquestador.workerconfig import worker_tunables
 
 from ..models import Request
 from .holdings import Holding
+from .loopthread import LoopThread
 from .runtime import LocalWorkerRuntime, dispatch_once
 from .wire import (
     Ending,
@@ -72,7 +75,12 @@ Posted = TypeVar("Posted")  # what a view reads from its body: a package, or a c
 # ------------------------------------------------------------------------------
 # The runtime behind the endpoint
 # ------------------------------------------------------------------------------
+# The local runtime lives on an event loop of its own, in a thread of this web process: a view
+# (synchronous, under gunicorn's threads) hands it a package and waits for the result. One
+# long-lived loop rather than asyncio.run (or asgiref's async_to_sync) per request, because the
+# runtime's connection pool belongs to one loop for its whole life.
 _runtime: LocalWorkerRuntime | None = None
+_loop: LoopThread | None = None
 _runtime_lock = threading.Lock()
 
 
@@ -86,9 +94,10 @@ def endpoint_guard(*, runs_as_system: bool, token: str) -> None:
         )
 
 
-def endpoint_runtime() -> LocalWorkerRuntime:
-    """The runtime this process runs posted packages with, opened on first use."""
-    global _runtime
+def endpoint_runtime() -> tuple[LocalWorkerRuntime, LoopThread]:
+    """The runtime this process runs posted packages with, opened on first use, and the loop it
+    runs on."""
+    global _runtime, _loop
     with _runtime_lock:
         if _runtime is None:
             from .database import database_conninfo
@@ -103,17 +112,25 @@ def endpoint_runtime() -> LocalWorkerRuntime:
                 config=config,
             )
             endpoint_guard(runs_as_system=runtime.runs_as_system, token=_token())
-            _runtime = runtime.open()
-        return _runtime
+            loop = LoopThread(name="worker-endpoint-loop")
+            _runtime, _loop = loop.call(runtime.open()), loop
+        if _loop is None:  # a runtime set without its loop: endpoint_runtime_set refuses that
+            raise ImproperlyConfigured("the worker endpoint's runtime has no event loop")
+        return _runtime, _loop
 
 
-def endpoint_runtime_set(runtime: LocalWorkerRuntime | None) -> LocalWorkerRuntime | None:
-    """Serve with `runtime` (None: build one from settings on next use); return the previous."""
-    global _runtime
+def endpoint_runtime_set(
+    runtime: LocalWorkerRuntime | None, loop: LoopThread | None = None
+) -> LocalWorkerRuntime | None:
+    """Serve with `runtime`, opened on `loop` (None: build one from settings on next use);
+    return the previous."""
+    global _runtime, _loop
     if runtime is not None:
         endpoint_guard(runs_as_system=runtime.runs_as_system, token=_token())
+        if loop is None:
+            raise ImproperlyConfigured("a worker endpoint runtime needs the loop it runs on")
     with _runtime_lock:
-        previous, _runtime = _runtime, runtime
+        previous, _runtime, _loop = _runtime, runtime, loop
     return previous
 
 
@@ -152,38 +169,36 @@ class _RunFailed(Exception):
 
 
 def _run_within_limit(
-    package: ExecutionPackage, runtime: LocalWorkerRuntime, seconds: float
+    package: ExecutionPackage, runtime: LocalWorkerRuntime, loop: LoopThread, seconds: float
 ) -> ExecutionResult:
-    """Run the package in a thread of its own and wait for it at most `seconds`; past that, tell
-    it to stop and raise _PastLimit (the run ends on its own: its writes stay fenced)."""
+    """Run the package as a task on the runtime's loop and wait for it at most `seconds`; past
+    that, tell it to stop and raise _PastLimit (the run ends on its own: its writes stay
+    fenced)."""
     dispatch = package.dispatch
     holding = Holding(dispatch)  # this endpoint's hold on it: the stop signal a cancel sets
     ended: dict[str, Any] = {}
-    done = threading.Event()
 
-    def run() -> None:
+    async def run() -> None:
         try:
-            ended["result"] = dispatch_once(runtime, package, holding)
+            ended["result"] = await dispatch_once(runtime, package, holding)
         except Exception:  # logged here, where it happened, whether or not anyone still waits
             logger.exception(
                 "worker endpoint: execution run failed; left for recovery by lease",
                 extra=dispatch.log_extra,
             )
             ended["failed"] = True
-        finally:
-            done.set()
 
-    threading.Thread(
-        target=run, name=f"worker-endpoint-{str(dispatch.execution_id)[:8]}", daemon=True
-    ).start()
-    if not done.wait(seconds):
+    done = loop.submit(run())
+    try:
+        done.result(seconds)
+    except concurrent.futures.TimeoutError:
         holding.cancelled.set()
         logger.warning(
             "worker endpoint: run passed WORKER_ENDPOINT_RUN_SECONDS; told to stop, left for "
             "recovery by lease",
             extra={**dispatch.log_extra, "limit_seconds": seconds},
         )
-        raise _PastLimit(seconds)
+        raise _PastLimit(seconds) from None
     if "result" not in ended:
         raise _RunFailed
     return ended["result"]
@@ -247,8 +262,8 @@ def execute(package: ExecutionPackage) -> JsonResponse:
             "principal.tenant: the package's principal is not of the request's tenant",
         )
     try:
-        runtime = endpoint_runtime()
-        result = _run_within_limit(package, runtime, runtime.config.endpoint_run_seconds)
+        runtime, loop = endpoint_runtime()
+        result = _run_within_limit(package, runtime, loop, runtime.config.endpoint_run_seconds)
     except _PastLimit as exc:
         return _error(
             503,
@@ -272,5 +287,6 @@ def execute(package: ExecutionPackage) -> JsonResponse:
 @_posted(cancel_read)
 def cancel(posted: tuple[uuid.UUID, int | None, str | None]) -> JsonResponse:
     execution_id, token, reason = posted
-    cancelled = endpoint_runtime().cancel(str(execution_id), reason, token=token)
+    runtime, loop = endpoint_runtime()
+    cancelled = loop.call(runtime.cancel(str(execution_id), reason, token=token))
     return JsonResponse({"cancelled": cancelled})

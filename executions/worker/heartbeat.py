@@ -1,17 +1,18 @@
 """The heartbeat of `runworker`: lease renewal, the worker registry row, and stuck runs.
 
 Invariants:
-- every WORKER_RENEW_SECONDS it renews every held lease in one statement, and refreshes this
-  worker's registry row (sql.WORKER_SEEN) in one more, on one connection of its own (one of the
-  process's four: executions/worker/scheduler.py);
+- a task on the worker's event loop: every WORKER_RENEW_SECONDS it renews every held lease in
+  one statement, and refreshes this worker's registry row (sql.WORKER_SEEN) in one more, on a
+  connection borrowed from the runtime's shared ones (with a remote runtime, one of its own:
+  executions/worker/scheduler.py counts them);
 - a lease that comes back lost cancels exactly that holder (execution id and token): its
-  per-execution `threading.Event`, never a thread, so a renewal that returns late cannot disturb
-  a different execution now running on the same thread. If renewals cannot reach the database
+  per-execution stop signal, never a task by position, so a renewal that returns late cannot
+  disturb a different execution now held by the same slot. If renewals cannot reach the database
   for a whole lease, the holders are cancelled too: their leases have expired;
 - stuck runs: each run reports its deadline (its remaining actions' timeouts plus a margin,
   runner.deadline_seconds); past it the heartbeat stops renewing that lease, cancels the run
-  in-process, counts and logs it, and gives its slot back to a new slot thread. Another worker
-  recovers the execution once the lease expires; the stuck thread's late writes are fenced out;
+  in-process, counts and logs it, gives its slot back and cancels its task. Another worker
+  recovers the execution once the lease expires; any late write of the stuck run is fenced out;
 - a connection opened before an outage fails its first statement once the server is back: that
   is retried once on a fresh connection before it counts as an outage (logged once per outage).
 """
@@ -23,20 +24,24 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
 from ..leases import leases_renew
+from ..steps import run_async
 from .database import DatabaseState
+from .groupcommit import ConnectionSource
 from .holdings import Holding, Slots
 from .metrics import WorkerMetrics
 from .runtime import WorkerRuntime
+from .writeretry import signal_wait
 
 logger = logging.getLogger("executions.worker")
 
@@ -51,8 +56,9 @@ except importlib.metadata.PackageNotFoundError:  # running from a checkout that 
 @dataclass(kw_only=True, eq=False)
 class Heartbeat:
     """Renews the leases of the executions held in `slots`, keeps the registry row fresh, and
-    gives stuck slots back (`replace_slot` starts a new slot thread, named after the execution
-    it replaces; `connect` opens the heartbeat's own connection)."""
+    gives stuck slots back (`give_back` ends the stuck run's task, named by its holding).
+    `borrow` lends one of the runtime's shared connections per beat; without one (a remote
+    runtime) `connect` opens the heartbeat's own connection."""
 
     config: WorkerConfig
     owner: str
@@ -60,23 +66,24 @@ class Heartbeat:
     metrics: WorkerMetrics
     runtime: WorkerRuntime
     database: DatabaseState
-    connect: Callable[[], psycopg.Connection]
-    replace_slot: Callable[[str], None]
+    connect: Callable[[], Awaitable[psycopg.AsyncConnection]]
+    give_back: Callable[[Holding], None]
+    borrow: ConnectionSource | None = None
 
-    def run(self, stop: threading.Event) -> None:
-        """The heartbeat thread: until `stop` is set."""
-        conn: psycopg.Connection | None = self.seen(None)
+    async def run(self, stop: threading.Event) -> None:
+        """The heartbeat task: until `stop` is set."""
+        conn: psycopg.AsyncConnection | None = await self.seen(None)
         try:
-            while not stop.wait(self.config.renew_seconds):
-                conn = self.seen(self.renew(conn))
+            while not await signal_wait(stop, self.config.renew_seconds):
+                conn = await self.seen(await self.renew(conn))
         finally:
             if conn is not None:
-                conn.close()
+                await conn.close()
 
-    def seen(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+    async def seen(self, conn: psycopg.AsyncConnection | None) -> psycopg.AsyncConnection | None:
         """Refresh this worker's registry row (one statement); a failure is only logged."""
         try:
-            conn, _ = self._on_connection(conn, self._seen_on)
+            conn, _ = await self._on_connection(conn, self._seen_on)
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self.database.failed("registry", exc)  # logged once per outage
@@ -85,8 +92,8 @@ class Heartbeat:
             return None
         return conn
 
-    def _seen_on(self, conn: psycopg.Connection) -> None:
-        conn.execute(
+    async def _seen_on(self, conn: psycopg.AsyncConnection) -> None:
+        await conn.execute(
             sql.WORKER_SEEN,
             {
                 "owner": self.owner,
@@ -100,45 +107,59 @@ class Heartbeat:
             },
         )
 
-    def _on_connection(
-        self, conn: psycopg.Connection | None, work: Callable[[psycopg.Connection], Result]
-    ) -> tuple[psycopg.Connection, Result]:
-        """Run `work` on `conn`, or on a new connection when there is none, and return both.
+    async def _on_connection(
+        self,
+        conn: psycopg.AsyncConnection | None,
+        work: Callable[[psycopg.AsyncConnection], Awaitable[Result]],
+    ) -> tuple[psycopg.AsyncConnection | None, Result]:
+        """Run `work` on a shared connection (borrowed for it), on `conn`, or on a new
+        connection when there is none, and return the connection kept with the result.
 
         A connection opened before an outage is broken once the server is back: the first
         statement on it fails although the database is reachable. That is not a new outage, so
         a broken connection is replaced once and `work` runs again before the error counts. On
         any error the connection is closed and the error raised.
         """
+        if self.borrow is not None:
+            for last in (False, True):
+                try:
+                    async with self.borrow() as shared:
+                        return None, await work(shared)
+                except PoolTimeout:
+                    raise  # none to be had within a renewal period: that is an outage
+                except psycopg.OperationalError:
+                    if last:  # the pool replaced the broken one; a second failure counts
+                        raise
+            raise AssertionError("unreachable")
         if conn is not None:
             try:
-                return conn, work(conn)
+                return conn, await work(conn)
             except psycopg.OperationalError:
                 broken = conn.broken  # read before close(), which clears it
-                conn.close()
+                await conn.close()
                 if not broken:
                     raise
             except Exception:
-                conn.close()
+                await conn.close()
                 raise
-        conn = self.connect()
+        conn = await self.connect()
         try:
-            return conn, work(conn)
+            return conn, await work(conn)
         except Exception:
-            conn.close()
+            await conn.close()
             raise
 
-    def renew(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+    async def renew(self, conn: psycopg.AsyncConnection | None) -> psycopg.AsyncConnection | None:
         now = time.monotonic()
         for holding in self.slots.occupants():
             if holding.deadline_at is not None and now > holding.deadline_at:
-                self.stuck(holding)
+                await self.stuck(holding)
         holdings = [h for h in self.slots.occupants() if not h.lost]
         if not holdings:
             return conn
         sent_at = time.monotonic()
         try:
-            conn, renewed = self._on_connection(conn, lambda c: self._renew_on(c, holdings))
+            conn, renewed = await self._on_connection(conn, lambda c: self._renew_on(c, holdings))
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self.database.failed("renewal", exc)  # logged once per outage
@@ -146,23 +167,25 @@ class Heartbeat:
                 logger.exception("lease renewal failed", extra={"owner": self.owner})
             for holding in holdings:
                 if sent_at - holding.renewed_at >= self.config.lease_seconds:
-                    self.lease_lost(holding, reason="renewals failed for a whole lease")
+                    await self.lease_lost(holding, reason="renewals failed for a whole lease")
             return None
-        self.database.reached("renewal")
-        self.apply_renewal(holdings, renewed, sent_at=sent_at)
+        await self.database.reached("renewal")
+        await self.apply_renewal(holdings, renewed, sent_at=sent_at)
         return conn
 
-    def _renew_on(
-        self, conn: psycopg.Connection, holdings: list[Holding]
+    async def _renew_on(
+        self, conn: psycopg.AsyncConnection, holdings: list[Holding]
     ) -> set[tuple[uuid.UUID, int]]:
-        return leases_renew(
-            conn=conn,
-            owner=self.owner,
-            held=[h.dispatch.fence for h in holdings],
-            lease_seconds=self.config.lease_seconds,
+        return await run_async(
+            conn,
+            leases_renew(
+                owner=self.owner,
+                held=[h.dispatch.fence for h in holdings],
+                lease_seconds=self.config.lease_seconds,
+            ),
         )
 
-    def apply_renewal(
+    async def apply_renewal(
         self, sent: list[Holding], renewed: set[tuple[uuid.UUID, int]], *, sent_at: float
     ) -> None:
         """Act on a renewal's answer, which may come back after the holders it names finished."""
@@ -171,33 +194,33 @@ class Heartbeat:
             if (fence.execution_id, fence.token) in renewed:
                 holding.renewed_at = sent_at
             else:
-                self.lease_lost(holding, reason="lease lost")
+                await self.lease_lost(holding, reason="lease lost")
 
-    def lease_lost(self, holding: Holding, *, reason: str) -> None:
-        """Cancel exactly this holder: its execution id and token, never a thread."""
+    async def lease_lost(self, holding: Holding, *, reason: str) -> None:
+        """Cancel exactly this holder: its execution id and token, never another run."""
         if not self.slots.holds(holding):
             return  # it finished while the renewal was in flight: nothing to stop
         holding.lost = True
         holding.cancelled.set()
         self.metrics.lease_lost()
         dispatch = holding.dispatch
-        self.runtime.cancel(str(dispatch.execution_id), reason, token=dispatch.fence.token)
+        await self.runtime.cancel(str(dispatch.execution_id), reason, token=dispatch.fence.token)
         logger.warning("lease lost", extra={**dispatch.log_extra, "reason": reason})
 
-    def stuck(self, holding: Holding) -> None:
+    async def stuck(self, holding: Holding) -> None:
         """A run past its deadline: stop renewing its lease (another worker recovers it by the
         recovery rules of docs/worker-protocol.md#recovery once it expires), cancel it in-process,
-        count it, and give its slot back with a new slot thread, so a thread that never returns does
-        not cost capacity."""
+        count it, and give its slot back at once: its task is cancelled (a synchronous adapter
+        still in its thread is left to return on its own, its writes fenced out)."""
         if not self.slots.give_back(holding):
             return
         holding.cancelled.set()
         self.metrics.stuck_run()
         dispatch = holding.dispatch
         execution_id = str(dispatch.execution_id)
-        self.runtime.cancel(execution_id, "past its deadline", token=dispatch.fence.token)
+        await self.runtime.cancel(execution_id, "past its deadline", token=dispatch.fence.token)
         logger.warning(
             "run past its deadline; lease no longer renewed, slot given back",
             extra=dispatch.log_extra,
         )
-        self.replace_slot(execution_id)
+        self.give_back(holding)

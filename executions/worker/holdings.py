@@ -1,13 +1,15 @@
 """The slots of one `runworker` process and the executions held in them.
 
-One lock guards both the count of slots in use and the executions by id, so the claim loop (how
-many to claim), the slot threads (take, free), the heartbeat (renew, lose, give back a stuck
-slot) and shutdown (drain) always see them agree. A `Holding` is one holder (execution id and
-token): a renewal that answers late, or a slot given back, never touches a later holder of the
-same execution. It refers to its claim's `Dispatch` and keeps only what changes while a slot
-holds it; the runtime is handed the holding itself (`WorkerRuntime.allocate`).
+Everything here runs on the worker's event loop, so the count of slots in use and the
+executions by id always agree without a lock held across a wait; a short lock guards only the
+dict, for threads that read it (the metrics endpoint, the prober's "is a slot free?"). A
+`Holding` is one holder (execution id and token): a renewal that answers late, or a slot given
+back, never touches a later holder of the same execution. It refers to its claim's `Dispatch`
+and keeps only what changes while a slot holds it; the runtime is handed the holding itself
+(`WorkerRuntime.allocate`).
 """
 
+import asyncio
 import threading
 import time
 import uuid
@@ -34,29 +36,44 @@ class Holding:
 
 
 class Slots:
-    """Slots in use and the execution held in each. `changed` is notified when a slot frees up
-    and `in_use` falls to `wake_at` or below, or to nothing; waits on it read `in_use` while
-    holding it, and set `wake_at` to what they wait for."""
+    """Slots in use and the execution held in each. `wait_free` returns once `in_use` falls to
+    a threshold (or a timeout passes); a release wakes the waiter only then, not at every
+    release (at full load the claim loop waits for several slots to free up, and waking it at
+    every release would cost a loop iteration per execution for nothing)."""
 
     def __init__(self) -> None:
-        self.changed = threading.Condition()
-        self.in_use = 0  # read under `changed`
-        # Set under `changed` by the one who waits: a release that leaves more slots in use than
-        # this wakes no one (at full load the claim loop waits for several slots to free up, and
-        # waking it at every release would cost a thread switch per execution for nothing).
-        self.wake_at = 0
+        self.in_use = 0
+        self.wake_at = 0  # set by the one who waits
+        self._freed: asyncio.Event | None = None
+        self._lock = threading.Lock()  # the dict only, for readers on other threads
         self._by_execution: dict[uuid.UUID, Holding] = {}
 
     @property
     def busy(self) -> int:
-        """Slots in use, read under the lock (from any thread)."""
-        with self.changed:
-            return self.in_use
+        """Slots in use (an int read: safe from any thread)."""
+        return self.in_use
 
     def occupants(self) -> list[Holding]:
         """The executions held now, one per slot in use (a stuck one given back is not)."""
-        with self.changed:
+        with self._lock:
             return list(self._by_execution.values())
+
+    async def wait_free(self, *, at_most: int, timeout: float) -> None:
+        """Return once at most `at_most` slots are in use, or after `timeout` seconds."""
+        if self.in_use <= at_most:
+            return
+        self.wake_at = at_most
+        if self._freed is None:
+            self._freed = asyncio.Event()
+        self._freed.clear()
+        try:
+            await asyncio.wait_for(self._freed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def _released(self) -> None:
+        if self._freed is not None and self.in_use <= self.wake_at:
+            self._freed.set()
 
     def take(self, dispatch: Dispatch) -> Holding:
         """Take a slot for a claimed execution; the heartbeat renews its lease from now on.
@@ -66,10 +83,10 @@ class Slots:
         commit was flushed: sql.CLAIM_EXECUTIONS) and gave the same token again: the earlier
         holder is stopped, so one fence never has two runs."""
         holding = Holding(dispatch)
-        with self.changed:
+        with self._lock:
             earlier = self._by_execution.get(dispatch.execution_id)
-            self.in_use += 1
             self._by_execution[dispatch.execution_id] = holding
+        self.in_use += 1
         if earlier is not None and earlier.dispatch.fence == dispatch.fence:
             earlier.lost = True
             earlier.cancelled.set()
@@ -77,35 +94,33 @@ class Slots:
 
     def free(self, holding: Holding) -> None:
         """Free the slot; stop renewing, unless the execution is held again under a new token."""
+        if holding.abandoned:
+            return  # its slot was given back when it passed its deadline
         execution_id = holding.dispatch.execution_id
-        with self.changed:
-            if holding.abandoned:
-                return  # its slot was given back when it passed its deadline
-            self.in_use -= 1
+        with self._lock:
             if self._by_execution.get(execution_id) is holding:
                 del self._by_execution[execution_id]
-            if self.in_use <= self.wake_at:
-                self.changed.notify_all()
+        self.in_use -= 1
+        self._released()
 
     def find(self, execution_id: uuid.UUID) -> Holding | None:
         """The holder of this execution here, if any."""
-        with self.changed:
-            return self._by_execution.get(execution_id)
+        return self._by_execution.get(execution_id)
 
     def holds(self, holding: Holding) -> bool:
         """Whether this very holder is still held (not finished, not given back)."""
-        with self.changed:
-            return self._by_execution.get(holding.dispatch.execution_id) is holding
+        return self._by_execution.get(holding.dispatch.execution_id) is holding
 
     def give_back(self, holding: Holding) -> bool:
-        """A stuck holder: stop holding it and free its slot now, before its thread returns.
+        """A stuck holder: stop holding it and free its slot now, before its run returns.
         False when it was no longer held (finished, or given back already)."""
         execution_id = holding.dispatch.execution_id
-        with self.changed:
+        with self._lock:
             if self._by_execution.get(execution_id) is not holding or holding.abandoned:
                 return False
             del self._by_execution[execution_id]
-            holding.lost = holding.abandoned = True
-            self.in_use -= 1
-            self.changed.notify_all()
-            return True
+        holding.lost = holding.abandoned = True
+        self.in_use -= 1
+        if self._freed is not None:  # a slot given back always wakes the waiter
+            self._freed.set()
+        return True

@@ -24,11 +24,13 @@ Invariants:
   other status, a refusal naming another execution) is a `RemoteWorkerError`, never superseded;
 - `cancel` is best effort: it signals the exact local holder (execution id and token) at once and
   then tells the endpoint, swallowing any failure to reach it;
-- `requests.Session`s are reused one call at a time (kept alive between calls), all closed by
-  `close()`.
+- one `aiohttp.ClientSession` on the worker's loop carries every call (its connections kept
+  alive between calls, no cookie kept), closed by `close()`.
 """
 
+import asyncio
 import ipaddress
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
+import aiohttp
 
 from orquestador.bearer import token_problem
 from orquestador.workerconfig import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
@@ -59,7 +61,7 @@ logger = logging.getLogger("executions.worker")
 
 CONNECT_TIMEOUT_SECONDS = 5.0  # seconds, at most: also capped at one renewal period
 CANCEL_READ_TIMEOUT_SECONDS = 5.0  # seconds, at most: a cancel is best effort
-STOP_CHECK_SECONDS = 0.1  # seconds between looks at a plain stop Event (a StopSignal wakes at once)
+STOP_CHECK_SECONDS = 0.1  # seconds between looks at the stop signal while the endpoint works
 
 
 class RemoteWorkerError(Exception):
@@ -168,110 +170,99 @@ class RemoteWorkerRuntime(Reservations):
         # The dispatcher renews the lease while the endpoint works, so a run is bounded by the
         # endpoint's own limit (it answers RUN_TIME_LIMIT at WORKER_ENDPOINT_RUN_SECONDS), not
         # by one lease; one renewal period more covers that answer's way back.
-        self._execute_timeout = (connect, config.endpoint_run_seconds + config.renew_seconds)
-        self._cancel_timeout = (connect, min(CANCEL_READ_TIMEOUT_SECONDS, config.renew_seconds))
-        self._idle: list[requests.Session] = []  # sessions not in use now, reused first
-        self._sessions: list[requests.Session] = []
-        self._lock = threading.Lock()  # guards _idle and _sessions
+        self._execute_timeout = aiohttp.ClientTimeout(
+            connect=connect, sock_read=config.endpoint_run_seconds + config.renew_seconds
+        )
+        self._cancel_timeout = aiohttp.ClientTimeout(
+            connect=connect, sock_read=min(CANCEL_READ_TIMEOUT_SECONDS, config.renew_seconds)
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._slots = config.concurrency  # calls in flight at most: one per slot
 
-    def open(self) -> "RemoteWorkerRuntime":
+    async def open(self) -> "RemoteWorkerRuntime":
         return self
 
-    def close(self) -> None:
-        with self._lock:
-            sessions, self._sessions, self._idle = self._sessions, [], []
-        for session in sessions:
-            session.close()
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
-    def __enter__(self) -> "RemoteWorkerRuntime":
-        return self.open()
+    async def __aenter__(self) -> "RemoteWorkerRuntime":
+        return await self.open()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
-    def _session(self) -> requests.Session:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        session = requests.Session()
-        # Only the configured URL and token: no proxy, .netrc or CA bundle from the
-        # environment decides where the token goes.
-        session.trust_env = False
-        session.headers["Authorization"] = f"Bearer {self._target.token}"
-        with self._lock:
-            self._sessions.append(session)
-        return session
-
-    def _post(self, url: str, body: str, timeout: tuple[float, float]) -> requests.Response:
-        session = self._session()  # one call at a time per session; kept alive for the next
-        try:
-            return session.post(
-                url,
-                data=body.encode(),
-                headers={"Content-Type": "application/json"},
-                timeout=timeout,
-                allow_redirects=False,
+    def _client(self) -> aiohttp.ClientSession:
+        """One session for every call (its connections kept alive), made on the loop."""
+        if self._session is None or self._session.closed:
+            # Only the configured URL and token: no proxy, .netrc or CA bundle from the
+            # environment decides where the token goes, and no cookie is kept.
+            self._session = aiohttp.ClientSession(
+                headers={
+                    "Authorization": f"Bearer {self._target.token}",
+                    "Content-Type": "application/json",
+                },
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                connector=aiohttp.TCPConnector(limit=self._slots),
             )
-        finally:
-            with self._lock:
-                if session in self._sessions:  # not closed meanwhile
-                    self._idle.append(session)
+        return self._session
 
-    def _post_unless_stopped(
-        self, body: str, stop: threading.Event
-    ) -> requests.Response | Exception | None:
-        """POST a package and wait for the answer (a response, or the exception the call
-        raised), or until `stop` is set (the lease is lost, the execution cancelled, the worker
-        shutting down): then None, and the call is left to end on its own in its thread
-        (nothing it brings back is used)."""
-        ended: list[requests.Response | Exception] = []
-        done = threading.Event()
-
-        def post() -> None:
+    async def _post(self, url: str, body: str, timeout: aiohttp.ClientTimeout) -> tuple[int, Any]:
+        """POST `body`; the status and the JSON answer (None when it is not JSON)."""
+        async with self._client().post(
+            url, data=body.encode(), timeout=timeout, allow_redirects=False
+        ) as response:
+            raw = await response.read()
             try:
-                ended.append(self._post(self._execute_url, body, self._execute_timeout))
-            except Exception as exc:  # handed to the waiting slot, which raises it as an error
-                ended.append(exc)
-            finally:
-                done.set()
+                return response.status, json.loads(raw)
+            except ValueError:
+                return response.status, None
 
-        threading.Thread(target=post, name="remote-execute", daemon=True).start()
-        on_set = getattr(stop, "on_set", None)  # a StopSignal wakes this wait at once
-        forget = on_set(done.set) if on_set is not None else None
-        try:
-            while not done.wait(STOP_CHECK_SECONDS) and not stop.is_set():
-                pass
-        finally:
-            if forget is not None:
-                forget()
-        if stop.is_set() or not ended:  # told to stop: whatever came back is abandoned
+    async def _post_unless_stopped(
+        self, body: str, stop: threading.Event
+    ) -> tuple[int, Any] | Exception | None:
+        """POST a package and wait for the answer (status and body, or the exception the call
+        raised), or until `stop` is set (the lease is lost, the execution cancelled, the worker
+        shutting down): then None, and the call is cancelled (nothing it brings back is used)."""
+        post = asyncio.ensure_future(self._post(self._execute_url, body, self._execute_timeout))
+        while not post.done() and not stop.is_set():
+            await asyncio.wait({post}, timeout=STOP_CHECK_SECONDS)
+        if stop.is_set() or not post.done():  # told to stop: whatever comes back is abandoned
+            post.cancel()
             return None
-        return ended[0]
+        try:
+            return post.result()
+        except Exception as exc:  # handed to the caller, which raises it as an error
+            return exc
 
-    def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
+    async def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
         Reservations.check(reservation, package)
         dispatch = package.dispatch
         execution_id = dispatch.execution_id
-        response = self._post_unless_stopped(package_json(package), reservation.holding.cancelled)
-        if response is None:
+        answer = await self._post_unless_stopped(
+            package_json(package), reservation.holding.cancelled
+        )
+        if answer is None:
             # The holder was told to stop while the endpoint worked; its answer is abandoned.
             # The endpoint was told too (cancel), and its writes are fenced in any case.
             logger.info(
                 "remote run abandoned: the holder was told to stop", extra=dispatch.log_extra
             )
             raise ExecutionInterrupted(execution_id, step="remote execute")
-        if isinstance(response, Exception):
+        if isinstance(answer, Exception):
             raise RemoteWorkerError(
                 f"the worker endpoint could not be reached or did not answer in time "
-                f"({type(response).__name__})"
-            ) from response
-        body = _json_or_none(response)
-        if response.status_code == 200:
+                f"({type(answer).__name__})"
+            ) from answer
+        status, body = answer
+        if status == 200:
             try:
                 return result_read(body, dispatch=dispatch)
             except ResultInvalid as exc:
                 raise RemoteWorkerError(f"the worker endpoint's answer: {exc}") from None
-        if response.status_code == 409 and isinstance(body, dict):
+        if status == 409 and isinstance(body, dict):
             if body == refusal_wire(SUPERSEDED, execution_id):
                 raise ExecutionSuperseded(
                     execution_id, step="remote execute", token=dispatch.fence.token
@@ -280,24 +271,18 @@ class RemoteWorkerRuntime(Reservations):
                 raise ExecutionInterrupted(execution_id, step="remote execute")
         code = body.get("code") if isinstance(body, dict) else None
         raise RemoteWorkerError(
-            f"the worker endpoint answered {response.status_code}"
-            + (f" {str(code)[:40]!r}" if code else "")
+            f"the worker endpoint answered {status}" + (f" {str(code)[:40]!r}" if code else "")
         )
 
-    def _cancel_elsewhere(self, reservation: Reservation, reason: str | None) -> dict[str, Any]:
+    async def _cancel_elsewhere(
+        self, reservation: Reservation, reason: str | None
+    ) -> dict[str, Any]:
         """Tell the endpoint too, best effort (its own holder stops; its writes are fenced)."""
         fence = reservation.holding.dispatch.fence
         body = cancel_json(fence.execution_id, fence.token, reason)
         try:
-            response = self._post(self._cancel_url, body, self._cancel_timeout)
-            reached = response.status_code == 200
-        except requests.RequestException:
+            status, _ = await self._post(self._cancel_url, body, self._cancel_timeout)
+            reached = status == 200
+        except (aiohttp.ClientError, TimeoutError):
             reached = False
         return {"endpoint_reached": reached}
-
-
-def _json_or_none(response: requests.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None

@@ -18,18 +18,17 @@ hot-path ones (start, save, finalise) grouped with other runs' (groupcommit.py),
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
-from orquestador.schemas import contract_problem
 from orquestador.workerconfig import WorkerConfig
 
 from ..checkpoints import StartItem, SucceedItem, external_key
-from ..claims import Dispatch, FlowCache, Snapshot, execution_load
+from ..claims import Dispatch, FlowCache, Snapshot, execution_load, flow_definition_load
 from ..finalize import finalize_refusal
 from ..flows.evaluator import build_context
 from ..flows.evaluator import resolve_input as map_input
@@ -38,11 +37,12 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from ..models import ExecutionStatus
 from ..waits import CALLBACK_EVENT, call_accept, is_wait
 from . import recovery
-from .calls import Resolver, adapter_call, calls_seconds, output_problem
+from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
 from .endings import RunScope, run_end
 from .evaluation import final_item
-from .groupcommit import Database, GroupWrites, borrowed
+from .groupcommit import Database, GroupWrites, on
 from .holdings import Holding
+from .offloop import off_loop_if_large
 from .recovery import Decision, Verb
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
@@ -114,14 +114,13 @@ class _Run:
 
     # -- the run ---------------------------------------------------------------------------
 
-    def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
+    async def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
         if snapshot is None:
-            with borrowed(self.db) as conn:
-                snapshot = execution_load(conn=conn, fence=self.fence)
+            snapshot = await on(self.db, execution_load(fence=self.fence))
         definition = self.deps.flows.cached(flow_id)
         if definition is None:  # the first run of this flow in this process
-            with borrowed(self.db) as conn:
-                definition = self.deps.flows.get(conn=conn, flow_id=flow_id)
+            loaded = await on(self.db, flow_definition_load(flow_id=flow_id))
+            definition = self.deps.flows.store(flow_id, loaded)
         transition = find_transition(definition, self.transition_id)
         try:
             decision = recovery.before_run(
@@ -138,12 +137,12 @@ class _Run:
             outputs: dict[str, dict[str, Any]] = {}
             for sequence, action in enumerate(transition.get("actions", [])):
                 if is_wait(action):
-                    outputs[action["id"]] = self.wait(sequence, action, snapshot)
+                    outputs[action["id"]] = await self.wait(sequence, action, snapshot)
                 else:
-                    outputs[action["id"]] = self.action(sequence, action, snapshot, outputs)
-            return self.finish(definition, transition, snapshot, outputs)
+                    outputs[action["id"]] = await self.action(sequence, action, snapshot, outputs)
+            return await self.finish(definition, transition, snapshot, outputs)
         except RunEnded as ended:
-            return run_end(ended.decision, self.scope)
+            return await run_end(ended.decision, self.scope)
         except RunSuspended as suspended:
             return suspended.outcome
 
@@ -152,9 +151,11 @@ class _Run:
         margin = DEADLINE_MARGIN_LEASES * self.deps.config.lease_seconds
         return margin + calls_seconds(transition, snapshot, self.deps.resolve)
 
-    def wait(self, sequence: int, action: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+    async def wait(
+        self, sequence: int, action: dict[str, Any], snapshot: Snapshot
+    ) -> dict[str, Any]:
         """A wait action's output, or the run stops (executions/worker/waiting.py)."""
-        return wait_step(
+        return await wait_step(
             db=self.db,
             fence=self.fence,
             sequence=sequence,
@@ -167,7 +168,7 @@ class _Run:
 
     # -- actions: prepare, start, call, settle ----------------------------------------------
 
-    def action(
+    async def action(
         self,
         sequence: int,
         action: dict[str, Any],
@@ -175,14 +176,14 @@ class _Run:
         outputs: dict[str, dict[str, Any]],
     ) -> dict[str, Any]:
         """Call one action (or reuse its checkpoint) and commit its output."""
-        prepared = self.prepare(sequence, action, snapshot, outputs)
+        prepared = await self.prepare(sequence, action, snapshot, outputs)
         if isinstance(prepared, dict):  # reused from its SUCCEEDED checkpoint
             return prepared
-        attempt = self.start(prepared)
-        return self.settle(attempt, self.call(attempt, snapshot))
+        attempt = await self.start(prepared)
+        return await self.settle(attempt, await self.call(attempt, snapshot))
 
     # The parameters of action(), whose first step this is: a signature repeats, not logic.
-    def prepare(
+    async def prepare(
         self,
         sequence: int,
         action: dict[str, Any],
@@ -200,7 +201,9 @@ class _Run:
                 recovery.fail(errors.INTEGRATION_UNAVAILABLE, f"action {action_id!r}: {exc}")
             ) from None
         contract = binding.contract
-        input_hash = recovery.input_hash(action_input)
+        input_hash, input_problem = await off_loop_if_large(
+            action_input, input_checks, contract.input_schema, action_input
+        )
         decision = stop_unless_proceeding(
             recovery.before_call(
                 snapshot.checkpoints.get(action_id),
@@ -209,7 +212,7 @@ class _Run:
                 external_key=external_key(self.fence.execution_id, action_id),
                 effect=binding.effect,
                 max_attempts=contract.max_attempts,
-                input_problem=contract_problem(contract.input_schema, action_input),
+                input_problem=input_problem,
             )
         )
         if decision.verb == Verb.REUSE:
@@ -227,11 +230,11 @@ class _Run:
         )
         return _Call(start, binding, action_input)
 
-    def start(self, call: _Call) -> _Call:
+    async def start(self, call: _Call) -> _Call:
         """Commit the attempt's RUNNING checkpoint, reads included, before the adapter runs."""
         action_id = call.start.action_id
         self.check_not_cancelled(f"start {action_id}")
-        attempt = self.write(
+        attempt = await self.write(
             "CHECKPOINT_START",
             lambda: self.deps.writes.starts.submit(self.db, call.start),
             step=f"start {action_id}",
@@ -240,7 +243,7 @@ class _Run:
         logger.info("action started", extra={**extra, "capability": call.binding.contract.key})
         return replace(call, attempt=attempt, extra=extra)
 
-    def call(self, call: _Call, snapshot: Snapshot) -> ActionResult:
+    async def call(self, call: _Call, snapshot: Snapshot) -> ActionResult:
         """Call the adapter, no transaction open (executions/worker/calls.py)."""
         action_id = call.start.action_id
         ctx = ActionContext(
@@ -255,9 +258,9 @@ class _Run:
             cancelled=self.cancelled,
             principal=self.principal,
         )
-        return adapter_call(call.binding, ctx, call.extra)
+        return await adapter_call(call.binding, ctx, call.extra)
 
-    def settle(self, call: _Call, result: ActionResult) -> dict[str, Any]:
+    async def settle(self, call: _Call, result: ActionResult) -> dict[str, Any]:
         """Apply the call's result: suspend on an asynchronous ACCEPTED, end the run as the
         recovery table says, or commit SUCCEEDED and return the output."""
         action_id, binding = call.start.action_id, call.binding
@@ -265,15 +268,16 @@ class _Run:
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
             # The provider will call back (executions/callbacks.py); until then, or until the
             # callback is overdue, the execution waits without a lease.
-            with borrowed(self.db) as conn:
-                deadline = call_accept(
-                    conn=conn,
+            deadline = await on(
+                self.db,
+                call_accept(
                     fence=self.fence,
                     action_id=action_id,
                     attempt=call.attempt,
                     timeout_seconds=contract.callback_timeout_seconds,
                     payload=self.audit,
-                )
+                ),
+            )
             run_suspended(action_id, CALLBACK_EVENT, deadline, call.extra)
         decision = recovery.after_call(
             result,
@@ -281,7 +285,7 @@ class _Run:
             attempt=call.attempt,
             effect=binding.effect,
             max_attempts=contract.max_attempts,
-            output_problem=output_problem(contract, result),
+            output_problem=await off_loop_if_large(result.output, output_problem, contract, result),
             cancelled=self.cancelled.is_set(),
         )
         if decision.verb == Verb.INTERRUPT:
@@ -289,7 +293,7 @@ class _Run:
         stop_unless_proceeding(decision)
         output = decision.output or {}
         success = SucceedItem(self.fence, action_id, call.attempt, output, binding.effect)
-        self.write(
+        await self.write(
             "CHECKPOINT_SUCCEED",
             lambda: self.deps.writes.successes.submit(self.db, success),
             step=f"save {action_id}",
@@ -297,12 +301,14 @@ class _Run:
         logger.info("action succeeded", extra=call.extra)
         return output
 
-    def write(self, statement: str, write: Callable[[], Any], step: str | None = None) -> Any:
+    async def write(
+        self, statement: str, write: Callable[[], Awaitable[Any]], step: str | None = None
+    ) -> Any:
         """A fenced write: a database error is logged with `statement` and retried with backoff
         for up to half the lease (renewals hold it meanwhile), then raised, leaving the run for
         recovery by lease and the poison cap (executions/worker/writeretry.py). With `step`, a
         write that matched nothing raises ExecutionSuperseded naming it."""
-        written = fenced_write(
+        written = await fenced_write(
             statement,
             write,
             budget_seconds=self.deps.config.lease_seconds / 2,
@@ -318,7 +324,7 @@ class _Run:
         if self.cancelled.is_set():
             raise ExecutionInterrupted(self.fence.execution_id, step=step)
 
-    def finish(
+    async def finish(
         self,
         definition: dict[str, Any],
         transition: dict[str, Any],
@@ -327,7 +333,9 @@ class _Run:
     ) -> RunOutcome:
         """Evaluate (executions/worker/evaluation.py), then commit the request's new state with
         the execution's success in one fenced transaction."""
-        item = final_item(
+        item = await off_loop_if_large(
+            snapshot.data,
+            final_item,
             fence=self.fence,
             definition=definition,
             transition=transition,
@@ -340,12 +348,11 @@ class _Run:
         self.check_not_cancelled("finalize")
         # A final commit that fails (its retries used) raises: RUNNING and the checkpoints stay
         # for recovery by lease, which reuses every SUCCEEDED one.
-        final = self.write(
+        final = await self.write(
             "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.db, item)
         )
         if final is None:
-            with borrowed(self.db) as conn:
-                refused = finalize_refusal(conn=conn, item=item)  # raises if superseded
+            refused = await on(self.db, finalize_refusal(item=item))  # raises if superseded
             raise RunEnded(
                 recovery.finalize_refused(
                     request_unchanged=refused.request_unchanged, unsettled=refused.unsettled
@@ -368,7 +375,7 @@ class _Run:
         return outcome
 
 
-def execution_run(
+async def execution_run(
     dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
 ) -> RunOutcome:
     """Run one claimed execution to its next resting state, as the holder of `dispatch`.
@@ -383,7 +390,7 @@ def execution_run(
     place.
     """
     run = _Run(dispatch, holding=holding, db=db, deps=deps)
-    return run.run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot)
+    return await run.run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot)
 
 
 __all__ = ["RunnerDeps", "execution_run"]

@@ -15,28 +15,31 @@ Invariants:
 - a refusal because another holder owns the execution is *superseded*, not failed:
   `is_superseded_refusal(err, execution_id)` is true only for an `ExecutionSuperseded` naming
   this very execution; the dispatcher settles it and never retries it;
+- the SPI is asynchronous: each method is a coroutine on the worker's event loop (one per
+  process: docs/adr/0010); a runtime never blocks the loop;
 - `cancel` is best effort: the durable cancellation is a fenced write in the database
   (executions/cancel.py) that never depends on reaching a worker. In the local runtime it sets
-  the per-execution `threading.Event` the adapters watch (`ActionContext.cancelled`), and only
+  the per-execution stop signal the adapters watch (`ActionContext.cancelled`), and only
   for the exact holder (execution id and token) it names;
-- `LocalWorkerRuntime` keeps WRITE_CONNECTIONS persistent database connections that all its slots
-  share, each borrowed for one statement (autocommit; each write is its own short transaction),
-  so a slot waiting on a provider holds none; it groups the hot-path writes of its slots
-  (executions/worker/groupcommit.py), and runs principal-less packages as the worker's system
-  identity (`runs_as_system`).
+- `LocalWorkerRuntime` keeps WRITE_CONNECTIONS persistent asynchronous connections that all its
+  slots share, each borrowed for one statement (autocommit; each write is its own short
+  transaction), so a slot waiting on a provider holds none; it groups the hot-path writes of its
+  slots (executions/worker/groupcommit.py), and runs principal-less packages as the worker's
+  system identity (`runs_as_system`).
 """
 
+import asyncio
 import logging
 import random
 import threading
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
@@ -55,11 +58,12 @@ logger = logging.getLogger("executions.worker")
 POOL_OPEN_TIMEOUT = 30.0  # seconds to open the runtime's connections at start
 POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (each is held for one statement)
 # Connections a process's slots share for every database step of their runs (reads, checkpoints,
-# finalisations; the grouped writes need one per kind at most). With the scheduler's claim/listen
-# and heartbeat connections, a runworker process uses at most 4, whatever WORKER_CONCURRENCY: a
-# slot that waits on a provider holds none.
+# finalisations; the grouped writes need one per kind at most) and the heartbeat's renewals.
+# With the scheduler's claim/listen connection and the prober's one (synchronous, opened only
+# while it probes), a runworker process uses at most 4, whatever WORKER_CONCURRENCY: a slot that
+# waits on a provider holds none.
 WRITE_CONNECTIONS = 2
-POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own threads when closing
+POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own workers when closing
 # Executions of a statement before psycopg prepares it on a connection: 0, at once. The worker
 # runs a handful of fixed statements for its whole life (sql.WORKER_SESSION keeps their plans).
 PREPARE_THRESHOLD = 0
@@ -81,20 +85,36 @@ def is_superseded_refusal(err: BaseException, execution_id: str | uuid.UUID) -> 
 
 
 class WorkerRuntime(Protocol):
+    """Every method is a coroutine run on the worker's event loop."""
+
     runs_as_system: bool
 
-    def allocate(self, holding: Holding) -> Reservation: ...
+    async def allocate(self, holding: Holding) -> Reservation: ...
 
-    def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult: ...
+    async def execute(
+        self, reservation: Reservation, package: ExecutionPackage
+    ) -> ExecutionResult: ...
 
-    def release(self, reservation: Reservation) -> None: ...
+    async def release(self, reservation: Reservation) -> None: ...
 
-    def cancel(
+    async def cancel(
         self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool: ...
 
 
-def _configurer(pooling: PoolingConfig) -> Callable[[psycopg.Connection], None]:
+def _configurer(
+    pooling: PoolingConfig,
+) -> Callable[[psycopg.AsyncConnection], Awaitable[None]]:
+    statements = pooling.session_statements()
+
+    async def configure(conn: psycopg.AsyncConnection) -> None:
+        for statement in statements:
+            await conn.execute(statement)
+
+    return configure
+
+
+def _sync_configurer(pooling: PoolingConfig) -> Callable[[psycopg.Connection], None]:
     statements = pooling.session_statements()
 
     def configure(conn: psycopg.Connection) -> None:
@@ -113,7 +133,7 @@ class Reservations:
         self._reservations: dict[uuid.UUID, Reservation] = {}
         self._reservations_lock = threading.Lock()
 
-    def allocate(self, holding: Holding) -> Reservation:
+    async def allocate(self, holding: Holding) -> Reservation:
         reservation = Reservation(holding)
         with self._reservations_lock:
             self._reservations[holding.dispatch.execution_id] = reservation
@@ -126,13 +146,13 @@ class Reservations:
         if fence != reservation.holding.dispatch.fence:
             raise ExecutionSuperseded(fence.execution_id, step="execute", token=fence.token)
 
-    def release(self, reservation: Reservation) -> None:
+    async def release(self, reservation: Reservation) -> None:
         execution_id = reservation.holding.dispatch.execution_id
         with self._reservations_lock:
             if self._reservations.get(execution_id) is reservation:
                 del self._reservations[execution_id]
 
-    def cancel(
+    async def cancel(
         self, execution_id: str, reason: str | None = None, *, token: int | None = None
     ) -> bool:
         """Set the stop signal of the holder of `execution_id` here (under `token`, when given),
@@ -155,20 +175,23 @@ class Reservations:
             extra={
                 **dispatch.fence.log_extra(),
                 "reason": reason,
-                **self._cancel_elsewhere(reservation, reason),
+                **(await self._cancel_elsewhere(reservation, reason)),
             },
         )
         return True
 
-    def _cancel_elsewhere(self, reservation: Reservation, reason: str | None) -> dict[str, Any]:
+    async def _cancel_elsewhere(
+        self, reservation: Reservation, reason: str | None
+    ) -> dict[str, Any]:
         """After the local stop signal: tell the process that runs it, if another one does;
         returns what to log about it."""
         return {}
 
 
 class LocalWorkerRuntime(Reservations):
-    """Runs executions in the calling thread; all its slots share WRITE_CONNECTIONS connections,
-    each borrowed for one statement (or one grouped batch) at a time."""
+    """Runs executions on the calling event loop; all its slots share WRITE_CONNECTIONS
+    asynchronous connections, each borrowed for one statement (or one grouped batch) at a time.
+    Opened, used and closed on one loop."""
 
     runs_as_system = True
 
@@ -185,7 +208,7 @@ class LocalWorkerRuntime(Reservations):
         super().__init__()
         pooling = pooling or PoolingConfig()
         size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
-        self._pool = ConnectionPool(
+        self._pool = AsyncConnectionPool(
             conninfo,
             min_size=size,
             max_size=size,
@@ -193,6 +216,18 @@ class LocalWorkerRuntime(Reservations):
             configure=_configurer(pooling),
             open=False,
             name="worker-runtime",
+            timeout=POOL_GET_TIMEOUT,
+        )
+        # The prober's (executions/workerloops.py): synchronous Django code in a thread of its
+        # own, so one connection of its own, opened only when it first probes.
+        self._prober_pool = ConnectionPool(
+            conninfo,
+            min_size=0,
+            max_size=1,
+            kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
+            configure=_sync_configurer(pooling),
+            open=False,
+            name="worker-prober",
             timeout=POOL_GET_TIMEOUT,
         )
         self._deps = RunnerDeps(
@@ -207,42 +242,55 @@ class LocalWorkerRuntime(Reservations):
     def config(self) -> WorkerConfig:
         return self._deps.config
 
-    def open(self) -> "LocalWorkerRuntime":
-        self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
+    @property
+    def writes(self) -> GroupWrites:
+        return self._deps.writes
+
+    async def open(self) -> "LocalWorkerRuntime":
+        await self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
+        self._prober_pool.open(wait=False)
         return self
 
-    def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
-        self._pool.close(timeout=timeout)
+    async def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
+        await self._pool.close(timeout=timeout)
+        # Its worker threads join here: off the loop, which the prober may be waiting on.
+        await asyncio.to_thread(self._prober_pool.close, timeout)
+
+    def borrow(
+        self, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection]:
+        """One of the shared connections for one step (the runs' writes, the heartbeat's
+        renewals, waiting at most `timeout` seconds for one); it goes back to the pool when the
+        block ends."""
+        return self._pool.connection(timeout=timeout)
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]:
-        """Borrow one of the shared connections for one step (the prober's: reconciliation/
-        probedb.py); it goes back to the pool, checked, when the block ends."""
-        return self._pool.connection()
+        """The prober's connection for one step, from its thread (reconciliation/probedb.py)."""
+        return self._prober_pool.connection()
 
-    def refresh_connections(self) -> None:
+    async def refresh_connections(self) -> None:
         """After a database outage: test the idle shared connections and replace broken ones,
-        so no run borrows a connection the outage closed."""
-        self._pool.check()
+        so no run (nor the prober) borrows a connection the outage closed."""
+        await self._pool.check()
+        await asyncio.to_thread(self._prober_pool.check)
 
-    def __enter__(self) -> "LocalWorkerRuntime":
-        return self.open()
+    async def __aenter__(self) -> "LocalWorkerRuntime":
+        return await self.open()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
-    def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
+    async def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
         Reservations.check(reservation, package)
         # Each step borrows a connection and gives it back at once; the pool checks a returned
         # connection, so one left broken by a failed statement is replaced.
         dispatch = package.dispatch
         holding = reservation.holding
-        outcome = execution_run(
-            dispatch, holding=holding, db=self._pool.connection, deps=self._deps
-        )
+        outcome = await execution_run(dispatch, holding=holding, db=self.borrow, deps=self._deps)
         return ExecutionResult.of(dispatch, outcome)
 
 
-def dispatch_once(
+async def dispatch_once(
     runtime: WorkerRuntime, package: ExecutionPackage, holding: Holding
 ) -> ExecutionResult:
     """Allocate for `holding`, execute `package` and always release; settle a superseded refusal
@@ -252,9 +300,9 @@ def dispatch_once(
     interrupted (no run: nothing more was written).
     """
     dispatch = package.dispatch
-    reservation = runtime.allocate(holding)
+    reservation = await runtime.allocate(holding)
     try:
-        return runtime.execute(reservation, package)
+        return await runtime.execute(reservation, package)
     except ExecutionSuperseded as err:
         if not is_superseded_refusal(err, dispatch.execution_id):
             raise
@@ -264,4 +312,4 @@ def dispatch_once(
         logger.info("execution interrupted", extra={**dispatch.log_extra, "step": err.step})
         return ExecutionResult(dispatch, Ending.INTERRUPTED)
     finally:
-        runtime.release(reservation)
+        await runtime.release(reservation)

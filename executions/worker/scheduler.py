@@ -1,8 +1,10 @@
 """The dispatcher of `runworker`: claim loop, LISTEN/NOTIFY wake-ups, heartbeat and shutdown.
 
 Invariants:
+- one event loop per process (docs/adr/0010): the claim loop, the heartbeat and every run are
+  tasks on it, so a slot costs a task, not a thread;
 - it claims only free capacity: a claim asks for at most min(WORKER_BATCH, free slots) rows, and
-  every claimed execution goes straight to a waiting slot thread, so no claimed work waits in a
+  every claimed execution starts its run as a task at once, so no claimed work waits in a
   local backlog while its lease ticks away. Each is one `Dispatch` (executions/claims.py), held
   in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps it
   and the holding is the request to allocate;
@@ -15,10 +17,11 @@ Invariants:
   is the fallback (polling, a missed notification);
 - the heartbeat (executions/worker/heartbeat.py) renews every held lease in one statement every
   WORKER_RENEW_SECONDS, cancels exactly the holder whose lease comes back lost, and gives the slot
-  of a run stuck past its deadline back to a new slot thread;
+  of a run stuck past its deadline back at once (its task is cancelled);
 - SIGTERM/SIGINT (`request_stop`): stop claiming at once; keep renewing while running work
   drains for up to WORKER_DRAIN_SECONDS (a second signal ends the drain); then signal the
-  remaining work to stop, stop renewing and return. Abandoned work keeps its lease and
+  remaining work to stop, stop renewing, cancel what has not stopped within a grace period and
+  return. Abandoned work keeps its lease and
   checkpoints; another worker recovers it once the lease expires;
 - a superseded refusal is settled (logged, slot released), never retried;
 - the poison cap: a claim returned with more consecutive takeovers without progress than
@@ -26,19 +29,20 @@ Invariants:
   RECONCILIATION_REQUIRED when a write succeeded or is uncertain) instead of run; takeovers
   within a lease of this process losing the database do not count.
 
-Connections: at most 4 per process whatever WORKER_CONCURRENCY: the runtime's shared ones
-(runtime.WRITE_CONNECTIONS, borrowed per statement), one for the heartbeat, and one that LISTENs
-and also runs the claim statement (notifications that arrive meanwhile are buffered, not lost);
-Django's own is closed after the start-up role check. All autocommit; no transaction spans more
-than one short write.
+Connections, all asynchronous but the prober's: at most 4 per process whatever
+WORKER_CONCURRENCY: the runtime's shared ones (runtime.WRITE_CONNECTIONS, borrowed per statement
+by the runs and by the heartbeat), one that LISTENs and also runs the claim statement
+(notifications that arrive meanwhile are buffered, not lost), and the prober's (opened when it
+probes); with a remote runtime the heartbeat has one of its own. Django's own is closed after the
+start-up role check. All autocommit; no transaction spans more than one short write.
 """
 
+import asyncio
+import contextlib
 import logging
-import queue
 import threading
 import time
 import uuid
-from typing import Any
 
 import psycopg
 
@@ -47,14 +51,17 @@ from orquestador.workerconfig import WorkerConfig
 from .. import sql
 from ..claims import Dispatch, executions_claim
 from ..leases import lease_owner_name
+from ..steps import run_async
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat
 from .holdings import Holding, Slots
+from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
 from .runtime import WorkerRuntime, dispatch_once
 from .wire import ExecutionPackage
+from .writeretry import signal_wait
 
 logger = logging.getLogger("executions.worker")
 
@@ -68,7 +75,8 @@ RECONNECT_MAX_SECONDS = 5.0  # seconds between attempts at most (the backoff dou
 
 
 class Scheduler:
-    """Claims executions and runs them through a `WorkerRuntime` until told to stop."""
+    """Claims executions and runs them through a `WorkerRuntime` until told to stop; `run` is a
+    coroutine, everything it starts runs on the same event loop."""
 
     def __init__(
         self,
@@ -87,18 +95,19 @@ class Scheduler:
         # Counters only: recording is one lock and an addition, never I/O (metrics.py).
         self.metrics = metrics or WorkerMetrics()
         self.metrics.track_slots(slots=config.concurrency, busy=lambda: self.busy)
+        # Threading events: `request_stop` may come from a signal handler or another thread.
         self._stop_claiming = threading.Event()
         self._end_drain = threading.Event()
         self._stop_heartbeat = threading.Event()
         self.slots = Slots()
-        self._work: queue.SimpleQueue[Holding | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._runs: dict[Holding, asyncio.Task[None]] = {}
         self.claimed = 0  # executions claimed by this scheduler, for tests and logs
         # When the database comes back, the runtime replaces the connections the outage broke
         # before any run borrows one.
         self.database = DatabaseState(
             self.owner, on_return=getattr(runtime, "refresh_connections", None)
         )
+        borrow = getattr(runtime, "borrow", None)  # the local runtime's shared connections
         self.heartbeat = Heartbeat(
             config=config,
             owner=self.owner,
@@ -107,9 +116,8 @@ class Scheduler:
             runtime=runtime,
             database=self.database,
             connect=self.connections.plain,
-            replace_slot=lambda execution_id: self._start(
-                self._slot, f"worker-slot-after-{execution_id[:8]}"
-            ),
+            give_back=self._abandon,
+            borrow=(lambda: borrow(timeout=config.renew_seconds)) if borrow else None,
         )
         self.outage_exit = False  # set when it stopped because of WORKER_DB_OUTAGE_EXIT_SECONDS
         self.running = threading.Event()  # set once it listens and claims
@@ -119,9 +127,10 @@ class Scheduler:
     # -- control ---------------------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Stop claiming now and drain (signal-safe: only sets events). Twice: end the drain."""
-        # No locks here: a signal handler may run while this thread holds one. Every wait in
-        # this module is bounded by WAKE_CHECK_SECONDS, so the events are seen promptly.
+        """Stop claiming now and drain (signal-safe, thread-safe: only sets events). Twice: end
+        the drain."""
+        # Every wait in this module is bounded by WAKE_CHECK_SECONDS, so the events are seen
+        # promptly.
         if self._stop_claiming.is_set():
             self._end_drain.set()
         self._stop_claiming.set()
@@ -133,11 +142,15 @@ class Scheduler:
     def occupants(self) -> list[Holding]:
         return self.slots.occupants()
 
-    def run(self) -> None:
+    async def run(self) -> None:
         """Claim and run until `request_stop`, then drain and return."""
-        for index in range(self.config.concurrency):
-            self._start(self._slot, f"worker-slot-{index}")
-        self._start(lambda: self.heartbeat.run(self._stop_heartbeat), "worker-heartbeat")
+        loop = asyncio.get_running_loop()
+        # What runs off the loop gets daemon threads, as many as calls at once, not the default
+        # handful (a synchronous adapter's call would wait for one of those).
+        loop.set_default_executor(DaemonThreads())
+        heartbeat = loop.create_task(
+            self.heartbeat.run(self._stop_heartbeat), name="worker-heartbeat"
+        )
         logger.info(
             "worker started",
             extra={
@@ -148,56 +161,53 @@ class Scheduler:
             },
         )
         try:
-            self._claim_loop()
+            await self._claim_loop()
         finally:
-            self._shutdown()
+            await self._shutdown(heartbeat)
             self.finished.set()
-
-    def _start(self, target: Any, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
 
     # -- claiming --------------------------------------------------------------------------
 
-    def _claim_loop(self) -> None:
-        conn: psycopg.Connection | None = None
+    async def _claim_loop(self) -> None:
+        conn: psycopg.AsyncConnection | None = None
         backlog = False  # the last claim took all it asked for: more work is probably due
         reconnect_wait = RECONNECT_FIRST_SECONDS
         try:
             while not self._stop_claiming.is_set():
                 try:
                     if conn is None:
-                        conn = self.connections.claiming()
+                        conn = await self.connections.claiming()
                         self.running.set()
-                    limit = self._free_slots(backlog=backlog)
+                    limit = await self._free_slots(backlog=backlog)
                     if limit == 0:
-                        self._take_cancels(conn)  # every slot busy: a cancel may be for one
+                        await self._take_cancels(conn)  # every slot busy: a cancel may be for one
                         continue
                     claim_started = time.perf_counter()
-                    dispatches = executions_claim(
-                        conn=conn,
-                        owner=self.owner,
-                        limit=limit,
-                        lease_seconds=self.config.lease_seconds,
-                        outage=self._outage_within_lease(),
+                    dispatches = await run_async(
+                        conn,
+                        executions_claim(
+                            owner=self.owner,
+                            limit=limit,
+                            lease_seconds=self.config.lease_seconds,
+                            outage=self._outage_within_lease(),
+                        ),
                     )
                     self.metrics.claim_done(
                         claimed=len(dispatches), seconds=time.perf_counter() - claim_started
                     )
                     if taken := sum(1 for dispatch in dispatches if dispatch.taken_over):
                         self.metrics.taken_over(taken)
-                    self.database.reached("claim")
+                    await self.database.reached("claim")
                     reconnect_wait = RECONNECT_FIRST_SECONDS
                     for dispatch in dispatches:
                         if dispatch.poisoned(self.config.max_reclaims):
-                            if poison_settle(conn, dispatch) is not None:
+                            if await poison_settle(conn, dispatch) is not None:
                                 self.metrics.reclaims_exhausted()
                         else:
                             self._hand_to_slot(dispatch)
                     backlog = len(dispatches) == limit
                     if not backlog:
-                        self._wait_for_work(conn)
+                        await self._wait_for_work(conn)
                 except psycopg.OperationalError as exc:
                     # Unreachable (or restarting): claim nothing, keep what runs, retry with a
                     # capped backoff, and say so once, not at every attempt.
@@ -205,18 +215,18 @@ class Scheduler:
                     self.database.failed("claim", exc)
                     logger.debug("claim retry", extra={"owner": self.owner, "detail": str(exc)})
                     if conn is not None:
-                        conn.close()
+                        await conn.close()
                     conn = None
-                    self.connections.close_listener()
+                    await self.connections.close_listener()
                     backlog = False
                     if self._outage_too_long():
                         break
-                    self._stop_claiming.wait(reconnect_wait)
+                    await signal_wait(self._stop_claiming, reconnect_wait)
                     reconnect_wait = min(reconnect_wait * 2, RECONNECT_MAX_SECONDS)
         finally:
             if conn is not None:
-                conn.close()
-            self.connections.close_listener()
+                await conn.close()
+            await self.connections.close_listener()
 
     def _outage_too_long(self) -> bool:
         """WORKER_DB_OUTAGE_EXIT_SECONDS has passed in this outage: stop so an orchestrator
@@ -241,30 +251,19 @@ class Scheduler:
             and time.monotonic() - database.back_since < self.config.lease_seconds
         )
 
-    def _free_slots(self, *, backlog: bool) -> int:
+    async def _free_slots(self, *, backlog: bool) -> int:
         """Wait for a free slot; return how many to claim (0 when stopping or still full)."""
         config = self.config
         target = min(config.batch, config.concurrency)
         slots = self.slots
-        with slots.changed:
-            slots.wake_at = config.concurrency - 1
-            slots.changed.wait_for(
-                lambda: slots.in_use < config.concurrency or self._stop_claiming.is_set(),
-                timeout=WAKE_CHECK_SECONDS,
-            )
-            if backlog and slots.in_use and config.concurrency - slots.in_use < target:
-                slots.wake_at = config.concurrency - target
-                slots.changed.wait_for(
-                    lambda: (
-                        config.concurrency - slots.in_use >= target or self._stop_claiming.is_set()
-                    ),
-                    timeout=REFILL_WAIT_SECONDS,
-                )
-            if self._stop_claiming.is_set():
-                return 0
-            return min(config.batch, config.concurrency - slots.in_use)
+        await slots.wait_free(at_most=config.concurrency - 1, timeout=WAKE_CHECK_SECONDS)
+        if backlog and slots.in_use and config.concurrency - slots.in_use < target:
+            await slots.wait_free(at_most=config.concurrency - target, timeout=REFILL_WAIT_SECONDS)
+        if self._stop_claiming.is_set():
+            return 0
+        return max(0, min(config.batch, config.concurrency - slots.in_use))
 
-    def _wait_for_work(self, conn: psycopg.Connection) -> None:
+    async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
         notifier = self.connections.notifier(conn)
@@ -276,26 +275,29 @@ class Scheduler:
                     return
                 wait = min(remaining, WAKE_CHECK_SECONDS)
                 if notifier is None:  # no session to LISTEN on: poll
-                    self._stop_claiming.wait(wait)
+                    await signal_wait(self._stop_claiming, wait)
                     continue
-                for notify in notifier.notifies(timeout=wait):
-                    if notify.channel != sql.CANCEL_CHANNEL:
-                        return
-                    self._cancel_notified(notify.payload)
+                # Closed at once, not when collected: it holds the connection's lock.
+                async with contextlib.aclosing(notifier.notifies(timeout=wait)) as notifies:
+                    async for notify in notifies:
+                        if notify.channel != sql.CANCEL_CHANNEL:
+                            return
+                        await self._cancel_notified(notify.payload)
         finally:
             self.idle.clear()
 
-    def _take_cancels(self, conn: psycopg.Connection) -> None:
+    async def _take_cancels(self, conn: psycopg.AsyncConnection) -> None:
         """Act on the cancellations announced so far, without waiting (work announcements
         read here are dropped: the next claim finds that work anyway)."""
         notifier = self.connections.notifier(conn)
         if notifier is None:
             return
-        for notify in notifier.notifies(timeout=0):
-            if notify.channel == sql.CANCEL_CHANNEL:
-                self._cancel_notified(notify.payload)
+        async with contextlib.aclosing(notifier.notifies(timeout=0)) as notifies:
+            async for notify in notifies:
+                if notify.channel == sql.CANCEL_CHANNEL:
+                    await self._cancel_notified(notify.payload)
 
-    def _cancel_notified(self, payload: str) -> None:
+    async def _cancel_notified(self, payload: str) -> None:
         """A cancellation fenced out an execution (sql.NOTIFY_CANCEL): stop its holder here, if
         this process holds it under an older token, exactly as a lost lease is stopped. Nothing
         is written: the holder's later writes are fenced out, and what it had in flight was
@@ -307,11 +309,11 @@ class Scheduler:
             return
         holding = self.slots.find(key)
         if holding is not None and holding.dispatch.fence.token < new_token:
-            self.heartbeat.lease_lost(holding, reason="cancelled")
+            await self.heartbeat.lease_lost(holding, reason="cancelled")
 
     def _hand_to_slot(self, dispatch: Dispatch) -> None:
-        """Take a slot for a claimed execution (its lease is renewed from now on) and hand it to
-        a waiting slot thread."""
+        """Take a slot for a claimed execution (its lease is renewed from now on) and start its
+        run as a task."""
         holding = self.slots.take(dispatch)
         self.claimed += 1
         if logger.isEnabledFor(logging.INFO):  # no log fields built per claim for a level off
@@ -319,62 +321,72 @@ class Scheduler:
                 "execution taken over" if dispatch.taken_over else "execution claimed",
                 extra=dispatch.log_extra,
             )
-        self._work.put(holding)
+        task = asyncio.get_running_loop().create_task(self._run(holding))
+        self._runs[holding] = task
 
     # -- running ---------------------------------------------------------------------------
 
-    def _slot(self) -> None:
-        while True:
-            holding = self._work.get()
-            if holding is None:
-                return
-            try:
-                result = dispatch_once(self.runtime, ExecutionPackage(holding.dispatch), holding)
-                self.metrics.run_ended(result)
-            except Exception:
-                # Left RUNNING with its checkpoints: another claim recovers it once the lease
-                # expires, and the recovery rules decide what may be repeated.
-                self.metrics.run_raised()
-                logger.exception(
-                    "execution run failed; left for recovery by lease",
-                    extra=holding.dispatch.log_extra,
-                )
-            finally:
-                self.slots.free(holding)
-            if holding.abandoned:
-                # A stuck run came back late: its writes were fenced out, a replacement thread
-                # already took its slot, so this thread ends here.
-                logger.warning(
-                    "stuck run returned after its slot was given back",
-                    extra=holding.dispatch.log_extra,
-                )
-                return
+    async def _run(self, holding: Holding) -> None:
+        cancelled = False
+        try:
+            result = await dispatch_once(self.runtime, ExecutionPackage(holding.dispatch), holding)
+            self.metrics.run_ended(result)
+        except asyncio.CancelledError:
+            if not holding.abandoned and not self._stop_heartbeat.is_set():
+                raise
+            # Given back past its deadline, or abandoned at shutdown: its lease and checkpoints
+            # stay for recovery; whatever a call still in a thread brings back is dropped.
+            cancelled = True
+        except Exception:
+            # Left RUNNING with its checkpoints: another claim recovers it once the lease
+            # expires, and the recovery rules decide what may be repeated.
+            self.metrics.run_raised()
+            logger.exception(
+                "execution run failed; left for recovery by lease",
+                extra=holding.dispatch.log_extra,
+            )
+        finally:
+            self.slots.free(holding)
+            self._runs.pop(holding, None)
+        if holding.abandoned:
+            logger.warning(
+                "stuck run cancelled after its slot was given back"
+                if cancelled
+                else "stuck run returned after its slot was given back",
+                extra=holding.dispatch.log_extra,
+            )
+
+    def _abandon(self, holding: Holding) -> None:
+        """A stuck run, its slot given back (heartbeat.py): end its task."""
+        task = self._runs.get(holding)
+        if task is not None:
+            task.cancel()
 
     # -- shutdown --------------------------------------------------------------------------
 
-    def _shutdown(self) -> None:
+    async def _shutdown(self, heartbeat: asyncio.Task[None]) -> None:
         deadline = time.monotonic() + self.config.drain_seconds
         logger.info("worker draining", extra={"owner": self.owner, "running": self.busy})
         slots = self.slots
-        with slots.changed:
-            while slots.in_use and not self._end_drain.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                slots.changed.wait(min(remaining, WAKE_CHECK_SECONDS))
+        while slots.in_use and not self._end_drain.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await slots.wait_free(at_most=0, timeout=min(remaining, WAKE_CHECK_SECONDS))
         abandoned = self.occupants()
         for holding in abandoned:
             holding.cancelled.set()
             fence = holding.dispatch.fence
-            self.runtime.cancel(str(fence.execution_id), "shutdown", token=fence.token)
+            await self.runtime.cancel(str(fence.execution_id), "shutdown", token=fence.token)
             logger.warning("execution abandoned at shutdown", extra=holding.dispatch.log_extra)
         self._stop_heartbeat.set()
-        with slots.changed:
-            slots.changed.wait_for(lambda: slots.in_use == 0, timeout=STOP_GRACE_SECONDS)
-        for _ in range(self.config.concurrency):
-            self._work.put(None)
-        for thread in self._threads:
-            thread.join(timeout=0.1 if abandoned else STOP_GRACE_SECONDS)
+        grace = time.monotonic() + STOP_GRACE_SECONDS
+        while slots.in_use and time.monotonic() < grace:
+            await slots.wait_free(at_most=0, timeout=max(0.0, grace - time.monotonic()))
+        runs = list(self._runs.values())
+        for task in runs:  # signalled and still running: abandoned, lease and checkpoints kept
+            task.cancel()
+        await asyncio.gather(heartbeat, *runs, return_exceptions=True)
         logger.info(
             "worker stopped",
             extra={"owner": self.owner, "claimed": self.claimed, "abandoned": len(abandoned)},

@@ -1,8 +1,9 @@
 """A run's wait action: met at once, reused, waited on, or timed out.
 
-The writes are executions/waits.py's, each one fenced transaction on a borrowed connection; this
-module decides which to make from the checkpoint the run found: the wait's output (the run goes
-on), a suspension (`run_suspended`), or EVENT_TIMEOUT under the usual rule for a failure.
+The writes are executions/waits.py's plans, each one fenced transaction on a borrowed
+connection; this module decides which to make from the checkpoint the run found: the wait's
+output (the run goes on), a suspension (`run_suspended`), or EVENT_TIMEOUT under the usual rule
+for a failure.
 """
 
 import logging
@@ -14,6 +15,7 @@ from orquestador import errors
 from ..claims import Snapshot
 from ..leases import ExecutionInterrupted, Fence
 from ..models import CheckpointStatus
+from ..steps import run_async
 from ..waits import (
     wait_checkpoint_expire,
     wait_deadline,
@@ -22,13 +24,13 @@ from ..waits import (
     wait_time_out_continue,
 )
 from . import recovery
-from .groupcommit import Database, borrowed
+from .groupcommit import Database, borrowed, on
 from .stops import RunEnded, run_suspended
 
 logger = logging.getLogger("executions.worker")
 
 
-def wait_step(
+async def wait_step(
     *,
     db: Database,
     fence: Fence,
@@ -47,15 +49,12 @@ def wait_step(
     if previous is None:
         if cancelled.is_set():
             raise ExecutionInterrupted(fence.execution_id, step=f"reach {action_id}")
-        with borrowed(db) as conn:
-            reached = wait_reach(
-                conn=conn,
-                fence=fence,
-                action=action,
-                sequence=sequence,
-                payload=audit,
-                tenant=snapshot.scope,
-            )
+        reached = await on(
+            db,
+            wait_reach(
+                fence=fence, action=action, sequence=sequence, payload=audit, tenant=snapshot.scope
+            ),
+        )
         if reached.output is None:
             run_suspended(action_id, event, reached.deadline, extra)
         logger.info("wait met by a kept event", extra=extra)
@@ -64,19 +63,20 @@ def wait_step(
         logger.info("wait reused", extra=extra)
         return previous.output or {}
     if previous.status == CheckpointStatus.WAITING:
-        with borrowed(db) as conn:
-            deadline, passed = wait_deadline(conn=conn, fence=fence, action=action)
+        async with borrowed(db) as conn:
+            deadline, passed = await run_async(conn, wait_deadline(fence=fence, action=action))
             if not passed:  # reclaimed before its deadline: wait on
-                due = wait_resuspend(conn=conn, fence=fence, action=action, deadline=deadline)
+                due = await run_async(
+                    conn, wait_resuspend(fence=fence, action=action, deadline=deadline)
+                )
                 run_suspended(action_id, event, due, extra)
             if "onTimeout" in action["wait"]:
-                output = wait_time_out_continue(
-                    conn=conn, fence=fence, action=action, payload=audit
+                output = await run_async(
+                    conn, wait_time_out_continue(fence=fence, action=action, payload=audit)
                 )
                 logger.info("wait timed out; onTimeout payload used", extra=extra)
                 return output
-            with conn.transaction():
-                wait_checkpoint_expire(conn=conn, fence=fence, action_id=action_id)
+            await run_async(conn, wait_checkpoint_expire(fence=fence, action_id=action_id))
     # Timed out without onTimeout (now, or by an earlier holder that stopped after recording it):
     # the execution fails under the usual rule for a failure.
     raise RunEnded(

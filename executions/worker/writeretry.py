@@ -14,11 +14,12 @@ Not retried here: a refusal because another holder owns the execution (`Executio
 value, not a database error), and a lost connection (the caller's reconnection path owns that).
 """
 
+import asyncio
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
@@ -42,9 +43,9 @@ def _connection_lost(exc: psycopg.Error) -> bool:
     )
 
 
-def fenced_write(
+async def fenced_write(
     statement: str,
-    write: Callable[[], Result],
+    write: Callable[[], Awaitable[Result]],
     *,
     budget_seconds: float,
     log_extra: dict[str, Any],
@@ -57,7 +58,7 @@ def fenced_write(
     attempt = 0
     while True:
         try:
-            return write()
+            return await write()
         except psycopg.Error as exc:
             if _connection_lost(exc):
                 raise
@@ -81,7 +82,18 @@ def fenced_write(
             )
             if giving_up:
                 raise
-            if stop is not None:
-                stop.wait(pause)
-            else:
-                time.sleep(pause)
+            await signal_wait(stop, pause)
+
+
+STOP_POLL_SECONDS = 0.05  # seconds between looks at a stop signal while a pause lasts
+
+
+async def signal_wait(stop: threading.Event | None, seconds: float) -> bool:
+    """Sleep `seconds` on the loop, or less if `stop` is set meanwhile; return whether it is."""
+    deadline = time.monotonic() + seconds
+    while stop is None or not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(left if stop is None else min(left, STOP_POLL_SECONDS))
+    return True

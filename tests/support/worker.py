@@ -37,12 +37,15 @@ from executions.claims import Dispatch, executions_claim
 from executions.finalize import FinalizeItem, executions_finalize, finalize_refusal
 from executions.flows.canonical import sha256_hex
 from executions.leases import ExecutionSuperseded, Fence
+from executions.steps import run_sync
+from executions.worker import runtime as worker_runtime
 from executions.worker.holdings import Holding
-from executions.worker.runtime import LocalWorkerRuntime, dispatch_once
+from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
 from executions.worker.wire import ExecutionPackage, ExecutionResult
 from orquestador.workerconfig import WorkerConfig
 from tests.conftest import manage
+from tests.support.loop import OnLoop, on_loop
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
 
@@ -390,7 +393,7 @@ def start_checkpoint(
         input_hash,
         previous_attempt,
     )
-    started = checkpoints_start(conn=conn, items=[item]).get(fence.execution_id)
+    started = run_sync(conn, checkpoints_start(items=[item])).get(fence.execution_id)
     if started is None:
         raise ExecutionSuperseded(fence.execution_id, step=f"start {action_id}", token=fence.token)
     return started
@@ -407,18 +410,18 @@ def save_checkpoint(
 ) -> None:
     """The runner's save write (checkpoints_succeed) for one holder; superseded raises."""
     item = SucceedItem(fence, action_id, attempt, output, effect)
-    if fence.execution_id not in checkpoints_succeed(conn=conn, items=[item]):
+    if fence.execution_id not in run_sync(conn, checkpoints_succeed(items=[item])):
         raise ExecutionSuperseded(fence.execution_id, step=f"save {action_id}", token=fence.token)
 
 
 def finalize_one(*, conn: psycopg.Connection, item: FinalizeItem, actor: str = "t") -> int:
     """The runner's final commit (executions_finalize) for one holder; return the new revision.
     Superseded raises; a refusal for another reason fails the test naming it."""
-    revision = executions_finalize(conn=conn, items=[item], actor=actor).get(
+    revision = run_sync(conn, executions_finalize(items=[item], actor=actor)).get(
         item.fence.execution_id
     )
     if revision is None:
-        raise AssertionError(f"finalisation refused: {finalize_refusal(conn=conn, item=item)}")
+        raise AssertionError(f"finalisation refused: {run_sync(conn, finalize_refusal(item=item))}")
     return revision
 
 
@@ -427,17 +430,21 @@ def finalize_one(*, conn: psycopg.Connection, item: FinalizeItem, actor: str = "
 # ------------------------------------------------------------------------------
 def runtime_for(
     dsn: str, reg: Registry, *, config: WorkerConfig = FAST, slots: int = 1
-) -> LocalWorkerRuntime:
-    """An opened LocalWorkerRuntime on `dsn` resolving through `reg` (close it when done)."""
-    return LocalWorkerRuntime(
-        conninfo=dsn, config=config, resolve=reg.resolve, slots=slots, rng=random.Random(7)
-    ).open()
+) -> OnLoop[LocalWorkerRuntime]:
+    """An opened LocalWorkerRuntime on `dsn` resolving through `reg`, on a loop of its own, its
+    SPI called as plain calls (close it when done)."""
+    return on_loop(
+        LocalWorkerRuntime(
+            conninfo=dsn, config=config, resolve=reg.resolve, slots=slots, rng=random.Random(7)
+        ),
+        name="test-runtime-loop",
+    )
 
 
 def claim(
     conn: psycopg.Connection, owner: str, *, limit: int = 1, lease_seconds: float = 2.0
 ) -> list[Dispatch]:
-    return executions_claim(conn=conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
+    return run_sync(conn, executions_claim(owner=owner, limit=limit, lease_seconds=lease_seconds))
 
 
 def package_of(found: Dispatch) -> ExecutionPackage:
@@ -452,15 +459,23 @@ def holding_of(found: Dispatch, cancelled: threading.Event | None = None) -> Hol
     return Holding(found, cancelled=cancelled or threading.Event())
 
 
-def run_claim(
-    runtime: LocalWorkerRuntime, found: Dispatch, *, cancelled: threading.Event | None = None
+def dispatch_once(
+    runtime: OnLoop[Any], package: ExecutionPackage, holding: Holding
 ) -> ExecutionResult:
-    """Run one claimed execution through the SPI, as a scheduler slot does."""
+    """The SPI's whole exchange for one package (runtime.dispatch_once), run on the runtime's
+    loop and waited for here."""
+    return runtime.run(worker_runtime.dispatch_once(runtime.target, package, holding))
+
+
+def run_claim(
+    runtime: OnLoop[Any], found: Dispatch, *, cancelled: threading.Event | None = None
+) -> ExecutionResult:
+    """Run one claimed execution through the SPI, as a scheduler slot does (on its loop)."""
     return dispatch_once(runtime, package_of(found), holding_of(found, cancelled))
 
 
 def run_next(
-    conn: psycopg.Connection, runtime: LocalWorkerRuntime, owner: str = "worker-a", **kwargs: Any
+    conn: psycopg.Connection, runtime: OnLoop[Any], owner: str = "worker-a", **kwargs: Any
 ) -> ExecutionResult:
     """Claim exactly one due execution and run it."""
     found = claim(conn, owner, lease_seconds=kwargs.pop("lease_seconds", 2.0))
@@ -521,20 +536,21 @@ def operator_resolves(
 def running_scheduler(
     dsn: str, reg: Registry, *, config: WorkerConfig = FAST, owner: str | None = None
 ) -> Iterator[Scheduler]:
-    """A Scheduler with a LocalWorkerRuntime, running in a thread until the block ends."""
+    """A Scheduler with a LocalWorkerRuntime, running on an event loop in a thread until the
+    block ends."""
     runtime = runtime_for(dsn, reg, config=config, slots=config.concurrency)
-    scheduler = Scheduler(config=config, conninfo=dsn, runtime=runtime, owner=owner)
-    thread = threading.Thread(target=scheduler.run, name="test-scheduler", daemon=True)
-    thread.start()
+    scheduler = Scheduler(config=config, conninfo=dsn, runtime=runtime.target, owner=owner)
+    done = runtime.loop.submit(scheduler.run())
     try:
         assert scheduler.running.wait(DEFAULT_TIMEOUT), "the scheduler did not start"
         yield scheduler
     finally:
         scheduler.request_stop()
         scheduler.request_stop()  # a second signal ends any drain at once
-        thread.join(DEFAULT_TIMEOUT)
-        runtime.close()
-        assert not thread.is_alive(), "the scheduler did not stop"
+        try:
+            done.result(DEFAULT_TIMEOUT)
+        finally:
+            runtime.close()
 
 
 def status_of(conn: psycopg.Connection, execution_id: uuid.UUID) -> str:

@@ -1,24 +1,23 @@
 """Slots in use: a freed slot wakes the claim loop only when it frees what the loop waits for."""
 
-import threading
+import asyncio
 import uuid
 
 from executions.claims import Dispatch
 from executions.leases import Fence
 from executions.worker.holdings import Slots
-from tests.support.worker import wait_until
 
 
-class CountingCondition(threading.Condition):
-    """A condition that counts its notifications."""
+class CountingEvent(asyncio.Event):
+    """An event that counts how often it is set."""
 
     def __init__(self) -> None:
         super().__init__()
         self.notified = 0
 
-    def notify_all(self) -> None:
+    def set(self) -> None:
         self.notified += 1
-        super().notify_all()
+        super().set()
 
 
 def _claim() -> Dispatch:
@@ -28,7 +27,7 @@ def _claim() -> Dispatch:
 
 def _held(busy: int) -> tuple[Slots, list]:
     held = Slots()
-    held.changed = CountingCondition()
+    held._freed = CountingEvent()
     return held, [held.take(_claim()) for _ in range(busy)]
 
 
@@ -38,14 +37,14 @@ def test_free__notifies_only_at_or_below_the_busy_count_waited_for():
 
     held.free(holdings[0])
     held.free(holdings[1])
-    assert held.changed.notified == 0 and held.busy == 3  # 4, then 3 busy: nobody to wake
+    assert held._freed.notified == 0 and held.busy == 3  # 4, then 3 busy: nobody to wake
 
     held.free(holdings[2])
-    assert held.changed.notified == 1  # 2 busy: what it waits for
+    assert held._freed.notified == 1  # 2 busy: what it waits for
 
     held.free(holdings[3])
     held.free(holdings[4])
-    assert held.changed.notified == 3 and held.busy == 0
+    assert held._freed.notified == 3 and held.busy == 0
 
 
 def test_free__the_last_slot_freed_always_notifies():
@@ -53,33 +52,33 @@ def test_free__the_last_slot_freed_always_notifies():
     held, holdings = _held(1)
     held.wake_at = 0
     held.free(holdings[0])
-    assert held.changed.notified == 1
+    assert held._freed.notified == 1
 
 
 def test_give_back__always_notifies():
     held, holdings = _held(3)
     held.wake_at = 0
     assert held.give_back(holdings[0])
-    assert held.changed.notified == 1 and held.busy == 2
+    assert held._freed.notified == 1 and held.busy == 2
 
 
 def test_free__wakes_a_real_waiter_when_enough_slots_are_free():
-    held, holdings = _held(4)
-    seen: list[int] = []
-    woke = threading.Event()
+    async def scenario() -> list[int]:
+        held, holdings = _held(4)
+        seen: list[int] = []
 
-    def waiter() -> None:
-        with held.changed:
-            held.wake_at = 1
-            held.changed.wait_for(lambda: seen.append(held.in_use) or held.in_use <= 1, 10)
-        woke.set()
+        async def waiter() -> None:
+            seen.append(held.in_use)
+            await held.wait_free(at_most=1, timeout=10)
+            seen.append(held.in_use)
 
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    wait_until(lambda: seen == [4], what="the waiter waiting with four busy")
-    for holding in holdings[:3]:
-        held.free(holding)
-    assert woke.wait(10)
-    thread.join(10)
-    # Woken once, by the release that left one busy: the two before it woke nobody.
-    assert seen == [4, 1]
+        waiting = asyncio.create_task(waiter())
+        await asyncio.sleep(0)  # the waiter is waiting, four busy
+        for holding in holdings[:3]:
+            held.free(holding)
+        await asyncio.wait_for(waiting, 10)
+        # Set once, by the release that left one busy: the two before it woke nobody.
+        assert held._freed.notified == 1
+        return seen
+
+    assert asyncio.run(scenario()) == [4, 1]

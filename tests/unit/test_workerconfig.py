@@ -91,3 +91,9 @@ def test_env_defaults__are_the_ones_env_example_documents():
     )
     assert {k: documented[k] for k in ENV_DEFAULTS} == ENV_DEFAULTS
     assert worker_tunables(ENV_DEFAULTS) == WorkerConfig()
+
+
+def test_worker_config__a_thousand_slots_at_most():
+    assert worker_config({**DEFAULTS, "WORKER_CONCURRENCY": "1000"}).concurrency == 1000
+    with pytest.raises(WorkerConfigError, match=r"^WORKER_CONCURRENCY must be at most 1,000"):
+        worker_config({**DEFAULTS, "WORKER_CONCURRENCY": "1001"})

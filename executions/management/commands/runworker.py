@@ -1,3 +1,4 @@
+import asyncio
 import signal
 import sys
 from typing import Any
@@ -9,13 +10,18 @@ from django.db import connection
 from actions.registry import IntegrationConfigError, load_registry
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
-from executions.worker.pooling import pooling_config
+from executions.worker.pooling import PoolingConfig, pooling_config
 from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
 from executions.workerloops import LOOP_JOIN_SECONDS, worker_loops
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
-from orquestador.workerconfig import WorkerConfigError, WorkerDisabled, worker_config
+from orquestador.workerconfig import (
+    WorkerConfig,
+    WorkerConfigError,
+    WorkerDisabled,
+    worker_config,
+)
 
 OUTAGE_EXIT_STATUS = 3  # exit status when the database stayed unreachable too long
 
@@ -25,6 +31,48 @@ class Command(BaseCommand):
 
     # The database role check below is the one that matters here, and it runs before any claim.
     requires_system_checks = []
+
+    async def _serve(
+        self,
+        scheduler: Scheduler,
+        runtime: LocalWorkerRuntime | RemoteWorkerRuntime,
+        config: WorkerConfig,
+        pooling: PoolingConfig,
+        metrics: WorkerMetrics,
+    ) -> None:
+        """One event loop for the whole worker: the runtime, the scheduler and its slots."""
+        async with runtime:
+            self.stdout.write(
+                f"worker {scheduler.owner} running {config.concurrency} slots; "
+                "SIGTERM or Ctrl-C drains and stops it"
+            )
+            if not pooling.listens:
+                self.stdout.write(
+                    "DATABASE_POOLER=transaction and no WORKER_LISTEN_DATABASE_URL: no LISTEN, "
+                    f"so new work is found by polling every {config.poll_ms} ms"
+                )
+            self.stdout.flush()
+            # The loops the apps registered (reconciliation's prober) are threads, with the
+            # runtime's prober connection: nothing of their own.
+            source = runtime.connection if isinstance(runtime, LocalWorkerRuntime) else None
+            loops = [
+                build(
+                    owner=scheduler.owner,
+                    may_probe=lambda: scheduler.busy < config.concurrency,
+                    metrics=metrics,
+                    source=source,
+                )
+                for build in worker_loops()
+            ]
+            for loop in loops:
+                loop.start()
+            try:
+                await scheduler.run()
+            finally:
+                for loop in loops:
+                    loop.stop.set()
+                for loop in loops:
+                    await asyncio.to_thread(loop.join, LOOP_JOIN_SECONDS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -59,48 +107,19 @@ class Command(BaseCommand):
             if remote is not None
             else LocalWorkerRuntime(conninfo=conninfo, config=config, pooling=pooling)
         )
-        with endpoint, runtime:
-            # Keyword arguments, alike other calls (wait_reach) in form only: nothing to share.
-            scheduler = Scheduler(
-                config=config,
-                conninfo=conninfo,
-                runtime=runtime,
-                metrics=metrics,
-                pooling=pooling,
-            )
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: scheduler.request_stop())
-            self.stdout.write(
-                f"worker {scheduler.owner} running {config.concurrency} slots; "
-                "SIGTERM or Ctrl-C drains and stops it"
-            )
-            if not pooling.listens:
-                self.stdout.write(
-                    "DATABASE_POOLER=transaction and no WORKER_LISTEN_DATABASE_URL: no LISTEN, "
-                    f"so new work is found by polling every {config.poll_ms} ms"
-                )
-            self.stdout.flush()
-            # The loops the apps registered (reconciliation's prober) borrow the runtime's
-            # shared connections: nothing of their own.
-            source = runtime.connection if isinstance(runtime, LocalWorkerRuntime) else None
-            loops = [
-                build(
-                    owner=scheduler.owner,
-                    may_probe=lambda: scheduler.busy < config.concurrency,
-                    metrics=metrics,
-                    source=source,
-                )
-                for build in worker_loops()
-            ]
-            for loop in loops:
-                loop.start()
-            try:
-                scheduler.run()
-            finally:
-                for loop in loops:
-                    loop.stop.set()
-                for loop in loops:
-                    loop.join(timeout=LOOP_JOIN_SECONDS)
+        # Keyword arguments, alike other calls (wait_reach) in form only: nothing to share.
+        scheduler = Scheduler(
+            config=config,
+            conninfo=conninfo,
+            runtime=runtime,
+            metrics=metrics,
+            pooling=pooling,
+        )
+        # Set before the loop starts, so asyncio leaves SIGINT to us: both signals drain.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: scheduler.request_stop())
+        with endpoint:
+            asyncio.run(self._serve(scheduler, runtime, config, pooling, metrics))
         if scheduler.outage_exit:
             # An orchestrator restarts it (WORKER_DB_OUTAGE_EXIT_SECONDS).
             self.stderr.write(

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from executions.resumes import MAX_KEPT_EVENTS
+from executions.steps import run_sync
 from executions.waits import wait_reach
 from tests.support import tokens
 from tests.support.worker import (
@@ -63,8 +64,8 @@ def suspend(conn: psycopg.Connection, flow_id: int):
     """An accepted execution a worker ran up to its first wait, where it suspended."""
     accepted = enqueue(conn, flow_id)
     (found,) = claim(conn, "worker-a", lease_seconds=30)
-    reached = wait_reach(
-        conn=conn, fence=found.fence, action=APPROVAL, sequence=0, payload={}, tenant="acme"
+    reached = run_sync(
+        conn, wait_reach(fence=found.fence, action=APPROVAL, sequence=0, payload={}, tenant="acme")
     )
     assert reached.output is None and reached.deadline is not None
     return accepted
@@ -264,13 +265,15 @@ def test_early_event__is_kept_and_consumed_when_the_wait_is_reached(
     assert response.json()["status"] == "PENDING"
     assert send(approver, accepted.execution_id, payload={"approved": False}).status_code == 200
     (found,) = claim(runtime_conn, "worker-a", lease_seconds=30)
-    reached = wait_reach(
-        conn=runtime_conn,
-        fence=found.fence,
-        action=APPROVAL,
-        sequence=0,
-        payload={},
-        tenant="acme",
+    reached = run_sync(
+        runtime_conn,
+        wait_reach(
+            fence=found.fence,
+            action=APPROVAL,
+            sequence=0,
+            payload={},
+            tenant="acme",
+        ),
     )
     assert reached.output == {"approved": False}
     assert reached.deadline is None

@@ -22,6 +22,7 @@ from executions.models import (
     ExecutionStatus,
     Request,
 )
+from executions.steps import run_sync
 from orquestador import errors
 from reconciliation import services
 from tests.support.worker import expire_lease, save_checkpoint, start_checkpoint
@@ -48,7 +49,7 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
     reclaims, finds the write uncertain and hands the execution to an operator. Returns A's
     fence, which A still believes in."""
     execution = _pending_case()
-    (claim_a,) = executions_claim(conn=conn_a, owner="worker-a", limit=1, lease_seconds=0.5)
+    (claim_a,) = run_sync(conn_a, executions_claim(owner="worker-a", limit=1, lease_seconds=0.5))
     fence_a = claim_a.fence
     start_checkpoint(
         conn=conn_a,
@@ -62,17 +63,19 @@ def _stale_holder_and_case(conn_a: psycopg.Connection, conn_b: psycopg.Connectio
         previous_attempt=0,
     )
     expire_lease(conn_b, execution.pk)
-    (claim_b,) = executions_claim(conn=conn_b, owner="worker-b", limit=1, lease_seconds=60)
+    (claim_b,) = run_sync(conn_b, executions_claim(owner="worker-b", limit=1, lease_seconds=60))
     assert claim_b.fence.token == fence_a.token + 1
-    status = execution_fail(
-        conn=conn_b,
-        fence=claim_b.fence,
-        error_code=errors.UNCERTAIN_WRITE,
-        error_detail="a non-idempotent write was left RUNNING",
-        settlement=None,
-        reconcile=True,
-        actor="worker-b",
-        payload={},
+    status = run_sync(
+        conn_b,
+        execution_fail(
+            fence=claim_b.fence,
+            error_code=errors.UNCERTAIN_WRITE,
+            error_detail="a non-idempotent write was left RUNNING",
+            settlement=None,
+            reconcile=True,
+            actor="worker-b",
+            payload={},
+        ),
     )
     assert status == ExecutionStatus.RECONCILIATION_REQUIRED
     return fence_a
@@ -149,7 +152,8 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
 
         # A's every later write still matches nothing: renewal, save, start.
         assert (
-            leases_renew(conn=conn_a, owner="worker-a", held=[fence_a], lease_seconds=60) == set()
+            run_sync(conn_a, leases_renew(owner="worker-a", held=[fence_a], lease_seconds=60))
+            == set()
         )
         with pytest.raises(ExecutionSuperseded):
             save_checkpoint(
@@ -162,19 +166,20 @@ def test_resolution_racing_a_stale_worker__fences_the_worker_out(
         # Requeued: the next claim runs it under a newer token still; A stays locked out even
         # now that the execution is RUNNING again.
         assert execution.status == ExecutionStatus.PENDING
-        (claim_c,) = executions_claim(conn=conn_b, owner="worker-c", limit=1, lease_seconds=60)
+        (claim_c,) = run_sync(conn_b, executions_claim(owner="worker-c", limit=1, lease_seconds=60))
         assert claim_c.fence.token == resolved.fencing_token + 1
         with pytest.raises(ExecutionSuperseded):
             save_checkpoint(
                 conn=conn_a, fence=fence_a, action_id="charge", attempt=1, output={"late": True}
             )
         assert (
-            leases_renew(conn=conn_a, owner="worker-a", held=[fence_a], lease_seconds=60) == set()
+            run_sync(conn_a, leases_renew(owner="worker-a", held=[fence_a], lease_seconds=60))
+            == set()
         )
         fence_c = claim_c.fence
-        assert leases_renew(conn=conn_b, owner="worker-c", held=[fence_c], lease_seconds=60) == {
-            (execution_id, claim_c.fence.token)
-        }
+        assert run_sync(
+            conn_b, leases_renew(owner="worker-c", held=[fence_c], lease_seconds=60)
+        ) == {(execution_id, claim_c.fence.token)}
 
 
 def test_two_operators_racing__exactly_one_resolution_lands(

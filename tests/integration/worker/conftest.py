@@ -46,7 +46,7 @@ class Endpoint:
     def serve(self, reg):
         runtime = runtime_for(self._dsn, reg)
         self._runtimes.append(runtime)
-        workerendpoint.endpoint_runtime_set(runtime)
+        workerendpoint.endpoint_runtime_set(runtime.target, runtime.loop)
         return runtime
 
     def close(self):

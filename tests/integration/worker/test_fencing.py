@@ -13,6 +13,7 @@ from executions.finalize import (
     execution_schedule_retry,
 )
 from executions.leases import ExecutionSuperseded
+from executions.steps import Plan, run_sync
 from tests.support.worker import (
     GateAdapter,
     ScriptedAdapter,
@@ -55,7 +56,7 @@ def takeover(conn, make_flow):
 def test_stale_token__can_neither_load_nor_start_a_checkpoint(conn, takeover):
     accepted, stale, _ = takeover
     with pytest.raises(ExecutionSuperseded) as refused:
-        execution_load(conn=conn, fence=stale)
+        run_sync(conn, execution_load(fence=stale))
     assert refused.value.execution_id == str(accepted.execution_id)
     with pytest.raises(ExecutionSuperseded):
         _start(conn, stale)
@@ -68,14 +69,18 @@ def test_stale_token__can_neither_save_nor_settle_a_checkpoint(conn, takeover):
     with pytest.raises(ExecutionSuperseded):
         save_checkpoint(conn=conn, fence=stale, action_id="a", attempt=1, output={"x": 1})
     with pytest.raises(ExecutionSuperseded), conn.transaction():
-        checkpoint_settle(
-            conn=conn,
-            fence=stale,
-            action_id="a",
-            attempt=1,
-            status="FAILED",
-            error_code="X",
-            error_detail=None,
+        run_sync(
+            conn,
+            Plan(
+                checkpoint_settle(
+                    fence=stale,
+                    action_id="a",
+                    attempt=1,
+                    status="FAILED",
+                    error_code="X",
+                    error_detail=None,
+                )
+            ),
         )
     row = checkpoint_rows(conn, accepted.execution_id)["a"]
     assert (row["status"], row["output"], row["fencing_token"]) == ("RUNNING", None, 2)
@@ -86,20 +91,25 @@ def test_stale_token__can_neither_retry_nor_fail_nor_finish(conn, takeover):
     _start(conn, current)
     settlement = AttemptSettlement("a", 1, "FAILED", "HTTP_503", "try later")
     with pytest.raises(ExecutionSuperseded):
-        execution_schedule_retry(
-            conn=conn, fence=stale, settlement=settlement, delay_seconds=1, actor="t", payload={}
+        run_sync(
+            conn,
+            execution_schedule_retry(
+                fence=stale, settlement=settlement, delay_seconds=1, actor="t", payload={}
+            ),
         )
     for reconcile in (False, True):
         with pytest.raises(ExecutionSuperseded):
-            execution_fail(
-                conn=conn,
-                fence=stale,
-                error_code="PERMANENT_FAILURE",
-                error_detail=None,
-                settlement=settlement,
-                reconcile=reconcile,
-                actor="t",
-                payload={},
+            run_sync(
+                conn,
+                execution_fail(
+                    fence=stale,
+                    error_code="PERMANENT_FAILURE",
+                    error_detail=None,
+                    settlement=settlement,
+                    reconcile=reconcile,
+                    actor="t",
+                    payload={},
+                ),
             )
     save_checkpoint(conn=conn, fence=current, action_id="a", attempt=1, output={})
     with pytest.raises(ExecutionSuperseded):

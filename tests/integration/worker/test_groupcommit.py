@@ -1,6 +1,4 @@
-"""Group commit of the hot-path writes: merged across threads, fenced and failing item by item."""
-
-import threading
+"""Group commit of the hot-path writes: merged across runs, fenced and failing item by item."""
 
 import psycopg
 import pytest
@@ -8,6 +6,7 @@ import pytest
 from executions.checkpoints import StartItem
 from executions.finalize import FinalizeItem
 from executions.worker.groupcommit import GroupWrites
+from executions.worker.loopthread import LoopThread
 from tests.support.worker import (
     action,
     checkpoint_rows,
@@ -33,22 +32,28 @@ CREATE TRIGGER test_fail_poisoned BEFORE INSERT ON audit_event
 """
 
 
-def _submit_all(runtime_dsn, submit, items):
-    """Submit each item from its own thread and connection; return results in item order."""
+@pytest.fixture
+def loop():
+    running = LoopThread(name="test-groupcommit")
+    yield running
+    running.stop()
+
+
+def _submit_all(loop, runtime_dsn, submit, items):
+    """Submit each item from its own task and connection, on `loop`; return the tasks' futures
+    and the results in item order."""
     results: list = [None] * len(items)
     errors: list = [None] * len(items)
 
-    def one(index):
-        with psycopg.connect(runtime_dsn, autocommit=True) as own:
+    async def one(index):
+        own = await psycopg.AsyncConnection.connect(runtime_dsn, autocommit=True)
+        async with own:
             try:
-                results[index] = submit(own, items[index])
+                results[index] = await submit(own, items[index])
             except Exception as exc:  # reported to the test below
                 errors[index] = exc
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(items))]
-    for thread in threads:
-        thread.start()
-    return threads, results, errors
+    return [loop.submit(one(i)) for i in range(len(items))], results, errors
 
 
 def _claimed_starts(conn, make_flow, n):
@@ -67,14 +72,16 @@ def _hold_first_then_release(runtime_dsn, group, first_id, followers, start):
     """Block the first batch on a row lock until every follower has queued behind it."""
     with psycopg.connect(runtime_dsn) as locker:
         locker.execute("SELECT 1 FROM execution WHERE id = %s FOR UPDATE", [first_id])
-        threads = start()
+        runs = start()
         wait_until(lambda: len(group._queue) == followers, what="the followers to queue up")
         locker.rollback()
-    for thread in threads:
-        thread.join(15)
+    for run in runs:
+        run.result(15)
 
 
-def test_group_commit__merges_concurrent_starts_and_fences_each_item(conn, make_flow, runtime_dsn):
+def test_group_commit__merges_concurrent_starts_and_fences_each_item(
+    conn, make_flow, runtime_dsn, loop
+):
     ids, claims, items = _claimed_starts(conn, make_flow, 6)
     stale = claims[3]
     conn.execute(
@@ -84,10 +91,10 @@ def test_group_commit__merges_concurrent_starts_and_fences_each_item(conn, make_
     state = {}
 
     def start():
-        threads, results, errors = _submit_all(runtime_dsn, writes.starts.submit, items[:1])
+        threads, results, errors = _submit_all(loop, runtime_dsn, writes.starts.submit, items[:1])
         state["first"] = (threads, results, errors)
         wait_until(lambda: writes.starts._leading, what="the first leader")
-        more, results2, errors2 = _submit_all(runtime_dsn, writes.starts.submit, items[1:])
+        more, results2, errors2 = _submit_all(loop, runtime_dsn, writes.starts.submit, items[1:])
         state["rest"] = (results2, errors2)
         return threads + more
 
@@ -101,7 +108,9 @@ def test_group_commit__merges_concurrent_starts_and_fences_each_item(conn, make_
     assert checkpoint_rows(conn, ids[5])["a"]["status"] == "RUNNING"
 
 
-def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, migration_dsn):
+def test_group_commit__a_failing_item_fails_alone(
+    conn, make_flow, runtime_dsn, migration_dsn, loop
+):
     flow_id = make_flow([])
     accepted = [enqueue(conn, flow_id) for _ in range(4)]
     ids = [a.execution_id for a in accepted]
@@ -126,10 +135,10 @@ def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, 
     state = {}
 
     def start():
-        threads, results, errors = _submit_all(runtime_dsn, writes.finals.submit, items[:1])
+        threads, results, errors = _submit_all(loop, runtime_dsn, writes.finals.submit, items[:1])
         state["first"] = (results, errors)
         wait_until(lambda: writes.finals._leading, what="the first leader")
-        more, results2, errors2 = _submit_all(runtime_dsn, writes.finals.submit, items[1:])
+        more, results2, errors2 = _submit_all(loop, runtime_dsn, writes.finals.submit, items[1:])
         state["rest"] = (results2, errors2)
         return threads + more
 
@@ -154,3 +163,27 @@ def test_group_commit__a_failing_item_fails_alone(conn, make_flow, runtime_dsn, 
     ]
     assert request_row(conn, accepted[2].request_id)["data"] == {}
     assert request_row(conn, accepted[3].request_id)["data"] == {"n": 3}
+
+
+def test_group_commit__a_run_cancelled_while_it_waits_strands_nobody(
+    conn, make_flow, runtime_dsn, loop
+):
+    # A stuck run's task is cancelled while its start waits behind a batch in flight. The lead
+    # passes on all the same: the runs behind it get their answers, none waits forever.
+    ids, _, items = _claimed_starts(conn, make_flow, 3)
+    writes = GroupWrites(actor="t")
+    with psycopg.connect(runtime_dsn) as locker:
+        locker.execute("SELECT 1 FROM execution WHERE id = %s FOR UPDATE", [ids[0]])
+        first, results, errors = _submit_all(loop, runtime_dsn, writes.starts.submit, items[:1])
+        wait_until(lambda: writes.starts._leading, what="the first leader")
+        rest, results2, errors2 = _submit_all(loop, runtime_dsn, writes.starts.submit, items[1:])
+        wait_until(lambda: len(writes.starts._queue) == 2, what="both followers to queue up")
+        rest[0].cancel()  # the run whose item would lead the next batch is gone
+        locker.rollback()
+    first[0].result(15)
+    rest[1].result(15)  # answered: the lead passed on without the cancelled run
+    assert results + results2[1:] == [1, 1] and errors + errors2[1:] == [None, None]
+    assert rest[0].cancelled()
+    # A queued item is written whatever became of its run (its later writes are fenced).
+    assert all(checkpoint_rows(conn, i)["a"]["status"] == "RUNNING" for i in ids)
+    wait_until(lambda: not writes.starts._leading, what="the lead to end")

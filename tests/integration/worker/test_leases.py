@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from executions.leases import Fence, leases_renew
+from executions.steps import run_sync
 from tests.support.worker import action, claim, enqueue, execution_row, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,7 +25,7 @@ def test_renew__extends_a_held_lease_from_the_database_clock(conn, flow_id):
     (found,) = claim(conn, "worker-a", lease_seconds=2)
     before = _lease(conn, accepted.execution_id)
 
-    renewed = leases_renew(conn=conn, owner="worker-a", held=[found.fence], lease_seconds=30)
+    renewed = run_sync(conn, leases_renew(owner="worker-a", held=[found.fence], lease_seconds=30))
 
     assert renewed == {(accepted.execution_id, 1)}
     row = execution_row(conn, accepted.execution_id)
@@ -46,7 +47,7 @@ def test_renew__needs_the_exact_holder(conn, flow_id, wrong):
     }[wrong]
     before = _lease(conn, accepted.execution_id)
 
-    assert leases_renew(conn=conn, owner=bad.owner, held=[bad], lease_seconds=30) == set()
+    assert run_sync(conn, leases_renew(owner=bad.owner, held=[bad], lease_seconds=30)) == set()
     assert _lease(conn, accepted.execution_id) == before
 
 
@@ -56,7 +57,7 @@ def test_renew__an_expired_lease_does_not_revive(conn, flow_id):
     expire_lease(conn, accepted.execution_id)
     before = _lease(conn, accepted.execution_id)
 
-    renewed = leases_renew(conn=conn, owner="worker-a", held=[found.fence], lease_seconds=30)
+    renewed = run_sync(conn, leases_renew(owner="worker-a", held=[found.fence], lease_seconds=30))
 
     assert renewed == set()
     row = execution_row(conn, accepted.execution_id)
@@ -77,13 +78,13 @@ def test_renew__batches_every_held_lease_and_reports_the_lost_ones(conn, flow_id
     # Someone else took the second one (a cancellation or a reclaim bumps its token).
     conn.execute("UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s", [ids[1]])
 
-    renewed = leases_renew(conn=conn, owner="worker-a", held=fences, lease_seconds=30)
+    renewed = run_sync(conn, leases_renew(owner="worker-a", held=fences, lease_seconds=30))
 
     assert renewed == {(ids[0], 1), (ids[2], 1)}
 
 
 def test_renew__of_nothing_sends_nothing(conn):
-    assert leases_renew(conn=conn, owner="worker-a", held=[], lease_seconds=30) == set()
+    assert run_sync(conn, leases_renew(owner="worker-a", held=[], lease_seconds=30)) == set()
 
 
 def test_fence__carries_the_four_holder_coordinates(conn, flow_id):

@@ -2,6 +2,7 @@
 that replaces a run once they pass WORKER_MAX_RECLAIMS (docs/worker-protocol.md#poison-cap,
 RECLAIMS_EXHAUSTED)."""
 
+import asyncio
 import time
 
 import psycopg
@@ -10,6 +11,7 @@ import pytest
 from executions.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
 from executions.claims import executions_claim
 from executions.finalize import execution_exhaust_reclaims
+from executions.steps import run_sync
 from executions.worker.metrics import RECLAIMS_EXHAUSTED
 from executions.worker.writeretry import fenced_write
 from orquestador.workerconfig import WorkerConfig
@@ -39,7 +41,7 @@ def flow_id(make_flow):
 
 def _takeover(conn, execution_id, owner="w", **kwargs):
     expire_lease(conn, execution_id)
-    found = executions_claim(conn=conn, owner=owner, limit=1, lease_seconds=LEASE, **kwargs)
+    found = run_sync(conn, executions_claim(owner=owner, limit=1, lease_seconds=LEASE, **kwargs))
     assert [c.execution_id for c in found] == [execution_id]
     return found[0]
 
@@ -47,8 +49,10 @@ def _takeover(conn, execution_id, owner="w", **kwargs):
 def _succeed_a(conn, found, effect="READ_ONLY"):
     fence = found.fence
     start = StartItem(fence, "a", 0, "NO_OP", 1, effect, "0" * 64, previous_attempt=0)
-    attempt = checkpoints_start(conn=conn, items=[start])[fence.execution_id]
-    saved = checkpoints_succeed(conn=conn, items=[SucceedItem(fence, "a", attempt, {}, effect)])
+    attempt = run_sync(conn, checkpoints_start(items=[start]))[fence.execution_id]
+    saved = run_sync(
+        conn, checkpoints_succeed(items=[SucceedItem(fence, "a", attempt, {}, effect)])
+    )
     assert saved == {fence.execution_id}
 
 
@@ -85,7 +89,7 @@ def test_claim__takeovers_after_a_database_outage_do_not_count(conn, flow_id):
 def test_exhaust_reclaims__fails_and_releases_when_no_write_is_outstanding(conn, flow_id):
     accepted = enqueue(conn, flow_id, notify=False)
     found = claim(conn, "w", lease_seconds=60)[0]
-    status = execution_exhaust_reclaims(conn=conn, fence=found.fence, reclaims=6, actor="w")
+    status = run_sync(conn, execution_exhaust_reclaims(fence=found.fence, reclaims=6, actor="w"))
     assert status == "FAILED"
     row = execution_row(conn, accepted.execution_id)
     assert (row["status"], row["error_code"]) == ("FAILED", "RECLAIMS_EXHAUSTED")
@@ -101,7 +105,7 @@ def test_exhaust_reclaims__reconciliation_when_a_write_succeeded(conn, flow_id):
     accepted = enqueue(conn, flow_id, notify=False)
     found = claim(conn, "w", lease_seconds=60)[0]
     _succeed_a(conn, found, effect="IDEMPOTENT_WRITE")
-    status = execution_exhaust_reclaims(conn=conn, fence=found.fence, reclaims=6, actor="w")
+    status = run_sync(conn, execution_exhaust_reclaims(fence=found.fence, reclaims=6, actor="w"))
     assert status == "RECONCILIATION_REQUIRED"
     row = execution_row(conn, accepted.execution_id)
     assert (row["status"], row["error_code"]) == ("RECONCILIATION_REQUIRED", "RECLAIMS_EXHAUSTED")
@@ -116,7 +120,7 @@ def _raising(conn, times: int, sqlstate: str = "40001"):
     """A write that fails with a real server error `times` times, then returns 'written'."""
     tries = []
 
-    def write():
+    async def write():
         tries.append(1)
         if len(tries) <= times:
             conn.execute(
@@ -130,8 +134,10 @@ def _raising(conn, times: int, sqlstate: str = "40001"):
 def test_fenced_write__retries_a_database_error_with_backoff_and_logs_the_statement(conn, caplog):
     write, tries = _raising(conn, 2)
     with caplog.at_level("WARNING", logger="executions.worker"):
-        result = fenced_write(
-            "EXECUTION_FINALIZE", write, budget_seconds=5, log_extra={"execution_id": "e1"}
+        result = asyncio.run(
+            fenced_write(
+                "EXECUTION_FINALIZE", write, budget_seconds=5, log_extra={"execution_id": "e1"}
+            )
         )
     assert (result, len(tries)) == ("written", 3)
     logged = [r for r in caplog.records if r.getMessage().startswith("fenced write failed")]
@@ -148,7 +154,7 @@ def test_fenced_write__gives_the_lease_up_once_the_budget_is_spent(conn, caplog)
         caplog.at_level("WARNING", logger="executions.worker"),
         pytest.raises(psycopg.errors.RaiseException),
     ):
-        fenced_write("CHECKPOINT_SUCCEED", write, budget_seconds=0.5, log_extra={})
+        asyncio.run(fenced_write("CHECKPOINT_SUCCEED", write, budget_seconds=0.5, log_extra={}))
     assert time.monotonic() - started < 2.5
     assert len(tries) >= 2
     assert caplog.records[-1].getMessage() == "fenced write failed; giving the lease up"

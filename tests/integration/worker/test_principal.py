@@ -12,7 +12,6 @@ import json
 import pytest
 
 from executions.resumes import execution_resume
-from executions.worker.runtime import dispatch_once
 from executions.worker.wire import package_json
 from orquestador.auth import EXECUTIONS_RESUME, Principal
 from tests.integration.actions.conftest import catalog_registry
@@ -23,6 +22,7 @@ from tests.support.worker import (
     audit_events,
     binding,
     claim,
+    dispatch_once,
     enqueue,
     execution_row,
     expire_lease,

@@ -19,13 +19,10 @@ from executions.claims import Dispatch
 from executions.leases import ExecutionSuperseded, Fence
 from executions.resumes import execution_resume
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
-from executions.worker.runtime import (
-    LocalWorkerRuntime,
-    dispatch_once,
-    is_superseded_refusal,
-)
+from executions.worker.runtime import LocalWorkerRuntime, is_superseded_refusal
 from executions.worker.wire import ExecutionPackage, package_json, package_read
 from orquestador.auth import EXECUTIONS_RESUME, Principal
+from tests.support.loop import on_loop
 from tests.support.worker import (
     FAST,
     GateAdapter,
@@ -34,6 +31,7 @@ from tests.support.worker import (
     binding,
     checkpoint_rows,
     claim,
+    dispatch_once,
     enqueue,
     execution_row,
     holding_of,
@@ -60,7 +58,7 @@ def _local(dsn, reg, endpoint):
 def _remote(dsn, reg, endpoint):
     endpoint.serve(reg)
     target = RemoteTarget(url=endpoint.url, token=endpoint.token)
-    return RemoteWorkerRuntime(target=target, config=REMOTE_CONFIG).open()
+    return on_loop(RemoteWorkerRuntime(target=target, config=REMOTE_CONFIG))
 
 
 RUNTIMES = {"local": _local, "remote": _remote}

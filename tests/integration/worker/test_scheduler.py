@@ -1,7 +1,6 @@
 """The dispatcher with real threads and PostgreSQL: capacity, wake-ups, heartbeat and shutdown."""
 
 import dataclasses
-import threading
 import time
 
 import psycopg
@@ -9,6 +8,7 @@ import pytest
 
 from executions.cancel import execution_cancel
 from executions.leases import leases_renew
+from executions.steps import run_sync
 from executions.worker.scheduler import Scheduler
 from tests.support.worker import (
     FAST,
@@ -138,7 +138,7 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
     flow_id = make_flow([action("a", "NO_OP")])
     first, second = enqueue(conn, flow_id), enqueue(conn, flow_id)
     with runtime_for(runtime_dsn, registry()) as runtime:
-        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime, owner="w")
+        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime.target, owner="w")
         (claim_a,) = claim(conn, "w", lease_seconds=30)
         holding_a = scheduler.slots.take(claim_a)
         sent = scheduler.occupants()  # the renewal goes out with execution A in it ...
@@ -151,7 +151,7 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
         assert claim_b.execution_id == second.execution_id
 
         renewed = scheduler_renewal(conn, sent)
-        scheduler.heartbeat.apply_renewal(sent, renewed, sent_at=time.monotonic())
+        runtime.run(scheduler.heartbeat.apply_renewal(sent, renewed, sent_at=time.monotonic()))
 
         assert renewed == set()  # A's lease is lost ...
         assert not holding_b.cancelled.is_set()  # ... and B, now on that slot, is untouched
@@ -159,13 +159,15 @@ def test_heartbeat__a_late_renewal_never_disturbs_another_execution(conn, make_f
 
         # The same answer while A is still held does cancel A, and only A.
         holding_a2 = scheduler.slots.take(claim_a)
-        scheduler.heartbeat.apply_renewal([holding_a2], set(), sent_at=time.monotonic())
+        runtime.run(
+            scheduler.heartbeat.apply_renewal([holding_a2], set(), sent_at=time.monotonic())
+        )
         assert holding_a2.cancelled.is_set() and not holding_b.cancelled.is_set()
 
 
 def scheduler_renewal(conn, holdings):
-    return leases_renew(
-        conn=conn, owner="w", held=[h.dispatch.fence for h in holdings], lease_seconds=30
+    return run_sync(
+        conn, leases_renew(owner="w", held=[h.dispatch.fence for h in holdings], lease_seconds=30)
     )
 
 
@@ -239,12 +241,11 @@ def test_scheduler__survives_a_lost_database_connection(conn, make_flow, runtime
 
 def test_scheduler__request_stop_is_safe_before_any_work(runtime_dsn):
     with runtime_for(runtime_dsn, registry()) as runtime:
-        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime)
-        thread = threading.Thread(target=scheduler.run)
-        thread.start()
+        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime.target)
+        done = runtime.loop.submit(scheduler.run())
         assert scheduler.running.wait(10)
         scheduler.request_stop()
-        thread.join(10)
+        done.result(10)
         assert scheduler.finished.is_set() and scheduler.claimed == 0
 
 
@@ -254,7 +255,7 @@ def test_take__the_same_fence_claimed_again_stops_the_earlier_holder(conn, make_
     flow_id = make_flow([action("a", "NO_OP")])
     first, _ = enqueue(conn, flow_id), enqueue(conn, flow_id)
     with runtime_for(runtime_dsn, registry()) as runtime:
-        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime, owner="w")
+        scheduler = Scheduler(config=FAST, conninfo=runtime_dsn, runtime=runtime.target, owner="w")
         (claim_a,) = claim(conn, "w", lease_seconds=30)
         assert claim_a.execution_id == first.execution_id
         earlier = scheduler.slots.take(claim_a)

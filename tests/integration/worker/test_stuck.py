@@ -1,5 +1,6 @@
-"""Stuck runs: an adapter that ignores its timeout and its cancellation holds a slot thread, but
-not the lease, not the slot, and not the execution (docs/worker-protocol.md#poison-cap)."""
+"""Stuck runs: an adapter that ignores its timeout and its cancellation holds a thread (a
+synchronous call), but not the lease, not the slot, and not the execution
+(docs/worker-protocol.md#poison-cap)."""
 
 import threading
 
@@ -97,14 +98,17 @@ def test_stuck_run__past_its_deadline_loses_the_lease_but_not_the_slot(
             )
             assert not adapter.returned.is_set()
 
-            adapter.release.set()  # the stuck thread returns late: fenced out, then it ends
+            # The stuck run's task was cancelled when its slot was given back; the call's thread
+            # returns late and what it brings back is dropped.
             wait_until(
                 lambda: any(
-                    r.getMessage() == "stuck run returned after its slot was given back"
+                    r.getMessage() == "stuck run cancelled after its slot was given back"
                     for r in caplog.records
                 ),
-                what="the late return",
+                what="the stuck run's task to end",
             )
+            adapter.release.set()
+            assert adapter.returned.wait(10)
             assert scheduler.busy == 0  # not given back twice
     finally:
         adapter.release.set()

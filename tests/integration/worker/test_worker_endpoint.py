@@ -15,8 +15,9 @@ from actions.base import StopSignal
 from executions.leases import ExecutionSuperseded
 from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
 from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
-from executions.worker.runtime import dispatch_once, is_superseded_refusal
+from executions.worker.runtime import is_superseded_refusal
 from executions.worker.wire import package_json
+from tests.support.loop import on_loop
 from tests.support.providers import JsonProvider, slow, status
 from tests.support.worker import (
     DEFAULT_TIMEOUT,
@@ -26,6 +27,7 @@ from tests.support.worker import (
     action,
     binding,
     claim,
+    dispatch_once,
     enqueue,
     execution_row,
     holding_of,
@@ -229,7 +231,7 @@ def test_endpoint__a_stale_fence_is_409_superseded_and_the_remote_runtime_settle
     assert response.json() == {"code": "superseded", "executionId": str(accepted.execution_id)}
 
     target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
-    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+    with on_loop(RemoteWorkerRuntime(target=target, config=FAST)) as runtime:
         request = holding_of(found)
         reservation = runtime.allocate(request)
         with pytest.raises(ExecutionSuperseded) as refused:
@@ -256,7 +258,7 @@ def _dispatch_fails(runtime, found):
 def test_remote_runtime__nothing_listening_is_an_error_not_superseded(conn, make_flow):
     _, found = claimed(conn, make_flow, ScriptedAdapter())
     target = RemoteTarget(url=f"http://127.0.0.1:{free_port()}/internal/worker/", token="w" * 40)
-    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+    with on_loop(RemoteWorkerRuntime(target=target, config=FAST)) as runtime:
         error = _dispatch_fails(runtime, found)
     assert "could not be reached" in str(error)
 
@@ -268,7 +270,7 @@ def test_remote_runtime__a_refused_token_is_an_error_not_superseded(
     worker_endpoint.serve(registry(binding("A", adapter)))
     _, found = claimed(conn, make_flow, adapter)
     target = RemoteTarget(url=worker_endpoint.url, token="x" * 40)
-    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+    with on_loop(RemoteWorkerRuntime(target=target, config=FAST)) as runtime:
         error = _dispatch_fails(runtime, found)
         assert runtime.cancel(str(found.execution_id), "test") is False  # released
     assert "401" in str(error)
@@ -289,7 +291,7 @@ def fake_endpoint():
 
 def _against(fake_endpoint):
     target = RemoteTarget(url=fake_endpoint.url("/internal/worker/"), token="w" * 40)
-    return RemoteWorkerRuntime(target=target, config=FAST)
+    return on_loop(RemoteWorkerRuntime(target=target, config=FAST))
 
 
 def test_remote_runtime__an_endpoint_slower_than_its_budget_is_an_error(
@@ -384,7 +386,7 @@ def test_remote_runtime__a_run_past_the_endpoints_limit_is_a_remote_timeout(
     worker_endpoint.serve(registry(binding("A", gate)))
     _, found = claimed(conn, make_flow, gate)
     target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
-    with RemoteWorkerRuntime(target=target, config=FAST) as runtime:
+    with on_loop(RemoteWorkerRuntime(target=target, config=FAST)) as runtime:
         error = _dispatch_fails(runtime, found)
     assert "503" in str(error) and "RUN_TIME_LIMIT" in str(error)
     assert gate.cancelled_seen.wait(DEFAULT_TIMEOUT)
@@ -401,7 +403,7 @@ def test_remote_runtime__waits_past_one_lease_and_abandons_the_answer_once_told_
     config = dataclasses.replace(FAST, endpoint_run_seconds=30)
     stop = StopSignal()
     ended: list = []
-    with RemoteWorkerRuntime(target=target, config=config) as runtime:
+    with on_loop(RemoteWorkerRuntime(target=target, config=config)) as runtime:
         request = holding_of(found, stop)
         thread = threading.Thread(
             target=lambda: ended.append(dispatch_once(runtime, package_of(found), request))
