@@ -80,7 +80,7 @@ def server(process_env, tmp_path) -> Iterator[tuple[str, dict]]:
             try:
                 if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or still booting
                 pass
             assert time.monotonic() < deadline, "gunicorn did not answer /healthz in time"
             time.sleep(0.1)  # polling a condition (the port answering), with a deadline
