@@ -39,6 +39,8 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
 8. The API: `POST /api/v1/requests/{id}/transitions` and `GET /api/v1/executions/{id}` through
    gunicorn (the production web server, docker/) with real HS256 tokens, at 1, 8 and 32
    concurrent clients (bench/apiclients.py): requests/s, p50, p99.
+9. Lists (bench/lists.py): first- and tenth-page latency of every list filter, in both access
+   modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
 
 9. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
    slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
@@ -50,7 +52,7 @@ processes' CPU time and pg_stat_database.xact_commit, before and after), and the
 context switches per execution (voluntary and not, every thread's, bench/procstat.py).
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, api, pgqueuer, http-async).
+sections (throughput, pickup, claim, raw, procrastinate, slow, api, lists, pgqueuer, http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -79,6 +81,7 @@ from psycopg import sql as pgsql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import lists  # noqa: E402
 from bench.peers import Peers  # noqa: E402
 from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
 from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
@@ -132,7 +135,7 @@ timeout_seconds = 10
 adapter = "http.json"
 url = "http://127.0.0.1:{port}/slow"
 """
-SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate")
+SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate", "lists")
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
 JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
@@ -1094,6 +1097,18 @@ class Bench:
             self.report["http_async"] = self.peers.http_async(
                 args.slow_concurrency, args.slow_calls, args.slow_delay
             )
+        if "lists" in wanted:  # last: it leaves a million rows of each in the tables
+            print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
+            self.report["lists"] = lists.run(
+                self.owner,
+                {**self.env, "WEB_WORKERS": str(args.web_workers)},
+                ROOT,
+                self.base,
+                _free_port(),
+                python=PYTHON,
+                rows=args.list_rows,
+                samples=args.list_samples,
+            )
         return self.report
 
 
@@ -1303,6 +1318,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--api-clients", default="1,8,32")
     parser.add_argument("--api-calls", type=int, default=2_000)
     parser.add_argument("--web-workers", type=int, default=2, help="WEB_WORKERS of the web server")
+    parser.add_argument("--list-rows", type=int, default=1_000_000, help="of each, for lists")
+    parser.add_argument("--list-samples", type=int, default=30, help="per filter and mode")
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
     parser.add_argument(
@@ -1323,6 +1340,7 @@ def main(argv: list[str]) -> int:
         args.procrastinate_jobs = min(args.procrastinate_jobs, 1_000)
         args.slow_calls = min(args.slow_calls, 1_500)
         args.api_calls = min(args.api_calls, 300)
+        args.list_rows = min(args.list_rows, 100_000)
         args.more_concurrency = "100"  # one higher concurrency: both sides' best configurations
     args.more_concurrency = [int(c) for c in args.more_concurrency.split(",") if int(c) > 0]
     args.processes = [int(p) for p in args.processes.split(",")]

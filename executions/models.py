@@ -97,6 +97,11 @@ class AuditType(models.TextChoices):
     LEASE_TAKEN_OVER = "LEASE_TAKEN_OVER"
 
 
+def _listed(*prefix: str) -> list[str]:
+    """An index's fields for a list: equality columns first, then the list's order."""
+    return [*prefix, "created_at", "id"]
+
+
 def _in(field: str, choices: type[models.TextChoices]) -> Q:
     return Q(**{f"{field}__in": choices.values})
 
@@ -150,12 +155,24 @@ class Request(models.Model):
     class Meta:
         db_table = "request"
         indexes = [
-            models.Index(fields=["scope", "owner", "created_at"], name="request_scope_owner_idx"),
             models.Index(
                 fields=["updated_at"],
                 name="request_blocked_idx",
                 condition=Q(blocked_by__isnull=False),
             ),
+            # The list's access paths (GET /api/v1/requests, newest first by created_at, id): the
+            # owner's, the tenant's, and the tenant's by state, by flow version, blocked only,
+            # and by last change (docs/api.md#lists).
+            models.Index(fields=_listed("scope", "owner"), name="request_owner_list_idx"),
+            models.Index(fields=_listed("scope"), name="request_tenant_list_idx"),
+            models.Index(fields=_listed("scope", "state"), name="request_state_list_idx"),
+            models.Index(fields=_listed("scope", "flow"), name="request_flow_list_idx"),
+            models.Index(
+                fields=_listed("scope"),
+                name="request_blocked_list_idx",
+                condition=Q(blocked_by__isnull=False),
+            ),
+            models.Index(fields=["scope", "updated_at"], name="request_updated_list_idx"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(revision__gte=1), name="request_revision_positive"),
@@ -178,6 +195,16 @@ class Execution(models.Model):
         Flow, on_delete=models.PROTECT, related_name="executions", db_index=False
     )
     transition_id = models.CharField(max_length=100)
+    # Copies of the request's scope and owner, so a list of executions walks one index of this
+    # table in either access mode. The database keeps them: a trigger sets both from the request
+    # on every insert, whatever the insert says (migration 0012), and a request's scope and owner
+    # never change.
+    scope = models.CharField(
+        max_length=255, db_default="", editable=False, help_text="Its request's tenant."
+    )
+    owner = models.CharField(
+        max_length=255, db_default="", editable=False, help_text="Its request's owner."
+    )
     status = models.CharField(
         max_length=32, choices=ExecutionStatus.choices, db_default=ExecutionStatus.PENDING
     )
@@ -237,6 +264,22 @@ class Execution(models.Model):
                 condition=Q(status__in=CLAIMABLE_STATUSES),
             ),
             models.Index(fields=["request", "created_at"], name="execution_request_idx"),
+            # The list's access paths (GET /api/v1/executions, newest first by created_at, id):
+            # the owner's, the tenant's, and the tenant's by status, by error code (failures
+            # only) and by finish time (finished only); by request: execution_request_idx.
+            models.Index(fields=_listed("scope", "owner"), name="execution_owner_list_idx"),
+            models.Index(fields=_listed("scope"), name="execution_tenant_list_idx"),
+            models.Index(fields=_listed("scope", "status"), name="execution_status_list_idx"),
+            models.Index(
+                fields=_listed("scope", "error_code"),
+                name="execution_error_list_idx",
+                condition=Q(error_code__isnull=False),
+            ),
+            models.Index(
+                fields=["scope", "finished_at"],
+                name="execution_finished_list_idx",
+                condition=Q(finished_at__isnull=False),
+            ),
             models.Index(
                 fields=["created_at"],
                 name="execution_reconcile_idx",

@@ -1,10 +1,21 @@
-"""Reads for the API: one request, one execution, the published flows.
+"""Reads for the API: one request, one execution, an execution's steps, the lists of requests
+and executions, the published flows.
 
 Requests and executions are read through `executions.access`, so the caller's owner and tenant
-are in the query; anything outside them raises NOT_FOUND exactly like a missing row.
+are in the query; anything outside them raises NOT_FOUND exactly like a missing row, and a list
+holds only what the caller may read.
+
+Lists are newest first, (created_at, id) descending, paged by keyset: a page is the rows before a
+position, read by one index walk that starts there (the indexes are the models' `*_list_idx`),
+never an OFFSET that would read every row before it.
 """
 
-from django.db.models import QuerySet
+import datetime
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from django.db.models import BooleanField, QuerySet
+from django.db.models.expressions import RawSQL
 
 from executions.flows.publication import flow_latest
 from orquestador import errors
@@ -12,7 +23,16 @@ from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
 from . import access
-from .models import Execution, Flow, Request
+from .cursors import Position
+from .models import ActionExecution, Execution, Flow, Request
+
+Row = TypeVar("Row", Request, Execution)  # what a list holds
+
+
+@dataclass(frozen=True)
+class Page(Generic[Row]):
+    rows: list[Row]
+    last: Position | None  # the position of the last row, when more rows follow it
 
 
 def request_get(*, principal: Principal, request_id: str) -> Request:
@@ -47,3 +67,99 @@ def flow_get(*, key: str, version: int | None) -> Flow:
 def flow_list() -> QuerySet[Flow]:
     """Every published flow version, by key then version."""
     return Flow.objects.order_by("key", "version")
+
+
+def execution_actions(*, principal: Principal, execution_id: str) -> list[ActionExecution]:
+    """The steps of the execution `execution_id` as `principal` may read it, in the order they
+    ran; NOT_FOUND otherwise. Two statements: the execution (access), then its checkpoints."""
+    found = access.visible_one(
+        access.executions_readable(principal).only("id"), execution_id, what="execution"
+    )
+    return list(
+        ActionExecution.objects.filter(execution_id=found.id)
+        .only(
+            "action_id",
+            "capability",
+            "capability_version",
+            "effect",
+            "status",
+            "attempt",
+            "started_at",
+            "finished_at",
+            "error_code",
+        )
+        .order_by("sequence", "id")
+    )
+
+
+def _page(rows: QuerySet[Row], *, position: Position | None, limit: int) -> Page[Row]:
+    """The `limit` rows of `rows` before `position` (all when None), newest first."""
+    if position is not None:
+        table = rows.model._meta.db_table
+        # A row comparison, which PostgreSQL walks as one index range; an OR of the two
+        # conditions would not be.
+        before = RawSQL(  # noqa: S611 (the model's own table; the values are parameters)
+            f'("{table}"."created_at", "{table}"."id") < (%s, %s)',
+            (position.created_at, position.id),
+            output_field=BooleanField(),
+        )
+        rows = rows.filter(before)
+    found = list(rows.order_by("-created_at", "-id")[: limit + 1])
+    if len(found) <= limit:
+        return Page(rows=found, last=None)
+    last = found[limit - 1]
+    return Page(rows=found[:limit], last=Position(created_at=last.created_at, id=last.pk))
+
+
+def _when(value: Any) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(value)
+
+
+def request_list(
+    *, principal: Principal, filters: dict[str, Any], limit: int, position: Position | None
+) -> Page[Request]:
+    """A page of the requests `principal` may read, matching `filters` (the query's names:
+    flowKey, state, blocked, createdAfter, createdBefore, updatedAfter), with their flows.
+
+    flowKey is resolved to its versions' ids first (one statement on the small flow table), so
+    the page's own statement walks request_flow_list_idx by equality."""
+    rows = access.requests_readable(principal).select_related("flow")
+    if "flowKey" in filters:
+        flow_ids = list(Flow.objects.filter(key=filters["flowKey"]).values_list("id", flat=True))
+        if not flow_ids:
+            return Page(rows=[], last=None)
+        rows = rows.filter(flow_id__in=flow_ids)
+    if "state" in filters:
+        rows = rows.filter(state=filters["state"])
+    if "blocked" in filters:
+        rows = rows.filter(blocked_by__isnull=not filters["blocked"])
+    if "createdAfter" in filters:
+        rows = rows.filter(created_at__gt=_when(filters["createdAfter"]))
+    if "createdBefore" in filters:
+        rows = rows.filter(created_at__lt=_when(filters["createdBefore"]))
+    if "updatedAfter" in filters:
+        rows = rows.filter(updated_at__gt=_when(filters["updatedAfter"]))
+    return _page(rows, position=position, limit=limit)
+
+
+def execution_list(
+    *, principal: Principal, filters: dict[str, Any], limit: int, position: Position | None
+) -> Page[Execution]:
+    """A page of the executions `principal` may read, matching `filters` (the query's names:
+    status, requestId, transitionId, errorCode, createdAfter, createdBefore, finishedAfter)."""
+    rows = access.executions_listable(principal)
+    for name, column in (
+        ("status", "status"),
+        ("requestId", "request_id"),
+        ("transitionId", "transition_id"),
+        ("errorCode", "error_code"),
+    ):
+        if name in filters:
+            rows = rows.filter(**{column: filters[name]})
+    if "createdAfter" in filters:
+        rows = rows.filter(created_at__gt=_when(filters["createdAfter"]))
+    if "createdBefore" in filters:
+        rows = rows.filter(created_at__lt=_when(filters["createdBefore"]))
+    if "finishedAfter" in filters:
+        rows = rows.filter(finished_at__gt=_when(filters["finishedAfter"]))
+    return _page(rows, position=position, limit=limit)

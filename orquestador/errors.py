@@ -10,6 +10,10 @@ UNAUTHENTICATED = "UNAUTHENTICATED"  # 401
 FORBIDDEN = "FORBIDDEN"  # 403: a permission missing from the token's scope
 NOT_FOUND = "NOT_FOUND"  # 404: missing, or not the caller's
 INVALID_BODY = "INVALID_BODY"  # 400
+# A list's query: an unknown parameter, or a value outside its type or enumeration (names it).
+INVALID_QUERY = "INVALID_QUERY"  # 400
+# A list's cursor that this server did not make for this caller and these filters.
+INVALID_CURSOR = "INVALID_CURSOR"  # 400
 DATA_INVALID = "DATA_INVALID"  # 422
 DATA_TOO_LARGE = "DATA_TOO_LARGE"  # 422
 UNKNOWN_TRANSITION = "UNKNOWN_TRANSITION"  # 422

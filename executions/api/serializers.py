@@ -14,7 +14,14 @@ from rest_framework import serializers
 from ..cancel import MAX_REASON_CHARS
 from ..flows.canonical import compact_size
 from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
-from ..models import Execution, ExecutionStatus, Request
+from ..models import (
+    ActionExecution,
+    CheckpointStatus,
+    Effect,
+    Execution,
+    ExecutionStatus,
+    Request,
+)
 from ..operatorwrites import REASON_SPACES
 from ..waits import waiting_for
 
@@ -280,7 +287,9 @@ class ExecutionViewSerializer(serializers.Serializer):
 
     @extend_schema_field(WaitingForSerializer)
     def get_waitingFor(self, execution: Execution) -> dict[str, Any] | None:
-        found = waiting_for(execution)
+        # A page passes what each of its executions waits for, read in one statement.
+        known = self.context.get("waiting")
+        found = known[execution.id] if known is not None else waiting_for(execution)
         return None if found is None else WaitingForSerializer(found).data
 
     def get_outcome(self, execution: Execution) -> str | None:
@@ -288,6 +297,55 @@ class ExecutionViewSerializer(serializers.Serializer):
 
     def get_target_state(self, execution: Execution) -> str | None:
         return (execution.result or {}).get("targetState")
+
+
+class RequestPageSerializer(serializers.Serializer):
+    results = RequestViewSerializer(many=True)
+    next = serializers.CharField(
+        allow_null=True,
+        help_text="The cursor of the next page (send it with the same filters), or null on "
+        "the last page.",
+    )
+
+
+class ExecutionPageSerializer(serializers.Serializer):
+    results = ExecutionViewSerializer(many=True)
+    next = serializers.CharField(
+        allow_null=True,
+        help_text="The cursor of the next page (send it with the same filters), or null on "
+        "the last page.",
+    )
+
+
+COMPENSATION_SUFFIX = ":compensate"  # a compensation step's actionId is "<actionId>:compensate"
+
+
+class ExecutionActionSerializer(serializers.Serializer):
+    """One step of an execution, as a client shows progress: never its input, output, external
+    key or the provider's answer."""
+
+    actionId = serializers.CharField(source="action_id")
+    capability = serializers.CharField()
+    version = serializers.IntegerField(source="capability_version")
+    effect = serializers.ChoiceField(choices=Effect.choices)
+    status = serializers.ChoiceField(choices=CheckpointStatus.choices)
+    attempts = serializers.IntegerField(source="attempt", help_text="Attempts started so far.")
+    startedAt = serializers.DateTimeField(source="started_at")
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    errorCode = serializers.CharField(
+        source="error_code", allow_null=True, help_text="A stable error code, when it failed."
+    )
+    compensates = serializers.SerializerMethodField(
+        help_text="The actionId this step undoes, when it is a compensation; null otherwise."
+    )
+
+    def get_compensates(self, checkpoint: ActionExecution) -> str | None:
+        undone = checkpoint.action_id.removesuffix(COMPENSATION_SUFFIX)
+        return undone if undone != checkpoint.action_id else None
+
+
+class ExecutionActionListSerializer(serializers.Serializer):
+    results = ExecutionActionSerializer(many=True)
 
 
 class FlowViewSerializer(serializers.Serializer):

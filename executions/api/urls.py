@@ -17,6 +17,7 @@ from .executionviews import (
     ExecutionDetailView,
     ExecutionEventsView,
 )
+from .listviews import ExecutionActionsView, ExecutionCollectionView
 from .schema import SchemaView
 from .views import (
     FlowCollectionView,
@@ -43,7 +44,9 @@ if settings.REQUEST_API_ENABLED:
             TransitionCollectionView.as_view(),
             name="api-request-transitions",
         ),
+        path("v1/executions", ExecutionCollectionView.as_view(), name="api-executions"),
         path(EXECUTION, ExecutionDetailView.as_view(), name="api-execution"),
+        path(f"{EXECUTION}/actions", ExecutionActionsView.as_view(), name="api-execution-actions"),
         path(f"{EXECUTION}/cancel", ExecutionCancelView.as_view(), name="api-execution-cancel"),
         path(f"{EXECUTION}/events", ExecutionEventsView.as_view(), name="api-execution-events"),
         path("v1/callbacks/<str:name>", CallbackView.as_view(), name="api-callbacks"),

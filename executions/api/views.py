@@ -21,6 +21,7 @@ from .. import selectors, services
 from ..flows.publication import flow_publish
 from .base import (
     IDEMPOTENCY_KEY_SCHEMA,
+    READ,
     ApiView,
     caller,
     error_response,
@@ -31,6 +32,7 @@ from .base import (
     read_one_view,
     validated,
 )
+from .listviews import request_list_answer, request_list_operation
 from .serializers import (
     ExecutionViewSerializer,
     FlowDefinitionSerializer,
@@ -43,7 +45,11 @@ from .serializers import (
 
 
 class RequestCollectionView(ApiView):
-    required_permissions = {"POST": (REQUESTS_WRITE,)}
+    required_permissions = {"GET": READ, "POST": (REQUESTS_WRITE,)}
+
+    @request_list_operation
+    def get(self, request: DrfRequest) -> Response:
+        return request_list_answer(request)
 
     @operation(
         "requests_create",

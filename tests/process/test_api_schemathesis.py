@@ -3,7 +3,8 @@
 
 Fails on any 5xx, any answer the schema does not describe (status, headers, content type, body),
 any schema-invalid request accepted, and any schema-valid request refused as malformed (400):
-what a generated client sends from the schema, the server takes. The statuses a schema cannot
+what a generated client sends from the schema, the server takes. The lists' cursors are left
+out of what it generates (see schema_without_cursors). The statuses a schema cannot
 predict (the flow named may not exist: 404; its dataSchema or transition may refuse the data:
 422; the request may have moved on: 409) are the only other answers a valid request may get.
 Bounded: SCHEMATHESIS_SECONDS of generation, a fixed seed, then the run stops by itself.
@@ -79,7 +80,7 @@ def server(process_env, tmp_path) -> Iterator[tuple[str, dict]]:
             try:
                 if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or still booting
                 pass
             assert time.monotonic() < deadline, "gunicorn did not answer /healthz in time"
             time.sleep(0.1)  # polling a condition (the port answering), with a deadline
@@ -101,6 +102,20 @@ def mint(env: dict, scope: str) -> str:
     ).stdout.strip()
 
 
+def schema_without_cursors(base: str, path: Path) -> Path:
+    """The published schema without the lists' `cursor` parameter: a generated cursor can never
+    be one the server made for that caller and those filters, so every such request would be a
+    right 400 INVALID_CURSOR that positive_data_acceptance counts as a refusal of valid data.
+    Cursors have their own tests (tests/integration/api/test_lists.py)."""
+    schema = requests.get(f"{base}/api/schema/?format=json", timeout=30).json()
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            parameters = operation.get("parameters", [])
+            operation["parameters"] = [p for p in parameters if p.get("name") != "cursor"]
+    path.write_text(json.dumps(schema))
+    return path
+
+
 def test_schemathesis__every_check_passes_against_a_real_server(server, tmp_path):
     base, env = server
     # The flow the schema's examples name (the demo flow), and the suite's own.
@@ -116,7 +131,7 @@ def test_schemathesis__every_check_passes_against_a_real_server(server, tmp_path
             str(config),
             "--no-color",
             "run",
-            f"{base}/api/schema/?format=json",
+            str(schema_without_cursors(base, tmp_path / "schema.json")),
             "--url",
             base,
             "--checks",
@@ -152,4 +167,4 @@ def test_schemathesis__every_check_passes_against_a_real_server(server, tmp_path
     report = result.stdout[-20000:] + result.stderr[-4000:]
     assert result.returncode == 0, report
     # every operation of the schema was exercised, but the signed callback
-    assert "Tested: 8" in result.stdout, report
+    assert "Tested: 11" in result.stdout, report

@@ -119,3 +119,25 @@ def test_transition__locks_the_row_with_owner_and_tenant_in_the_where(alice, flo
     assert queries.index(locks[0]) < next(
         i for i, sql in enumerate(queries) if '"execution"."idempotency_key"' in sql
     )
+
+
+@pytest.mark.parametrize(
+    ("who", "tenant", "owner"),
+    [("alice", "acme", "alice"), ("bob", "acme", "bob"), ("auditor", "acme", None)],
+)
+def test_lists__filter_by_the_callers_access_in_the_where(request, setup, who, tenant, owner):
+    listing = request.getfixturevalue(who)
+    response, queries = call(listing, "GET", "/api/v1/requests?state=DRAFT&limit=5")
+    assert response.status_code == 200, response.content
+    assert_filtered(queries, tenant=tenant, owner=owner)
+    # Executions are listed by the copies of their request's tenant and owner (no join).
+    response, queries = call(listing, "GET", "/api/v1/executions?status=PENDING&limit=5")
+    assert response.status_code == 200, response.content
+    (sql,) = queries
+    where = sql.split(" WHERE ", 1)[1]
+    assert f'"execution"."scope" = \'{tenant}\'' in where, sql
+    if owner is None:
+        assert '"execution"."owner"' not in where, sql
+    else:
+        assert f'"execution"."owner" = \'{owner}\'' in where, sql
+    assert len(response.json()["results"]) == (0 if who == "bob" else 1)

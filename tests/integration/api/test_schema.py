@@ -9,8 +9,12 @@ from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
+LIST = {"200", "400", "401", "403", "405"}
 EXPECTED = {
+    ("/api/v1/requests", "get"): LIST,
     ("/api/v1/requests", "post"): {"201", "400", "401", "403", "404", "405", "422"},
+    ("/api/v1/executions", "get"): LIST,
+    ("/api/v1/executions/{execution_id}/actions", "get"): {"200", "401", "403", "404", "405"},
     ("/api/v1/requests/{request_id}", "get"): {"200", "401", "403", "404", "405"},
     ("/api/v1/requests/{request_id}/transitions", "post"): {
         "202",
@@ -209,3 +213,60 @@ def test_allow_header__lists_exactly_the_methods_served(alice, admin, method, pa
         m.upper() for m in Client().get("/api/schema/", {"format": "json"}).json()["paths"][path]
     }
     assert documented <= allowed <= documented | {"HEAD"}
+
+
+def test_schema__lists_have_their_pages_filters_and_steps(schema):
+    components = schema["components"]["schemas"]
+    for page, view in (("RequestPage", "RequestView"), ("ExecutionPage", "ExecutionView")):
+        assert set(components[page]["properties"]) == {"results", "next"}
+        assert set(components[page]["required"]) == {"results", "next"}
+        assert components[page]["properties"]["results"]["items"]["$ref"].endswith(view)
+        assert components[page]["properties"]["next"]["nullable"] is True
+    assert set(components["ExecutionAction"]["properties"]) == {
+        "actionId",
+        "capability",
+        "version",
+        "effect",
+        "status",
+        "attempts",
+        "startedAt",
+        "finishedAt",
+        "errorCode",
+        "compensates",
+    }
+    assert set(components["ExecutionAction"]["required"]) == set(
+        components["ExecutionAction"]["properties"]
+    )
+
+    def parameters(path: str) -> dict:
+        found = schema["paths"][path]["get"]["parameters"]
+        return {p["name"]: p for p in found if p["in"] == "query"}
+
+    assert set(parameters("/api/v1/requests")) == {
+        "flowKey",
+        "state",
+        "blocked",
+        "createdAfter",
+        "createdBefore",
+        "updatedAfter",
+        "limit",
+        "cursor",
+    }
+    executions = parameters("/api/v1/executions")
+    assert set(executions) == {
+        "status",
+        "requestId",
+        "transitionId",
+        "errorCode",
+        "createdAfter",
+        "createdBefore",
+        "finishedAfter",
+        "limit",
+        "cursor",
+    }
+    assert "SUCCEEDED" in executions["status"]["schema"]["enum"]
+    assert executions["createdAfter"]["schema"] == {"type": "string", "format": "date-time"}
+    limit = executions["limit"]["schema"]
+    assert (limit["minimum"], limit["maximum"], limit["default"]) == (1, 200, 50)
+    description = schema["paths"]["/api/v1/executions"]["get"]["responses"]["400"]["description"]
+    assert "INVALID_QUERY" in description and "INVALID_CURSOR" in description

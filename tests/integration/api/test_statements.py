@@ -78,3 +78,71 @@ def test_get_execution__is_one_statement(alice, flow):
 
     assert response.status_code == 200, response.content
     assert verbs(captured) == GET_STATEMENTS, sent(captured)
+
+
+# Lists: one statement per page whatever its size (the rows with their flows; the caller's access
+# in the WHERE clause), plus the flow's versions when filtered by flowKey, plus one for what the
+# page's SUSPENDED executions wait for when it has any. An execution's steps: the execution
+# (access), then its checkpoints.
+LIST_REQUESTS_STATEMENTS = ["SELECT"]
+LIST_REQUESTS_BY_FLOW_STATEMENTS = ["SELECT", "SELECT"]
+LIST_EXECUTIONS_STATEMENTS = ["SELECT"]
+LIST_EXECUTIONS_WITH_SUSPENDED_STATEMENTS = ["SELECT", "SELECT"]
+ACTIONS_STATEMENTS = ["SELECT", "SELECT"]
+
+
+@pytest.fixture
+def twelve(alice, flow) -> list[str]:
+    """Twelve of alice's requests, each with one execution."""
+    ids = []
+    for _ in range(12):
+        created = alice.create()
+        ids.append(alice.accept(created["id"], "submit", 1).json()["id"])
+    connection.ensure_connection()
+    return ids
+
+
+@pytest.mark.parametrize("limit", [1, 5])
+def test_list_pages__statements_do_not_grow_with_the_page(alice, twelve, limit):
+    for path, expected in (
+        (f"/api/v1/requests?limit={limit}", LIST_REQUESTS_STATEMENTS),
+        (f"/api/v1/requests?limit={limit}&flowKey=claims", LIST_REQUESTS_BY_FLOW_STATEMENTS),
+        (f"/api/v1/executions?limit={limit}", LIST_EXECUTIONS_STATEMENTS),
+    ):
+        first = alice.get(path).json()
+        assert len(first["results"]) == limit
+        with CaptureQueriesContext(connection) as captured:
+            response = alice.get(f"{path}&cursor={first['next']}")
+        assert response.status_code == 200, response.content
+        assert len(response.json()["results"]) == limit
+        assert verbs(captured) == expected, sent(captured)
+
+
+def test_list_executions__suspended_ones_add_one_statement_for_the_page(alice, twelve):
+    from executions.models import ActionExecution, Execution
+
+    for execution_id in twelve[:5]:
+        Execution.objects.filter(id=execution_id).update(status="SUSPENDED")
+        ActionExecution.objects.create(
+            execution_id=execution_id,
+            action_id="approval",
+            sequence=0,
+            capability="wait:approved",
+            capability_version=1,
+            effect="READ_ONLY",
+            status="WAITING",
+            input_hash="0" * 64,
+            external_key=f"{execution_id}:approval",
+            fencing_token=1,
+        )
+    with CaptureQueriesContext(connection) as captured:
+        response = alice.get("/api/v1/executions?limit=50")
+    assert response.status_code == 200, response.content
+    assert sum("waitingFor" in e for e in response.json()["results"]) == 5
+    assert verbs(captured) == LIST_EXECUTIONS_WITH_SUSPENDED_STATEMENTS, sent(captured)
+
+
+def test_execution_actions__are_two_statements(alice, twelve, django_assert_num_queries):
+    with django_assert_num_queries(len(ACTIONS_STATEMENTS)):
+        response = alice.get(f"/api/v1/executions/{twelve[0]}/actions")
+    assert response.status_code == 200, response.content

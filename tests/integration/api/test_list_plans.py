@@ -1,0 +1,169 @@
+"""Plans of the lists: every filter, alone and in the combinations clients use most, is served
+by an index in both access modes (the owner's, the tenant's), never by scanning a table.
+
+The tables hold enough rows across tenants, owners, states, flows and statuses for the planner to
+choose as it would in production; the statements are the ones the API sends (captured from real
+calls), planned with EXPLAIN after ANALYZE.
+"""
+
+import json
+from collections.abc import Iterator
+from urllib.parse import urlencode
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from executions.flows.publication import flow_publish
+
+from .conftest import caller, flow_definition
+
+pytestmark = pytest.mark.django_db
+
+TENANTS, OWNERS, PER_OWNER = 20, 5, 200  # 20,000 requests, as many executions
+# Row g is of tenant g % TENANTS; k = g / TENANTS spreads owners, flows and states inside it.
+FILL_REQUESTS = """
+INSERT INTO request (id, flow_id, owner, scope, data, state, created_at, updated_at)
+SELECT gen_random_uuid(),
+       CASE WHEN k %% 10 = 0 THEN %(single)s WHEN k %% 2 = 0 THEN %(v1)s ELSE %(v2)s END,
+       'o' || k %% %(owners)s, 't' || g %% %(tenants)s,
+       jsonb_build_object('pad', repeat('x', 500)),
+       (ARRAY['DRAFT', 'SUBMITTED', 'CLOSED'])[1 + k %% 3],
+       now() - g * interval '1 second', now() - g * interval '1 second'
+  FROM generate_series(1, %(n)s) AS g, LATERAL (SELECT g / %(tenants)s AS k) AS spread
+"""
+FILL_EXECUTIONS = """
+INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_revision,
+                       actor_snapshot, error_code, created_at, finished_at)
+SELECT gen_random_uuid(), r.id, r.flow_id, (ARRAY['submit', 'close'])[1 + n % 2], s.status, 2,
+       jsonb_build_object('pad', repeat('x', 300)),
+       CASE WHEN s.status = 'FAILED' THEN 'PERMANENT_FAILURE' END, r.created_at,
+       CASE WHEN s.status IN ('SUCCEEDED', 'FAILED') THEN r.created_at END
+  FROM (SELECT id, flow_id, created_at, row_number() OVER () AS n FROM request) AS r,
+       LATERAL (SELECT CASE WHEN r.n % 20 = 0 THEN 'FAILED' WHEN r.n % 7 = 0 THEN 'PENDING'
+                            ELSE 'SUCCEEDED' END AS status) AS s
+"""
+RECENT = "2000-01-01T00:00:00Z"
+NOW_ISH = "2100-01-01T00:00:00Z"
+
+REQUEST_CASES = [
+    # (query, indexes that may serve it in tenant mode)
+    ({}, {"request_tenant_list_idx"}),
+    ({"state": "SUBMITTED"}, {"request_state_list_idx"}),
+    ({"state": "SUBMITTED", "createdAfter": RECENT}, {"request_state_list_idx"}),
+    ({"flowKey": "single"}, {"request_flow_list_idx"}),
+    ({"flowKey": "twice"}, {"request_flow_list_idx", "request_tenant_list_idx"}),
+    (
+        {"flowKey": "single", "state": "DRAFT"},
+        {"request_flow_list_idx", "request_state_list_idx"},
+    ),
+    # Blocked requests are live work only: either partial index holds just them.
+    ({"blocked": "true"}, {"request_blocked_list_idx", "request_blocked_idx"}),
+    ({"blocked": "false"}, {"request_tenant_list_idx"}),
+    ({"createdAfter": RECENT, "createdBefore": NOW_ISH}, {"request_tenant_list_idx"}),
+    ({"updatedAfter": NOW_ISH}, {"request_updated_list_idx"}),
+]
+EXECUTION_CASES = [
+    ({}, {"execution_tenant_list_idx"}),
+    ({"status": "FAILED"}, {"execution_status_list_idx", "execution_error_list_idx"}),
+    ({"status": "PENDING", "createdAfter": RECENT}, {"execution_status_list_idx"}),
+    ({"status": "SUCCEEDED", "createdBefore": NOW_ISH}, {"execution_status_list_idx"}),
+    ({"requestId": "REQUEST"}, {"execution_request_idx"}),
+    ({"requestId": "REQUEST", "status": "SUCCEEDED"}, {"execution_request_idx"}),
+    ({"transitionId": "close"}, {"execution_tenant_list_idx"}),
+    ({"errorCode": "PERMANENT_FAILURE"}, {"execution_error_list_idx"}),
+    ({"createdAfter": RECENT}, {"execution_tenant_list_idx"}),
+    ({"finishedAfter": NOW_ISH}, {"execution_finished_list_idx"}),
+]
+# In the owner's mode its own index serves every filter, or a narrower one of the tenant's.
+OWNER_INDEXES = {"request": "request_owner_list_idx", "execution": "execution_owner_list_idx"}
+
+
+def _nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+@pytest.fixture
+def filled(db) -> str:
+    """The tables filled and analysed; returns a request id of tenant t0's owner o0."""
+    single, _ = flow_publish(definition=flow_definition(key="single"))
+    v1, _ = flow_publish(definition=flow_definition(key="twice"))
+    v2, _ = flow_publish(definition=flow_definition(key="twice", version=2))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            FILL_REQUESTS,
+            {
+                "single": single.id,
+                "v1": v1.id,
+                "v2": v2.id,
+                "tenants": TENANTS,
+                "owners": OWNERS,
+                "n": TENANTS * OWNERS * PER_OWNER,
+            },
+        )
+        cursor.execute(FILL_EXECUTIONS)
+        # Some requests blocked by their live execution.
+        cursor.execute(
+            "UPDATE request AS r SET blocked_by_id = e.id FROM execution AS e "
+            "WHERE e.request_id = r.id AND e.status = 'PENDING'"
+        )
+        cursor.execute("ANALYZE request")
+        cursor.execute("ANALYZE execution")
+        cursor.execute(
+            "SELECT e.request_id FROM execution e WHERE e.scope = 't0' AND e.owner = 'o0' LIMIT 1"
+        )
+        return str(cursor.fetchone()[0])
+
+
+def _scans(who, path: str, query: dict) -> list[dict]:
+    """The scan nodes on request and execution of each statement the list call sends."""
+    with CaptureQueriesContext(connection) as captured:
+        response = who.get(f"{path}?{urlencode(query)}")
+    assert response.status_code == 200, response.content
+    listed = [
+        q["sql"]
+        for q in captured.captured_queries
+        if q["sql"].startswith("SELECT")
+        and ('FROM "request"' in q["sql"] or 'FROM "execution"' in q["sql"])
+    ]
+    assert len(listed) == 1, listed
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + listed[0])
+        (document,) = cursor.fetchone()
+    plan = document if isinstance(document, list) else json.loads(document)
+    return [
+        node
+        for node in _nodes(plan[0]["Plan"])
+        if node.get("Relation Name") in ("request", "execution") or "Index Name" in node
+    ]
+
+
+def _check(scans: list[dict], allowed: set[str], query: dict) -> None:
+    assert scans, query
+    for node in scans:
+        assert "Seq Scan" not in node["Node Type"], (query, node)
+        index = node.get("Index Name")
+        if index is not None and not index.startswith("flow_"):  # flow_pkey: the joined flow
+            assert index in allowed, (query, index, allowed)
+    assert any(node.get("Index Name") in allowed for node in scans), (query, scans)
+
+
+def _each_case(path: str, cases: list, request_id: str) -> None:
+    tenant = caller(sub="reader", tenant="t0", scope="requests:read:tenant")
+    owner = caller(sub="o0", tenant="t0", scope="requests:read")
+    for query, tenant_indexes in cases:
+        query = {k: (request_id if v == "REQUEST" else v) for k, v in query.items()}
+        _check(_scans(tenant, path, query), tenant_indexes, query)
+        owner_indexes = tenant_indexes | {OWNER_INDEXES[path.rsplit("/", 1)[1][:-1]]}
+        _check(_scans(owner, path, query), owner_indexes, query)
+
+
+# One test per list, every case in it: the tables are filled once for all of them.
+def test_request_lists__every_filter_is_served_by_an_index_in_both_modes(api, filled):
+    _each_case("/api/v1/requests", REQUEST_CASES, filled)
+
+
+def test_execution_lists__every_filter_is_served_by_an_index_in_both_modes(api, filled):
+    _each_case("/api/v1/executions", EXECUTION_CASES, filled)
