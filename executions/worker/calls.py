@@ -4,11 +4,13 @@ No transaction is open here and nothing is written: the runner has committed the
 RUNNING checkpoint before it calls, and commits what the recovery table decides after.
 """
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome
+from actions.blocking import run_blocking
 from actions.registry import IntegrationUnavailable
 from orquestador import errors
 from orquestador.schemas import contract_problem
@@ -24,7 +26,9 @@ Resolver = Callable[[str, int], Binding]  # capability, version -> the trusted b
 def adapter_call(binding: Binding, ctx: ActionContext, log_extra: dict[str, Any]) -> ActionResult:
     """Call the adapter; one that raises is an UNKNOWN outcome (logged with `log_extra`)."""
     try:
-        return binding.adapter.call(ctx, binding)
+        called: Any = binding.adapter.call(ctx, binding)
+        # TEMPORARY bridge until the run loop awaits adapters: a coroutine gets a loop of its own.
+        return run_blocking(called) if inspect.iscoroutine(called) else called
     except Exception:
         # Whatever the adapter did before raising is unknown, so is its effect.
         logger.exception("adapter raised", extra=log_extra)

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from actions.base import StopSignal
 from orquestador.bearer import token_problem
 from orquestador.workerconfig import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
 
@@ -218,7 +219,7 @@ class RemoteWorkerRuntime(Reservations):
                     self._idle.append(session)
 
     def _post_unless_stopped(
-        self, body: str, stop: threading.Event
+        self, body: str, stop: StopSignal
     ) -> requests.Response | Exception | None:
         """POST a package and wait for the answer (a response, or the exception the call
         raised), or until `stop` is set (the lease is lost, the execution cancelled, the worker

@@ -6,9 +6,9 @@ on), a suspension (`run_suspended`), or EVENT_TIMEOUT under the usual rule for a
 """
 
 import logging
-import threading
 from typing import Any
 
+from actions.base import StopSignal
 from orquestador import errors
 
 from ..claims import Snapshot
@@ -36,7 +36,7 @@ def wait_step(
     action: dict[str, Any],
     snapshot: Snapshot,
     audit: dict[str, Any],
-    cancelled: threading.Event,
+    cancelled: StopSignal,
     log_extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The wait action's output, as the holder `fence`; or the run stops (`RunSuspended`,

@@ -16,12 +16,13 @@ value, not a database error), and a lost connection (the caller's reconnection p
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
+
+from actions.base import StopSignal
 
 from .retry import backoff_seconds
 
@@ -49,7 +50,7 @@ def fenced_write(
     budget_seconds: float,
     log_extra: dict[str, Any],
     rng: random.Random | None = None,
-    stop: threading.Event | None = None,
+    stop: StopSignal | None = None,
 ) -> Result:
     """Run `write`; on a database error, log it with `statement` and retry within the budget."""
     rng = rng or random.Random()  # noqa: S311  (jitter, not a secret)
@@ -82,6 +83,6 @@ def fenced_write(
             if giving_up:
                 raise
             if stop is not None:
-                stop.wait(pause)
+                stop.wait_blocking(pause)
             else:
                 time.sleep(pause)
