@@ -36,7 +36,7 @@ from .transport import (
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024  # bytes
 MAX_BYTES_LIMIT = 1024 * 1024 * 1024  # bytes
-OFF_LOOP_BYTES = 1024 * 1024  # bytes of a document hashed at once in a thread, not on the loop
+OFF_LOOP_BYTES = 1024 * 1024  # bytes hashed at once in a thread, off the loop (ADR 10)
 # Starts with a letter or digit (so never "." or ".."), then a conservative set of characters.
 DOCUMENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._~:-]{0,199}$"
 SHA256_PATTERN = r"^[0-9a-fA-F]{64}$"

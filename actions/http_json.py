@@ -40,7 +40,7 @@ from .transport import (
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024  # bytes
 MAX_RESPONSE_BYTES_LIMIT = 16 * 1024 * 1024  # bytes
 METHODS = ("POST", "PUT", "PATCH")
-OFF_LOOP_JSON_BYTES = 256 * 1024  # bytes of an answer past which it is parsed in a thread
+OFF_LOOP_JSON_BYTES = 16 * 1024  # bytes of an answer from which it is parsed in a thread (ADR 10)
 
 logger = logging.getLogger(__name__)
 
