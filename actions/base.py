@@ -18,6 +18,7 @@ Outcome classes, and what the worker does with each:
   callback_timeout_seconds.
 """
 
+import asyncio
 import contextlib
 import enum
 import threading
@@ -74,37 +75,73 @@ class Route:
         return bool(self.options.get("async"))
 
 
-class StopSignal(threading.Event):
+class StopSignal:
     """An execution's stop signal (cancellation, lost lease, shutdown past the drain, a stuck
-    run): an Event that, when set, also calls what is registered on it, so a call blocked on a
-    slow provider is woken at once (actions/watchdog.py shuts its socket) instead of noticing
-    only after the provider answers."""
+    run). `set()` may be called from any thread; it also calls what is registered with
+    `on_set`, and wakes every coroutine in `wait()` on whatever event loop it waits, so a call
+    waiting on a slow provider is woken at once (actions/watchdog.py cancels it) instead of
+    noticing only after the provider answers."""
+
+    __slots__ = ("_callbacks", "_event", "_lock")
 
     def __init__(self) -> None:
-        super().__init__()
+        self._event = threading.Event()
         self._callbacks: list[Callable[[], None]] = []
-        self._callbacks_lock = threading.Lock()
+        self._lock = threading.Lock()
 
     def set(self) -> None:
-        super().set()
-        with self._callbacks_lock:
+        with self._lock:
+            self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
 
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait until this is set or `timeout` seconds pass; return whether it is set."""
+        if self.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:  # from the thread that set it: hand over to the waiting loop
+            with contextlib.suppress(RuntimeError):  # that loop is already closed
+                loop.call_soon_threadsafe(_resolve, woken)
+
+        forget = self.on_set(wake)
+        try:
+            async with asyncio.timeout(timeout):
+                await woken
+        except TimeoutError:
+            pass
+        finally:
+            forget()
+        return self.is_set()
+
+    def wait_blocking(self, timeout: float | None = None) -> bool:
+        """`wait` for a thread that runs no event loop."""
+        return self._event.wait(timeout)
+
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call `callback` once when this is set (at once if it already is); return what
-        unregisters it."""
-        with self._callbacks_lock:
-            if not self.is_set():
+        """Call `callback` once when this is set (at once if it already is), in the thread that
+        sets it; return what unregisters it."""
+        with self._lock:
+            if not self._event.is_set():
                 self._callbacks.append(callback)
                 return lambda: self._forget(callback)
         callback()
         return lambda: None
 
     def _forget(self, callback: Callable[[], None]) -> None:
-        with self._callbacks_lock, contextlib.suppress(ValueError):
+        with self._lock, contextlib.suppress(ValueError):
             self._callbacks.remove(callback)
+
+
+def _resolve(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 # Alike the worker's claimed snapshot in its fields, not the same thing: what an adapter may see.
@@ -119,9 +156,9 @@ class ActionContext:
     external_key: str  # "<executionId>:<actionId>", stable across attempts
     attempt: int
     # Set when this execution must stop (cancelled, lease lost, shutdown past the drain). Adapters
-    # with long waits check it (a StopSignal also wakes them); an interruption never proves an
-    # external effect did not happen.
-    cancelled: threading.Event = field(default_factory=StopSignal)
+    # with long waits check it or await its `wait()`; an interruption never proves an external
+    # effect did not happen.
+    cancelled: StopSignal = field(default_factory=StopSignal)
     # Who caused this dispatch, as `sub@tenant` (`system` for timeouts and recovery); a route
     # with `principal_header` forwards it to the provider.
     principal: str | None = None
@@ -156,7 +193,9 @@ class Adapter(Protocol):
     @property
     def fixed_effect(self) -> str | None: ...
 
-    def call(self, ctx: ActionContext, binding: "Binding") -> ActionResult: ...
+    # A coroutine: the worker awaits it on its event loop; synchronous code runs it through
+    # actions/blocking.py. It must never block the loop (CPU-heavy steps go to a thread).
+    async def call(self, ctx: ActionContext, binding: "Binding") -> ActionResult: ...
 
 
 class RoutableAdapter(Adapter, Protocol):
@@ -180,7 +219,7 @@ class LookupAdapter(Protocol):
     """An adapter that can ask its provider whether a write happened, by its external key
     (actions/lookup.py asks only adapters that are one, on routes with a `lookup_url`)."""
 
-    def lookup(self, external_key: str, binding: "Binding") -> LookupResult: ...
+    async def lookup(self, external_key: str, binding: "Binding") -> LookupResult: ...
 
 
 class IntegrationConfigError(Exception):

@@ -13,6 +13,7 @@ Credentials come only from the environment variables named in `headers_from_env`
 call; they are never logged, stored or put in a result.
 """
 
+import asyncio
 import json
 import logging
 import time
@@ -39,6 +40,7 @@ from .transport import (
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024  # bytes
 MAX_RESPONSE_BYTES_LIMIT = 16 * 1024 * 1024  # bytes
 METHODS = ("POST", "PUT", "PATCH")
+OFF_LOOP_JSON_BYTES = 16 * 1024  # bytes of an answer from which it is parsed in a thread (ADR 16)
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,14 @@ def parse_json_object(body: bytes) -> dict[str, Any] | None:
     except strictjson.JSONRefused:
         return None
     return value if isinstance(value, dict) else None
+
+
+async def parsed(body: bytes) -> dict[str, Any] | None:
+    """`parse_json_object`, in a thread for a body past OFF_LOOP_JSON_BYTES: strict parsing runs
+    Python for every object, and a large answer would hold the event loop (docs/adr/0010)."""
+    if len(body) < OFF_LOOP_JSON_BYTES:
+        return parse_json_object(body)
+    return await asyncio.to_thread(parse_json_object, body)
 
 
 class HttpJsonAdapter:
@@ -68,7 +78,7 @@ class HttpJsonAdapter:
         "connect_timeout_seconds": Option(seconds(maximum=60), default=DEFAULT_CONNECT_TIMEOUT),
     }
 
-    def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
+    async def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
         options = binding.route.options
         effect = binding.effect
         started = time.monotonic()
@@ -83,7 +93,7 @@ class HttpJsonAdapter:
             )
         body = json.dumps(ctx.input, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         try:
-            reply = exchange(
+            reply = await exchange(
                 method=options["method"],
                 url=options["url"],
                 headers=headers,
@@ -100,7 +110,7 @@ class HttpJsonAdapter:
             if binding.route.is_async and reply.status == 202:
                 result = ActionResult(outcome=Outcome.ACCEPTED)
             else:
-                result = self._classify(reply, effect)
+                result = await self._classify(reply, effect)
         logger.info(
             "integration call",
             extra={
@@ -116,7 +126,7 @@ class HttpJsonAdapter:
         )
         return result
 
-    def lookup(self, external_key: str, binding: Binding) -> LookupResult:
+    async def lookup(self, external_key: str, binding: Binding) -> LookupResult:
         """Ask the provider whether the write with this key happened (INTEGRATIONS.md).
 
         200 with a JSON object: it happened, and that object is its output (offered only when it
@@ -131,7 +141,7 @@ class HttpJsonAdapter:
         except MissingCredential as exc:
             return LookupResult(happened=None, detail=str(exc))
         try:
-            reply = fetch(
+            reply = await fetch(
                 binding,
                 template.replace("{key}", quote(external_key, safe="")),
                 headers,
@@ -143,7 +153,7 @@ class HttpJsonAdapter:
             return LookupResult(happened=False, detail="provider has no write with this key")
         if reply.status != 200:
             return LookupResult(happened=None, detail=f"lookup answered HTTP {reply.status}")
-        output = parse_json_object(reply.body or b"")
+        output = await parsed(reply.body or b"")
         if output is None:
             return LookupResult(happened=None, detail="lookup answered 200 without a JSON object")
         return LookupResult(
@@ -162,13 +172,13 @@ class HttpJsonAdapter:
             headers["Idempotency-Key"] = key
         return {**credential_headers(options.get("headers_from_env", {})), **headers}
 
-    def _classify(self, reply: Reply, effect: str) -> ActionResult:
+    async def _classify(self, reply: Reply, effect: str) -> ActionResult:
         failed = outcomes.from_status(reply.status, effect, reply.retry_after)
         if failed is not None:
             return failed
         if reply.status == 204:
             return ActionResult(outcome=Outcome.SUCCEEDED, output={})
-        output = parse_json_object(reply.body or b"")
+        output = await parsed(reply.body or b"")
         if output is not None:
             return ActionResult(outcome=Outcome.SUCCEEDED, output=output)
         detail = f"provider answered HTTP {reply.status} without a JSON object"

@@ -3,7 +3,8 @@
 
 Reconciliation calls `lookup_by_key` to gather evidence about an uncertain write. The answer
 never settles anything by itself; an operator decides, and the output they record is validated
-again. Nothing here touches the database.
+again. Nothing here touches the database. It is a coroutine, like the adapters' calls: the
+operators' services and the prober run it through actions/blocking.py.
 """
 
 from .base import Binding, LookupAdapter, LookupResult
@@ -18,7 +19,7 @@ def _lookup_adapter(binding: Binding) -> LookupAdapter | None:
     return None
 
 
-def lookup_by_key(
+async def lookup_by_key(
     capability: str, version: int, external_key: str, *, registry: Registry | None = None
 ) -> LookupResult:
     """What the provider says about the write with `external_key`.
@@ -32,7 +33,7 @@ def lookup_by_key(
     adapter = _lookup_adapter(binding)
     if adapter is None:
         raise IntegrationUnavailable(capability, version, "no lookup by key is configured")
-    return adapter.lookup(external_key, binding)
+    return await adapter.lookup(external_key, binding)
 
 
 def supports_lookup(capability: str, version: int, *, registry: Registry | None = None) -> bool:

@@ -1,114 +1,91 @@
-"""Pooled HTTP connections: one urllib3 `PoolManager` per thread, closed when the thread ends.
+"""Pooled HTTP connections: one aiohttp `ClientSession` per event loop, so one per worker process.
 
-A pool manager keeps no retries, follows no redirects, keeps no cookie and takes nothing from the
-environment (certificates are checked against certifi's bundle); its connections hand their
-socket to the call's watchdog once the request is written (watchdog.py) and send a request's
-header block and body in one system call.
+A session keeps no cookie (a dummy jar: nothing kept, nothing sent), follows no redirect (the
+transport asks for none), retries nothing (not even an idempotent method on a reused connection
+that turns out dropped: the worker decides, with the effect in hand), sets no time limit of its
+own (the transport's watchdog holds every limit) and takes nothing from the environment: no
+proxies, no netrc, no CA overrides; certificates are checked against certifi's bundle, as
+`requests` does. Its connector tells the call's watchdog when the connection is had, which is
+the moment a request may start to reach the provider (watchdog.py).
+
+Sessions belong to their loop: `close_client()` closes the running loop's, and must be awaited
+before that loop closes (the worker at shutdown, actions/blocking.py after each synchronous
+run, the tests after each test).
 """
 
-import contextlib
+import asyncio
+import functools
+import ssl
 import threading
-import weakref
 from typing import Any
 
+import aiohttp
 import certifi
-import urllib3
-import urllib3.connection
 
-from .watchdog import watch_current
+from .watchdog import watch_connected
 
-POOL_SIZE = 4  # hosts, and connections per host, kept by each thread's pool manager
+# Header limits of the status line and headers a provider may send, as http.client had them.
+MAX_LINE_BYTES = 65_536  # bytes of the status line or of one header
+MAX_HEADERS = 100  # headers in one response
+KEEPALIVE_SECONDS = 15.0  # seconds an idle pooled connection is kept
 
-_local = threading.local()
-_finalizers: set[weakref.finalize] = set()  # one per live pool manager, to close them all
-_finalizers_lock = threading.Lock()
-
-
-class _Holder:
-    """Kept in thread-local storage; freed when its thread ends, which closes its pools."""
-
-    __slots__ = ("__weakref__", "manager")
-
-    def __init__(self, manager: urllib3.PoolManager) -> None:
-        self.manager = manager
+_clients: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+_clients_lock = threading.Lock()  # loops on other threads (the prober's) add theirs too
 
 
-class _OneSend:
-    """Hands a request's header block and its bytes body to the socket in one send, as
-    http.client does for a bytes body and urllib3 does not: one segment and one system call per
-    request instead of two (about a tenth of the transport's CPU per loopback call)."""
-
-    _holding = False
-    _held: bytes | None = None
-
-    def request(
-        self, method: str, url: str, body: Any = None, headers: Any = None, **kw: Any
-    ) -> None:
-        self._holding = isinstance(body, bytes) and bool(body) and not kw.get("chunked")
-        try:
-            super().request(method, url, body, headers, **kw)  # type: ignore[misc]
-        finally:
-            self._holding, self._held = False, None
-
-    def send(self, data: Any) -> None:
-        if self._holding:
-            if self._held is None:  # the header block (endheaders): the body comes next
-                self._held = data
-                return
-            data, self._held, self._holding = self._held + data, None, False
-        super().send(data)  # type: ignore[misc]
+class _Connector(aiohttp.TCPConnector):
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> aiohttp.connector.Connection:
+        connection = await super().connect(req, traces, timeout)
+        watch_connected()  # the request is written next, without another wait in between
+        return connection
 
 
-# The request has been written when a connection starts reading the response; from then on the
-# socket belongs to this call's watchdog, for the status line, the headers and the body.
-class _WatchedHTTPConnection(_OneSend, urllib3.connection.HTTPConnection):
-    # urllib3's own connections answer with its response type, not http.client's.
-    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
-        watch_current(self.sock)
-        return super().getresponse()
+@functools.lru_cache(maxsize=4)
+def _tls_context(ca_file: str) -> ssl.SSLContext:
+    # Loading the bundle costs milliseconds: once per bundle file, shared by every session.
+    return ssl.create_default_context(cafile=ca_file)
 
 
-class _WatchedHTTPSConnection(_OneSend, urllib3.connection.HTTPSConnection):
-    # urllib3's own connections answer with its response type, not http.client's.
-    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
-        watch_current(self.sock)
-        return super().getresponse()
+def _session() -> aiohttp.ClientSession:
+    connector = _Connector(
+        ssl=_tls_context(certifi.where()),
+        # Bounded by the slots: each makes one call at a time.
+        limit=0,
+        keepalive_timeout=KEEPALIVE_SECONDS,
+        resolver=aiohttp.ThreadedResolver(),  # the system's resolver, as for any socket
+    )
+    session = aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None),
+        auto_decompress=True,
+        max_line_size=MAX_LINE_BYTES,
+        max_field_size=MAX_LINE_BYTES,
+        max_headers=MAX_HEADERS,
+        skip_auto_headers=("Accept", "Accept-Encoding"),
+    )
+    # No retry of a request whose reused connection turned out dropped: for a PUT that is a
+    # write sent twice.
+    session._retry_connection = False
+    return session
 
 
-class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
+def client() -> aiohttp.ClientSession:
+    """The running loop's session, created on first use."""
+    loop = asyncio.get_running_loop()
+    session = _clients.get(loop)
+    if session is None or session.closed:
+        with _clients_lock:
+            for stale in [other for other in _clients if other.is_closed()]:
+                del _clients[stale]  # its loop closed without closing it: its sockets went too
+            session = _clients[loop] = _session()
+    return session
 
 
-class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-def pool_manager() -> urllib3.PoolManager:
-    """This thread's pool manager, created on first use."""
-    holder = getattr(_local, "holder", None)
-    if holder is None:
-        manager = urllib3.PoolManager(
-            num_pools=POOL_SIZE,
-            maxsize=POOL_SIZE,
-            retries=False,
-            cert_reqs="CERT_REQUIRED",
-            ca_certs=certifi.where(),
-        )
-        manager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-        holder = _Holder(manager)
-        with _finalizers_lock:
-            _finalizers.difference_update([f for f in _finalizers if not f.alive])
-            _finalizers.add(weakref.finalize(holder, manager.clear))
-        _local.holder = holder
-    return holder.manager
-
-
-def close_all_pools() -> None:
-    """Close every thread's pooled connections (tests, shutdown). Pool managers stay usable."""
-    with _finalizers_lock:
-        finalizers = list(_finalizers)
-        _finalizers.clear()
-    for finalizer in finalizers:
-        finalizer()
-    with contextlib.suppress(AttributeError):
-        del _local.holder
+async def close_client() -> None:
+    """Close the running loop's session and its pooled connections (a new one opens on use)."""
+    with _clients_lock:
+        session = _clients.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()

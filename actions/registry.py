@@ -56,7 +56,7 @@ class NoOpAdapter:
     name = "simulation.noop"
     fixed_effect = "READ_ONLY"
 
-    def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
+    async def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
         return ActionResult(outcome=Outcome.SUCCEEDED, output={})
 
 

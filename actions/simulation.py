@@ -19,9 +19,9 @@ class SleepAdapter:
     name = "simulation.sleep"
     fixed_effect = "READ_ONLY"
 
-    def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
+    async def call(self, ctx: ActionContext, binding: Binding) -> ActionResult:
         seconds = float(ctx.input["seconds"])
-        if ctx.cancelled.wait(seconds):
+        if await ctx.cancelled.wait(seconds):
             return ActionResult(
                 outcome=Outcome.TRANSIENT,
                 error_code="INTERRUPTED",

@@ -1,65 +1,67 @@
-"""HTTP transport shared by the trusted adapters.
+"""HTTP transport shared by the trusted adapters, on one asynchronous client (aiohttp).
 
 Every classification an adapter makes hangs on one question: could the request have reached the
 provider? This module answers it with `Stage` and keeps these invariants:
-- one urllib3 `PoolManager` per thread, with no automatic retries, no redirects followed, no
-  cookie kept and nothing taken from the environment (no proxies, netrc or CA overrides:
-  certificates are checked against certifi's bundle, as `requests` does), so a call goes to the
-  route's URL and nowhere else, and carries nothing of an earlier call;
-- every call has connect and read timeouts, and a total budget: once the request is written, a
-  watchdog shuts the socket at the deadline, so a provider dripping its headers or body byte by
-  byte cannot hold a worker thread past it; it also shuts it as soon as the execution is told
-  to stop (a `StopSignal` set: cancelled, lease lost, shutdown), so a stopped holder does not
-  wait on a slow provider;
+- one aiohttp session per event loop, so one per worker process (pools.py), with no automatic
+  retries, no redirects followed, no cookie kept or sent and nothing taken from the environment
+  (no proxies, netrc or CA overrides: certificates are checked against certifi's bundle), so a
+  call goes to the route's URL and nowhere else, and carries nothing of an earlier call;
+- every call has a connect timeout and a total budget, held by its watchdog (watchdog.py): the
+  budget bounds the wait for the status line and every read of the body, so a provider dripping
+  its headers or body byte by byte cannot hold a call past it; the watchdog also stops the call
+  as soon as the execution is told to stop (its `StopSignal` set: cancelled, lease lost,
+  shutdown), so a stopped holder does not wait on a slow provider;
 - a body is read only up to a byte limit;
 - failures are `TransportError` values with a fixed, safe reason: no exception text from the
   network stack, no header, no byte of the provider's body ever leaves this module in an error.
 
-It drives urllib3 directly rather than through `requests` (measured in docs/benchmarks.md, run F):
-at the hundreds of calls per second a worker makes to slow providers, requests' layers (prepared
-requests, hooks, the cookie jar, settings merged per call) cost as much CPU as the call itself,
-and nothing here uses them. What requests checked before sending (header names and values, the
-URL) is checked here, with the same classification.
-
-The per-thread pool managers are in pools.py, the watchdog and its timer thread in watchdog.py.
+Why aiohttp, and what it costs against the threaded urllib3 transport before it, is in
+docs/adr/0016-adapters-on-an-asynchronous-client.md. What requests checked before sending (header
+names and values, the URL) is checked here, with the same classification.
 """
 
 import email.utils
-import enum
-import http.client
+import functools
 import math
 import re
-import ssl
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import quote, urlsplit
 
-import urllib3
-import urllib3.exceptions
+import aiohttp
+import yarl
 
-from .base import Binding
-from .pools import pool_manager
-from .watchdog import Watchdog, watching
+from .base import Binding, StopSignal
+from .pools import client
+from .watchdog import Interrupted, Stage, Watchdog, Why
 
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds, capped by the contract's timeout_seconds
-CHUNK_BYTES = 64 * 1024  # bytes per read while streaming a body
 MAX_RETRY_AFTER_SECONDS = 86_400  # seconds; the worker applies its own, smaller cap
 USER_AGENT = "orquestador"
 
+Sink = Callable[[bytes], Awaitable[None]]  # takes a streamed body, chunk by chunk
+
 _MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]{1,64}/[a-z0-9!#$&^_.+-]{1,64}")
 # What requests accepted as a header (requests/_internal_utils.py: a name without colon or line
-# break, a value without line break or leading whitespace), narrowed to what http.client can
-# encode (names ASCII, values latin-1), so a bad header is refused before anything is sent.
+# break, a value without line break or leading whitespace), narrowed to what HTTP/1.1 can carry
+# (names ASCII, values latin-1), so a bad header is refused before anything is sent.
 _HEADER_NAME = re.compile(r"[^:\s\x80-\U0010ffff][^:\r\n\x80-\U0010ffff]*")
 _HEADER_VALUE = re.compile(r"(?:[^\s\u0100-\U0010ffff][^\r\n\0\u0100-\U0010ffff]*)?")
-
-
-class Stage(enum.StrEnum):
-    NOT_SENT = "NOT_SENT"  # failed before any byte of the request could reach the provider
-    SENT = "SENT"  # the request was (or may have been) sent; no status came back
-    BODY = "BODY"  # a status came back; its body could not be read in full
+# What stays as it is in a path or a query; anything else is percent-encoded (escapes are kept).
+_PATH_SAFE = "!$%&'()*+,/:;=@~"
+_QUERY_SAFE = _PATH_SAFE + "?"
+_STOPPED = {
+    Stage.NOT_SENT: "the execution was stopped before the call",
+    Stage.SENT: "the execution was stopped while waiting for the response",
+    Stage.BODY: "the execution was stopped",
+}
+_TIMED_OUT = {
+    Stage.NOT_SENT: "timed out connecting",
+    Stage.SENT: "the time budget ran out waiting for the response",
+    Stage.BODY: "the time budget ran out reading the body",
+}
 
 
 class TransportError(Exception):
@@ -101,7 +103,7 @@ class Reply:
 # ------------------------------------------------------------------------------
 # One exchange
 # ------------------------------------------------------------------------------
-def exchange(
+async def exchange(
     *,
     method: str,
     url: str,
@@ -111,8 +113,8 @@ def exchange(
     connect_timeout: float,
     max_bytes: int,
     want_body: Callable[[int], bool],
-    sink: Callable[[bytes], None] | None = None,
-    cancelled: threading.Event | None = None,
+    sink: Sink | None = None,
+    cancelled: StopSignal | None = None,
 ) -> Reply:
     """Send one request and read its reply within `deadline`.
 
@@ -124,61 +126,57 @@ def exchange(
     remaining = deadline.remaining()
     if remaining <= 0:
         raise TransportError(Stage.NOT_SENT, "no time left in the budget before the call")
-    # total bounds connect plus the wait for the status line; read bounds each socket read;
-    # the watchdog bounds everything after the request is written, however slowly bytes come.
-    timeout = urllib3.Timeout(
-        connect=min(connect_timeout, remaining), read=remaining, total=remaining
-    )
-    with watching(remaining) as watchdog:
-        # A StopSignal (the worker's) wakes this call as soon as the execution is told to stop.
-        on_set = getattr(cancelled, "on_set", None)
-        forget = on_set(watchdog.stop) if on_set is not None else None
-        try:
-            response = _send(method, url, headers, body, timeout, watchdog)
-            consumed = False  # the body was read to its end: the connection can serve another call
-            try:
-                status = response.status
-                reply = Reply(
-                    status=status,
-                    media_type=_media_type(response.headers.get("Content-Type")),
-                    retry_after=parse_retry_after(response.headers.get("Retry-After")),
-                    body=None,
-                    size=0,
+    target = _checked(url, headers)
+    session = client()
+    response: aiohttp.ClientResponse | None = None
+    consumed = False  # the body was read to its end: the connection can serve another call
+    try:
+        async with Watchdog(remaining, min(connect_timeout, remaining), cancelled) as watchdog:
+            response = await _send(session, method, target, headers, body, watchdog)
+            status = response.status
+            watchdog.answered(status)
+            reply = Reply(
+                status=status,
+                media_type=_media_type(response.headers.get("Content-Type")),
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
+                body=None,
+                size=0,
+            )
+            if not want_body(status):
+                return reply
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise TransportError(
+                    Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
                 )
-                if not want_body(status):
-                    return reply
-                declared = response.headers.get("Content-Length", "")
-                if declared.isdigit() and int(declared) > max_bytes:
-                    raise TransportError(
-                        Stage.BODY,
-                        f"response body over {max_bytes} bytes",
-                        status=status,
-                        final=True,
-                    )
-                content, size = _read_body(response, watchdog, max_bytes, sink, cancelled)
-                consumed = True
-                return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
-            finally:
-                if not consumed:  # an unread or half-read body: the connection cannot be reused
-                    response.close()
-                response.release_conn()
-        finally:
-            if forget is not None:
-                forget()
+            content, size = await _read_body(response, max_bytes, sink)
+            consumed = True
+            return Reply(reply.status, reply.media_type, reply.retry_after, content, size)
+    except Interrupted as exc:
+        stopped = exc.watchdog.why is Why.STOPPED
+        stage = exc.watchdog.stage
+        reason = (_STOPPED if stopped else _TIMED_OUT)[stage]
+        raise TransportError(stage, reason, status=exc.watchdog.status) from None
+    finally:
+        if response is not None:
+            if consumed:
+                response.release()
+            else:  # an unread or half-read body: the connection cannot serve another call
+                response.close()
 
 
-def fetch(
+async def fetch(
     binding: Binding,
     url: str,
     headers: Mapping[str, str],
     *,
     max_bytes: int,
-    sink: Callable[[bytes], None] | None = None,
-    cancelled: threading.Event | None = None,
+    sink: Sink | None = None,
+    cancelled: StopSignal | None = None,
 ) -> Reply:
     """GET `url` within the binding's budget (the contract's timeout_seconds in all, the route's
     connect_timeout_seconds to connect), reading the body only of a 200."""
-    return exchange(
+    return await exchange(
         method="GET",
         url=url,
         headers=headers,
@@ -196,114 +194,87 @@ def _is_ok(status: int) -> bool:
     return status == 200
 
 
-def _send(
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes | None,
-    timeout: urllib3.Timeout,
-    watchdog: Watchdog,
-) -> urllib3.BaseHTTPResponse:
-    """Send the request and read the status line and headers; failures become TransportError."""
+def _checked(url: str, headers: Mapping[str, str]) -> yarl.URL:
+    """The URL to send to, once the request is known to be one that can be sent."""
     for name, value in headers.items():
         if not (_HEADER_NAME.fullmatch(name) and _HEADER_VALUE.fullmatch(value)):
             raise TransportError(Stage.NOT_SENT, "the request could not be built", final=True)
     try:
-        return pool_manager().urlopen(
-            method,
-            url,
-            body=body,
-            headers=dict(headers),
-            timeout=timeout,
-            retries=False,
-            redirect=False,
-            preload_content=False,
-            decode_content=True,
-        )
-    # urllib3 raises its own errors as they are when retries are off; the order below matters
-    # (a NewConnectionError is a ConnectTimeoutError, a LocationValueError a ValueError).
-    except urllib3.exceptions.NewConnectionError:  # refused, unreachable, no such host
-        raise TransportError(Stage.NOT_SENT, "could not connect") from None
-    except urllib3.exceptions.ConnectTimeoutError:
-        raise TransportError(Stage.NOT_SENT, "timed out connecting") from None
-    except urllib3.exceptions.SSLError as exc:
-        if _certificate_refused(exc):
-            raise TransportError(Stage.NOT_SENT, "TLS certificate refused") from None
-        raise TransportError(Stage.SENT, "TLS failure during the call") from None
-    except urllib3.exceptions.ReadTimeoutError:
-        raise TransportError(Stage.SENT, "timed out waiting for the response") from None
-    except urllib3.exceptions.LocationValueError:
-        # A URL urllib3 cannot parse, a scheme it does not serve, a host no name can encode:
-        # raised while the request is built, before a connection is opened or used.
+        return _target(url)
+    except ValueError:
         raise TransportError(Stage.NOT_SENT, "the request could not be built", final=True) from None
-    except (urllib3.exceptions.ProtocolError, http.client.HTTPException, OSError):
-        if watchdog.expired:
-            raise TransportError(
-                Stage.SENT, "the time budget ran out waiting for the response"
-            ) from None
-        if watchdog.stopped:
-            raise TransportError(
-                Stage.SENT, "the execution was stopped while waiting for the response"
-            ) from None
-        raise TransportError(Stage.SENT, "connection lost after sending") from None
-    except (urllib3.exceptions.HTTPError, ValueError):
+
+
+@functools.lru_cache(maxsize=1024)
+def _target(url: str) -> yarl.URL:
+    """`url` as it goes on the wire: its path and query as given, percent-escapes kept (a parser
+    that decodes `%3A` would send another path: not every server reads them alike), characters
+    that cannot travel in a URL percent-encoded, the host IDNA-encoded. ValueError when it has
+    no scheme and host to send to."""
+    parts = urlsplit(url)
+    origin = yarl.URL(url).origin()  # scheme, host and port; ValueError without them
+    path = quote(parts.path or "/", safe=_PATH_SAFE)
+    query = f"?{quote(parts.query, safe=_QUERY_SAFE)}" if parts.query else ""
+    return yarl.URL(f"{origin}{path}{query}", encoded=True)
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    method: str,
+    target: yarl.URL,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    watchdog: Watchdog,
+) -> aiohttp.ClientResponse:
+    """Send the request and read the status line and headers; failures become TransportError."""
+    try:
+        return await session.request(
+            method, target, data=body, headers=headers, allow_redirects=False
+        )
+    # The order below matters: a certificate error is a connector SSL error is a connector
+    # error; an invalid URL is a ValueError.
+    except aiohttp.ClientConnectorCertificateError:
+        raise TransportError(Stage.NOT_SENT, "TLS certificate refused") from None
+    except aiohttp.ClientConnectorSSLError:  # the handshake failed: no request byte was sent
+        raise TransportError(Stage.NOT_SENT, "TLS handshake failed") from None
+    except aiohttp.ClientConnectorError:  # refused, unreachable, no such host
+        raise TransportError(Stage.NOT_SENT, "could not connect") from None
+    except aiohttp.InvalidURL:
+        raise TransportError(Stage.NOT_SENT, "the request could not be built", final=True) from None
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        if watchdog.stage is Stage.NOT_SENT:  # the connection was never had
+            if isinstance(exc, ValueError):
+                raise TransportError(
+                    Stage.NOT_SENT, "the request could not be built", final=True
+                ) from None
+            raise TransportError(Stage.NOT_SENT, "could not connect") from None
+        if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError | OSError):
+            raise TransportError(Stage.SENT, "connection lost after sending") from None
         raise TransportError(Stage.SENT, "the call failed after sending") from None
 
 
-def _read_body(
-    response: urllib3.BaseHTTPResponse,
-    watchdog: Watchdog,
-    max_bytes: int,
-    sink: Callable[[bytes], None] | None,
-    cancelled: threading.Event | None,
+async def _read_body(
+    response: aiohttp.ClientResponse, max_bytes: int, sink: Sink | None
 ) -> tuple[bytes | None, int]:
     status = response.status
     chunks: list[bytes] = []
     size = 0
+    content = response.content
     try:
-        for chunk in response.stream(CHUNK_BYTES, decode_content=True):
-            if watchdog.expired:
-                break
-            if cancelled is not None and cancelled.is_set():
-                raise TransportError(Stage.BODY, "the execution was stopped", status=status)
+        while chunk := await content.readany():
             size += len(chunk)
             if size > max_bytes:
                 raise TransportError(
                     Stage.BODY, f"response body over {max_bytes} bytes", status=status, final=True
                 )
             if sink is not None:
-                sink(chunk)
+                await sink(chunk)
             else:
                 chunks.append(chunk)
-    except TransportError:
-        raise
-    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ValueError):
-        if watchdog.stopped:
-            raise TransportError(Stage.BODY, "the execution was stopped", status=status) from None
-        if not watchdog.expired:
-            raise TransportError(
-                Stage.BODY, "connection lost reading the body", status=status
-            ) from None
-    # A body delimited by the connection closing just ends early when the watchdog fires.
-    if watchdog.expired:
-        raise TransportError(Stage.BODY, "the time budget ran out reading the body", status=status)
+    except (aiohttp.ClientError, OSError, ValueError):
+        reason = "connection lost reading the body"
+        raise TransportError(Stage.BODY, reason, status=status) from None
     return (None if sink is not None else b"".join(chunks)), size
-
-
-def _certificate_refused(exc: urllib3.exceptions.SSLError) -> bool:
-    """Certificate verification happens in the handshake, before any request byte is sent."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ssl.SSLCertVerificationError | ssl.CertificateError):
-            return True
-        stack.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
-        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
-    return False
 
 
 def _media_type(value: str | None) -> str:

@@ -1,135 +1,143 @@
-"""The watchdog that holds an HTTP call to its total budget, and the one thread that fires them.
+"""The watchdog that holds an HTTP call to its time limits and to the execution's stop signal.
 
-Once a request is written, the call's socket belongs to its `Watchdog`: at the deadline, or as soon
-as the execution is told to stop, the watchdog shuts the socket, which wakes a read blocked on it
-however slowly the provider drips bytes. A call runs `watching(...)`, which makes its watchdog the
-thread's current one; the pooled connections (pools.py) hand it their socket with
-`watch_current` when they start reading the response.
+A call runs inside `async with Watchdog(...)`: one timer on the event loop holds it to the
+connect timeout until the connection is had (`connected`, called by the pooled connector,
+pools.py), then to the total budget; the execution's `StopSignal`, set from any thread, is handed
+to the loop. Either cancels the calling task at once, wherever it waits (connecting, for the
+status line, for a byte of the body), so a provider dripping bytes cannot hold a call past its
+deadline and a stopped holder does not wait on a slow provider. The watchdog records why it
+fired and how far the call had got (`Stage`), which is all the transport needs to classify the
+interruption; a cancellation that is not the watchdog's (the task cancelled from outside) is
+never swallowed.
 """
 
+import asyncio
 import contextlib
-import heapq
-import os
-import socket
-import threading
-import time
-from collections.abc import Iterator
+import contextvars
+import enum
+from collections.abc import Callable
 
-_local = threading.local()
+from .base import StopSignal
+
+
+class Stage(enum.StrEnum):
+    NOT_SENT = "NOT_SENT"  # failed before any byte of the request could reach the provider
+    SENT = "SENT"  # the request was (or may have been) sent; no status came back
+    BODY = "BODY"  # a status came back; its body could not be read in full
+
+
+class Why(enum.Enum):
+    TIMED_OUT = "timed out"  # the connect timeout before the connection, the budget after
+    STOPPED = "stopped"  # the execution was told to stop
+
+
+# The watchdog of the call the current task is making: how the connector finds it.
+_current: contextvars.ContextVar["Watchdog | None"] = contextvars.ContextVar(
+    "actions_watchdog", default=None
+)
 
 
 class Watchdog:
-    """Shuts the call's socket at the deadline, which wakes a read blocked on it.
+    """One call's timer and stop signal, as one cancellation of the calling task.
 
-    One shared timer thread (`_Timers`) serves every call of the process: a call costs a heap
-    entry, not a thread of its own."""
+    `async with Watchdog(budget, connect_timeout, cancelled) as watchdog:` the block's
+    CancelledError becomes `Interrupted` when it was this watchdog's doing, and so does any
+    failure the cancellation caused on its way out; a cancellation from outside goes through."""
 
-    __slots__ = ("_lock", "_sock", "cancelled", "expired", "stopped")
+    __slots__ = (
+        "_cancelling",
+        "_deadline_at",
+        "_done",
+        "_forget",
+        "_loop",
+        "_task",
+        "_timer",
+        "_token",
+        "stage",
+        "status",
+        "why",
+    )
 
-    def __init__(self, seconds: float) -> None:
-        # Flags, set once under the lock and read without it (nobody waits on them).
-        self.expired = False  # the deadline passed (`expire`)
-        self.stopped = False  # the execution was told to stop (`stop`)
-        self.cancelled = False
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        _timers.add(time.monotonic() + max(0.0, seconds), self)
+    def __init__(self, budget: float, connect_timeout: float, cancelled: StopSignal | None) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("an HTTP call runs in a task")
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        self._cancelling = task.cancelling()
+        self._done = False
+        self.stage = Stage.NOT_SENT
+        self.status: int | None = None  # set with stage BODY
+        self.why: Why | None = None
+        now = self._loop.time()
+        self._deadline_at = now + budget
+        # First due at the connect timeout; moved on to the budget only if it comes due after
+        # the connection was had (most calls end long before, and cost one timer).
+        self._timer = self._loop.call_at(min(now + connect_timeout, self._deadline_at), self._due)
+        self._forget: Callable[[], None] | None = (
+            cancelled.on_set(self._stop_from_any_thread) if cancelled is not None else None
+        )
 
-    def watch(self, sock: socket.socket | None) -> None:
-        with self._lock:
-            self._sock = sock
-            if self.expired or self.stopped:
-                _shutdown(sock)
+    async def __aenter__(self) -> "Watchdog":
+        self._token = _current.set(self)
+        return self
 
-    def cancel(self) -> None:
-        _timers.cancel(self)
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        _current.reset(self._token)
+        fired = self.why is not None
+        alone = self._close()
+        if exc_type is not None and fired and alone:
+            raise Interrupted(self) from None
+        # No failure: the result is complete and stands, even if the watchdog fired as the block
+        # ended (whatever it cancelled was swallowed on the way).
 
-    def expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            _shutdown(self._sock)
+    def connected(self) -> None:
+        """The connection is had and the request is about to be written: from now on it may
+        have been sent, and the total budget is the limit."""
+        if self.stage is Stage.NOT_SENT:
+            self.stage = Stage.SENT
 
-    def stop(self) -> None:
-        """The execution was told to stop: abandon the wait (whatever the request did stays as
-        it is, an outcome the runner settles by the usual rules)."""
-        with self._lock:
-            self.stopped = True
-            _shutdown(self._sock)
+    def answered(self, status: int) -> None:
+        """A status line and headers came back; what fails now fails reading the body."""
+        self.stage, self.status = Stage.BODY, status
 
+    def _stop_from_any_thread(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits any more
+            self._loop.call_soon_threadsafe(self._fire, Why.STOPPED)
 
-class _Timers:
-    """The process's one watchdog thread: a heap of deadlines, each expiring its `Watchdog`
-    unless cancelled first. Started on first use (and again in a forked child)."""
+    def _due(self) -> None:
+        if self.stage is not Stage.NOT_SENT and self._loop.time() < self._deadline_at:
+            self._timer = self._loop.call_at(self._deadline_at, self._due)  # connected in time
+            return
+        self._fire(Why.TIMED_OUT)
 
-    def __init__(self) -> None:
-        self._due: list[tuple[float, int, Watchdog]] = []
-        self._wake = threading.Condition(threading.Lock())
-        self._count = 0  # tie-breaker: watchdogs themselves are not ordered
-        self._cancelled = 0  # cancelled entries still in the heap
-        self._pid: int | None = None
+    def _fire(self, why: Why) -> None:
+        if self._done or self.why is not None:
+            return
+        self.why = why
+        self._task.cancel()
 
-    def add(self, at: float, watchdog: Watchdog) -> None:
-        with self._wake:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._run, name="http-watchdog", daemon=True).start()
-            self._count += 1
-            heapq.heappush(self._due, (at, self._count, watchdog))
-            if self._due[0][2] is watchdog:  # earlier than what the thread sleeps towards
-                self._wake.notify()
-
-    def cancel(self, watchdog: Watchdog) -> None:
-        """Forget a finished call's deadline. Entries are dropped lazily, and the heap is rebuilt
-        once most of it is cancelled, so long budgets at a high call rate do not pile up."""
-        with self._wake:
-            if watchdog.cancelled:
-                return
-            watchdog.cancelled = True
-            self._cancelled += 1
-            if self._cancelled > 64 and 2 * self._cancelled > len(self._due):
-                self._due = [entry for entry in self._due if not entry[2].cancelled]
-                heapq.heapify(self._due)
-                self._cancelled = 0
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
-                _, _, watchdog = heapq.heappop(self._due)
-                if watchdog.cancelled:
-                    self._cancelled -= 1
-                    continue
-                watchdog.cancelled = True  # expired: a later cancel has nothing to count
-            watchdog.expire()
-
-
-_timers = _Timers()
-
-
-def _shutdown(sock: socket.socket | None) -> None:
-    if sock is None:
-        return
-    # shutdown (not close) wakes a recv blocked in another thread; the base-class call avoids
-    # SSLSocket.shutdown, which would also drop the TLS state from under that thread.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    def _close(self) -> bool:
+        """Disarm; return whether this watchdog fired and its cancellation was the only one."""
+        self._done = True
+        self._timer.cancel()
+        if self._forget is not None:
+            self._forget()
+        if self.why is None:
+            return False
+        return self._task.uncancel() <= self._cancelling
 
 
-@contextlib.contextmanager
-def watching(seconds: float) -> Iterator[Watchdog]:
-    """A watchdog expiring in `seconds`, this thread's current one until the block ends."""
-    watchdog = Watchdog(seconds)
-    _local.watchdog = watchdog
-    try:
-        yield watchdog
-    finally:
-        watchdog.cancel()
-        _local.watchdog = None
+class Interrupted(Exception):
+    """The watchdog stopped the call; `watchdog.why` and `watchdog.stage` say why and when."""
+
+    def __init__(self, watchdog: Watchdog) -> None:
+        self.watchdog = watchdog
+        super().__init__(f"{watchdog.stage}: {watchdog.why}")
 
 
-def watch_current(sock: socket.socket | None) -> None:
-    """Hand `sock` to the watchdog of the call this thread is making, if any."""
-    watchdog = getattr(_local, "watchdog", None)
+def watch_connected() -> None:
+    """Tell the current call's watchdog, if any, that its connection is had (pools.py)."""
+    watchdog = _current.get()
     if watchdog is not None:
-        watchdog.watch(sock)
+        watchdog.connected()

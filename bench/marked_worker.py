@@ -28,11 +28,11 @@ def main() -> None:
     marks = os.environ["BENCH_PICKUP_FILE"]
     call = NoOpAdapter.call
 
-    def marked(self, ctx, binding):
+    async def marked(self, ctx, binding):
         called = time.time()
         with open(marks, "a") as out:
             out.write(f"{ctx.execution_id} {called}\n")
-        return call(self, ctx, binding)
+        return await call(self, ctx, binding)
 
     NoOpAdapter.call = marked
     call_command("runworker")

@@ -34,6 +34,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from actions.blocking import BlockingRunner, run_blocking
 from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
@@ -180,11 +181,13 @@ def probe_one(
     two_person: bool,
     metrics: WorkerMetrics | None = None,
     source: ConnectionSource | None = None,
+    runner: BlockingRunner | None = None,
 ) -> str:
     """Ask the provider about one claimed probe and act on the answer; return the outcome.
 
     Each database step borrows a connection from `source` (probedb.py) and gives it back before
-    the provider is asked; without a source, Django's own connection serves."""
+    the provider is asked; without a source, Django's own connection serves. The lookup runs on
+    `runner`'s loop (a pass shares one), or on a loop of its own."""
     with orm_on(source):
         execution = Execution.objects.filter(pk=probe.execution_id).first()
         checkpoint = ActionExecution.objects.filter(
@@ -204,9 +207,10 @@ def probe_one(
             raise IntegrationUnavailable(
                 checkpoint.capability, checkpoint.capability_version, "off"
             )
-        result = lookup_by_key(
+        asking = lookup_by_key(
             checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
         )
+        result = runner.run(asking) if runner is not None else run_blocking(asking)
     except IntegrationUnavailable:
         return _close(probe, owner=owner, outcome="no-lookup", source=source)
     if metrics is not None:
@@ -314,12 +318,23 @@ def probes_run_once(
     with orm_on(source):
         probes_enlist()
         claimed = probes_claim(owner=owner)
+    if not claimed:
+        return 0
     two_person = bool(getattr(settings, "RECONCILIATION_TWO_PERSON", False))
-    for probe in claimed:
-        try:
-            probe_one(probe, owner=owner, two_person=two_person, metrics=metrics, source=source)
-        except Exception:  # one probe's fault must not stop the others; its lease lapses
-            logger.exception("probe failed", extra={"execution_id": str(probe.execution_id)})
+    # One event loop for the pass: its lookups share the HTTP session and its connections.
+    with BlockingRunner() as runner:
+        for probe in claimed:
+            try:
+                probe_one(
+                    probe,
+                    owner=owner,
+                    two_person=two_person,
+                    metrics=metrics,
+                    source=source,
+                    runner=runner,
+                )
+            except Exception:  # one probe's fault must not stop the others; its lease lapses
+                logger.exception("probe failed", extra={"execution_id": str(probe.execution_id)})
     return len(claimed)
 
 

@@ -28,6 +28,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
+from actions.blocking import run_blocking
 from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
@@ -390,8 +391,10 @@ def checkpoint_record_lookup(
         )
     checkpoint = uncertain_checkpoint(execution_id, action_id)
     try:
-        result = lookup_by_key(
-            checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
+        result = run_blocking(
+            lookup_by_key(
+                checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
+            )
         )
     except IntegrationUnavailable as exc:
         raise ResolutionRefused(

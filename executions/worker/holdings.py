@@ -25,7 +25,7 @@ class Holding:
     """One execution held in a slot: its dispatch and what the slot changes while holding it."""
 
     dispatch: Dispatch
-    cancelled: threading.Event = field(default_factory=StopSignal)  # the stop signal
+    cancelled: StopSignal = field(default_factory=StopSignal)  # the stop signal
     renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
     lost: bool = False
     deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)

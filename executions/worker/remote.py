@@ -32,7 +32,6 @@ import asyncio
 import ipaddress
 import json
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +55,7 @@ from .wire import (
     refusal_wire,
     result_read,
 )
+from .writeretry import Flag
 
 logger = logging.getLogger("executions.worker")
 
@@ -221,7 +221,7 @@ class RemoteWorkerRuntime(Reservations):
                 return response.status, None
 
     async def _post_unless_stopped(
-        self, body: str, stop: threading.Event
+        self, body: str, stop: Flag
     ) -> tuple[int, Any] | Exception | None:
         """POST a package and wait for the answer (status and body, or the exception the call
         raised), or until `stop` is set (the lease is lost, the execution cancelled, the worker

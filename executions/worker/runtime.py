@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from actions.pools import close_client
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
 
@@ -252,6 +253,7 @@ class LocalWorkerRuntime(Reservations):
         return self
 
     async def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
+        await close_client()  # the adapters' HTTP session of this loop (actions/pools.py)
         await self._pool.close(timeout=timeout)
         # Its worker threads join here: off the loop, which the prober may be waiting on.
         await asyncio.to_thread(self._prober_pool.close, timeout)

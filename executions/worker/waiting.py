@@ -7,9 +7,9 @@ for a failure.
 """
 
 import logging
-import threading
 from typing import Any
 
+from actions.base import StopSignal
 from orquestador import errors
 
 from ..claims import Snapshot
@@ -38,7 +38,7 @@ async def wait_step(
     action: dict[str, Any],
     snapshot: Snapshot,
     audit: dict[str, Any],
-    cancelled: threading.Event,
+    cancelled: StopSignal,
     log_extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The wait action's output, as the holder `fence`; or the run stops (`RunSuspended`,

@@ -17,12 +17,13 @@ value, not a database error), and a lost connection (the caller's reconnection p
 import asyncio
 import logging
 import random
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
+
+from actions.base import StopSignal
 
 from .retry import backoff_seconds
 
@@ -50,7 +51,7 @@ async def fenced_write(
     budget_seconds: float,
     log_extra: dict[str, Any],
     rng: random.Random | None = None,
-    stop: threading.Event | None = None,
+    stop: StopSignal | None = None,
 ) -> Result:
     """Run `write`; on a database error, log it with `statement` and retry within the budget."""
     rng = rng or random.Random()  # noqa: S311  (jitter, not a secret)
@@ -88,7 +89,13 @@ async def fenced_write(
 STOP_POLL_SECONDS = 0.05  # seconds between looks at a stop signal while a pause lasts
 
 
-async def signal_wait(stop: threading.Event | None, seconds: float) -> bool:
+class Flag(Protocol):
+    """A stop signal as the loop reads it: a StopSignal or a threading.Event."""
+
+    def is_set(self) -> bool: ...
+
+
+async def signal_wait(stop: Flag | None, seconds: float) -> bool:
     """Sleep `seconds` on the loop, or less if `stop` is set meanwhile; return whether it is."""
     deadline = time.monotonic() + seconds
     while stop is None or not stop.is_set():

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
 from actions.base import ActionContext, Outcome
+from actions.blocking import run_blocking
 from actions.registry import NO_OP, Registry
 from executions.flows.canonical import canonical_json, sha256_hex
 from executions.flows.evaluator import apply_updates, build_context, decide, resolve_input
@@ -326,7 +327,7 @@ def _run(definition: dict, transition_id: str, data: dict, registry: Registry):
             external_key=f"e:{action['id']}",
             attempt=1,
         )
-        result = binding.adapter.call(ctx, binding)
+        result = run_blocking(binding.adapter.call(ctx, binding))
         assert result.outcome is Outcome.SUCCEEDED
         outputs[action["id"]] = result.output
     context = build_context(data, outputs)

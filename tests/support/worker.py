@@ -28,7 +28,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome, Route
+from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome, Route, StopSignal
 from actions.registry import NO_OP, Registry
 from actions.simulation import SIMULATION_BINDINGS
 from executions import sql
@@ -454,9 +454,9 @@ def package_of(found: Dispatch) -> ExecutionPackage:
     return ExecutionPackage(dataclasses.replace(found, snapshot=None))
 
 
-def holding_of(found: Dispatch, cancelled: threading.Event | None = None) -> Holding:
+def holding_of(found: Dispatch, cancelled: StopSignal | None = None) -> Holding:
     """A slot's hold on a claimed execution, with its own stop signal."""
-    return Holding(found, cancelled=cancelled or threading.Event())
+    return Holding(found, cancelled=cancelled or StopSignal())
 
 
 def dispatch_once(

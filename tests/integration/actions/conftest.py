@@ -1,24 +1,41 @@
-"""Fixtures for the adapter tests: loopback providers, bindings built through the real catalog."""
+"""Fixtures for the adapter tests: loopback providers, bindings built through the real catalog,
+and the event loop the adapters' coroutines run on."""
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
 from actions.base import ActionContext, Binding
+from actions.blocking import BlockingRunner
 from actions.catalog import parse_catalog
-from actions.pools import close_all_pools
 from actions.registry import ADAPTERS, Registry
 from tests.support.providers import DocumentStore, JsonProvider
 
 LEASE_SECONDS = 60  # seconds
+T = TypeVar("T")
+
+_runner: BlockingRunner | None = None
 
 
 @pytest.fixture(autouse=True)
-def _close_sessions() -> Iterator[None]:
-    # Pooled connections to servers that are about to stop would otherwise leak sockets.
-    yield
-    close_all_pools()
+def event_loop_runner() -> Iterator[BlockingRunner]:
+    """One event loop for the whole test, as a worker process has one: its calls share the HTTP
+    session. Closing it closes the session, so pooled connections to servers that are about to
+    stop do not leak sockets."""
+    global _runner
+    with BlockingRunner() as runner:
+        _runner = runner
+        try:
+            yield runner
+        finally:
+            _runner = None
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run an adapter's coroutine to its end on the test's event loop."""
+    assert _runner is not None, "the event_loop_runner fixture is not active"
+    return _runner.run(coroutine)
 
 
 @pytest.fixture

@@ -1,15 +1,17 @@
 """documents.verify against a real loopback document store."""
 
 import hashlib
+import threading
 import time
 
 import pytest
 
+from actions import documents
 from actions.base import Outcome
 from orquestador import errors
 from tests.support.providers import drip, drop, slow, slow_body, status
 
-from .conftest import binding, context
+from .conftest import binding, context, run
 
 PDF = b"%PDF-1.7 example document\n" * 40
 PDF_SHA = hashlib.sha256(PDF).hexdigest()
@@ -20,7 +22,7 @@ def verify(store, data, **route):
     b = binding(
         "documents.verify", effect="READ_ONLY", adapter="documents.verify", timeout=2.0, **route
     )
-    return b.adapter.call(context(data, key="e:verify"), b)
+    return run(b.adapter.call(context(data, key="e:verify"), b))
 
 
 def test_verify__matching_hash__verified(store):
@@ -153,6 +155,26 @@ def test_verify__document_dripping_byte_by_byte__transient_at_the_deadline(store
     assert "budget" in result.error_detail
 
 
+def test_verify__large_document__hashed_in_a_thread_batch_by_batch(store, monkeypatch):
+    big = bytes(range(256)) * (3 * documents.OFF_LOOP_BYTES // 256 + 7)  # about three batches
+    store.put("big", big)
+    hash_all, threads = documents.StreamedDigest._hash_all, []
+
+    def hash_and_note_the_thread(self, chunks):
+        threads.append(threading.get_ident())
+        hash_all(self, chunks)
+
+    monkeypatch.setattr(documents.StreamedDigest, "_hash_all", hash_and_note_the_thread)
+    data = {"documentId": "big", "sha256": hashlib.sha256(big).hexdigest()}
+
+    result = verify(store, data, max_bytes=4 * documents.OFF_LOOP_BYTES)
+
+    assert result.output["verified"] is True and result.output["size"] == len(big)
+    *batches, remainder = threads
+    assert len(batches) >= 2 and threading.get_ident() not in batches  # in a thread
+    assert remainder == threading.get_ident()  # what was left under a batch, on the loop
+
+
 def test_verify__forbidden__permanent(store):
     store.plan("/documents/doc-1", status(403))
 
@@ -175,7 +197,7 @@ def verify_async(store, data):
         url=store.url("/documents/{documentId}"),
         **ASYNC,
     )
-    return b.adapter.call(context(data, key="e:verify"), b)
+    return run(b.adapter.call(context(data, key="e:verify"), b))
 
 
 def test_verify__async_store__a_202_is_accepted_for_a_later_callback(store):

@@ -1,5 +1,6 @@
 """http.json against a real loopback provider: what is sent, and how each fate is classified."""
 
+import asyncio
 import dataclasses
 import json
 import socket
@@ -8,8 +9,9 @@ import time
 
 import pytest
 
+from actions import http_json, pools
 from actions.base import Outcome
-from actions.pools import pool_manager
+from actions.blocking import BlockingRunner
 from orquestador import errors
 from tests.support.providers import (
     Reply,
@@ -26,14 +28,14 @@ from tests.support.providers import (
     status,
 )
 
-from .conftest import binding, context
+from .conftest import binding, context, run
 
 WRITES = ("IDEMPOTENT_WRITE", "NON_IDEMPOTENT_WRITE")
 SECRET_MARK = "provider-secret-detail"
 
 
 def call(b, ctx=None):
-    return b.adapter.call(ctx or context(), b)
+    return run(b.adapter.call(ctx or context(), b))
 
 
 def _no_leak(result) -> None:
@@ -74,18 +76,20 @@ def test_call__uses_the_configured_method(provider):
     assert provider.requests()[0].method == "PUT"
 
 
-def test_pool_manager__pooled_per_thread(provider):
+async def _client():
+    return pools.client()
+
+
+def test_client__pooled_per_event_loop(provider):
     b = binding(url=provider.url("/charges"), effect="IDEMPOTENT_WRITE")
     call(b, context(key="e:1"))
     call(b, context(key="e:2"))
-    managers = []
-    worker = threading.Thread(target=lambda: managers.append(pool_manager()))
-    worker.start()
-    worker.join()
+    with BlockingRunner() as elsewhere:
+        theirs = elsewhere.run(_client())
 
     first, second = provider.requests("/charges")
     assert first.client == second.client  # the second call reused the pooled connection
-    assert managers[0] is not pool_manager()
+    assert theirs is not run(_client())  # another loop (another thread's) has its own
 
 
 # ------------------------------------------------------------------------------
@@ -153,6 +157,51 @@ def test_call__headers_dripping_byte_by_byte__stopped_at_the_deadline(provider, 
     assert "budget" in result.error_detail
 
 
+@pytest.mark.parametrize(
+    ("effect", "outcome"),
+    [("NON_IDEMPOTENT_WRITE", Outcome.UNKNOWN), ("READ_ONLY", Outcome.TRANSIENT)],
+)
+def test_call__stopped_while_waiting_from_another_thread__abandoned_at_once(
+    provider, effect, outcome
+):
+    provider.plan("/charges", slow(30))
+    b = binding(url=provider.url("/charges"), effect=effect, timeout=20)
+    ctx = context()
+
+    def stop_once_the_provider_has_it() -> None:
+        provider.wait_for_calls(1, "/charges")
+        ctx.cancelled.set()  # as the heartbeat or a cancellation does, from its own thread
+
+    stopper = threading.Thread(target=stop_once_the_provider_has_it)
+    stopper.start()
+    started = time.monotonic()
+    result = call(b, ctx)
+    stopper.join()
+
+    assert time.monotonic() - started < 5  # not the provider's 30 s, nor the 20 s budget
+    assert result.outcome is outcome
+    assert "stopped" in result.error_detail
+
+
+def test_call__task_cancelled_from_outside__the_cancellation_goes_through(provider):
+    provider.plan("/charges", slow(30))
+    b = binding(url=provider.url("/charges"), timeout=20)
+
+    async def cancel_midway() -> bool:
+        task = asyncio.ensure_future(b.adapter.call(context(), b))
+        await asyncio.to_thread(provider.wait_for_calls, 1, "/charges")
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    started = time.monotonic()
+    assert run(cancel_midway()) is True  # not turned into an outcome: the caller cancelled it
+    assert time.monotonic() - started < 5
+
+
 def test_call__cancelled_before_sending__nothing_sent(provider):
     b = binding(url=provider.url("/charges"))
     ctx = context()
@@ -204,6 +253,22 @@ def test_call__dropped_after_body__idempotent_retry_with_same_key_applies_once(p
     assert keys == {"exec-1:charge"}
     assert provider.calls("/charges") == 2
     assert len(provider.effects("/charges")) == 1
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST"])
+def test_call__dropped_on_a_reused_connection__never_sent_again(provider, method):
+    # An idempotent method on a pooled connection that turns out dropped is what HTTP clients
+    # resend on their own; for a write that is a second effect. The worker decides, not the client.
+    provider.plan("/items/1", ok(), drop())
+    b = binding(url=provider.url("/items/1"), method=method, effect="NON_IDEMPOTENT_WRITE")
+
+    first, second = call(b, context(key="e:1")), call(b, context(key="e:2"))
+
+    assert (first.outcome, second.outcome) == (Outcome.SUCCEEDED, Outcome.UNKNOWN)
+    seen = provider.requests("/items/1")
+    assert len(seen) == 2  # never resent
+    assert seen[0].client == seen[1].client  # the second went on the pooled connection
+    assert len(provider.effects("/items/1")) == 2
 
 
 def test_call__dropped__read_is_transient(provider):
@@ -319,6 +384,24 @@ def test_call__oversized_body__output_invalid(provider, effect, outcome, declare
     assert result.error_code == errors.OUTPUT_INVALID
     assert "1024 bytes" in result.error_detail
     assert result.output is None
+
+
+def test_call__large_answer__parsed_in_a_thread_not_on_the_loop(provider, monkeypatch):
+    provider.plan("/charges", oversized(http_json.OFF_LOOP_JSON_BYTES + 1024))
+    parse, threads = http_json.parse_json_object, []
+
+    def parse_and_note_the_thread(body):
+        threads.append(threading.get_ident())
+        return parse(body)
+
+    monkeypatch.setattr(http_json, "parse_json_object", parse_and_note_the_thread)
+    b = binding(url=provider.url("/charges"), max_response_bytes=1024 * 1024)
+
+    result = call(b)
+
+    assert result.outcome is Outcome.SUCCEEDED
+    assert len(result.output["pad"]) > http_json.OFF_LOOP_JSON_BYTES
+    assert len(threads) == 1 and threads[0] != threading.get_ident()
 
 
 def test_call__body_just_under_the_limit__accepted(provider):

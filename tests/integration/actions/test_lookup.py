@@ -7,7 +7,7 @@ from actions.lookup import lookup_by_key, supports_lookup
 from actions.registry import IntegrationUnavailable
 from tests.support.providers import drop, non_json, status
 
-from .conftest import catalog_registry, context
+from .conftest import catalog_registry, context, run
 
 
 def registry_for(provider, *, with_lookup=True, environ=None, headers=None):
@@ -31,9 +31,9 @@ def test_lookup__write_happened__its_output(provider):
     registry = registry_for(provider)
     provider.plan("/charges", drop())  # applied, then the connection dropped
     b = registry.resolve("payments.charge", 1)
-    b.adapter.call(context(key="e-1:charge"), b)
+    run(b.adapter.call(context(key="e-1:charge"), b))
 
-    result = lookup_by_key("payments.charge", 1, "e-1:charge", registry=registry)
+    result = run(lookup_by_key("payments.charge", 1, "e-1:charge", registry=registry))
 
     assert result.happened is True
     assert result.output == {"id": "op-1", "status": "done"}
@@ -42,7 +42,7 @@ def test_lookup__write_happened__its_output(provider):
 
 
 def test_lookup__write_did_not_happen(provider):
-    result = lookup_by_key("payments.charge", 1, "e-2:charge", registry=registry_for(provider))
+    result = run(lookup_by_key("payments.charge", 1, "e-2:charge", registry=registry_for(provider)))
 
     assert result.happened is False
     assert result.output is None
@@ -52,7 +52,7 @@ def test_lookup__write_did_not_happen(provider):
 def test_lookup__anything_else__settles_nothing(provider, reply):
     provider.plan("/charges/by-key/", reply)
 
-    result = lookup_by_key("payments.charge", 1, "e-3:charge", registry=registry_for(provider))
+    result = run(lookup_by_key("payments.charge", 1, "e-3:charge", registry=registry_for(provider)))
 
     assert result.happened is None
     assert "provider-secret-detail" not in result.detail
@@ -66,7 +66,7 @@ def test_lookup__sends_the_route_credentials(provider, monkeypatch):
         headers={"Authorization": "PAYMENTS_AUTH"},
     )
 
-    result = lookup_by_key("payments.charge", 1, "e-4:charge", registry=registry)
+    result = run(lookup_by_key("payments.charge", 1, "e-4:charge", registry=registry))
 
     assert result.happened is False
     assert provider.requests()[0].headers["authorization"] == "Bearer lookup-secret"
@@ -77,7 +77,7 @@ def test_lookup__no_lookup_url__unavailable(provider):
     registry = registry_for(provider, with_lookup=False)
 
     with pytest.raises(IntegrationUnavailable):
-        lookup_by_key("payments.charge", 1, "e-5:charge", registry=registry)
+        run(lookup_by_key("payments.charge", 1, "e-5:charge", registry=registry))
     assert supports_lookup("payments.charge", 1, registry=registry) is False
     assert provider.calls() == 0
 
@@ -86,5 +86,5 @@ def test_lookup__unconfigured_capability__unavailable(provider):
     registry = registry_for(provider)
 
     with pytest.raises(IntegrationUnavailable):
-        lookup_by_key("payments.refund", 1, "e-6:refund", registry=registry)
+        run(lookup_by_key("payments.refund", 1, "e-6:refund", registry=registry))
     assert supports_lookup("payments.charge", 1, registry=registry) is True

@@ -18,6 +18,8 @@ from actions.registry import (
 )
 from orquestador.workerconfig import WorkerConfig, WorkerConfigError
 
+from .conftest import run
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "integrations.toml"
 
 
@@ -120,4 +122,4 @@ def test_no_op__only_in_simulation_mode(settings):
     settings.SIMULATION_MODE = True
     binding = build_registry().resolve("NO_OP", 1)
     assert binding.effect == "READ_ONLY"
-    assert binding.adapter.call(None, binding).outcome is Outcome.SUCCEEDED
+    assert run(binding.adapter.call(None, binding)).outcome is Outcome.SUCCEEDED

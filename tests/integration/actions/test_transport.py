@@ -1,13 +1,20 @@
-"""The shared HTTP transport: Retry-After parsing and the pool managers' lifetime."""
+"""The shared HTTP transport: Retry-After parsing, the sessions' lifetime, the watchdog's timers."""
 
-import gc
+import asyncio
 import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from actions import pools, transport, watchdog
+from actions import pools, transport
+from actions.base import StopSignal
+from actions.blocking import BlockingRunner
 from actions.transport import MAX_RETRY_AFTER_SECONDS, parse_retry_after
+from actions.watchdog import Watchdog
+from tests.support.providers import slow_body
+
+from .conftest import run
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
 
@@ -33,42 +40,82 @@ def test_parse_retry_after(header, seconds):
     assert parse_retry_after(header, now=NOW) == seconds
 
 
-def test_pool_manager__closed_when_its_thread_ends(provider):
-    seen = {}
-
-    def work() -> None:
-        manager = pools.pool_manager()
-        manager.request("GET", provider.url("/ping"), timeout=2).release_conn()
-        seen["manager"] = manager
-        seen["pools_while_alive"] = len(manager.pools)
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    worker.join()
-    gc.collect()
-
-    assert seen["pools_while_alive"] == 1
-    # The thread's holder is gone, so its finalizer closed the manager's pools.
-    assert len(seen["manager"].pools) == 0
+async def _ping(provider, *, budget: float = 2.0) -> transport.Reply:
+    return await transport.exchange(
+        method="GET",
+        url=provider.url("/ping"),
+        headers={},
+        body=None,
+        deadline=transport.Deadline.after(budget),
+        connect_timeout=2,
+        max_bytes=1024,
+        want_body=lambda status: True,
+    )
 
 
-def test_watchdog__one_thread_for_every_call__finished_deadlines_do_not_pile_up(provider):
-    def call() -> None:
-        transport.exchange(
-            method="GET",
-            url=provider.url("/ping"),
-            headers={},
-            body=None,
-            deadline=transport.Deadline.after(600),  # long: only a cancel can drop it
+def test_client__closed_with_its_loop_runner(provider):
+    async def ping_and_show_the_client():
+        await _ping(provider)
+        return pools.client()
+
+    with BlockingRunner() as runner:
+        session = runner.run(ping_and_show_the_client())
+        assert not session.closed
+
+    assert session.closed  # and with it its pooled connection
+    assert provider.calls("/ping") == 1
+
+
+def _client_threads() -> set[threading.Thread]:
+    """This process's threads, less the ones the loopback provider serves connections from."""
+    return {t for t in threading.enumerate() if "process_request_thread" not in t.name}
+
+
+def test_watchdog__no_thread_for_any_call__finished_deadlines_leave_no_timer(provider):
+    threads = _client_threads()
+
+    async def calls():
+        for _ in range(300):
+            await _ping(provider, budget=600)  # long: only a disarmed watchdog drops it
+        loop = asyncio.get_running_loop()
+        return [
+            timer
+            for timer in loop._scheduled
+            if not timer.cancelled() and getattr(timer._callback, "__func__", None) is Watchdog._due
+        ]
+
+    armed = run(calls())
+
+    assert _client_threads() == threads
+    assert armed == []  # 300 calls ended, every 600-second deadline disarmed
+
+
+def test_exchange__stopped_while_reading_the_body__its_stage_and_status(provider):
+    provider.plan("/charges", slow_body(30))  # half the body now, the rest in 30 s
+    stop = StopSignal()
+
+    async def first_chunk_stops_it(chunk: bytes) -> None:
+        stop.set()
+
+    async def call() -> transport.Reply:
+        return await transport.exchange(
+            method="POST",
+            url=provider.url("/charges"),
+            headers={"Content-Type": "application/json"},
+            body=b"{}",
+            deadline=transport.Deadline.after(20),
             connect_timeout=2,
             max_bytes=1024,
             want_body=lambda status: True,
+            sink=first_chunk_stops_it,
+            cancelled=stop,
         )
 
-    for _ in range(300):
-        call()
+    started = time.monotonic()
+    with pytest.raises(transport.TransportError) as caught:
+        run(call())
 
-    watchdogs = [t for t in threading.enumerate() if t.name == "http-watchdog"]
-    assert len(watchdogs) == 1
-    # 300 finished calls, their 600-second deadlines cancelled: the heap was rebuilt on the way.
-    assert len(watchdog._timers._due) < 150
+    assert time.monotonic() - started < 5
+    error = caught.value
+    assert (error.stage, error.status, error.final) == (transport.Stage.BODY, 200, False)
+    assert error.reason == "the execution was stopped"

@@ -21,13 +21,13 @@ from actions.base import Outcome
 from orquestador import errors
 from tests.support.providers import JsonProvider, Reply
 
-from .conftest import binding, context
+from .conftest import binding, context, run
 
 SECRET = "Bearer s3cr3t-token-value"
 
 
 def call(b, ctx=None):
-    return b.adapter.call(ctx or context(), b)
+    return run(b.adapter.call(ctx or context(), b))
 
 
 class SelfSignedTlsServer:
@@ -174,6 +174,30 @@ def test_tls__trusted_certificate_for_another_host__refused_before_sending(tmp_p
         server.close()
 
 
+def test_tls__handshake_that_fails__nothing_sent_so_even_a_write_is_transient():
+    # A server that answers the TLS hello with plain HTTP: the handshake cannot complete, and
+    # no byte of the request can have been written (it is written only after the handshake).
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        hellos: list[bytes] = []
+
+        def answer_in_plain_text() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(5)
+                hellos.append(conn.recv(65536))
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        server = threading.Thread(target=answer_in_plain_text, daemon=True)
+        server.start()
+        result = call(binding(url=f"https://127.0.0.1:{port}/charges"))  # non-idempotent
+        server.join(timeout=5)
+
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.error_detail == "TLS handshake failed; nothing was sent"
+    assert hellos and hellos[0][:1] == b"\x16"  # what arrived was a TLS handshake record
+
+
 def test_proxy__environment_settings_ignored(provider, monkeypatch):
     with JsonProvider() as proxy:
         for variable in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
@@ -219,5 +243,5 @@ def test_cookies__a_providers_cookie_is_never_sent_back(provider):
 
     assert (first.outcome, second.outcome) == (Outcome.SUCCEEDED, Outcome.SUCCEEDED)
     seen = provider.requests("/charges")
-    assert seen[0].client == seen[1].client  # the same pooled connection, the same thread
+    assert seen[0].client == seen[1].client  # the same pooled connection, the same loop
     assert "cookie" not in seen[1].headers

@@ -227,9 +227,10 @@ def test_an_operator_who_resolves_during_the_lookup__the_answer_is_kept_unused(
     ask = probes.lookup_by_key
 
     def meanwhile_an_operator(*args):
-        answer = ask(*args)
+        # As the prober asks (it read the case open before, and records the answer after): the
+        # operator acts here, outside the lookup's event loop, on the test's connection.
         services.execution_abandon(execution_id=case.pk, reason="by hand", operator=operator)
-        return answer
+        return ask(*args)
 
     monkeypatch.setattr(probes, "lookup_by_key", meanwhile_an_operator)
     with _registry(provider):
