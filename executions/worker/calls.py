@@ -4,6 +4,8 @@ No transaction is open here and nothing is written: the runner has committed the
 RUNNING checkpoint before it calls, and commits what the recovery table decides after.
 """
 
+import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -50,8 +52,15 @@ async def adapter_call(
 
 
 async def _call(binding: Binding, ctx: ActionContext) -> ActionResult:
-    # Every adapter's call is a coroutine (actions/base.py); it runs on the worker's loop.
-    return await binding.adapter.call(ctx, binding)
+    # The shipped adapters' calls are coroutines and run on the loop. A trusted adapter written
+    # synchronously (the tests' scripted and blocking ones) runs in a thread, never on the loop.
+    adapter: Any = binding.adapter
+    if inspect.iscoroutinefunction(adapter.call):
+        return await adapter.call(ctx, binding)
+    result = await asyncio.to_thread(adapter.call, ctx, binding)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 def input_checks(schema: dict[str, Any], action_input: dict[str, Any]) -> tuple[str, str | None]:
