@@ -23,7 +23,7 @@ from actions.sandbox import MAX_BODY_BYTES, MAX_CONNECTIONS, Faults, SandboxProv
 from actions.sandboxshop import document_bytes
 from tests.support.worker import wait_until
 
-from .conftest import catalog_registry, context
+from .conftest import catalog_registry, context, run
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "integrations.toml"
 AUTH = {"PAYMENTS_AUTH": "Bearer sandbox-test"}
@@ -48,7 +48,7 @@ def registry(sandbox, monkeypatch) -> Registry:
 
 def call(registry: Registry, capability: str, data: dict, *, key: str, attempt: int = 1):
     binding = registry.resolve(capability, 1)
-    return binding.adapter.call(context(data, key=key, attempt=attempt), binding)
+    return run(binding.adapter.call(context(data, key=key, attempt=attempt), binding))
 
 
 def raw(
@@ -89,7 +89,7 @@ def test_reserve__lost_after_applying__the_retry_gets_the_same_reservation(sandb
         "quantity": 1,
         "status": "reserved",
     }
-    found = lookup_by_key("stock.reserve", 1, "e1:reserve", registry=registry)
+    found = run(lookup_by_key("stock.reserve", 1, "e1:reserve", registry=registry))
     assert (found.happened, found.output) == (True, second.output)  # one reservation only
     other = call(registry, "stock.reserve", RESERVE, key="e2:reserve")
     assert other.output["reservationId"] == "res_000002"
@@ -101,7 +101,7 @@ def test_charge__not_deduplicated__a_replay_charges_twice(sandbox, registry):
 
     assert first.outcome is again.outcome is Outcome.SUCCEEDED
     assert (first.output["chargeId"], again.output["chargeId"]) == ("ch_000001", "ch_000002")
-    found = lookup_by_key("payments.charge", 1, "e1:charge", registry=registry)
+    found = run(lookup_by_key("payments.charge", 1, "e1:charge", registry=registry))
     assert found.happened is True
     assert found.output == {**first.output, "chargesWithKey": 2}
 
@@ -112,7 +112,7 @@ def test_charge__lost_after_applying__uncertain_and_found_by_the_lookup(sandbox,
     result = call(registry, "payments.charge", CHARGE, key="e1:charge")
 
     assert (result.outcome, result.error_code) == (Outcome.UNKNOWN, "UNCERTAIN_WRITE")
-    found = lookup_by_key("payments.charge", 1, "e1:charge", registry=registry)
+    found = run(lookup_by_key("payments.charge", 1, "e1:charge", registry=registry))
     assert found.happened is True
     assert found.output == {
         "chargeId": "ch_000001",
@@ -133,7 +133,9 @@ def test_charge__lost_before_applying__uncertain_and_not_found(sandbox, registry
     result = call(registry, "payments.charge", CHARGE, key="e1:charge")
 
     assert (result.outcome, result.error_code) == (Outcome.UNKNOWN, "UNCERTAIN_WRITE")
-    assert lookup_by_key("payments.charge", 1, "e1:charge", registry=registry).happened is False
+    assert (
+        run(lookup_by_key("payments.charge", 1, "e1:charge", registry=registry)).happened is False
+    )
 
 
 def test_refund_and_release__deduplicated_and_checked(sandbox, registry):
@@ -161,9 +163,9 @@ def test_refund_and_release__deduplicated_and_checked(sandbox, registry):
     assert other_key.outcome is Outcome.PERMANENT  # 409: refunded already, under another key
     assert release.output["status"] == "released"
     assert unknown.outcome is Outcome.PERMANENT
-    assert lookup_by_key("payments.charge", 1, "e1:charge", registry=registry).output["status"] == (
-        "refunded"
-    )
+    assert run(lookup_by_key("payments.charge", 1, "e1:charge", registry=registry)).output[
+        "status"
+    ] == ("refunded")
 
 
 def test_documents__verified_by_documents_verify(sandbox, registry):
