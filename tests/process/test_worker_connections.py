@@ -36,7 +36,7 @@ SAMPLE_SECONDS = 0.005  # seconds between two counts of the process's backends
 def backends_of(conn: psycopg.Connection, pid: int) -> int:
     """PostgreSQL backends whose client is a socket of process `pid`: every one, the prober's
     included (it borrows the worker's shared connections)."""
-    ports = sorted(socket_ports(pid))
+    ports = sorted(socket_ports(pid, conn.info.port))
     return conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports]
     ).fetchone()[0]

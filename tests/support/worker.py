@@ -580,8 +580,11 @@ PROCESS_SETTINGS = {
 }
 
 
-def socket_ports(pid: int) -> set[int]:
-    """Local TCP ports of the sockets process `pid` holds open (/proc)."""
+def socket_ports(pid: int, remote_port: int) -> set[int]:
+    """Local TCP ports of the sockets process `pid` holds open to `remote_port` (/proc).
+
+    Only those: Linux lets connections to different servers share a local port, so a worker's
+    thousand sockets to a provider can share ports with another process's PostgreSQL clients."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -594,7 +597,7 @@ def socket_ports(pid: int) -> set[int]:
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
-            if fields[9] in inodes:
+            if fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == remote_port:
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
 
@@ -658,7 +661,7 @@ class WorkerProcess:
         found by its sockets' ports, so nothing it opened escapes."""
         rows = conn.execute(
             "SELECT coalesce(state, '') FROM pg_stat_activity WHERE client_port = ANY(%s)",
-            [sorted(socket_ports(self.pid))],
+            [sorted(socket_ports(self.pid, conn.info.port))],
         ).fetchall()
         return [row[0] for row in rows]
 
