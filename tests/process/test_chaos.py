@@ -444,6 +444,9 @@ def _compensation_invariants(executions: dict, checkpoints: dict, double: JsonPr
     return {
         "executions": len(executions),
         "by_status": dict(sorted(by_status.items())),
+        "charges_refused": sum(
+            1 for eid in executions if checkpoints.get((eid, "charge")) == "FAILED"
+        ),
         "reserves_applied": len(reserves),
         "charges_applied": len(charges),
         "releases_applied": len(releases),
@@ -658,7 +661,7 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
         "provider_calls": double.calls(),
         "charges_applied": sum(charges.values()),
         "faults_drawn": dict(sorted(faults.drawn.items())),
-        "charges_uncertain": len(went_uncertain),
+        "charges_uncertain": len(went_uncertain - undo_ids),
         "uncertain_applied": len({eid for eid in went_uncertain if f"{eid}:charge" in charges}),
         "probes": probes_asked,
         "resolved_by_prober": sum(1 for r in resolutions if r[1] == PROBER),
