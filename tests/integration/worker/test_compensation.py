@@ -146,6 +146,36 @@ def test_compensation__a_refused_charge_releases_the_reservation_and_ends_compen
     assert started["compensates"] == ["reserve"] and started["errorCode"] == "PERMANENT_FAILURE"
 
 
+def test_compensation__the_execution_page_draws_the_undo_and_the_end(conn, make_flow, runtime_dsn):
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from executions.models import Execution
+    from executions.timeline import execution_timeline
+
+    accepted = enqueue(conn, _shop(make_flow), data={"sku": "book"})
+    bindings = (
+        binding("RESERVE", ScriptedAdapter(), effect="IDEMPOTENT_WRITE"),
+        binding("CHARGE", ScriptedAdapter(default=permanent()), effect="NON_IDEMPOTENT_WRITE"),
+        binding("RELEASE", ScriptedAdapter(), effect="IDEMPOTENT_WRITE"),
+    )
+    assert _run(conn, runtime_dsn, *bindings).execution_status == "COMPENSATED"
+    execution = Execution.objects.select_related("flow").get(pk=accepted.execution_id)
+    drawn = execution_timeline(execution, now=timezone.now())
+    assert [lane.title for lane in drawn.lanes][-3:] == ["reserve", "charge", "reserve:compensate"]
+    marks = [mark.kind for lane in drawn.lanes for mark in lane.marks]
+    assert "compensating" in marks and "compensated" in marks
+    assert not drawn.live
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw-root"))
+    page = client.get(reverse("admin:executions_execution_change", args=[execution.pk]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "COMPENSATED" in text and "reserve:compensate" in text
+
+
 def test_compensation__runs_the_undos_in_reverse_order_of_the_writes(conn, make_flow, runtime_dsn):
     flow_id = make_flow(
         [
