@@ -529,3 +529,45 @@ def test_compensation__a_non_idempotent_undo_without_a_lookup_falls_back_to_reco
     assert result.execution_status == "RECONCILIATION_REQUIRED"
     assert release.calls == []
     assert "whose route has no lookup" in execution_row(conn, accepted.execution_id)["error_detail"]
+
+
+def test_compensation__a_running_execution_cancelled_after_its_write_is_fenced_then_undone(
+    conn, make_flow, runtime_dsn
+):
+    import threading
+
+    from tests.support.worker import GateAdapter
+
+    flow_id = make_flow(
+        [_undoable("reserve", "RESERVE", "RELEASE"), action("look", "LOOK")],
+        on_failure="compensate",
+    )
+    accepted = enqueue(conn, flow_id)
+    look, release = GateAdapter(watch_cancel=False), ScriptedAdapter()
+    bindings = (
+        binding("RESERVE", ScriptedAdapter(), effect="IDEMPOTENT_WRITE"),
+        binding("LOOK", look),
+        binding("RELEASE", release, effect="IDEMPOTENT_WRITE"),
+    )
+    outcome = {}
+    with runtime_for(runtime_dsn, registry(*bindings)) as runtime:
+        (found,) = claim(conn, "first", lease_seconds=30)
+        holder = threading.Thread(target=lambda: outcome.update(r=run_claim(runtime, found)))
+        holder.start()
+        assert look.entered.wait(15)  # the reservation is done; the read is in flight
+        with use_registry(registry(*bindings)):
+            cancelled = execution_cancel(
+                execution_id=accepted.execution_id, actor="alice", reason="not now"
+            )
+        look.gate.set()
+        holder.join(15)
+    assert cancelled.status == "PENDING"
+    assert outcome["r"].status == "superseded"  # its late answer is fenced out
+    assert checkpoint_rows(conn, accepted.execution_id)["look"]["status"] == "RUNNING"
+
+    result = _run(conn, runtime_dsn, *bindings, owner="second")
+
+    assert result.execution_status == "COMPENSATED"
+    assert len(release.calls) == 1 and len(look.calls) == 1  # the read is not run again
+    assert execution_row(conn, accepted.execution_id)["error_code"] == errors.CANCELLED_AFTER_WRITE
+    assert _released_unchanged(conn, accepted)
