@@ -437,7 +437,7 @@ def test_compensation__an_operator_compensates_a_case_whose_charge_never_happene
     from django.test import Client
     from django.urls import reverse
 
-    from reconciliation.compensate import execution_compensate
+    from executions.models import AuditEvent
 
     accepted = enqueue(conn, _shop(make_flow, charge_undo=True), data={"sku": "book"})
     release, refund = ScriptedAdapter(), ScriptedAdapter()
@@ -462,12 +462,21 @@ def test_compensation__an_operator_compensates_a_case_whose_charge_never_happene
             reverse("admin:reconciliation_reconciliationcase_change", args=[accepted.execution_id])
         ).content.decode()
         assert 'id="resolve-compensate"' in page
-        resolved = execution_compensate(
-            execution_id=accepted.execution_id,
-            reason="the provider has no charge with this key",
-            operator=operator,
+        posted = client.post(
+            reverse("admin:reconciliation_reconciliationcase_changelist"),
+            {
+                "action": "compensate_execution",
+                "_selected_action": str(accepted.execution_id),
+                "post": "yes",
+                "reason": "the provider has no charge with this key",
+            },
         )
-    assert resolved.resolution == "COMPENSATE"
+        assert posted.status_code == 302, posted.content.decode()[:2000]
+    resolved = AuditEvent.objects.get(
+        execution_id=accepted.execution_id, type="RECONCILIATION_RESOLVED"
+    )
+    assert (resolved.actor, resolved.payload["resolution"]) == ("olga", "COMPENSATE")
+    assert resolved.payload["evidence"]["compensates"] == ["reserve"]
     row = execution_row(conn, accepted.execution_id)
     assert (row["status"], row["compensation_cause"]) == ("PENDING", errors.UNCERTAIN_WRITE)
     charge = checkpoint_rows(conn, accepted.execution_id)["charge"]
