@@ -90,12 +90,12 @@ class Command(BaseCommand):
             registry = load_registry(config)
         except IntegrationConfigError as exc:
             raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
-        # Reported, not refused: such a transition falls back to reconciliation at run time.
-        for problem in flows_compensation_problems(resolve=registry.resolve):
-            self.stderr.write(f"compensation check: {problem} (falls back to reconciliation)")
         reasons = unrestricted_reasons(connection=connection)
         if reasons:
             raise CommandError(restricted_role_message(reasons))
+        # Reported, not refused: such a transition falls back to reconciliation at run time.
+        for problem in flows_compensation_problems(resolve=registry.resolve):
+            self.stderr.write(f"compensation check: {problem} (falls back to reconciliation)")
         conninfo = database_conninfo(settings.DATABASES["default"])
         connection.close()
         metrics = WorkerMetrics()
