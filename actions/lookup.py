@@ -19,6 +19,12 @@ def _lookup_adapter(binding: Binding) -> LookupAdapter | None:
     return None
 
 
+def binding_has_lookup(binding: Binding) -> bool:
+    """Whether this binding's route can be asked about a write by key (a compensation that is a
+    NON_IDEMPOTENT_WRITE needs it: docs/flow-format.md#compensation)."""
+    return _lookup_adapter(binding) is not None
+
+
 async def lookup_by_key(
     capability: str, version: int, external_key: str, *, registry: Registry | None = None
 ) -> LookupResult:

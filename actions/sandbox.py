@@ -8,7 +8,9 @@
   same key again returns the stored answer and applies nothing (an `IDEMPOTENT_WRITE`).
 - `POST /charges {amount, currency, customer?}` charges, and does NOT deduplicate: every request
   is a new charge, whatever its key, so a replay after a lost answer charges twice (a
-  `NON_IDEMPOTENT_WRITE`, which is why an uncertain charge goes to an operator).
+  `NON_IDEMPOTENT_WRITE`, which is why an uncertain charge goes to an operator). A customer
+  whose id starts with `cus_declined` is refused for good (402 `CARD_DECLINED`, nothing
+  applied, no fault drawn): `examples/checkout.json` then releases the stock it reserved.
 - `GET /<collection>/by-key/<key>`: 200 with the record the key's first write made (for charges
   with `chargesWithKey`, how many that key made), 404 when no write with that key was applied.
 - `GET /documents/<id>`: a small PDF for any id, for `documents.verify`.
@@ -41,7 +43,7 @@ from urllib.parse import unquote
 
 from orquestador import strictjson
 
-from .sandboxshop import PAYMENTS, WRITES, Refused, Shop, document_bytes
+from .sandboxshop import PAYMENTS, WRITES, Refused, Shop, document_bytes, refuse_declined
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9000
@@ -210,6 +212,7 @@ class SandboxProvider:
         key = handler.headers.get("Idempotency-Key", "")
         if not 1 <= len(key) <= MAX_KEY_LENGTH:
             raise Refused(400, "IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key: 1 to 300 characters")
+        refuse_declined(collection, body)
         with self._shop.lock:
             fault = self._fault()
             if fault == "before":

@@ -87,6 +87,21 @@ class Shop:
             return 200, dict(first)
 
 
+DECLINED_PREFIX = "cus_declined"  # a customer whose charges are refused for good (402)
+
+
+def refuse_declined(collection: str, body: dict[str, Any]) -> None:
+    """A charge for a declined customer is refused for good, before any fault is drawn, so the
+    demo of a compensating flow (examples/checkout.json) always sees the refusal."""
+    customer = body.get("customer")
+    if (
+        collection == "charges"
+        and isinstance(customer, str)
+        and customer.startswith(DECLINED_PREFIX)
+    ):
+        raise Refused(402, "CARD_DECLINED", "the customer's card was declined")
+
+
 def _reserve(state: Shop, body: dict[str, Any], number: int) -> dict[str, Any]:
     sku, quantity = _text(body, "sku"), _count(body, "quantity", 1000)
     return {

@@ -289,6 +289,7 @@ class ExecutionAdmin(adminpictures.DrawingAdmin, ReadOnlyAdmin):
             counts: dict[str, int] = {
                 ExecutionStatus.CANCELLED: 0,
                 ExecutionStatus.RECONCILIATION_REQUIRED: 0,
+                ExecutionStatus.PENDING: 0,  # requeued to compensate its writes
             }
             for execution in executions:
                 try:
@@ -305,7 +306,8 @@ class ExecutionAdmin(adminpictures.DrawingAdmin, ReadOnlyAdmin):
                 request,
                 f"Cancelled {counts[ExecutionStatus.CANCELLED]} execution(s); "
                 f"{counts[ExecutionStatus.RECONCILIATION_REQUIRED]} had a write done or pending "
-                "and went to reconciliation. Recorded in the audit trail.",
+                f"and went to reconciliation; {counts[ExecutionStatus.PENDING]} will compensate "
+                "their writes. Recorded in the audit trail.",
                 messages.SUCCESS,
             )
             return None

@@ -9,7 +9,9 @@ operatorwrites.py):
 - with no write outstanding, the execution ends CANCELLED and its request is released (data,
   state and revision unchanged); with a write SUCCEEDED, RUNNING or UNKNOWN it cannot simply
   stop: it becomes RECONCILIATION_REQUIRED (UNCERTAIN_WRITE, or CANCELLED_AFTER_WRITE) and the
-  request stays blocked for an operator;
+  request stays blocked for an operator; unless its writes all SUCCEEDED and its transition
+  compensates them (compensation.py): then it is requeued PENDING to compensate, the request
+  still blocked until a worker has undone them;
 - EXECUTION_CANCELLED is appended either way, with the actor and the written reason;
 - a RUNNING execution's worker is told on sql.CANCEL_CHANNEL when this commits, and its
   runtime's best-effort `cancel` stops the holder (executions/worker/scheduler.py).
@@ -22,6 +24,7 @@ from orquestador import errors
 from orquestador.errors import CodedError
 
 from . import sql
+from .compensation import cancel_compensates
 from .models import AuditType, ExecutionStatus
 from .operatorwrites import MAX_REASON_CHARS, clean_reason, operator_write
 
@@ -43,7 +46,7 @@ CANCELLABLE_STATUSES = (
 @dataclass(frozen=True)
 class CancelResult:
     execution_id: str
-    status: str  # CANCELLED or RECONCILIATION_REQUIRED
+    status: str  # CANCELLED, RECONCILIATION_REQUIRED, or PENDING (requeued to compensate)
     fencing_token: int
 
 
@@ -81,7 +84,13 @@ def execution_cancel(
         uncertain, succeeded, last_write = case.cursor.fetchone()
         guard = {"execution_id": case.execution_id, "status": case.status, "token": case.token}
         detail = f"cancelled by {actor}: {reason}"
-        if uncertain or succeeded:
+        if succeeded and not uncertain and cancel_compensates(execution_id=case.execution_id):
+            # Its transition undoes its writes: a worker claims it and compensates.
+            statement = sql.EXECUTION_CANCEL_TO_COMPENSATION
+            code = errors.CANCELLED_AFTER_WRITE
+            params = {**guard, "error_code": code, "error_detail": detail}
+            new_status = ExecutionStatus.PENDING
+        elif uncertain or succeeded:
             code = errors.UNCERTAIN_WRITE if uncertain else errors.CANCELLED_AFTER_WRITE
             statement = sql.EXECUTION_CANCEL_TO_RECONCILIATION
             params = {**guard, "error_code": code, "error_detail": detail}
@@ -98,6 +107,8 @@ def execution_cancel(
             )
         if new_status == ExecutionStatus.CANCELLED:
             case.release_request()
+        elif new_status == ExecutionStatus.PENDING:
+            case.cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(case.execution_id)})
         case.record(
             type=AuditType.EXECUTION_CANCELLED,
             actor=actor,

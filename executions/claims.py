@@ -62,6 +62,9 @@ class Snapshot:
     scope: str
     accepted_revision: int
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
+    # The forward path's error code once the execution compensates (executions/compensation.py):
+    # the holder then runs the compensations instead of the actions.
+    compensation_cause: str | None = None
 
 
 SYSTEM_PRINCIPAL = "system"  # who a dispatch runs for without a principal (timeouts, recovery)

@@ -31,6 +31,8 @@ CHECKPOINT_SUCCEEDING = "checkpoint.succeeding"  # the call returned; SUCCEEDED 
 CHECKPOINT_SUCCEEDED = "checkpoint.succeeded"  # SUCCEEDED committed; the next action not begun
 FINAL_UNCOMMITTED = "final.uncommitted"  # the final statement ran in a transaction not committed
 FINAL_COMMITTED = "final.committed"  # the final transaction committed
+# Compensation began (committed); its first step's RUNNING checkpoint not yet written.
+COMPENSATION_STARTED = "compensation.started"
 POINTS = (
     CLAIM_COMMITTED,
     CHECKPOINT_STARTED,
@@ -38,6 +40,7 @@ POINTS = (
     CHECKPOINT_SUCCEEDED,
     FINAL_UNCOMMITTED,
     FINAL_COMMITTED,
+    COMPENSATION_STARTED,
 )
 
 

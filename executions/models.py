@@ -34,6 +34,9 @@ class ExecutionStatus(models.TextChoices):
     FAILED = "FAILED"
     RECONCILIATION_REQUIRED = "RECONCILIATION_REQUIRED"
     CANCELLED = "CANCELLED"
+    # The transition failed after clean writes and its declared compensations undid them
+    # (docs/flow-format.md#compensation): final, the request released in the state it had.
+    COMPENSATED = "COMPENSATED"
 
 
 # Claimable: the statuses the claim looks at (RUNNING only once its lease expired, SUSPENDED only
@@ -48,12 +51,14 @@ TERMINAL_STATUSES = (
     ExecutionStatus.SUCCEEDED,
     ExecutionStatus.FAILED,
     ExecutionStatus.CANCELLED,
+    ExecutionStatus.COMPENSATED,
 )
 # What purgehistory may purge: final executions only, never RECONCILIATION_REQUIRED or live work.
 PURGEABLE_STATUSES = (
     ExecutionStatus.SUCCEEDED,
     ExecutionStatus.FAILED,
     ExecutionStatus.CANCELLED,
+    ExecutionStatus.COMPENSATED,
 )
 
 
@@ -95,6 +100,10 @@ class AuditType(models.TextChoices):
     RECONCILIATION_PROPOSED = "RECONCILIATION_PROPOSED"
     RECONCILIATION_REJECTED = "RECONCILIATION_REJECTED"
     LEASE_TAKEN_OVER = "LEASE_TAKEN_OVER"
+    # Compensation (docs/flow-format.md#compensation): the holder began undoing the succeeded
+    # writes, and the execution ended COMPENSATED.
+    COMPENSATION_STARTED = "COMPENSATION_STARTED"
+    EXECUTION_COMPENSATED = "EXECUTION_COMPENSATED"
 
 
 def _listed(*prefix: str) -> list[str]:
@@ -249,6 +258,14 @@ class Execution(models.Model):
     # before them. Written only by the claim statement (executions/sql/claims.py).
     claimed_at = models.DateTimeField(null=True, blank=True)
     reclaims = models.IntegerField(db_default=0)
+    # Set, with the forward path's error code, when the execution starts compensating; a holder
+    # that finds it set runs the compensations instead of the actions (executions/compensation.py).
+    compensation_cause = models.CharField(  # noqa: DJ001
+        max_length=64,
+        null=True,
+        blank=True,
+        help_text="The errorCode its forward path failed with, once it compensates.",
+    )
 
     class Meta:
         db_table = "execution"
@@ -366,7 +383,8 @@ class ActionExecution(models.Model):
     execution = models.ForeignKey(
         Execution, on_delete=models.PROTECT, related_name="checkpoints", db_index=False
     )
-    action_id = models.CharField(max_length=100)
+    # An action's id (at most 100 characters), or a compensation step's "<id>:compensate".
+    action_id = models.CharField(max_length=120)
     sequence = models.IntegerField()
     capability = models.CharField(max_length=200)
     capability_version = models.IntegerField()
@@ -377,7 +395,10 @@ class ActionExecution(models.Model):
     )
     status = models.CharField(max_length=16, choices=CheckpointStatus.choices)
     input_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical input JSON.")
-    external_key = models.CharField(max_length=200, help_text="executionId:actionId")
+    external_key = models.CharField(
+        max_length=200,
+        help_text="executionId:actionId, or executionId:actionId:compensate",
+    )
     attempt = models.IntegerField(db_default=1)
     fencing_token = models.BigIntegerField(help_text="The token of the writer.")
     output = models.JSONField(null=True, blank=True)
@@ -455,7 +476,7 @@ class ActionAttempt(models.Model):
     execution = models.ForeignKey(
         Execution, on_delete=models.PROTECT, related_name="attempt_history", db_index=False
     )
-    action_id = models.CharField(max_length=100)
+    action_id = models.CharField(max_length=120)
     attempt = models.IntegerField()
     status = models.CharField(max_length=16, choices=CheckpointStatus.choices)
     error_code = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001

@@ -2,7 +2,7 @@
 action as a span on a time axis (start, end, status), the backoff before each retry, waits and
 asynchronous calls, and the execution's own moments from its audit trail: acceptance, queueing,
 suspensions and resumes, lease takeovers, reconciliation, probes and lookups, proposals and
-resolutions, the end.
+resolutions, compensation, the end (each compensation step is a lane of its own).
 
 A checkpoint holds only its latest attempt; the earlier ones that did not succeed are in the
 attempt history (ActionAttempt, written by the statement that settles them). An attempt that
@@ -127,6 +127,8 @@ MARKS: dict[str, tuple[str, str, str, str]] = {
     AuditType.EXECUTION_CANCELLED: (E, "cancelled", "cancelled", "by {actor}: {reason}"),
     AuditType.TRANSITION_COMPLETED: (E, "completed", "completed", "rules {ruleIds}"),
     AuditType.EXECUTION_FAILED: (E, "ended-failed", "failed", "failed: {errorCode}"),
+    AuditType.COMPENSATION_STARTED: (E, "compensating", "compensating", "undoing {compensates}"),
+    AuditType.EXECUTION_COMPENSATED: (E, "compensated", "compensated", "undone: {errorCode}"),
     AuditType.RECONCILIATION_PROPOSED: (OPS, "proposal", "replay proposed", "by {actor}: {reason}"),
     AuditType.RECONCILIATION_REJECTED: (OPS, "rejected", "rejected", "by {actor}: {reason}"),
     AuditType.RECONCILIATION_RESOLVED: (OPS, "resolved", "resolved", "{resolution}: {reason}"),
@@ -330,14 +332,8 @@ def _mark_interrupted(
         if at is None:
             continue
         why = takeover_sentence(takeover(found)) if found else "no end was recorded"
-        lane.marks.append(
-            Mark(
-                at,
-                "interrupted",
-                f"#{attempt} cut off",
-                f"{action_id} attempt {attempt} never ended: {why}",
-            )
-        )
+        what = f"{action_id} attempt {attempt} never ended: {why}"
+        lane.marks.append(Mark(at, "interrupted", f"#{attempt} cut off", what))
 
 
 # ------------------------------------------------------------------------------

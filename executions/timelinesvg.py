@@ -74,6 +74,7 @@ STYLE = """
 .tl .tl-mark-reconciliation, .tl .tl-mark-proposal { fill: #d08700; }
 .tl .tl-mark-completed, .tl .tl-mark-resolved { fill: #2f8a4a; }
 .tl .tl-mark-probe, .tl .tl-mark-lookup { fill: #2f6fd0; }
+.tl .tl-mark-compensating, .tl .tl-mark-compensated { fill: #7c5cc4; }
 """
 DARK_LABELS = frozenset({"unknown", "queued", "suspended", "operator"})
 

@@ -61,6 +61,15 @@ REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
 # On an execution: cancelled after one of its writes had happened (executions/cancel.py); the
 # request stays blocked and an operator decides what that write means.
 CANCELLED_AFTER_WRITE = "CANCELLED_AFTER_WRITE"
+# On an execution: a compensation failed for good (refused, its attempts used up, or it can no
+# longer run under the catalog); it waits for an operator, its cause kept
+# (docs/flow-format.md#compensation).
+COMPENSATION_FAILED = "COMPENSATION_FAILED"
+# The "compensate" resolution (RECONCILIATION.md): on a case, refused because the execution's
+# succeeded writes cannot all be undone; on a checkpoint, an operator recorded that this
+# uncertain write did not happen and had the others undone instead of replaying it.
+NOT_COMPENSABLE = "NOT_COMPENSABLE"
+RECORDED_NOT_HAPPENED = "RECORDED_NOT_HAPPENED"
 # Why a cancellation is refused: the execution already ended (executions/cancel.py).
 NOT_CANCELLABLE = "NOT_CANCELLABLE"
 # On an execution: an operator abandoned it in reconciliation; it ended FAILED and released its

@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString
 
 from actions.lookup import supports_lookup
 from executions.adminpictures import timeline_drawing
-from executions.models import AuditType, ExecutionStatus
+from executions.models import TERMINAL_STATUSES, AuditType, ExecutionStatus
 from orquestador import display
 
 from . import approvals, explain, selectors, services
@@ -30,7 +30,7 @@ from .forms import DecisionForm, ResolutionForm
 from .permissions import RESOLVE_WRITE_NOT_HAPPENED
 from .resolutions import BY_NAME, RESOLUTIONS, ResolutionAction
 
-FINAL_STATUSES = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+FINAL_STATUSES = TERMINAL_STATUSES
 REFRESH_SECONDS = 5  # how often a resolved case's page reloads while the execution still runs
 
 
@@ -68,6 +68,8 @@ def forms_for(
         if not request.user.has_perm(resolution.permission):
             continue
         if resolution.settles_one_action and not case.uncertain:
+            continue
+        if resolution.offered is not None and not resolution.offered(case.execution):
             continue
         proposes = two_people and resolution.name == explain.WRITE_NOT_HAPPENED
         if proposes and proposal is not None and proposal.stale is None:

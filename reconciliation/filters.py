@@ -9,7 +9,7 @@ from django.db.models import Max, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from executions.models import ExecutionStatus, Flow
+from executions.models import TERMINAL_STATUSES, ExecutionStatus, Flow
 
 from .selectors import capabilities, with_capability
 
@@ -63,7 +63,7 @@ class StatusFilter(admin.SimpleListFilter):
             }
 
 
-FINAL = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+FINAL = TERMINAL_STATUSES
 
 
 class BlockingStatusFilter(StatusFilter):

@@ -62,7 +62,7 @@ class CaseProbe(models.Model):
 
     key = models.CharField(primary_key=True, max_length=300)  # executionId:actionId:attempt
     execution_id = models.UUIDField()
-    action_id = models.CharField(max_length=100)
+    action_id = models.CharField(max_length=120)
     opened_at = models.DateTimeField()
     probes = models.PositiveIntegerField(db_default=0)
     next_probe_at = models.DateTimeField()

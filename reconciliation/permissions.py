@@ -12,9 +12,11 @@ CODENAMES = [
     ("resolve_write_happened", "Can resolve a case: the write happened"),
     ("resolve_write_not_happened", "Can resolve a case: the write did not happen"),
     ("abandon_execution", "Can abandon an execution in reconciliation"),
+    ("compensate_execution", "Can resolve a case: compensate its writes"),
 ]
 
 FETCH_PROVIDER_EVIDENCE = f"{APP}.fetch_provider_evidence"
 RESOLVE_WRITE_HAPPENED = f"{APP}.resolve_write_happened"
 RESOLVE_WRITE_NOT_HAPPENED = f"{APP}.resolve_write_not_happened"
 ABANDON_EXECUTION = f"{APP}.abandon_execution"
+COMPENSATE_EXECUTION = f"{APP}.compensate_execution"

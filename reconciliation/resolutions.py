@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import permissions, services
+from . import compensate, permissions, services
 from .forms import ResolutionForm, WriteHappenedForm
 
 
@@ -26,6 +26,8 @@ class ResolutionAction:
     settles_one_action: bool  # settles one uncertain action, so one case at a time
     service: Callable[..., services.Resolved]  # called with execution_id, operator and `takes`
     takes: tuple[str, ...]  # the fields of the form's cleaned data the service is given
+    # Whether the case page offers it for this execution (None: wherever the rules above allow).
+    offered: Callable[[Any], bool] | None = None
 
     def apply(self, execution_id: Any, data: dict[str, Any], operator: Any) -> services.Resolved:
         """Resolve one case through this row's service, with the fields it takes from `data`."""
@@ -84,6 +86,22 @@ RESOLUTIONS = (
         settles_one_action=False,
         service=services.execution_abandon,
         takes=("reason",),
+    ),
+    ResolutionAction(
+        name="compensate_execution",
+        key="compensate",
+        description="Compensate: undo its writes by the flow's compensations",
+        title="Compensate",
+        button="Compensate the execution",
+        explanation="Every uncertain action is recorded as not having happened (an uncertain "
+        "compensation runs once more instead), and the execution goes back to the queue; the "
+        "worker undoes each write that succeeded, in reverse order, by the compensation the "
+        "flow declares, and ends it COMPENSATED with its request released as it was.",
+        form_class=ResolutionForm,
+        settles_one_action=False,
+        service=compensate.execution_compensate,
+        takes=("reason",),
+        offered=compensate.compensation_offered,
     ),
 )
 BY_NAME = {resolution.name: resolution for resolution in RESOLUTIONS}

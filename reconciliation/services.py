@@ -73,6 +73,7 @@ class Resolution(enum.StrEnum):
     WRITE_HAPPENED = "WRITE_HAPPENED"
     WRITE_NOT_HAPPENED = "WRITE_NOT_HAPPENED"
     ABANDONED = "ABANDONED"
+    COMPENSATE = "COMPENSATE"  # reconciliation/compensate.py
 
 
 class ResolutionRefused(CodedError):

@@ -59,7 +59,9 @@ class ExecutionCancelView(ApiView):
         "A durable, fenced write that needs no worker: whoever holds the execution "
         "is locked out of every later write. PENDING, RETRY_WAIT, SUSPENDED and RUNNING "
         "executions end CANCELLED and release the request when none of their writes succeeded "
-        "or is still pending; otherwise they go to RECONCILIATION_REQUIRED with the request "
+        "or is still pending; when their writes all succeeded and their transition compensates "
+        "them, they go back to PENDING and a worker undoes them (COMPENSATED); otherwise they "
+        "go to RECONCILIATION_REQUIRED with the request "
         "still blocked, for an operator. The reason is kept in the audit trail. Needs "
         "requests:write, on the caller's own executions.",
         request=ExecutionCancelSerializer,
@@ -68,7 +70,8 @@ class ExecutionCancelView(ApiView):
             202: ExecutionViewSerializer,
             404: error_response("NOT_FOUND: no such execution, or not one of the caller's."),
             409: error_response(
-                "NOT_CANCELLABLE: the execution already ended (SUCCEEDED, FAILED, CANCELLED) or "
+                "NOT_CANCELLABLE: the execution already ended (SUCCEEDED, FAILED, CANCELLED, "
+                "COMPENSATED) or "
                 "is in RECONCILIATION_REQUIRED, which an operator settles instead."
             ),
         },

@@ -14,6 +14,7 @@ from rest_framework import serializers
 
 from ..cancel import MAX_REASON_CHARS
 from ..flows.canonical import compact_size
+from ..flows.compensations import compensated_action
 from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
 from ..models import (
     ActionExecution,
@@ -318,9 +319,6 @@ class ExecutionPageSerializer(serializers.Serializer):
     )
 
 
-COMPENSATION_SUFFIX = ":compensate"  # a compensation step's actionId is "<actionId>:compensate"
-
-
 class ExecutionActionSerializer(serializers.Serializer):
     """One step of an execution, as a client shows progress: never its input, output, external
     key or the provider's answer."""
@@ -341,8 +339,7 @@ class ExecutionActionSerializer(serializers.Serializer):
     )
 
     def get_compensates(self, checkpoint: ActionExecution) -> str | None:
-        undone = checkpoint.action_id.removesuffix(COMPENSATION_SUFFIX)
-        return undone if undone != checkpoint.action_id else None
+        return compensated_action(checkpoint.action_id)
 
 
 class ExecutionActionListSerializer(serializers.Serializer):

@@ -2,8 +2,9 @@
 
 A definition is JSON with exactly these top-level keys: `key`, `version`, `initialState`,
 `states`, `dataSchema` (JSON Schema, Draft 2020-12) and `transitions`. A transition has `id`,
-`from`, `actions` (may be empty), `decision` and, optionally, `updates` (default none). An action
-has `id`, `capability`, `version` and `input` (an object of values), or is a wait action: `id` and
+`from`, `actions` (may be empty), `decision` and, optionally, `updates` (default none) and
+`onFailure` (compensations.py). An action has `id`, `capability`, `version`, `input` (an object
+of values) and optionally `compensate`, or is a wait action: `id` and
 `wait` (`event`, `payloadSchema`, `timeoutSeconds` and optionally `onTimeout: {payload}`), whose
 output is the payload of the event that resumes it (docs/flow-format.md#wait-actions). A rule has
 `id`, `when` (a condition), `target` and `outcome`. An update has `path` (a pointer into the data)
@@ -37,6 +38,7 @@ from orquestador.schemas import DRAFT as DRAFT  # imported from here by waits.py
 from orquestador.schemas import schema_errors
 
 from .canonical import canonical_json
+from .compensations import CompensationChecks
 from .evaluator import HIT_POLICIES
 from .expressions import TRANSITION_SCOPE, ExpressionChecks
 from .payloads import payload_problems
@@ -59,7 +61,7 @@ FLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 DRAFT_URI: str = jsonschema.Draft202012Validator.META_SCHEMA["$id"]
 
 
-class _Checker(ExpressionChecks):
+class _Checker(ExpressionChecks, CompensationChecks):
     """Walks one definition and collects every problem."""
 
     def __init__(self) -> None:
@@ -174,8 +176,10 @@ class _Checker(ExpressionChecks):
         seen: set[str] = set()
         for index, transition in enumerate(transitions):
             tpath = f"{path}[{index}]"
-            if not self.object(transition, tpath, TRANSITION_KEYS, ("updates",)):
+            if not self.object(transition, tpath, TRANSITION_KEYS, ("updates", "onFailure")):
                 continue
+            if "onFailure" in transition:
+                self.on_failure(transition["onFailure"], f"{tpath}.onFailure")
             self.unique_id(transition, tpath, seen, "transition")
             if "from" in transition:
                 self.sources(transition["from"], f"{tpath}.from")
@@ -224,7 +228,7 @@ class _Checker(ExpressionChecks):
                 if not isinstance(action.get("id"), str):
                     complete = False
                 continue
-            if not self.object(action, apath, ACTION_KEYS):
+            if not self.object(action, apath, ACTION_KEYS, ("compensate",)):
                 complete = False
                 continue
             if "capability" in action:
@@ -237,6 +241,10 @@ class _Checker(ExpressionChecks):
             self.unique_id(action, apath, earlier, "action")
             if not isinstance(action.get("id"), str):
                 complete = False
+            if "compensate" in action:  # it may read what the action it undoes returned
+                self.compensate(
+                    action["compensate"], f"{apath}.compensate", earlier if complete else None
+                )
         return earlier if complete else None
 
     def wait(self, wait: Any, path: str) -> dict | bool | None:

@@ -8,15 +8,18 @@ on (key, version) settles concurrent publishers.
 
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from orquestador import errors, strictjson
 from orquestador.errors import CodedError
 from orquestador.schemas import best_error
+from orquestador.workerconfig import WorkerConfigError
 
 from ..models import Flow
 from .canonical import compact_size, sha256_hex
 from .checks import validate_definition
+from .compensations import Resolve, catalog_problems, declares_compensations, opts_in
 from .problems import FlowProblem, short_detail
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "find_transition",
     "flow_latest",
     "flow_publish",
+    "flows_compensation_problems",
     "validate_data",
     "validate_definition",
 ]
@@ -94,9 +98,37 @@ def find_transition(definition: dict, transition_id: str) -> dict | None:
     return None
 
 
-def flow_publish(*, definition: dict) -> tuple[Flow, bool]:
-    """Publish a flow version; return (flow, created). Identical content is a no-op."""
+def _configured_resolve() -> Resolve | None:
+    """The process registry's resolve when an INTEGRATIONS_FILE is configured, else None: the
+    checks that need the catalog run only where there is one. Raises FlowInvalid when the file
+    cannot be loaded."""
+    if not settings.INTEGRATIONS_FILE:
+        return None
+    from actions.registry import IntegrationConfigError, get_registry
+
+    try:
+        return get_registry().resolve
+    except (IntegrationConfigError, WorkerConfigError) as exc:
+        problem = f"the integrations file, needed to check compensations, is not usable: {exc}"
+        raise FlowInvalid([FlowProblem("$", problem)]) from None
+
+
+def _compensation_problems(definition: dict, resolve: Resolve | None) -> list[FlowProblem]:
+    transitions = definition.get("transitions", [])
+    if not any(opts_in(t) or declares_compensations(t) for t in transitions):
+        return []
+    resolve = resolve or _configured_resolve()
+    return [] if resolve is None else catalog_problems(definition, resolve)
+
+
+def flow_publish(*, definition: dict, resolve: Resolve | None = None) -> tuple[Flow, bool]:
+    """Publish a flow version; return (flow, created). Identical content is a no-op.
+
+    Compensations are checked against the catalog too (`resolve`; by default the configured
+    INTEGRATIONS_FILE's, when there is one): docs/flow-format.md#compensation."""
     problems = validate_definition(definition)
+    if not problems:
+        problems = _compensation_problems(definition, resolve)
     if problems:
         raise FlowInvalid(problems)
     key, version = definition["key"], definition["version"]
@@ -125,3 +157,14 @@ def flow_publish(*, definition: dict) -> tuple[Flow, bool]:
 def flow_latest(*, key: str) -> Flow | None:
     """Return the highest published version of the flow `key`, or None."""
     return Flow.objects.filter(key=key).order_by("-version").first()
+
+
+def flows_compensation_problems(*, resolve: Resolve) -> list[str]:
+    """The start check: what the published flows' compensations break under this catalog, one
+    line each (`key@version $.path: message`); such a transition falls back to reconciliation
+    at run time."""
+    lines = []
+    for flow in Flow.objects.order_by("key", "version").only("key", "version", "definition"):
+        for problem in _compensation_problems(flow.definition, resolve):
+            lines.append(f"{flow} {problem}")
+    return lines

@@ -94,7 +94,8 @@ RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_
                  FROM action_execution AS c
                 WHERE c.execution_id = e.id)
           END AS checkpoints,
-          e.reclaims
+          e.reclaims,
+          e.compensation_cause
 ),
 takeover AS (
 INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
@@ -108,7 +109,8 @@ SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
 )
 SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
        c.dispatch_principal, r.data, r.state, r.revision, r.version, r.owner, r.scope,
-       c.accepted_revision, c.checkpoints, c.reclaims, due.was_status = 'RUNNING' AS taken_over
+       c.accepted_revision, c.checkpoints, c.reclaims, due.was_status = 'RUNNING' AS taken_over,
+       c.compensation_cause
   FROM claimed AS c
   JOIN due ON due.id = c.id
  CROSS JOIN LATERAL (
@@ -128,6 +130,7 @@ SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_tok
 LOAD_EXECUTION = fenced(
     """
 SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope, e.accepted_revision,
+       e.compensation_cause,
        COALESCE(
            (SELECT jsonb_agg(jsonb_build_object(
                        'action_id', c.action_id, 'sequence', c.sequence,

@@ -53,8 +53,10 @@ OPERATOR_GUARDED = frozenset(
     {
         "EXECUTION_CANCEL",
         "EXECUTION_CANCEL_TO_RECONCILIATION",
+        "EXECUTION_CANCEL_TO_COMPENSATION",
         "RECONCILE_REQUEUE",
         "RECONCILE_ABANDON",
+        "RECONCILE_COMPENSATE",
         # A resume (an event, or a provider's callback) of a SUSPENDED execution, which no
         # holder has: guarded on the status and token read under its request-then-execution lock.
         "RESUME_EXECUTION",

@@ -64,7 +64,8 @@ AUTO_RESOLUTIONS = "orquestador_worker_automatic_resolutions_total"
 PROBE_OUTCOMES = ("found", "not_found", "error")  # what the provider's lookup answered
 AUTO_RESOLUTION_KINDS = ("WRITE_HAPPENED", "WRITE_NOT_HAPPENED")  # what the prober may settle
 CLAIM_LATENCY = "orquestador_worker_claim_latency_seconds"
-FINAL_STATUSES = ("SUCCEEDED", "FAILED")  # the final statuses a worker run can end in
+# the final statuses a worker run can end in
+FINAL_STATUSES = ("SUCCEEDED", "FAILED", "COMPENSATED")
 
 # Counter families: name, help, and the label's values (None: no label). The label is `status`
 # unless _LABELS names another.
@@ -125,6 +126,7 @@ _LABELS = {PROBES: "outcome", AUTO_RESOLUTIONS: "resolution"}
 _BY_STATUS = {
     ExecutionStatus.SUCCEEDED: (FINISHED, "SUCCEEDED"),
     ExecutionStatus.FAILED: (FINISHED, "FAILED"),
+    ExecutionStatus.COMPENSATED: (FINISHED, "COMPENSATED"),
     ExecutionStatus.RETRY_WAIT: (RETRIES, None),
     ExecutionStatus.RECONCILIATION_REQUIRED: (RECONCILIATIONS, None),
 }

@@ -38,6 +38,7 @@ from ..models import ExecutionStatus
 from ..waits import CALLBACK_EVENT, call_accept, is_wait
 from . import recovery
 from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
+from .compensation import compensate_failure, compensate_resumed
 from .endings import RunScope, run_end
 from .evaluation import final_item
 from .groupcommit import Database, GroupWrites, on
@@ -134,6 +135,8 @@ class _Run:
                 raise RunEnded(decision)
             if self.report_deadline is not None:
                 self.report_deadline(self.deadline_seconds(transition, snapshot))
+            if snapshot.compensation_cause is not None:  # its compensation began: go on with it
+                return await compensate_resumed(self, transition, snapshot)
             outputs: dict[str, dict[str, Any]] = {}
             for sequence, action in enumerate(transition.get("actions", [])):
                 if is_wait(action):
@@ -142,7 +145,8 @@ class _Run:
                     outputs[action["id"]] = await self.action(sequence, action, snapshot, outputs)
             return await self.finish(definition, transition, snapshot, outputs)
         except RunEnded as ended:
-            return await run_end(ended.decision, self.scope)
+            compensated = await compensate_failure(self, ended.decision, transition, snapshot)
+            return compensated or await run_end(ended.decision, self.scope)
         except RunSuspended as suspended:
             return suspended.outcome
 

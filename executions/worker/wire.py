@@ -224,6 +224,7 @@ _ENDING_OF = {
     ExecutionStatus.RETRY_WAIT: Ending.FAILED,
     ExecutionStatus.FAILED: Ending.FAILED,
     ExecutionStatus.CANCELLED: Ending.FAILED,
+    ExecutionStatus.COMPENSATED: Ending.FAILED,  # the transition failed; its writes were undone
     ExecutionStatus.RECONCILIATION_REQUIRED: Ending.FAILED,
 }
 

@@ -16,6 +16,12 @@ this happens, each retried with its Idempotency-Key until it is accepted.
 The charge has a lookup by key, so the workers' automatic prober asks the provider about every
 charge that lands on the desk with an unknown outcome and settles it when the provider applied it.
 
+A quarter of the requests run a compensating flow instead (IDEMPOTENT_WRITE reserve, then a
+NON_IDEMPOTENT_WRITE charge that the provider refuses for good a quarter of the time; the
+transition compensates, releasing the reservation): every reservation the provider applied is
+followed by a charge, or released exactly once, or waits for an operator with its charge
+uncertain; and no release is made for a reservation that was charged or never made.
+
 Then every invariant of the engine is checked: nothing lost or stuck, no charge applied twice,
 every SUCCEEDED request in its target state with the provider's output and released, every case
 in reconciliation with its request blocked, one TRANSITION_COMPLETED per SUCCEEDED execution and
@@ -56,11 +62,13 @@ pytestmark = [pytest.mark.process, pytest.mark.chaos]
 
 SEED = int(os.environ.get("CHAOS_SEED") or secrets.randbits(32))
 EXECUTIONS = 320
+UNDOING = 80  # of them, on the compensating flow
+CHARGES = ("/charges", "/u-charges")  # the two flows' charges, whose uncertain ones are probed
 WORKERS = 4
 STORM_SECONDS = 40.0  # seconds of faults; submissions are spread over the first three quarters
 SETTLE_SECONDS = 100.0  # seconds for the calm after the storm to finish every execution
 HTTP_TIMEOUT = 5.0  # seconds per API call
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "COMPENSATED")
 PROBER = "system:prober"  # the actor of automatic probes and resolutions
 
 WORKER_SETTINGS = {
@@ -122,6 +130,18 @@ class Faults:
             name, reply = "charge 500 before applying", status(500, apply=False)
         elif received.path == "/charges" and roll < 0.06:
             name, reply = "charge 500 after applying", status(500, apply=True)
+        elif received.path == "/u-reserves" and roll < 0.10:
+            name, reply = "reserve dropped after applying", drop(apply=True)
+        elif received.path == "/u-reserves" and roll < 0.15:
+            name, reply = "reserve 503", status(503)
+        elif received.path == "/u-charges" and roll < 0.25:
+            name, reply = "charge refused for good", status(402, apply=False)
+        elif received.path == "/u-charges" and roll < 0.28:
+            name, reply = "charge 500 after applying", status(500, apply=True)
+        elif received.path == "/u-releases" and roll < 0.10:
+            name, reply = "release dropped after applying", drop(apply=True)
+        elif received.path == "/u-releases" and roll < 0.15:
+            name, reply = "release 503", status(503)
         else:
             name, reply = "delayed", slow(pause)
         with self._lock:
@@ -132,7 +152,7 @@ class Faults:
 @pytest.fixture
 def provider() -> Iterator[tuple[JsonProvider, Faults]]:
     faults = Faults(SEED)
-    with JsonProvider(choose=faults, repeats=("/charges",)) as double:
+    with JsonProvider(choose=faults, repeats=("/charges", "/u-charges")) as double:
         yield double, faults
 
 
@@ -156,6 +176,10 @@ def _integrations(path: Path, provider: JsonProvider) -> str:
         block("pricing.quote", "READ_ONLY", "/quotes", 8, False)
         + block("stock.reserve", "IDEMPOTENT_WRITE", "/reserves", 8, False)
         + block("payments.charge", "NON_IDEMPOTENT_WRITE", "/charges", 1, True)
+        + block("undo.reserve", "IDEMPOTENT_WRITE", "/u-reserves", 8, False)
+        + block("undo.charge", "NON_IDEMPOTENT_WRITE", "/u-charges", 1, True)
+        + block("undo.release", "IDEMPOTENT_WRITE", "/u-releases", 8, False)
+        + block("undo.refund", "IDEMPOTENT_WRITE", "/u-refunds", 8, False)
     )
     return str(path)
 
@@ -353,6 +377,91 @@ def _submit(base: str, request_id: uuid.UUID, deadline: float, counts: Counts) -
         pause = min(pause * 2, 1.0)
 
 
+def _compensating_flow() -> dict:
+    """reserve, then charge; a failure after the reservation releases it (and would refund a
+    charge made before a later failure)."""
+    reserve = action("reserve", "undo.reserve", input={"amount": {"from": "/data/amount"}})
+    reserve["compensate"] = {
+        "capability": "undo.release",
+        "version": 1,
+        "input": {"reservation": {"from": "/actions/reserve"}},
+    }
+    charge = action("charge", "undo.charge", input={"amount": {"from": "/data/amount"}})
+    charge["compensate"] = {
+        "capability": "undo.refund",
+        "version": 1,
+        "input": {"charge": {"from": "/actions/charge"}},
+    }
+    flow = flow_definition(
+        [reserve, charge],
+        key="chaos-undo",
+        updates=[{"path": "/charge", "from": "/actions/charge"}],
+    )
+    flow["transitions"][0]["onFailure"] = "compensate"
+    return flow
+
+
+def _compensation_invariants(executions: dict, checkpoints: dict, double: JsonProvider) -> dict:
+    """Every reservation the provider applied is followed by a charge, or released exactly once,
+    or waits for an operator with its charge uncertain; no release without its reservation or
+    beside a charge. Returns the counts the note quotes."""
+    reserves = collections.Counter(e.key for e in double.effects("/u-reserves"))
+    charges = collections.Counter(e.key for e in double.effects("/u-charges"))
+    releases = collections.Counter(e.key for e in double.effects("/u-releases"))
+    release_calls = collections.Counter(
+        r.headers.get("idempotency-key") for r in double.requests("/u-releases")
+    )
+    assert not double.effects("/u-refunds")  # nothing charged was ever failed afterwards
+    assert all(n == 1 for n in charges.values()), charges  # no charge applied twice
+    assert all(n == 1 for n in releases.values()), releases  # no release applied twice
+    by_status = collections.Counter(row[2] for row in executions.values())
+    assert set(by_status) <= {"SUCCEEDED", "COMPENSATED", "FAILED", "RECONCILIATION_REQUIRED"}
+    for eid, (_, _, state, error_code, req_state, blocked_by, _, _) in executions.items():
+        reserved = f"{eid}:reserve" in reserves
+        charged = f"{eid}:charge" in charges
+        released = f"{eid}:reserve:compensate" in releases
+        assert not (charged and released), eid
+        assert not released or reserved, eid  # no release for a reservation never made
+        if state == "COMPENSATED":
+            assert (reserved, charged, released) == (True, False, True), eid
+            assert (req_state, blocked_by) == ("DRAFT", None), eid
+            assert error_code, eid
+            assert checkpoints[(eid, "reserve:compensate")] == "SUCCEEDED", eid
+        elif state == "SUCCEEDED":
+            assert (req_state, blocked_by, charged, released) == ("DONE", None, True, False), eid
+        elif state == "FAILED":
+            assert (blocked_by, charged, released) == (None, False, False), eid
+            assert checkpoints.get((eid, "reserve")) in (None, "FAILED"), eid
+        else:  # an operator's: the charge (or a reservation) uncertain, or an undo failed
+            assert (req_state, blocked_by) == ("DRAFT", eid), eid
+            if reserved and not charged and not released:
+                uncertain = {checkpoints.get((eid, a)) for a in ("reserve", "charge")}
+                assert uncertain & {"RUNNING", "UNKNOWN"} or checkpoints.get(
+                    (eid, "reserve:compensate")
+                ) in ("FAILED", "RUNNING", "UNKNOWN"), (eid, uncertain)
+        if reserved and state != "RECONCILIATION_REQUIRED":
+            assert charged or released, eid  # every reservation charged or released
+    return {
+        "executions": len(executions),
+        "by_status": dict(sorted(by_status.items())),
+        "charges_refused": sum(
+            1 for eid in executions if checkpoints.get((eid, "charge")) == "FAILED"
+        ),
+        "reserves_applied": len(reserves),
+        "charges_applied": len(charges),
+        "releases_applied": len(releases),
+        "release_requests": sum(release_calls.values()),
+        "releases_doubled": sum(1 for n in releases.values() if n > 1),
+        "reservations_left_unreleased": sum(
+            1
+            for eid in executions
+            if f"{eid}:reserve" in reserves
+            and f"{eid}:charge" not in charges
+            and f"{eid}:reserve:compensate" not in releases
+        ),
+    }
+
+
 def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, capsys):
     double, faults = provider
     rng = random.Random(SEED)
@@ -378,14 +487,20 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
         ],
     )
     request_ids = [uuid.uuid4() for _ in range(EXECUTIONS)]
+    undoing = set(rng.sample(request_ids, UNDOING))  # requests of the compensating flow
     with psycopg.connect(cluster.env["DATABASE_URL"], autocommit=True) as conn:
         flow_id = create_flow(conn, flow)
+        undo_flow_id = create_flow(conn, _compensating_flow())
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO request (id, flow_id, owner, scope, data, state, revision, version) "
                 "VALUES (%s, %s, 'alice', 'acme', %s, 'DRAFT', 1, 1)",
                 [
-                    (rid, flow_id, json.dumps({"amount": n + 1}))
+                    (
+                        rid,
+                        undo_flow_id if rid in undoing else flow_id,
+                        json.dumps({"amount": n + 1}),
+                    )
                     for n, rid in enumerate(request_ids)
                 ],
             )
@@ -454,9 +569,10 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
                 def settled() -> bool:
                     (open_,) = conn.execute(
                         "SELECT count(*) FROM execution WHERE status NOT IN "
-                        "('SUCCEEDED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED')"
+                        "('SUCCEEDED', 'FAILED', 'CANCELLED', 'COMPENSATED', "
+                        "'RECONCILIATION_REQUIRED')"
                     ).fetchone()
-                    applied = {e.key for e in double.effects("/charges")}
+                    applied = {e.key for p in CHARGES for e in double.effects(p)}
                     return open_ == 0 and not applied & _uncertain_charges(conn)
 
                 try:
@@ -520,6 +636,11 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
             "AND actor = 'system:prober'"
         ).fetchone()[0]
 
+    undo_ids = {eid for eid, row in executions.items() if row[1] in undoing}
+    undo_counts = _compensation_invariants(
+        {eid: executions[eid] for eid in undo_ids}, checkpoints, double
+    )
+    executions = {eid: row for eid, row in executions.items() if eid not in undo_ids}
     by_status = collections.Counter(row[2] for row in executions.values())
     charges = collections.Counter(e.key for e in double.effects("/charges"))
     charge_output = {e.key: e.response for e in double.effects("/charges")}
@@ -540,28 +661,29 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
         "provider_calls": double.calls(),
         "charges_applied": sum(charges.values()),
         "faults_drawn": dict(sorted(faults.drawn.items())),
-        "charges_uncertain": len(went_uncertain),
+        "charges_uncertain": len(went_uncertain - undo_ids),
         "uncertain_applied": len({eid for eid in went_uncertain if f"{eid}:charge" in charges}),
         "probes": probes_asked,
         "resolved_by_prober": sum(1 for r in resolutions if r[1] == PROBER),
         "storm_seconds": round(storm_end - origin, 1),
         "settle_seconds": round(settled_at - storm_end, 1),
         "total_seconds": round(time.monotonic() - started, 1),
+        "compensating_flow": undo_counts,
     }
     with capsys.disabled():
         print("\nchaos:", json.dumps(summary))
 
     # Nothing lost: exactly one execution per submitted request, the one the API answered.
-    assert len(executions) == EXECUTIONS
-    assert {str(eid) for eid in executions} == set(submitted.values())
-    assert {row[1] for row in executions.values()} == set(request_ids)
+    assert len(executions) + len(undo_ids) == EXECUTIONS
+    assert {str(eid) for eid in (*executions, *undo_ids)} == set(submitted.values())
+    assert {row[1] for row in executions.values()} == set(request_ids) - undoing
     # Nothing stuck: final, or waiting for an operator.
     assert set(by_status) <= {*FINAL, "RECONCILIATION_REQUIRED"}, by_status
     # No charge applied twice (the provider does not deduplicate).
     twice = {key: n for key, n in charges.items() if n > 1}
     assert not twice, f"charges applied more than once (seed {SEED}): {twice}"
     assert all(key.endswith(":charge") for key in charges)
-    assert {key.split(":")[0] for key in charges} <= {str(eid) for eid in executions}
+    assert {str(key.split(":")[0]) for key in charges} <= {str(eid) for eid in executions}
 
     for eid, (_, _, state, error_code, req_state, blocked_by, data, _) in executions.items():
         charge_key, reserve_key = f"{eid}:charge", f"{eid}:reserve"
@@ -583,18 +705,21 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
             assert charge_key not in charges, eid
             assert checkpoints.get((eid, "reserve")) in (None, "FAILED"), eid
             assert checkpoints.get((eid, "charge")) is None, eid
-    assert set(completed) <= set(executions)
+    assert set(completed) <= set(executions) | undo_ids
     # The prober: every uncertain charge the provider applied was settled "happened" by
     # system:prober, with the provider's own output; no person resolved anything; nothing was
     # resolved twice or against the provider's ledger; what it left open was never applied.
     assert {r[1] for r in resolutions} <= {PROBER}, resolutions
     resolved = collections.Counter((r[0], r[3]) for r in resolutions)
     assert all(n == 1 for n in resolved.values()), resolved
+    undo_charges = collections.Counter(e.key for e in double.effects("/u-charges"))
     for eid, _, resolution, action_id, output in resolutions:
         key = f"{eid}:{action_id}"
         assert (action_id, resolution) == ("charge", "WRITE_HAPPENED"), (eid, resolution)
-        assert charges[key] == 1 and output == charge_output[key], (eid, output)
-    for eid in went_uncertain:
+        assert (undo_charges if eid in undo_ids else charges)[key] == 1, (eid, output)
+        if eid not in undo_ids:
+            assert output == charge_output[key], (eid, output)
+    for eid in went_uncertain - undo_ids:
         applied = f"{eid}:charge" in charges
         assert ((eid, "charge") in resolved) == applied, (eid, applied)
         if applied:

@@ -191,6 +191,7 @@ def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
             False,
         )
         _assert_an_order_goes_through_the_sandbox(base, token, sandbox_port, secrets, proc, log)
+        _assert_a_declined_checkout_is_compensated(base, token, sandbox_port, proc, log)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=STEP_TIMEOUT)
@@ -245,3 +246,45 @@ def _assert_an_order_goes_through_the_sandbox(base, token, sandbox_port, secrets
             authorization=secrets["PAYMENTS_AUTH"].strip("'"),  # quoted for the shell
         )
         assert (status, charge["chargesWithKey"], charge["amount"]) == (200, 1, 2500), charge
+
+
+def _assert_a_declined_checkout_is_compensated(base, token, sandbox_port, proc, log):
+    """The README tour's checkout for a declined customer: reserved, the charge refused for good,
+    the reservation released by its compensation, the request back in DRAFT, no operator."""
+    order = {"customer": "cus_declined_bo", "sku": "book-7", "quantity": 2, "amount": 900}
+    status, created = _call(
+        "POST",
+        f"{base}/api/v1/requests",
+        token,
+        {"flowKey": "checkout", "data": {**order, "currency": "EUR"}},
+    )
+    assert status == 201, created
+    status, execution = _call(
+        "POST",
+        f"{base}/api/v1/requests/{created['id']}/transitions",
+        token,
+        {"transitionId": "place", "expectedRevision": 1},
+    )
+    assert status == 202, execution
+
+    def settled():
+        _, view = _call("GET", f"{base}/api/v1/executions/{execution['id']}", token)
+        done = ("COMPENSATED", "FAILED", "RECONCILIATION_REQUIRED")
+        return view if view and view["status"] in done else None
+
+    view = _until(settled, ORDER_TIMEOUT, "the checkout to settle", proc, log)
+    if view["errorCode"] == "RETRIES_EXHAUSTED":  # the sandbox lost all 8 reserve answers
+        return
+    assert (view["status"], view["errorCode"]) == ("COMPENSATED", "PERMANENT_FAILURE"), view
+    _, steps = _call("GET", f"{base}/api/v1/executions/{execution['id']}/actions", token)
+    assert [(s["actionId"], s["status"], s["compensates"]) for s in steps["results"]] == [
+        ("reserve", "SUCCEEDED", None),
+        ("charge", "FAILED", None),
+        ("reserve:compensate", "SUCCEEDED", "reserve"),
+    ], steps
+    sandbox = f"http://127.0.0.1:{sandbox_port}"
+    key = f"{execution['id']}%3Areserve%3Acompensate"
+    status, release = _call("GET", f"{sandbox}/releases/by-key/{key}")
+    assert (status, release["status"]) == (200, "released"), release
+    _, request = _call("GET", f"{base}/api/v1/requests/{created['id']}", token)
+    assert (request["state"], request["blocked"], request["revision"]) == ("DRAFT", False, 2)

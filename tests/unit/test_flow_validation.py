@@ -308,7 +308,7 @@ def test_transition_key_is_required(name):
 def test_transition_unknown_key_is_refused():
     path, message = only_problem(lambda d: transition0(d).update(to="APPROVED"))
     assert path == f"{T}.to"
-    assert message == "unknown key (allowed: id, from, actions, decision, updates)"
+    assert message == "unknown key (allowed: id, from, actions, decision, updates, onFailure)"
 
 
 def test_transition_ids_must_be_unique():

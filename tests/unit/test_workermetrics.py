@@ -41,7 +41,14 @@ def test_worker_metrics__every_series_exists_from_the_start_at_zero():
 
 def test_worker_metrics__counts_each_run_outcome_once_where_it_belongs():
     metrics = WorkerMetrics()
-    for status in ("SUCCEEDED", "SUCCEEDED", "FAILED", "RETRY_WAIT", "RECONCILIATION_REQUIRED"):
+    for status in (
+        "SUCCEEDED",
+        "SUCCEEDED",
+        "FAILED",
+        "COMPENSATED",
+        "RETRY_WAIT",
+        "RECONCILIATION_REQUIRED",
+    ):
         metrics.run_ended(ExecutionResult.of(DISPATCH, RunOutcome(status=ExecutionStatus(status))))
     metrics.run_ended(ExecutionResult(DISPATCH, Ending.SUPERSEDED))
     metrics.run_ended(ExecutionResult(DISPATCH, Ending.INTERRUPTED))
@@ -51,6 +58,7 @@ def test_worker_metrics__counts_each_run_outcome_once_where_it_belongs():
     found = scrape(metrics.text())
     assert found.value(FINISHED, status="SUCCEEDED") == 2
     assert found.value(FINISHED, status="FAILED") == 1
+    assert found.value(FINISHED, status="COMPENSATED") == 1
     assert (found.value(RETRIES), found.value(RECONCILIATIONS)) == (1, 1)
     assert (found.value(SUPERSEDED), found.value(INTERRUPTED)) == (1, 1)
     assert (found.value(RUN_ERRORS), found.value(LEASE_LOSSES)) == (1, 1)

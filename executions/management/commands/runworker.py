@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
+from executions.flows.publication import flows_compensation_problems
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import PoolingConfig, pooling_config
@@ -86,12 +87,15 @@ class Command(BaseCommand):
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
         try:
-            load_registry(config)
+            registry = load_registry(config)
         except IntegrationConfigError as exc:
             raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         reasons = unrestricted_reasons(connection=connection)
         if reasons:
             raise CommandError(restricted_role_message(reasons))
+        # Reported, not refused: such a transition falls back to reconciliation at run time.
+        for problem in flows_compensation_problems(resolve=registry.resolve):
+            self.stderr.write(f"compensation check: {problem} (falls back to reconciliation)")
         conninfo = database_conninfo(settings.DATABASES["default"])
         connection.close()
         metrics = WorkerMetrics()

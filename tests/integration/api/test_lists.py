@@ -287,6 +287,24 @@ def test_executions__filters(alice, executions_made):
     assert ids(finishedAfter=stamp(at(49))) == [mine[2], mine[0]]
 
 
+def test_executions__a_compensated_one_is_listed_and_viewed_with_its_error_code(
+    alice, executions_made
+):
+    mine = executions_made["alice"]
+    Execution.objects.filter(id=mine[2]).update(
+        status=ExecutionStatus.COMPENSATED,
+        error_code="PERMANENT_FAILURE",
+        compensation_cause="PERMANENT_FAILURE",
+    )
+    listed = every(alice, "/api/v1/executions", status="COMPENSATED")
+    assert [(e["id"], e["status"], e["errorCode"]) for e in listed] == [
+        (mine[2], "COMPENSATED", "PERMANENT_FAILURE")
+    ]
+    view = alice.get(f"/api/v1/executions/{mine[2]}").json()
+    assert (view["status"], view["errorCode"]) == ("COMPENSATED", "PERMANENT_FAILURE")
+    assert "compensationCause" not in view and "compensation_cause" not in view
+
+
 def suspend(execution_id: str) -> None:
     """The execution SUSPENDED on a wait for event `approved`."""
     Execution.objects.filter(id=execution_id).update(status=ExecutionStatus.SUSPENDED)

@@ -375,3 +375,26 @@ def test_a_case_whose_first_write_is_settled__its_next_uncertain_write_is_probed
     (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
     assert resolved.payload["actionId"] == "refund"
     assert ActionExecution.objects.get(execution=case, action_id="refund").status == "SUCCEEDED"
+
+
+@pytest.mark.django_db
+def test_found__an_uncertain_undo_is_settled_by_its_own_key_and_stays_compensating(provider):
+    """A compensation step is probed like any write, by `executionId:actionId:compensate`; once
+    settled the execution is requeued with its compensation cause, so a worker finishes the
+    undos instead of running the actions again."""
+    case = reconciliation_case(action_id="charge:compensate", sequence=3)
+    Execution.objects.filter(pk=case.pk).update(compensation_cause="PERMANENT_FAILURE")
+    requests.post(
+        provider.url(CHARGES),
+        json={"amount": 42},
+        headers={"Idempotency-Key": f"{case.pk}:charge:compensate"},
+        timeout=5,
+    )
+    with _registry(provider):
+        assert probes.probes_run_once(owner="w1") == 1
+    checkpoint = ActionExecution.objects.get(execution=case)
+    assert (checkpoint.action_id, checkpoint.status) == ("charge:compensate", "SUCCEEDED")
+    execution = Execution.objects.get(pk=case.pk)
+    assert (execution.status, execution.compensation_cause) == ("PENDING", "PERMANENT_FAILURE")
+    (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
+    assert resolved.payload["actionId"] == "charge:compensate"

@@ -167,6 +167,7 @@ _TYPES = {
     "output": "jsonb",
     "limit": "integer",
     "outage": "boolean",
+    "step_ids": "text[]",
 }
 
 
@@ -233,6 +234,7 @@ _VALUES = {
     "actor": "worker-a",
     "timeout_seconds": 60,
     "deadline": datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
+    "step_ids": ["a:compensate"],
 }
 # Values of an item's columns (jsonb_to_recordset) by type, unless the holder gives them.
 _ITEM_VALUES = {
