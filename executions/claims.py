@@ -28,6 +28,8 @@ from typing import Any
 
 from psycopg.rows import kwargs_row, scalar_row
 
+from orquestador.tracing import trace_id_of
+
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
 from .steps import Plan, Query, Steps
@@ -88,6 +90,9 @@ class Dispatch:
     # Whether this claim took the execution over from a holder whose lease expired (the claim
     # appended LEASE_TAKEN_OVER for it).
     taken_over: bool = False
+    # The W3C trace context stored at the acceptance ({traceparent, tracestate}), which every
+    # run continues (executions/worker/spans.py); None: tracing was off then.
+    trace_context: dict[str, str] | None = None
 
     def poisoned(self, max_reclaims: int) -> bool:
         return self.reclaims > max_reclaims
@@ -99,7 +104,9 @@ class Dispatch:
     # Computed once per dispatch: every log line and audit event of the run starts with them.
     @cached_property
     def log_extra(self) -> dict[str, Any]:
-        return self.fence.log_extra(attempt=self.attempts)
+        extra = self.fence.log_extra(attempt=self.attempts)
+        trace_id = trace_id_of(self.trace_context)
+        return extra if trace_id is None else {**extra, "trace_id": trace_id}
 
     @cached_property
     def principal_name(self) -> str:
@@ -161,6 +168,7 @@ def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
         dispatch_principal: dict[str, Any] | None,
         reclaims: int,
         taken_over: bool,
+        trace_context: dict[str, str] | None = None,
         **snapshot: Any,
     ) -> Dispatch:
         return Dispatch(
@@ -172,6 +180,7 @@ def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
             snapshot=_snapshot(**snapshot),
             reclaims=reclaims,
             taken_over=taken_over,
+            trace_context=trace_context,
         )
 
     return dispatch

@@ -249,6 +249,15 @@ class Execution(models.Model):
     # before them. Written only by the claim statement (executions/sql/claims.py).
     claimed_at = models.DateTimeField(null=True, blank=True)
     reclaims = models.IntegerField(db_default=0)
+    # Written by the acceptance only, read by the claim (executions/sql/claims.py): every run of
+    # this execution continues that trace (executions/worker/spans.py).
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The W3C trace context (traceparent, tracestate) of the acceptance; null when "
+        "tracing was off.",
+    )
 
     class Meta:
         db_table = "execution"

@@ -1,0 +1,220 @@
+"""Traces in one process (docs/operations.md#traces): the context stored at the acceptance, the
+run that continues it down to the provider's `traceparent`, and the log fields.
+
+The spans are the OpenTelemetry SDK's own, exported to memory by a real tracer provider that the
+test starts for this process's spans (`tracing.start`) and for the aiohttp client's; the
+provider is the loopback JSON double. tests/process/test_traces.py does the same across real
+processes, a crash and the OTLP exporter.
+"""
+
+import json
+import logging
+import uuid
+
+import psycopg
+import pytest
+from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from actions.base import Binding
+from actions.catalog import parse_catalog
+from actions.registry import ADAPTERS, Registry
+from executions.claims import Dispatch
+from executions.flows.publication import flow_publish
+from executions.leases import Fence
+from executions.models import Execution
+from executions.services import request_create, transition_accept
+from executions.worker.wire import ExecutionPackage, PackageInvalid, package_json, package_read
+from orquestador import tracing
+from orquestador.auth import Principal
+from orquestador.jsonlog import JsonFormatter
+from tests.support.providers import JsonProvider
+from tests.support.worker import registry, run_next, runtime_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PRINCIPAL = Principal(subject="alice", tenant="acme", permissions=frozenset({"requests:write"}))
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+def _flow() -> dict:
+    return {
+        "key": "traced",
+        "version": 1,
+        "initialState": "DRAFT",
+        "states": ["DRAFT", "DONE"],
+        "dataSchema": {"type": "object"},
+        "transitions": [
+            {
+                "id": "go",
+                "from": ["DRAFT"],
+                "actions": [
+                    {"id": "reserve", "capability": "shop.reserve", "version": 1, "input": {}},
+                    {"id": "pause", "capability": "NO_OP", "version": 1, "input": {}},
+                ],
+                "decision": {
+                    "hitPolicy": "FIRST",
+                    "rules": [{"id": "done", "when": True, "target": "DONE", "outcome": "OK"}],
+                },
+                "updates": [{"path": "/done", "value": True}],
+            }
+        ],
+    }
+
+
+@pytest.fixture
+def spans():
+    """This process's spans and the aiohttp client's, exported to memory while the test runs."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.start(provider)
+    AioHttpClientInstrumentor().instrument(tracer_provider=provider)
+    try:
+        yield exporter
+    finally:
+        AioHttpClientInstrumentor().uninstrument()
+        tracing.stop()
+        provider.shutdown()
+
+
+@pytest.fixture
+def provider():
+    with JsonProvider() as double:
+        yield double
+
+
+def _registry(provider: JsonProvider) -> Registry:
+    document = {
+        "contracts": {"shop.reserve@1": {"effect": "IDEMPOTENT_WRITE", "timeout_seconds": 5}},
+        "routes": {"shop.reserve@1": {"adapter": "http.json", "url": provider.url("/reserve")}},
+    }
+    catalog = parse_catalog(document, adapters=ADAPTERS, lease_seconds=60, environ={})
+    (http,) = (
+        Binding(catalog.contracts[key], route, ADAPTERS[route.adapter])
+        for key, route in catalog.routes.items()
+    )
+    return registry(http)
+
+
+def _accepted_in_client_trace() -> Execution:
+    flow_publish(definition=_flow())
+    request = request_create(principal=PRINCIPAL, flow_key="traced", flow_version=None, data={})
+    with tracing.continued({"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}, "client call"):
+        execution, created = transition_accept(
+            principal=PRINCIPAL, request_id=request.id, transition_id="go", expected_revision=1
+        )
+    assert created
+    return Execution.objects.get(id=execution.id)
+
+
+def _named(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
+    found = [s for s in exporter.get_finished_spans() if s.name == name]
+    assert len(found) == 1, [s.name for s in exporter.get_finished_spans()]
+    return found[0]
+
+
+def _span_id(span: ReadableSpan) -> str:
+    return f"{span.context.span_id:016x}"
+
+
+def test_acceptance__stores_its_span_in_the_callers_trace_with_the_execution(spans):
+    execution = _accepted_in_client_trace()
+
+    accept, caller = _named(spans, "transition accept"), _named(spans, "client call")
+    assert f"{accept.context.trace_id:032x}" == TRACE
+    assert accept.parent.span_id == caller.context.span_id
+    assert f"{caller.parent.span_id:016x}" == CLIENT_SPAN
+    assert execution.trace_context == {"traceparent": f"00-{TRACE}-{_span_id(accept)}-01"}
+
+
+def test_acceptance__tracing_off_stores_nothing():
+    flow_publish(definition=_flow())
+    request = request_create(principal=PRINCIPAL, flow_key="traced", flow_version=None, data={})
+    with tracing.continued({"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}, "client") as span:
+        execution, _ = transition_accept(
+            principal=PRINCIPAL, request_id=request.id, transition_id="go", expected_revision=1
+        )
+    assert span is None
+    assert Execution.objects.get(id=execution.id).trace_context is None
+
+
+def test_run__continues_the_stored_trace_down_to_the_providers_traceparent(
+    spans, provider, runtime_dsn
+):
+    execution = _accepted_in_client_trace()
+    with (
+        runtime_for(runtime_dsn, _registry(provider)) as runtime,
+        psycopg.connect(runtime_dsn, autocommit=True) as conn,
+    ):
+        result = run_next(conn, runtime)
+    assert result.execution_status == "SUCCEEDED"
+
+    accept = _named(spans, "transition accept")
+    run = _named(spans, "execution run")
+    assert run.context.trace_id == accept.context.trace_id
+    assert run.parent.span_id == accept.context.span_id
+    assert run.attributes["orquestador.execution.id"] == str(execution.id)
+    assert run.attributes["orquestador.execution.status"] == "SUCCEEDED"
+    reserve, pause = _named(spans, "action reserve"), _named(spans, "action pause")
+    assert reserve.parent.span_id == pause.parent.span_id == run.context.span_id
+    attempt = _named(spans, "attempt shop.reserve@1")
+    assert attempt.parent.span_id == reserve.context.span_id
+    assert (
+        attempt.attributes["orquestador.outcome"],
+        attempt.attributes["orquestador.action.attempt"],
+    ) == ("SUCCEEDED", 1)
+    (client,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    assert client.parent.span_id == attempt.context.span_id
+    (sent,) = provider.requests("/reserve")
+    assert sent.headers["traceparent"] == f"00-{TRACE}-{_span_id(client)}-01"
+    final = _named(spans, "write EXECUTION_FINALIZE")
+    assert final.parent.span_id == run.context.span_id
+    assert final.end_time <= run.end_time
+
+
+def test_log_lines__carry_the_current_spans_trace_and_span_ids(spans):
+    formatter = JsonFormatter()
+    record = logging.makeLogRecord({"msg": "in a span", "levelname": "INFO", "name": "t"})
+    with tracing.span("work") as span:
+        inside = json.loads(formatter.format(record))
+    outside = json.loads(formatter.format(record))
+
+    context = span.get_span_context()
+    assert (inside["trace_id"], inside["span_id"]) == (
+        f"{context.trace_id:032x}",
+        f"{context.span_id:016x}",
+    )
+    assert "trace_id" not in outside and "span_id" not in outside
+
+
+def test_log_lines__of_a_traced_execution_carry_its_trace_id_even_off():
+    fence = Fence(uuid.uuid4(), uuid.uuid4(), 3, "host:1:x")
+    traced = Dispatch(
+        fence, 1, "go", 1, None, trace_context={"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}
+    )
+    untraced = Dispatch(fence, 1, "go", 1, None)
+    formatter = JsonFormatter()
+    record = logging.makeLogRecord({"msg": "claimed", **traced.log_extra})
+
+    assert json.loads(formatter.format(record))["trace_id"] == TRACE
+    assert "trace_id" not in untraced.log_extra
+    assert "trace_id" not in json.loads(formatter.format(logging.makeLogRecord({"msg": "x"})))
+
+
+def test_package__carries_the_stored_trace_context_to_a_remote_runtime():
+    fence = Fence(uuid.uuid4(), uuid.uuid4(), 3, "host:1:x")
+    stored = {"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01", "tracestate": "vendor=1"}
+    package = ExecutionPackage(Dispatch(fence, 1, "go", 2, None, trace_context=stored))
+
+    sent = json.loads(package_json(package))
+    assert sent["metadata"] == {"traceContext": stored}
+    assert package_read(sent) == package
+    assert package_read({**sent, "metadata": {}}).dispatch.trace_context is None
+    for bad in ("00-x", {"tracestate": "a=1"}, {"traceparent": "t" * 600}):
+        with pytest.raises(PackageInvalid, match="traceContext"):
+            package_read({**sent, "metadata": {"traceContext": bad}})
