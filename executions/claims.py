@@ -8,7 +8,8 @@ Invariants and transaction boundaries:
   lease from the database clock; a takeover of an expired lease also appends LEASE_TAKEN_OVER
   (previous owner, token and lease expiry; new owner and token) in that same statement;
 - the claim also returns the principal of whoever caused this dispatch (None: system; see
-  sql.CLAIM_EXECUTIONS), the accepted request snapshot and, for a reclaimed execution, its
+  sql.CLAIM_EXECUTIONS), the trace context stored at the acceptance (orquestador/tracing.py),
+  the accepted request snapshot and, for a reclaimed execution, its
   checkpoints, read under the new token in the same statement, so the holder starts without
   another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
   `ExecutionSuperseded`, never data;

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from psycopg.types.json import Jsonb
 
 from actions.base import Binding
 from actions.catalog import parse_catalog
@@ -26,13 +27,24 @@ from executions.claims import Dispatch
 from executions.flows.publication import flow_publish
 from executions.leases import Fence
 from executions.models import Execution
+from executions.resumes import execution_resume
 from executions.services import request_create, transition_accept
+from executions.steps import run_sync
+from executions.waits import wait_reach
 from executions.worker.wire import ExecutionPackage, PackageInvalid, package_json, package_read
 from orquestador import tracing
 from orquestador.auth import Principal
 from orquestador.jsonlog import JsonFormatter
 from tests.support.providers import JsonProvider
-from tests.support.worker import registry, run_next, runtime_for
+from tests.support.worker import (
+    claim,
+    create_flow,
+    enqueue,
+    flow_definition,
+    registry,
+    run_next,
+    runtime_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,3 +230,45 @@ def test_package__carries_the_stored_trace_context_to_a_remote_runtime():
     for bad in ("00-x", {"tracestate": "a=1"}, {"traceparent": "t" * 600}):
         with pytest.raises(PackageInvalid, match="traceContext"):
             package_read({**sent, "metadata": {"traceContext": bad}})
+
+
+def test_event__is_a_span_of_the_executions_trace_linked_to_the_call_that_sent_it(
+    spans, runtime_conn
+):
+    approval = {
+        "id": "approval",
+        "wait": {
+            "event": "manager.approval",
+            "payloadSchema": {"type": "object"},
+            "timeoutSeconds": 60,
+        },
+    }
+    flow_id = create_flow(runtime_conn, flow_definition([approval], key="approvals"))
+    accepted = enqueue(runtime_conn, flow_id)
+    stored = {"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}
+    runtime_conn.execute(
+        "UPDATE execution SET trace_context = %s WHERE id = %s",
+        [Jsonb(stored), accepted.execution_id],
+    )
+    (found,) = claim(runtime_conn, "worker-a", lease_seconds=30)
+    run_sync(
+        runtime_conn,
+        wait_reach(fence=found.fence, action=approval, sequence=0, payload={}, tenant="acme"),
+    )
+    sender = Principal(subject="maria", tenant="acme", permissions=frozenset({"executions:resume"}))
+
+    with tracing.span("the sender's call") as call:
+        _, taken = execution_resume(
+            principal=sender,
+            execution_id=str(accepted.execution_id),
+            event_id="ev-1",
+            event="manager.approval",
+            payload={},
+        )
+    assert taken
+
+    event = _named(spans, "execution event")
+    assert f"{event.context.trace_id:032x}" == TRACE
+    assert f"{event.parent.span_id:016x}" == CLIENT_SPAN
+    assert [link.context.span_id for link in event.links] == [call.get_span_context().span_id]
+    assert event.attributes["orquestador.event"] == "manager.approval"
