@@ -17,6 +17,7 @@ from actions.base import ActionResult, Binding, Outcome
 from orquestador import tracing
 
 from ..claims import Dispatch
+from ..models import ExecutionStatus
 from .stops import RunEnded, RunSuspended
 from .wire import RunOutcome
 
@@ -25,6 +26,8 @@ Result = TypeVar("Result")
 # What ends a run, or a step of it, on purpose: not an error of the span it leaves.
 _DECIDED = (RunEnded, RunSuspended)
 _SETTLED = (Outcome.SUCCEEDED, Outcome.ACCEPTED)
+# A run that left its execution here failed, as a span: a retry or a wait did not.
+_ENDED_BADLY = (ExecutionStatus.FAILED, ExecutionStatus.RECONCILIATION_REQUIRED)
 
 
 async def traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> RunOutcome:
@@ -46,6 +49,10 @@ async def traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> RunOutco
             span.set_attribute("orquestador.execution.status", str(outcome.status))
             if outcome.error_code:
                 span.set_attribute("orquestador.error_code", outcome.error_code)
+            if outcome.status in _ENDED_BADLY:
+                from opentelemetry.trace import Status, StatusCode
+
+                span.set_status(Status(StatusCode.ERROR, outcome.error_code or outcome.status))
         return outcome
 
 

@@ -7,6 +7,8 @@ provider is the loopback JSON double. tests/process/test_traces.py does the same
 processes, a crash and the OTLP exporter.
 """
 
+import hashlib
+import hmac
 import json
 import logging
 import uuid
@@ -22,7 +24,8 @@ from psycopg.types.json import Jsonb
 
 from actions.base import Binding
 from actions.catalog import parse_catalog
-from actions.registry import ADAPTERS, Registry
+from actions.registry import ADAPTERS, Registry, use_registry
+from executions.callbacks import callback_receive
 from executions.claims import Dispatch
 from executions.flows.publication import flow_publish
 from executions.leases import Fence
@@ -37,6 +40,7 @@ from orquestador.auth import Principal
 from orquestador.jsonlog import JsonFormatter
 from tests.support.providers import JsonProvider
 from tests.support.worker import (
+    action,
     claim,
     create_flow,
     enqueue,
@@ -272,3 +276,54 @@ def test_event__is_a_span_of_the_executions_trace_linked_to_the_call_that_sent_i
     assert f"{event.parent.span_id:016x}" == CLIENT_SPAN
     assert [link.context.span_id for link in event.links] == [call.get_span_context().span_id]
     assert event.attributes["orquestador.event"] == "manager.approval"
+
+
+def test_callback__is_a_span_of_the_executions_trace_linked_to_the_providers_call(
+    spans, runtime_conn, monkeypatch
+):
+    secret, capability = "callback-secret-0123456789-abcdefghij", "docs.check"
+    monkeypatch.setenv("DOCS_CALLBACK_SECRET", secret)
+    document = {
+        "contracts": {f"{capability}@1": {"effect": "READ_ONLY"}},
+        "routes": {
+            f"{capability}@1": {
+                "adapter": "http.json",
+                "url": "http://127.0.0.1:9/check",
+                "async": True,
+                "callback_secret_from_env": "DOCS_CALLBACK_SECRET",
+            }
+        },
+    }
+    catalog = parse_catalog(
+        document, adapters=ADAPTERS, lease_seconds=60, environ={"DOCS_CALLBACK_SECRET": secret}
+    )
+    (route,) = catalog.routes.values()
+    check = Binding(catalog.contracts[f"{capability}@1"], route, ADAPTERS["http.json"])
+    flow_id = create_flow(runtime_conn, flow_definition([action("check", capability)]))
+    accepted = enqueue(runtime_conn, flow_id)
+    (found,) = claim(runtime_conn, "worker-a", lease_seconds=30)
+    runtime_conn.execute(
+        "INSERT INTO action_execution (execution_id, action_id, sequence, capability, "
+        "capability_version, effect, status, input_hash, external_key, fencing_token) "
+        "VALUES (%s, 'check', 0, %s, 1, 'READ_ONLY', 'ACCEPTED', 'h', %s, %s)",
+        [accepted.execution_id, capability, f"{accepted.execution_id}:check", found.fence.token],
+    )
+    runtime_conn.execute(
+        "UPDATE execution SET status = 'SUSPENDED', lease_owner = NULL, lease_expires_at = NULL,"
+        " next_attempt_at = now() + interval '1 hour', trace_context = %s WHERE id = %s",
+        [Jsonb({"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}), accepted.execution_id],
+    )
+    body = json.dumps({"externalKey": f"{accepted.execution_id}:check", "output": {}}).encode()
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+    with use_registry(registry(check)), tracing.span("the provider's call") as call:
+        received = callback_receive(
+            capability=capability, version=1, body=body, signature=signature
+        )
+    assert not received.replay
+
+    resumed = _named(spans, "execution callback")
+    assert f"{resumed.context.trace_id:032x}" == TRACE
+    assert f"{resumed.parent.span_id:016x}" == CLIENT_SPAN
+    assert [link.context.span_id for link in resumed.links] == [call.get_span_context().span_id]
+    assert resumed.attributes["orquestador.action.id"] == "check"
