@@ -7,6 +7,7 @@ provider is the loopback JSON double. tests/process/test_traces.py does the same
 processes, a crash and the OTLP exporter.
 """
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -34,17 +35,23 @@ from executions.resumes import execution_resume
 from executions.services import request_create, transition_accept
 from executions.steps import run_sync
 from executions.waits import wait_reach
+from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.wire import ExecutionPackage, PackageInvalid, package_json, package_read
 from orquestador import tracing
 from orquestador.auth import Principal
 from orquestador.jsonlog import JsonFormatter
+from tests.support.loop import on_loop
 from tests.support.providers import JsonProvider
 from tests.support.worker import (
+    FAST,
     action,
     claim,
     create_flow,
+    dispatch_once,
     enqueue,
     flow_definition,
+    holding_of,
+    package_of,
     registry,
     run_next,
     runtime_for,
@@ -327,3 +334,26 @@ def test_callback__is_a_span_of_the_executions_trace_linked_to_the_providers_cal
     assert f"{resumed.parent.span_id:016x}" == CLIENT_SPAN
     assert [link.context.span_id for link in resumed.links] == [call.get_span_context().span_id]
     assert resumed.attributes["orquestador.action.id"] == "check"
+
+
+def test_remote_run__continues_the_stored_trace_at_the_worker_endpoint(
+    spans, runtime_conn, worker_endpoint
+):
+    flow_id = create_flow(runtime_conn, flow_definition([action("a", "NO_OP")], key="remote"))
+    accepted = enqueue(runtime_conn, flow_id)
+    runtime_conn.execute(
+        "UPDATE execution SET trace_context = %s WHERE id = %s",
+        [Jsonb({"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}), accepted.execution_id],
+    )
+    worker_endpoint.serve(registry())
+    target = RemoteTarget(url=worker_endpoint.url, token=worker_endpoint.token)
+    config = dataclasses.replace(FAST, lease_seconds=20.0, renew_seconds=5.0)
+    (found,) = claim(runtime_conn, "w")
+    with on_loop(RemoteWorkerRuntime(target=target, config=config)) as remote:
+        result = dispatch_once(remote, package_of(found), holding_of(found))
+    assert result.execution_status == "SUCCEEDED"
+
+    run = _named(spans, "execution run")  # at the endpoint, on its runtime's loop
+    assert f"{run.context.trace_id:032x}" == TRACE
+    assert f"{run.parent.span_id:016x}" == CLIENT_SPAN
+    assert run.attributes["orquestador.execution.id"] == str(accepted.execution_id)
