@@ -36,6 +36,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    concurrency, same provider) and Procrastinate posting from an async httpx task. The call is
    a READ_ONLY action; at the first concurrency it runs again declared an IDEMPOTENT_WRITE,
    whose checkpoints a read does not write (RUNNING before the call, SUCCEEDED on its own).
+   Traces (bench/traces.py): one runworker on the no-op flow and on the slow provider at the
+   first --slow-concurrency, tracing off and then on (OTLP/HTTP to a loopback sink): CPU per
+   execution of the worker and PostgreSQL, and their ratios.
 8. The API: `POST /api/v1/requests/{id}/transitions` and `GET /api/v1/executions/{id}` through
    gunicorn (the production web server, docker/) with real HS256 tokens, at 1, 8 and 32
    concurrent clients (bench/apiclients.py): requests/s, p50, p99.
@@ -52,7 +55,8 @@ processes' CPU time and pg_stat_database.xact_commit, before and after), and the
 context switches per execution (voluntary and not, every thread's, bench/procstat.py).
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, api, lists, pgqueuer, http-async).
+sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, lists, pgqueuer,
+http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -82,6 +86,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import lists  # noqa: E402
+from bench import traces as tracing_cost  # noqa: E402
 from bench.peers import Peers  # noqa: E402
 from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
 from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
@@ -136,6 +141,7 @@ adapter = "http.json"
 url = "http://127.0.0.1:{port}/slow"
 """
 SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate", "lists")
+SECTIONS += ("traces",)  # bench/traces.py: tracing off and on, one runworker
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
 JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
@@ -1062,6 +1068,18 @@ class Bench:
             self.report["slow_provider"] = self.slow_provider(
                 args.slow_concurrency, args.slow_calls, args.slow_delay
             )
+        if "traces" in wanted:
+            print("traces (one runworker, tracing off then on):", flush=True)
+            self.report["traces"] = tracing_cost.run(
+                self,
+                python=PYTHON,
+                root=ROOT,
+                executions=args.executions,
+                concurrency=args.slow_concurrency[0],
+                calls=args.slow_calls,
+                delay=args.slow_delay,
+                integrations=SLOW_INTEGRATIONS,
+            )
         if "api" in wanted:
             print(f"API through gunicorn ({args.web_workers} workers):", flush=True)
             self.report["api"] = self.api(args.api_clients, args.api_calls)
@@ -1293,6 +1311,7 @@ def summary(report: dict) -> list[str]:
             + (f" ({ours['processes']}x{ours['concurrency']})" if ours else "")
             + f" ({_ratio(best, theirs['jobs_per_second'])})"
         )
+    lines += tracing_cost.summary_lines(report.get("traces", {}))
     return lines + peer_summary_lines(report)
 
 

@@ -34,6 +34,7 @@ from . import sql
 from .audit import audit_append
 from .models import AuditType, CheckpointStatus, ExecutionStatus
 from .outputs import output_errors
+from .tracelinks import resume_traced
 from .waits import CALLBACK_EVENT
 
 MAX_CALLBACK_BYTES = 1024 * 1024  # bytes of a callback body
@@ -144,4 +145,7 @@ def callback_receive(
             payload={"actionId": action_id, "event": CALLBACK_EVENT},
         )
         cursor.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
+    resume_traced(
+        execution_id=execution_id, by="callback", attributes={"orquestador.action.id": action_id}
+    )
     return CallbackReceived(str(execution_id), action_id, replay=False)

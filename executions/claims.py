@@ -8,7 +8,8 @@ Invariants and transaction boundaries:
   lease from the database clock; a takeover of an expired lease also appends LEASE_TAKEN_OVER
   (previous owner, token and lease expiry; new owner and token) in that same statement;
 - the claim also returns the principal of whoever caused this dispatch (None: system; see
-  sql.CLAIM_EXECUTIONS), the accepted request snapshot and, for a reclaimed execution, its
+  sql.CLAIM_EXECUTIONS), the trace context stored at the acceptance (orquestador/tracing.py),
+  the accepted request snapshot and, for a reclaimed execution, its
   checkpoints, read under the new token in the same statement, so the holder starts without
   another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
   `ExecutionSuperseded`, never data;
@@ -27,6 +28,8 @@ from functools import cached_property
 from typing import Any
 
 from psycopg.rows import kwargs_row, scalar_row
+
+from orquestador.tracing import trace_id_of
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
@@ -91,6 +94,9 @@ class Dispatch:
     # Whether this claim took the execution over from a holder whose lease expired (the claim
     # appended LEASE_TAKEN_OVER for it).
     taken_over: bool = False
+    # The W3C trace context stored at the acceptance ({traceparent, tracestate}), which every
+    # run continues (executions/worker/spans.py); None: tracing was off then.
+    trace_context: dict[str, str] | None = None
 
     def poisoned(self, max_reclaims: int) -> bool:
         return self.reclaims > max_reclaims
@@ -102,7 +108,9 @@ class Dispatch:
     # Computed once per dispatch: every log line and audit event of the run starts with them.
     @cached_property
     def log_extra(self) -> dict[str, Any]:
-        return self.fence.log_extra(attempt=self.attempts)
+        extra = self.fence.log_extra(attempt=self.attempts)
+        trace_id = trace_id_of(self.trace_context)
+        return extra if trace_id is None else {**extra, "trace_id": trace_id}
 
     @cached_property
     def principal_name(self) -> str:
@@ -164,6 +172,7 @@ def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
         dispatch_principal: dict[str, Any] | None,
         reclaims: int,
         taken_over: bool,
+        trace_context: dict[str, str] | None = None,
         **snapshot: Any,
     ) -> Dispatch:
         return Dispatch(
@@ -175,6 +184,7 @@ def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
             snapshot=_snapshot(**snapshot),
             reclaims=reclaims,
             taken_over=taken_over,
+            trace_context=trace_context,
         )
 
     return dispatch

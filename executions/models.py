@@ -266,6 +266,15 @@ class Execution(models.Model):
         blank=True,
         help_text="The errorCode its forward path failed with, once it compensates.",
     )
+    # Written by the acceptance only, read by the claim (executions/sql/claims.py): every run of
+    # this execution continues that trace (executions/worker/spans.py).
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The W3C trace context (traceparent, tracestate) of the acceptance; null when "
+        "tracing was off.",
+    )
 
     class Meta:
         db_table = "execution"

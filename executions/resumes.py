@@ -27,6 +27,7 @@ from .audit import audit_append
 from .flows.canonical import sha256_hex
 from .flows.publication import find_transition
 from .models import AuditType, CheckpointStatus, EventStatus, Execution, ExecutionStatus, Flow
+from .tracelinks import resume_traced
 from .waits import is_wait, payload_problems
 
 MAX_KEPT_EVENTS = 16  # events kept per execution for waits it has not reached yet
@@ -125,6 +126,11 @@ def execution_resume(
                 raise _not_waiting(f"the execution is {status}: it waits for no event")
             taken = True
     found.refresh_from_db()
+    if taken:
+        attributes = {"orquestador.event": event}
+        resume_traced(
+            execution_id=found.id, by="event", stored=found.trace_context, attributes=attributes
+        )
     return found, taken
 
 

@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 
 from executions.flows.canonical import sha256_hex
 from executions.flows.publication import find_transition, validate_data
-from orquestador import errors
+from orquestador import errors, tracing
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
@@ -70,6 +70,7 @@ def request_create(
     return request
 
 
+@tracing.traced("transition accept")
 def transition_accept(
     *,
     principal: Principal,
@@ -181,6 +182,7 @@ def _accept(
             dispatch_principal=principal.snapshot(),
             idempotency_key=idempotency_key,
             idempotency_fingerprint=fingerprint,
+            trace_context=tracing.carrier(),  # continued by every run (docs/operations.md#traces)
         )
         updated = (
             access.requests_writable(principal)

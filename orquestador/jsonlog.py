@@ -1,8 +1,11 @@
-"""One JSON object per log line, with the execution context the worker attaches."""
+"""One JSON object per log line, with the execution context the worker attaches, and the
+`trace_id` and `span_id` of the current span when tracing is on (orquestador/tracing.py)."""
 
 import json
 import logging
 import time
+
+from . import tracing
 
 # Attributes every LogRecord has; anything else passed through `extra=` is event context.
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
@@ -18,6 +21,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "logger": record.name,
             "event": record.getMessage(),
+            **tracing.log_fields(),  # the record's own trace_id (its execution's) comes after
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):

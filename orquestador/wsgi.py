@@ -4,17 +4,26 @@ The URLs load here, at start, so a setting they check (a JWT key the API refuses
 server before it answers anything. A process that serves the worker endpoint runs executions with
 its database role, so, like `runworker`, it refuses to start unless DATABASE_URL is a restricted
 runtime role. Bodies sent chunked are read under the same limit as any other
-(orquestador/bodies.py) before Django sees them.
+(orquestador/bodies.py) before Django sees them. Tracing starts here when the OTEL_* variables
+ask for it (orquestador/tracing.py): after the settings, before the middleware is built.
 """
 
 import os
 
-from django.core.wsgi import get_wsgi_application
+import django
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.wsgi import WSGIHandler
 
+from orquestador import tracing
 from orquestador.bodies import ChunkedBodies
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orquestador.settings")
-application = ChunkedBodies(get_wsgi_application())
+django.setup(set_prefix=False)  # get_wsgi_application() without its handler, yet
+try:
+    tracing.setup(service="orquestador-web")
+except tracing.TracingConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+application = ChunkedBodies(WSGIHandler())
 
 
 def _check_endpoint_role() -> None:

@@ -82,6 +82,7 @@ UPDATE execution AS e
  WHERE e.id = ANY (ARRAY(SELECT due.id FROM due))
 RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
           e.dispatch_principal, e.accepted_revision,
+          e.trace_context,
           CASE WHEN e.attempts > 1 THEN
               (SELECT jsonb_agg(jsonb_build_object(
                           'action_id', c.action_id, 'sequence', c.sequence,
@@ -109,6 +110,7 @@ SELECT c.request_id, c.id, 'LEASE_TAKEN_OVER', 'system:worker',
 )
 SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_token,
        c.dispatch_principal, r.data, r.state, r.revision, r.version, r.owner, r.scope,
+       c.trace_context,
        c.accepted_revision, c.checkpoints, c.reclaims, due.was_status = 'RUNNING' AS taken_over,
        c.compensation_cause
   FROM claimed AS c

@@ -45,6 +45,7 @@ from .groupcommit import Database, GroupWrites, on
 from .holdings import Holding
 from .offloop import off_loop_if_large
 from .recovery import Decision, Verb
+from .spans import traced_action, traced_call, traced_run, traced_writes
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
 from .wire import RunOutcome
@@ -140,9 +141,10 @@ class _Run:
             outputs: dict[str, dict[str, Any]] = {}
             for sequence, action in enumerate(transition.get("actions", [])):
                 if is_wait(action):
-                    outputs[action["id"]] = await self.wait(sequence, action, snapshot)
+                    step = self.wait(sequence, action, snapshot)
                 else:
-                    outputs[action["id"]] = await self.action(sequence, action, snapshot, outputs)
+                    step = self.action(sequence, action, snapshot, outputs)
+                outputs[action["id"]] = await traced_action(action, step)
             return await self.finish(definition, transition, snapshot, outputs)
         except RunEnded as ended:
             compensated = await compensate_failure(self, ended.decision, transition, snapshot)
@@ -262,7 +264,8 @@ class _Run:
             cancelled=self.cancelled,
             principal=self.principal,
         )
-        return await adapter_call(call.binding, ctx, call.extra)
+        called = adapter_call(call.binding, ctx, call.extra)
+        return await traced_call(call.binding, call.attempt, called)
 
     async def settle(self, call: _Call, result: ActionResult) -> dict[str, Any]:
         """Apply the call's result: suspend on an asynchronous ACCEPTED, end the run as the
@@ -314,7 +317,7 @@ class _Run:
         write that matched nothing raises ExecutionSuperseded naming it."""
         written = await fenced_write(
             statement,
-            write,
+            traced_writes(statement, write),
             budget_seconds=self.deps.config.lease_seconds / 2,
             log_extra=self.log_extra,
             rng=self.deps.rng,
@@ -393,8 +396,8 @@ async def execution_run(
     it, ExecutionInterrupted when told to stop; both leave everything this holder committed in
     place.
     """
-    run = _Run(dispatch, holding=holding, db=db, deps=deps)
-    return await run.run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot)
+    run = _Run(dispatch, holding=holding, db=db, deps=deps).run
+    return await traced_run(dispatch, run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot))
 
 
 __all__ = ["RunnerDeps", "execution_run"]

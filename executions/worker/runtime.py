@@ -174,7 +174,7 @@ class Reservations:
         logger.info(
             "execution cancel signalled",
             extra={
-                **dispatch.fence.log_extra(),
+                **dispatch.log_extra,
                 "reason": reason,
                 **(await self._cancel_elsewhere(reservation, reason)),
             },

@@ -25,11 +25,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from orquestador.tracing import MAX_TRACESTATE_LENGTH
+
 from ..claims import Dispatch
 from ..leases import Fence
 from ..models import ExecutionStatus
 
 MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
+TRACE_CONTEXT = "traceContext"  # the metadata key of the execution's stored trace context
 SUPERSEDED = "superseded"  # the wire code of a superseded refusal
 INTERRUPTED = "interrupted"  # the wire code of a holder told to stop between two steps
 # The version of the package and result JSON below. A reader refuses any other (a package with a
@@ -100,10 +103,34 @@ def package_json(package: ExecutionPackage) -> str:
             "attempts": dispatch.attempts,
             "principal": dispatch.principal,
             "resumeEvent": package.resume_event,
-            "metadata": package.metadata,
+            "metadata": _with_trace_context(package.metadata, dispatch.trace_context),
         },
         separators=(",", ":"),
     )
+
+
+def _with_trace_context(
+    metadata: dict[str, Any], trace_context: dict[str, str] | None
+) -> dict[str, Any]:
+    """The package's metadata, with the execution's stored trace context as `traceContext` so
+    the endpoint's run continues its trace (docs/operations.md#traces)."""
+    return metadata if trace_context is None else {**metadata, TRACE_CONTEXT: trace_context}
+
+
+def _trace_context(metadata: dict[str, Any]) -> dict[str, str] | None:
+    """The `traceContext` of posted metadata: the W3C fields only, each a bounded string."""
+    found = metadata.get(TRACE_CONTEXT)
+    if found is None:
+        return None
+    if not isinstance(found, dict) or not isinstance(found.get("traceparent"), str):
+        raise PackageInvalid("metadata.traceContext must be an object with a traceparent string")
+    kept = {k: v for k, v in found.items() if k in ("traceparent", "tracestate")}
+    if not all(isinstance(v, str) and len(v) <= MAX_TRACESTATE_LENGTH for v in kept.values()):
+        raise PackageInvalid(
+            f"metadata.traceContext values must be strings of at most {MAX_TRACESTATE_LENGTH} "
+            "characters"
+        )
+    return kept
 
 
 def _uuid(raw: dict[str, Any], key: str) -> uuid.UUID:
@@ -153,6 +180,7 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
         isinstance(resume_event.get("eventId"), str) and isinstance(resume_event.get("event"), str)
     ):
         raise PackageInvalid("resumeEvent must be an object with eventId and event strings")
+    metadata = _object(raw, "metadata") or {}
     dispatch = Dispatch(
         fence=Fence(
             execution_id=_uuid(raw, "executionId"),
@@ -165,12 +193,13 @@ def package_read(raw: dict[str, Any]) -> ExecutionPackage:
         attempts=_integer(raw, "attempts", minimum=1) if "attempts" in raw else 1,
         # Honoured only because the caller has already presented the endpoint's token.
         principal=_object(raw, "principal"),
+        trace_context=_trace_context(metadata),
     )
     return ExecutionPackage(
         dispatch,
         # The event itself is already durable (its wait's checkpoint); this says why it runs.
         resume_event=resume_event,
-        metadata=_object(raw, "metadata") or {},
+        metadata={k: v for k, v in metadata.items() if k != TRACE_CONTEXT},
     )
 
 

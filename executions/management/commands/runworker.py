@@ -16,6 +16,7 @@ from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
 from executions.workerloops import LOOP_JOIN_SECONDS, worker_loops
+from orquestador import tracing
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
 from orquestador.workerconfig import (
     WorkerConfig,
@@ -85,6 +86,10 @@ class Command(BaseCommand):
                 database_url=settings.DATABASE_URL,
             )
         except (WorkerConfigError, WorkerDisabled) as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            tracing.setup(service="orquestador-worker")  # before any connection or session
+        except tracing.TracingConfigError as exc:
             raise CommandError(str(exc)) from None
         try:
             registry = load_registry(config)
