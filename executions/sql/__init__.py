@@ -7,6 +7,7 @@ from .checkpoints import (
 )
 from .claims import (
     CLAIM_EXECUTIONS,
+    CLAIM_EXECUTIONS_BY_TENANT,
     FLOW_DEFINITION,
     LISTEN_WORK,
     LOAD_EXECUTION,
@@ -97,6 +98,7 @@ __all__ = [
     "CHECKPOINT_START",
     "CHECKPOINT_SUCCEED",
     "CLAIM_EXECUTIONS",
+    "CLAIM_EXECUTIONS_BY_TENANT",
     "CLAIM_SESSION",
     "EVENTS_KEPT",
     "EVENT_FIND",
