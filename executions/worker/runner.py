@@ -47,7 +47,7 @@ from .recovery import Decision, Verb
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
 from .wire import RunOutcome
-from .writeretry import fenced_write
+from .writeretry import Flag, Ride, fenced_write
 
 logger = logging.getLogger("executions.worker")
 
@@ -66,6 +66,9 @@ class RunnerDeps:
     flows: FlowCache
     rng: random.Random
     writes: GroupWrites
+    # Waits until the database answers again, or the flag given is set (the runtime's one probe):
+    # a holder's writes ride through an outage with it (writeretry.Ride). None: they do not.
+    reachable: Callable[[Flag], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,8 @@ class _Run:
     ) -> None:
         self.holding = holding
         self.deps = deps
-        self.scope = RunScope(dispatch, db, deps.config, deps.rng)
+        ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
+        self.scope = RunScope(dispatch, db, deps.config, deps.rng, ride=ride)
 
     # Read from the dispatch and the slot's holding when asked, never copied into the run.
     dispatch = _Of(lambda run: run.scope.dispatch)
@@ -306,8 +310,9 @@ class _Run:
     ) -> Any:
         """A fenced write: a database error is logged with `statement` and retried with backoff
         for up to half the lease (renewals hold it meanwhile), then raised, leaving the run for
-        recovery by lease and the poison cap (executions/worker/writeretry.py). With `step`, a
-        write that matched nothing raises ExecutionSuperseded naming it."""
+        recovery by lease and the poison cap; a lost connection waits for the database, lease
+        kept, and writes again (executions/worker/writeretry.py). With `step`, a write that
+        matched nothing raises ExecutionSuperseded naming it."""
         written = await fenced_write(
             statement,
             write,
@@ -315,6 +320,7 @@ class _Run:
             log_extra=self.log_extra,
             rng=self.deps.rng,
             stop=self.cancelled,
+            ride=self.scope.ride,
         )
         if written is None and step is not None:
             raise ExecutionSuperseded(self.fence.execution_id, step=step, token=self.fence.token)
