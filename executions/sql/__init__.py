@@ -15,7 +15,9 @@ from .claims import (
     NOTIFY_WORK,
 )
 from .fence import (
+    CLAIM_JIT,
     CLAIM_SESSION,
+    CLAIM_SORTS,
     FENCE,
     FENCES,
     OPERATOR_GUARDED,
@@ -99,7 +101,9 @@ __all__ = [
     "CHECKPOINT_SUCCEED",
     "CLAIM_EXECUTIONS",
     "CLAIM_EXECUTIONS_BY_TENANT",
+    "CLAIM_JIT",
     "CLAIM_SESSION",
+    "CLAIM_SORTS",
     "EVENTS_KEPT",
     "EVENT_FIND",
     "EVENT_INSERT",
