@@ -66,8 +66,7 @@ class RunnerDeps:
     flows: FlowCache
     rng: random.Random
     writes: GroupWrites
-    # Waits until the database answers again, or the flag given is set (the runtime's one probe):
-    # a holder's writes ride through an outage with it (writeretry.Ride). None: they do not.
+    # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
     reachable: Callable[[Flag], Awaitable[bool]] | None = None
 
 
@@ -309,10 +308,9 @@ class _Run:
         self, statement: str, write: Callable[[], Awaitable[Any]], step: str | None = None
     ) -> Any:
         """A fenced write: a database error is logged with `statement` and retried with backoff
-        for up to half the lease (renewals hold it meanwhile), then raised, leaving the run for
-        recovery by lease and the poison cap; a lost connection waits for the database, lease
-        kept, and writes again (executions/worker/writeretry.py). With `step`, a write that
-        matched nothing raises ExecutionSuperseded naming it."""
+        for up to half the lease, a lost connection waits for the database with the lease kept
+        (executions/worker/writeretry.py), then raised, leaving the run for recovery by lease.
+        With `step`, a write that matched nothing raises ExecutionSuperseded naming it."""
         written = await fenced_write(
             statement,
             write,
