@@ -44,6 +44,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    concurrent clients (bench/apiclients.py): requests/s, p50, p99.
 9. Lists (bench/lists.py): first- and tenth-page latency of every list filter, in both access
    modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
+   Fairness (bench/fairness.py): both claim orders' cost beside a deep backlog, and tenant B's
+   slowest acceptance-to-finish at 2 requests/s beside tenant A's backlog of --fairness-backlog
+   (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each.
 
 9. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
    slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
@@ -55,8 +58,8 @@ processes' CPU time and pg_stat_database.xact_commit, before and after), and the
 context switches per execution (voluntary and not, every thread's, bench/procstat.py).
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, lists, pgqueuer,
-http-async).
+sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, fairness, lists,
+pgqueuer, http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -85,7 +88,7 @@ from psycopg import sql as pgsql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import lists  # noqa: E402
+from bench import fairness, lists  # noqa: E402
 from bench import traces as tracing_cost  # noqa: E402
 from bench.peers import Peers  # noqa: E402
 from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
@@ -140,7 +143,17 @@ timeout_seconds = 10
 adapter = "http.json"
 url = "http://127.0.0.1:{port}/slow"
 """
-SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate", "lists")
+SECTIONS = (
+    "throughput",
+    "raw",
+    "pickup",
+    "slow",
+    "api",
+    "claim",
+    "procrastinate",
+    "fairness",
+    "lists",
+)
 SECTIONS += ("traces",)  # bench/traces.py: tracing off and on, one runworker
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
@@ -1115,6 +1128,19 @@ class Bench:
             self.report["http_async"] = self.peers.http_async(
                 args.slow_concurrency, args.slow_calls, args.slow_delay
             )
+        if "fairness" in wanted:
+            print(
+                f"fairness (tenant A's backlog of {args.fairness_backlog} beside tenant B at "
+                f"2/s, {args.fairness_processes}x{args.fairness_concurrency}):",
+                flush=True,
+            )
+            self.report["fairness"] = fairness.run(
+                self,
+                backlog=args.fairness_backlog,
+                processes=args.fairness_processes,
+                concurrency=args.fairness_concurrency,
+                seconds=args.fairness_seconds,
+            )
         if "lists" in wanted:  # last: it leaves a million rows of each in the tables
             print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
             self.report["lists"] = lists.run(
@@ -1312,7 +1338,7 @@ def summary(report: dict) -> list[str]:
             + f" ({_ratio(best, theirs['jobs_per_second'])})"
         )
     lines += tracing_cost.summary_lines(report.get("traces", {}))
-    return lines + peer_summary_lines(report)
+    return lines + fairness.summary_lines(report) + peer_summary_lines(report)
 
 
 def main(argv: list[str]) -> int:
@@ -1339,6 +1365,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--web-workers", type=int, default=2, help="WEB_WORKERS of the web server")
     parser.add_argument("--list-rows", type=int, default=1_000_000, help="of each, for lists")
     parser.add_argument("--list-samples", type=int, default=30, help="per filter and mode")
+    parser.add_argument("--fairness-backlog", type=int, default=20_000, help="tenant A's")
+    parser.add_argument("--fairness-processes", type=int, default=4)
+    parser.add_argument("--fairness-concurrency", type=int, default=50)
+    parser.add_argument(
+        "--fairness-seconds", type=float, default=10.0, help="tenant B alone, at 2/s"
+    )
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
     parser.add_argument(
@@ -1360,6 +1392,8 @@ def main(argv: list[str]) -> int:
         args.slow_calls = min(args.slow_calls, 1_500)
         args.api_calls = min(args.api_calls, 300)
         args.list_rows = min(args.list_rows, 100_000)
+        args.fairness_backlog = min(args.fairness_backlog, 2_000)
+        args.fairness_seconds = min(args.fairness_seconds, 5.0)
         args.more_concurrency = "100"  # one higher concurrency: both sides' best configurations
     args.more_concurrency = [int(c) for c in args.more_concurrency.split(",") if int(c) > 0]
     args.processes = [int(p) for p in args.processes.split(",")]

@@ -3,7 +3,8 @@
 Invariants and transaction boundaries:
 - `executions_claim` is one statement, hence one transaction, committed (autocommit) before any
   evaluation or adapter call: it takes only due rows (PENDING, due RETRY_WAIT, RUNNING with an
-  expired lease) with FOR UPDATE SKIP LOCKED, in (next_attempt_at, created_at, id) order, at most
+  expired lease) with FOR UPDATE SKIP LOCKED, in (next_attempt_at, created_at, id) order (with
+  WORKER_FAIRNESS=tenant, by rank within the tenant first: executions/sql/fairness.py), at most
   `limit` (the caller's free slots), and gives each attempts + 1, token + 1, this owner and a
   lease from the database clock; a takeover of an expired lease also appends LEASE_TAKEN_OVER
   (previous owner, token and lease expiry; new owner and token) in that same statement;
@@ -136,20 +137,29 @@ def executions_claim(
     limit: int,
     lease_seconds: float,
     outage: bool = False,
+    fairness: str = "queue",
 ) -> Plan[list[Dispatch]]:
     """Claim up to `limit` due executions for `owner` (one statement, committed on return).
 
     `outage`: this process saw the database unreachable within the last lease, so the leases it
     takes over may have lapsed for that reason; they do not count toward the poison cap.
+    `fairness` (WORKER_FAIRNESS): `queue`, oldest first; `tenant`, by rank within the tenant,
+    then by age (executions/sql/fairness.py).
     """
-    return Plan(_claim(owner, limit, lease_seconds, outage))
+    return Plan(_claim(owner, limit, lease_seconds, outage, CLAIMS[fairness]))
 
 
-def _claim(owner: str, limit: int, lease_seconds: float, outage: bool) -> Steps[list[Dispatch]]:
+# The claim statement of each WORKER_FAIRNESS value.
+CLAIMS = {"queue": sql.CLAIM_EXECUTIONS, "tenant": sql.CLAIM_EXECUTIONS_BY_TENANT}
+
+
+def _claim(
+    owner: str, limit: int, lease_seconds: float, outage: bool, statement: str
+) -> Steps[list[Dispatch]]:
     if limit <= 0:
         return []
     rows: list[Dispatch] = yield Query(
-        sql.CLAIM_EXECUTIONS,
+        statement,
         {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
         row_factory=kwargs_row(_dispatch_of(owner)),
     )

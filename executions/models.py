@@ -289,6 +289,18 @@ class Execution(models.Model):
                 name="execution_claim_idx",
                 condition=Q(status__in=CLAIMABLE_STATUSES),
             ),
+            # WORKER_FAIRNESS=tenant's access paths (executions/sql/fairness.py): live work by
+            # tenant in claim order, and the executions each tenant holds right now.
+            models.Index(
+                fields=["scope", "next_attempt_at", "created_at", "id"],
+                name="execution_fair_idx",
+                condition=Q(status__in=CLAIMABLE_STATUSES),
+            ),
+            models.Index(
+                fields=["scope", "lease_expires_at"],
+                name="execution_held_idx",
+                condition=Q(status=ExecutionStatus.RUNNING),
+            ),
             models.Index(fields=["request", "created_at"], name="execution_request_idx"),
             # The list's access paths (GET /api/v1/executions, newest first by created_at, id):
             # the owner's, the tenant's, and the tenant's by status, by error code (failures

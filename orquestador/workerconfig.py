@@ -32,6 +32,8 @@ DEFAULT_MAX_RECLAIMS = 5  # consecutive takeovers without progress before the po
 DEFAULT_ENDPOINT_RUN_SECONDS = 300.0
 MAX_ENDPOINT_RUN_SECONDS = 3600.0
 DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback: a scraper on the same host, or a sidecar
+FAIRNESS_ORDERS = ("queue", "tenant")  # WORKER_FAIRNESS values: the claim's order
+DEFAULT_FAIRNESS = "queue"
 RUNTIMES = ("local", "remote")  # WORKER_RUNTIME values
 DEFAULT_RUNTIME = "local"
 
@@ -63,6 +65,9 @@ ENV_DEFAULTS = {
     "WORKER_LISTEN_DATABASE_URL": "",
     # Seconds of database outage after which runworker stops (exit status 3); empty: never.
     "WORKER_DB_OUTAGE_EXIT_SECONDS": "",
+    # The order due work is claimed in: queue (oldest first) or tenant (by rank within the
+    # tenant, then by age).
+    "WORKER_FAIRNESS": DEFAULT_FAIRNESS,
 }
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -95,6 +100,9 @@ class WorkerConfig:
     # Seconds the database may stay unreachable before runworker stops (exit status 3) so an
     # orchestrator restarts it; None (the default): it waits for the database however long.
     db_outage_exit_seconds: float | None = None
+    # The claim's order (executions/sql/fairness.py): queue, oldest first; tenant, by rank
+    # within the tenant, then by age.
+    fairness: str = DEFAULT_FAIRNESS
 
     def __post_init__(self) -> None:
         # The same rules whether built from the environment or in code (tests, benchmarks).
@@ -117,6 +125,11 @@ class WorkerConfig:
             raise WorkerConfigError(
                 "WORKER_DB_OUTAGE_EXIT_SECONDS must be empty (off) or a positive number of "
                 f"seconds, got {self.db_outage_exit_seconds!r}"
+            )
+        if self.fairness not in FAIRNESS_ORDERS:
+            raise WorkerConfigError(
+                "WORKER_FAIRNESS must be queue (due work oldest first) or tenant (by rank within "
+                f"its tenant, then by age), got {self.fairness!r}"
             )
         if self.concurrency > MAX_CONCURRENCY:
             raise WorkerConfigError(
@@ -226,4 +239,5 @@ def worker_tunables(raw: Mapping[str, str]) -> WorkerConfig:
             if raw.get("WORKER_DB_OUTAGE_EXIT_SECONDS", "").strip()
             else None
         ),
+        fairness=raw.get("WORKER_FAIRNESS", DEFAULT_FAIRNESS).strip().lower() or DEFAULT_FAIRNESS,
     )

@@ -7,6 +7,7 @@ from .checkpoints import (
 )
 from .claims import (
     CLAIM_EXECUTIONS,
+    CLAIM_EXECUTIONS_BY_TENANT,
     FLOW_DEFINITION,
     LISTEN_WORK,
     LOAD_EXECUTION,
@@ -21,7 +22,9 @@ from .compensation import (
     RECONCILE_COMPENSATE,
 )
 from .fence import (
+    CLAIM_JIT,
     CLAIM_SESSION,
+    CLAIM_SORTS,
     FENCE,
     FENCES,
     OPERATOR_GUARDED,
@@ -105,7 +108,10 @@ __all__ = [
     "CHECKPOINT_START",
     "CHECKPOINT_SUCCEED",
     "CLAIM_EXECUTIONS",
+    "CLAIM_EXECUTIONS_BY_TENANT",
+    "CLAIM_JIT",
     "CLAIM_SESSION",
+    "CLAIM_SORTS",
     "EVENTS_KEPT",
     "EVENT_FIND",
     "EVENT_INSERT",

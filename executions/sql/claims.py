@@ -6,6 +6,7 @@ RUNNING execution's next_attempt_at equals its lease_expires_at (a CHECK), so th
 index execution_claim_idx serves due work and expired leases alike.
 """
 
+from .fairness import ORDERS
 from .fence import fenced
 
 # Channel on which committed work is announced to idle workers; listeners treat any
@@ -35,23 +36,14 @@ LISTEN_WORK = "LISTEN orquestador_executions"
 # and execution rows (the audit's foreign keys).
 # Index: execution_claim_idx, walked in order; execution_pkey; request_pkey;
 # action_execution_action_uniq.
-CLAIM_EXECUTIONS = """
-WITH clock AS MATERIALIZED (
+_CLAIM = """
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
                AS lease_until,
            set_config('synchronous_commit', 'off', true) AS durability
       FROM (SELECT clock_timestamp() AS now_at) AS t
 ),
-due AS (
-    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
-           e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
-      FROM execution AS e
-     WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
-       AND e.next_attempt_at <= (SELECT now_at FROM clock)
-     ORDER BY e.next_attempt_at, e.created_at, e.id
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-),
+{due},
 claimed AS (
 UPDATE execution AS e
    SET status = 'RUNNING',
@@ -122,6 +114,14 @@ SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_tok
            OFFSET 0
        ) AS r
 """
+CLAIM_EXECUTIONS = _CLAIM.replace("{due}", ORDERS["queue"])  # WORKER_FAIRNESS=queue, the default
+
+# The claim under WORKER_FAIRNESS=tenant: the same statement, its due rows taken by their rank
+# within their tenant, then by age (executions/sql/fairness.py; docs/adr/0017).
+# Locks: as CLAIM_EXECUTIONS; rows are locked only in its last step, each tenant's quota.
+# Index: execution_fair_idx (the tenants, and each one's due rows in order), execution_held_idx
+# (each one's held executions); then as CLAIM_EXECUTIONS.
+CLAIM_EXECUTIONS_BY_TENANT = _CLAIM.replace("{due}", ORDERS["tenant"])
 
 
 # What a holder runs with: the accepted request snapshot and every checkpoint so far.

@@ -92,3 +92,13 @@ WORKER_SCANS = "SET enable_seqscan = off"
 # Locks: nothing.
 # Index: none.
 CLAIM_SESSION = "SET enable_sort = off"
+
+
+# With it, on the claiming connection: no incremental sort either, so WORKER_FAIRNESS=tenant's
+# claim walks execution_fair_idx in its own order rather than another index by scope, sorted;
+# and no JIT, which the cost enable_sort adds to that claim's few small sorts would otherwise
+# bring on at every claim (seconds of compilation each): docs/adr/0017.
+# Locks: nothing.
+# Index: none.
+CLAIM_SORTS = "SET enable_incremental_sort = off"
+CLAIM_JIT = "SET jit = off"

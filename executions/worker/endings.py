@@ -40,7 +40,7 @@ from .groupcommit import Database, on
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
 from .wire import RunOutcome
-from .writeretry import fenced_write
+from .writeretry import Ride, fenced_write
 
 logger = logging.getLogger("executions.worker")
 
@@ -56,6 +56,7 @@ class RunScope:
     db: Database  # a connection, or where to borrow one for each write
     config: WorkerConfig  # the lease (the write's retry budget) and the retry backoff
     rng: random.Random
+    ride: Ride | None = None  # how its writes ride through a database outage (writeretry.py)
 
 
 async def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
@@ -149,13 +150,15 @@ def _retry_after(retry_after: float | None) -> dict[str, float]:
 
 async def _write(statement: str, write: Callable[[], Awaitable[Any]], scope: RunScope) -> Any:
     """An ending is a fenced write: a database error is logged with `statement` and retried with
-    backoff for up to half the lease, then raised (executions/worker/writeretry.py)."""
+    backoff for up to half the lease, then raised; a lost connection waits for the database,
+    lease kept (executions/worker/writeretry.py)."""
     return await fenced_write(
         statement,
         write,
         budget_seconds=scope.config.lease_seconds / 2,
         log_extra=scope.dispatch.log_extra,
         rng=scope.rng,
+        ride=scope.ride,
     )
 
 

@@ -53,7 +53,7 @@ class PoolingConfig:
         if self.transaction_pooled:
             return ()
         worker = (sql.WORKER_SESSION, sql.WORKER_SCANS)
-        return (*worker, sql.CLAIM_SESSION) if claims else worker
+        return (*worker, sql.CLAIM_SESSION, sql.CLAIM_SORTS, sql.CLAIM_JIT) if claims else worker
 
 
 def _endpoint(url: str, name: str) -> dict[str, str]:

@@ -49,7 +49,7 @@ from .spans import traced_action, traced_call, traced_run, traced_writes
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
 from .wire import RunOutcome
-from .writeretry import fenced_write
+from .writeretry import Flag, Ride, fenced_write
 
 logger = logging.getLogger("executions.worker")
 
@@ -68,6 +68,8 @@ class RunnerDeps:
     flows: FlowCache
     rng: random.Random
     writes: GroupWrites
+    # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
+    reachable: Callable[[Flag], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ class _Run:
     ) -> None:
         self.holding = holding
         self.deps = deps
-        self.scope = RunScope(dispatch, db, deps.config, deps.rng)
+        ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
+        self.scope = RunScope(dispatch, db, deps.config, deps.rng, ride=ride)
 
     # Read from the dispatch and the slot's holding when asked, never copied into the run.
     dispatch = _Of(lambda run: run.scope.dispatch)
@@ -312,9 +315,9 @@ class _Run:
         self, statement: str, write: Callable[[], Awaitable[Any]], step: str | None = None
     ) -> Any:
         """A fenced write: a database error is logged with `statement` and retried with backoff
-        for up to half the lease (renewals hold it meanwhile), then raised, leaving the run for
-        recovery by lease and the poison cap (executions/worker/writeretry.py). With `step`, a
-        write that matched nothing raises ExecutionSuperseded naming it."""
+        for up to half the lease, a lost connection waits for the database with the lease kept
+        (executions/worker/writeretry.py), then raised, leaving the run for recovery by lease.
+        With `step`, a write that matched nothing raises ExecutionSuperseded naming it."""
         written = await fenced_write(
             statement,
             traced_writes(statement, write),
@@ -322,6 +325,7 @@ class _Run:
             log_extra=self.log_extra,
             rng=self.deps.rng,
             stop=self.cancelled,
+            ride=self.scope.ride,
         )
         if written is None and step is not None:
             raise ExecutionSuperseded(self.fence.execution_id, step=step, token=self.fence.token)

@@ -50,6 +50,7 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .holdings import Holding
+from .outage import DatabaseProbe
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
 from .wire import Ending, ExecutionPackage, ExecutionResult
@@ -65,6 +66,14 @@ POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (each is held f
 # waits on a provider holds none.
 WRITE_CONNECTIONS = 2
 POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own workers when closing
+# Seconds the pool keeps retrying one lost connection (psycopg_pool backs off 1 s, 2 s, 4 s ...
+# up to this) before it gives up and connects anew on the next demand: short, so that once the
+# database is back a held write waits for no backoff (executions/worker/outage.py).
+POOL_RECONNECT_SECONDS = 1.0
+# Seconds a run's step waits for one of the shared connections (each is held for one statement,
+# so a longer wait means the database is away): a held write then waits for it through the
+# outage probe (executions/worker/outage.py) instead of the pool's queue.
+RUN_BORROW_SECONDS = 5.0
 # Executions of a statement before psycopg prepares it on a connection: 0, at once. The worker
 # runs a handful of fixed statements for its whole life (sql.WORKER_SESSION keeps their plans).
 PREPARE_THRESHOLD = 0
@@ -218,7 +227,10 @@ class LocalWorkerRuntime(Reservations):
             open=False,
             name="worker-runtime",
             timeout=POOL_GET_TIMEOUT,
+            reconnect_timeout=POOL_RECONNECT_SECONDS,
         )
+        # One probe for every held write that meets an outage (writeretry.Ride).
+        self._probe = DatabaseProbe(lambda timeout: self._pool.connection(timeout=timeout))
         # The prober's (executions/workerloops.py): synchronous Django code in a thread of its
         # own, so one connection of its own, opened only when it first probes.
         self._prober_pool = ConnectionPool(
@@ -237,6 +249,7 @@ class LocalWorkerRuntime(Reservations):
             flows=FlowCache(),
             rng=rng or random.SystemRandom(),
             writes=GroupWrites(actor=WORKER_ACTOR),
+            reachable=self._probe.reachable,
         )
 
     @property
@@ -253,6 +266,7 @@ class LocalWorkerRuntime(Reservations):
         return self
 
     async def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
+        await self._probe.close()
         await close_client()  # the adapters' HTTP session of this loop (actions/pools.py)
         await self._pool.close(timeout=timeout)
         # Its worker threads join here: off the loop, which the prober may be waiting on.
@@ -265,6 +279,10 @@ class LocalWorkerRuntime(Reservations):
         renewals, waiting at most `timeout` seconds for one); it goes back to the pool when the
         block ends."""
         return self._pool.connection(timeout=timeout)
+
+    def _run_borrow(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection]:
+        """A shared connection for one step of a run, waiting at most RUN_BORROW_SECONDS."""
+        return self._pool.connection(timeout=RUN_BORROW_SECONDS)
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]:
         """The prober's connection for one step, from its thread (reconciliation/probedb.py)."""
@@ -288,7 +306,9 @@ class LocalWorkerRuntime(Reservations):
         # connection, so one left broken by a failed statement is replaced.
         dispatch = package.dispatch
         holding = reservation.holding
-        outcome = await execution_run(dispatch, holding=holding, db=self.borrow, deps=self._deps)
+        outcome = await execution_run(
+            dispatch, holding=holding, db=self._run_borrow, deps=self._deps
+        )
         return ExecutionResult.of(dispatch, outcome)
 
 

@@ -190,6 +190,7 @@ class Scheduler:
                             limit=limit,
                             lease_seconds=self.config.lease_seconds,
                             outage=self._outage_within_lease(),
+                            fairness=self.config.fairness,
                         ),
                     )
                     self.metrics.claim_done(

@@ -11,7 +11,11 @@ error so the run is left for recovery by lease, where the poison cap (WORKER_MAX
 how often that may happen.
 
 Not retried here: a refusal because another holder owns the execution (`ExecutionSuperseded`, a
-value, not a database error), and a lost connection (the caller's reconnection path owns that).
+value, not a database error). A lost connection (the database unreachable) is retried only with a
+`Ride`: the holder keeps its lease, waits until the database answers again (`Ride.reachable`,
+one probe for the whole process) and writes again, for as long as its stop signal stays clear;
+the heartbeat sets it once renewals have failed for a whole lease, and fencing decides whatever
+the retried write finds. Without a `Ride`, a lost connection is raised.
 """
 
 import asyncio
@@ -19,6 +23,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -44,6 +49,22 @@ def _connection_lost(exc: psycopg.Error) -> bool:
     )
 
 
+class Flag(Protocol):
+    """A stop signal as the loop reads it: a StopSignal or a threading.Event."""
+
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Ride:
+    """How a holder's write rides through a database outage: `reachable(held)` returns True once
+    the database answers again, False as soon as `held` (the holder's stop signal: its lease
+    lost, or the run told to stop) is set."""
+
+    held: Flag
+    reachable: Callable[[Flag], Awaitable[bool]]
+
+
 async def fenced_write(
     statement: str,
     write: Callable[[], Awaitable[Result]],
@@ -52,8 +73,10 @@ async def fenced_write(
     log_extra: dict[str, Any],
     rng: random.Random | None = None,
     stop: StopSignal | None = None,
+    ride: Ride | None = None,
 ) -> Result:
-    """Run `write`; on a database error, log it with `statement` and retry within the budget."""
+    """Run `write`; on a database error, log it with `statement` and retry within the budget; on
+    a lost connection, with `ride`, wait for the database and write again (module docstring)."""
     rng = rng or random.Random()  # noqa: S311  (jitter, not a secret)
     deadline = time.monotonic() + budget_seconds
     attempt = 0
@@ -62,7 +85,10 @@ async def fenced_write(
             return await write()
         except psycopg.Error as exc:
             if _connection_lost(exc):
-                raise
+                if ride is None or not await _ride_through(ride, statement, exc, log_extra):
+                    raise
+                deadline = time.monotonic() + budget_seconds
+                continue
             attempt += 1
             pause = backoff_seconds(
                 attempt=attempt, base=BACKOFF_BASE_SECONDS, cap=BACKOFF_MAX_SECONDS, rng=rng
@@ -86,13 +112,25 @@ async def fenced_write(
             await signal_wait(stop, pause)
 
 
+async def _ride_through(
+    ride: Ride, statement: str, exc: psycopg.Error, log_extra: dict[str, Any]
+) -> bool:
+    """Wait, lease kept, until the database answers again; False when the holder must give up."""
+    if ride.held.is_set():
+        return False
+    logger.info(
+        "fenced write waits for the database; lease kept",
+        extra={**log_extra, "statement": statement, "error": type(exc).__name__},
+    )
+    back = await ride.reachable(ride.held)
+    logger.info(
+        "fenced write retried after the outage" if back else "fenced write given up: lease lost",
+        extra={**log_extra, "statement": statement},
+    )
+    return back
+
+
 STOP_POLL_SECONDS = 0.05  # seconds between looks at a stop signal while a pause lasts
-
-
-class Flag(Protocol):
-    """A stop signal as the loop reads it: a StopSignal or a threading.Event."""
-
-    def is_set(self) -> bool: ...
 
 
 async def signal_wait(stop: Flag | None, seconds: float) -> bool:

@@ -442,9 +442,17 @@ def runtime_for(
 
 
 def claim(
-    conn: psycopg.Connection, owner: str, *, limit: int = 1, lease_seconds: float = 2.0
+    conn: psycopg.Connection,
+    owner: str,
+    *,
+    limit: int = 1,
+    lease_seconds: float = 2.0,
+    fairness: str = "queue",
 ) -> list[Dispatch]:
-    return run_sync(conn, executions_claim(owner=owner, limit=limit, lease_seconds=lease_seconds))
+    return run_sync(
+        conn,
+        executions_claim(owner=owner, limit=limit, lease_seconds=lease_seconds, fairness=fairness),
+    )
 
 
 def package_of(found: Dispatch) -> ExecutionPackage:

@@ -97,3 +97,18 @@ def test_worker_config__a_thousand_slots_at_most():
     assert worker_config({**DEFAULTS, "WORKER_CONCURRENCY": "1000"}).concurrency == 1000
     with pytest.raises(WorkerConfigError, match=r"^WORKER_CONCURRENCY must be at most 1,000"):
         worker_config({**DEFAULTS, "WORKER_CONCURRENCY": "1001"})
+
+
+@pytest.mark.parametrize("value", ["queue", "tenant", " Tenant "])
+def test_worker_fairness__takes_queue_or_tenant(value):
+    assert worker_config({**DEFAULTS, "WORKER_FAIRNESS": value}).fairness == value.strip().lower()
+
+
+def test_worker_fairness__defaults_to_the_queues_order():
+    assert worker_config(DEFAULTS).fairness == "queue"
+
+
+@pytest.mark.parametrize("value", ["round-robin", "tenants", "1"])
+def test_worker_fairness__refuses_anything_else_by_name(value):
+    with pytest.raises(WorkerConfigError, match=r"^WORKER_FAIRNESS must be queue .* or tenant"):
+        worker_config({**DEFAULTS, "WORKER_FAIRNESS": value})

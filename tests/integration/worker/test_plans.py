@@ -11,6 +11,7 @@ listed here: a new one is checked as soon as it exists, and one that compares a 
 without the fence fails.
 """
 
+import contextlib
 import datetime
 import importlib
 import json
@@ -171,8 +172,11 @@ _TYPES = {
 }
 
 
-def _generic_plan(conn: psycopg.Connection, statement: str, params: dict) -> list[dict]:
-    """The generic plan's nodes, as a worker connection runs the statement (not run here)."""
+def _generic_plan(
+    conn: psycopg.Connection, statement: str, params: dict, *, analyse: bool = False
+) -> list[dict]:
+    """The generic plan's nodes, as a worker connection runs the statement (not run here; with
+    `analyse`, run in a transaction rolled back, each node with what it read)."""
     names: list[str] = []
 
     def number(match: re.Match) -> str:
@@ -185,8 +189,10 @@ def _generic_plan(conn: psycopg.Connection, statement: str, params: dict) -> lis
     conn.execute(f"PREPARE fenced ({types}) AS {text}")
     try:
         values = pgsql.SQL(", ").join(pgsql.Literal(params[name]) for name in names)
-        query = pgsql.SQL("EXPLAIN (FORMAT JSON) EXECUTE fenced ({})").format(values)
-        (row,) = conn.execute(query).fetchone()
+        explain = "EXPLAIN (ANALYZE, FORMAT JSON)" if analyse else "EXPLAIN (FORMAT JSON)"
+        query = pgsql.SQL(explain + " EXECUTE fenced ({})").format(values)
+        with conn.transaction(force_rollback=True) if analyse else contextlib.nullcontext():
+            (row,) = conn.execute(query).fetchone()
     finally:
         conn.execute("DEALLOCATE fenced")
     document = row if isinstance(row, list) else json.loads(row)
@@ -389,3 +395,67 @@ def test_claim__after_statistics_of_an_empty_queue_scans_no_table_whole(
         "action_execution_action_uniq",
     }, indexes
     assert {"execution_claim_idx", "execution_pkey", "request_pkey"} <= indexes, indexes
+
+
+FAIR_BACKLOG = 20_000  # one tenant's due executions, accepted after the tables were analysed
+
+# n accepted executions of one tenant (the trigger copies each request's scope).
+_TENANT_BACKLOG = """
+WITH r AS (
+    INSERT INTO request (id, flow_id, owner, scope, data, state, revision, version)
+    SELECT gen_random_uuid(), %(flow_id)s, 'alice', %(scope)s, '{}', 'DRAFT', 2, 2
+      FROM generate_series(1, %(n)s)
+    RETURNING id
+)
+INSERT INTO execution (id, request_id, flow_id, transition_id, accepted_revision, actor_snapshot)
+SELECT gen_random_uuid(), r.id, %(flow_id)s, 'go', 2, '{}' FROM r
+"""
+_TENANT_CLAIM_INDEXES = {
+    "execution_fair_idx",
+    "execution_held_idx",
+    "execution_pkey",
+    "request_pkey",
+    "action_execution_action_uniq",
+}
+
+
+def test_tenant_claim__reads_a_bounded_number_of_rows_whatever_the_backlog(
+    conn, make_flow, runtime_dsn, migration_dsn
+):
+    """WORKER_FAIRNESS=tenant's claim against one tenant's backlog of 20,000 (50 of them held)
+    beside two small tenants, with statistics of an empty queue and again with fresh ones: no
+    table is scanned whole, only its own indexes and the primary keys are touched, and it reads
+    tens of index entries, not the backlog (one descent per tenant, each tenant's first rows,
+    its held ones)."""
+    flow_id = make_flow([action("a", "NO_OP")])
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute("ANALYZE request, execution, action_execution, audit_event")
+        for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
+            owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
+        assert len(claim(conn, "worker-a", limit=50, lease_seconds=60)) == 50  # tenant-a's
+        for statistics in ("of an empty queue", "fresh"):
+            if statistics == "fresh":
+                owner.execute("ANALYZE request, execution")
+            _assert_tenant_claim_bounded(runtime_dsn)
+
+
+def _assert_tenant_claim_bounded(runtime_dsn: str) -> None:
+    params = {"owner": "worker-b", "limit": 10, "lease_seconds": 60, "outage": False}
+    with psycopg.connect(runtime_dsn, autocommit=True) as claimer:
+        _worker_session(claimer, claims=True)
+        nodes = _generic_plan(claimer, sql.CLAIM_EXECUTIONS_BY_TENANT, params, analyse=True)
+    whole = [n for n in nodes if n["Node Type"] == "Seq Scan"]
+    assert whole == [], [n.get("Relation Name") for n in whole]
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes <= _TENANT_CLAIM_INDEXES, indexes
+    assert {"execution_fair_idx", "execution_held_idx"} <= indexes, indexes
+    read = sum(
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+        for n in nodes
+        if n.get("Relation Name") == "execution" and "Index Name" in n
+    )
+    assert read < 300, read
+    (claimed,) = [
+        n for n in nodes if n["Node Type"] == "ModifyTable" and n["Operation"] == "Update"
+    ]
+    assert claimed["Actual Rows"] == 10

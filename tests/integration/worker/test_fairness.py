@@ -1,0 +1,86 @@
+"""WORKER_FAIRNESS: the claim's order, on real PostgreSQL.
+
+`queue` takes due work oldest first. `tenant` takes it by rank within its tenant (the tenant's
+executions held right now, plus its due ones ahead), then by age: every tenant's first turn
+before any tenant's second, across claims, and a claimer passes over rows another claimer has
+locked for that tenant's next ones.
+"""
+
+import psycopg
+import pytest
+
+from tests.support.worker import action, claim, enqueue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def flow_id(make_flow):
+    return make_flow([action("a", "NO_OP")])
+
+
+def _accept(conn, flow_id, scope: str, n: int) -> list:
+    return [enqueue(conn, flow_id, scope=scope, notify=False).execution_id for _ in range(n)]
+
+
+def _ids(dispatches) -> set:
+    return {d.execution_id for d in dispatches}
+
+
+def test_queue_order__is_oldest_first_whatever_the_tenant(conn, flow_id):
+    a = _accept(conn, flow_id, "tenant-a", 5)
+    b = _accept(conn, flow_id, "tenant-b", 2)
+    assert _ids(claim(conn, "w", limit=3)) == set(a[:3])
+    assert _ids(claim(conn, "w", limit=3, fairness="queue")) == {a[3], a[4], b[0]}
+
+
+def test_tenant_order__takes_every_tenants_turn_before_any_tenants_next(conn, flow_id):
+    a = _accept(conn, flow_id, "tenant-a", 6)
+    b = _accept(conn, flow_id, "tenant-b", 2)
+    c = _accept(conn, flow_id, "tenant-c", 1)
+    # Ranks 1: a0, b0, c0 (by age); ranks 2: a1, b1.
+    assert _ids(claim(conn, "w", limit=4, fairness="tenant")) == {a[0], b[0], c[0], a[1]}
+    # Held now: a 2, b 1, c 1; so b1 ranks 2 and a2 ranks 3.
+    assert _ids(claim(conn, "w", limit=1, fairness="tenant")) == {b[1]}
+    assert _ids(claim(conn, "w", limit=2, fairness="tenant")) == {a[2], a[3]}
+
+
+def test_tenant_order__a_backlog_held_in_flight_never_delays_a_new_tenant(conn, flow_id):
+    backlog = _accept(conn, flow_id, "tenant-a", 40)
+    assert len(claim(conn, "w", limit=10)) == 10  # tenant-a holds 10 now
+    late = _accept(conn, flow_id, "tenant-b", 1)
+    # In queue order the backlog's oldest goes first; by tenant, the newcomer's first turn.
+    with conn.transaction(force_rollback=True):
+        assert _ids(claim(conn, "w", limit=1)) == {backlog[10]}
+    assert _ids(claim(conn, "w", limit=1, fairness="tenant")) == set(late)
+    assert _ids(claim(conn, "w", limit=1, fairness="tenant")) == {backlog[10]}
+
+
+def test_tenant_order__counts_due_retries_and_expired_leases_among_due_work(conn, flow_id):
+    a = _accept(conn, flow_id, "tenant-a", 3)
+    b = _accept(conn, flow_id, "tenant-b", 1)
+    taken = claim(conn, "w", limit=1, lease_seconds=60)  # a0, held
+    assert _ids(taken) == {a[0]}
+    # a0's lease expires: it is due again, and tenant-a holds nothing live.
+    conn.execute(
+        "UPDATE execution SET lease_expires_at = now() - interval '1 second', "
+        "next_attempt_at = now() - interval '1 second' WHERE id = %s",
+        [a[0]],
+    )
+    assert _ids(claim(conn, "w2", limit=2, fairness="tenant")) == {a[0], b[0]}
+
+
+def test_tenant_order__another_claimers_locked_rows_are_passed_over(conn, flow_id, runtime_dsn):
+    a = _accept(conn, flow_id, "tenant-a", 6)
+    b = _accept(conn, flow_id, "tenant-b", 6)
+    with psycopg.connect(runtime_dsn) as first, first.transaction():
+        # Not committed yet: its rows stay locked (and still look due) to the second claimer.
+        mine = _ids(claim(first, "w1", limit=4, fairness="tenant"))
+        assert mine == {a[0], a[1], b[0], b[1]}
+        theirs = _ids(claim(conn, "w2", limit=4, fairness="tenant"))
+    assert theirs == {a[2], a[3], b[2], b[3]}
+
+
+def test_tenant_order__many_tenants_each_get_one_before_any_gets_two(conn, flow_id):
+    firsts = [_accept(conn, flow_id, f"tenant-{n:02}", 3)[0] for n in range(12)]
+    assert _ids(claim(conn, "w", limit=12, fairness="tenant")) == set(firsts)
