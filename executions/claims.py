@@ -30,7 +30,7 @@ from psycopg.rows import kwargs_row, scalar_row
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
-from .steps import Plan, Query, Steps
+from .steps import Query, Steps, as_plan
 
 
 @dataclass(frozen=True)
@@ -119,22 +119,19 @@ class Dispatch:
         return {"transitionId": self.transition_id, "principal": self.principal_name}
 
 
+@as_plan()
 def executions_claim(
     *,
     owner: str,
     limit: int,
     lease_seconds: float,
     outage: bool = False,
-) -> Plan[list[Dispatch]]:
+) -> Steps[list[Dispatch]]:
     """Claim up to `limit` due executions for `owner` (one statement, committed on return).
 
     `outage`: this process saw the database unreachable within the last lease, so the leases it
     takes over may have lapsed for that reason; they do not count toward the poison cap.
     """
-    return Plan(_claim(owner, limit, lease_seconds, outage))
-
-
-def _claim(owner: str, limit: int, lease_seconds: float, outage: bool) -> Steps[list[Dispatch]]:
     if limit <= 0:
         return []
     rows: list[Dispatch] = yield Query(
@@ -186,12 +183,9 @@ def _snapshot(*, checkpoints: list[dict[str, Any]] | None, **request: Any) -> Sn
     )
 
 
-def execution_load(*, fence: Fence) -> Plan[Snapshot]:
+@as_plan()
+def execution_load(*, fence: Fence) -> Steps[Snapshot]:
     """Load the request snapshot and checkpoints, as this holder (fenced read)."""
-    return Plan(_load(fence))
-
-
-def _load(fence: Fence) -> Steps[Snapshot]:
     snapshot = yield Query(
         sql.LOAD_EXECUTION, fence.params(), fetch="one", row_factory=kwargs_row(_snapshot)
     )
@@ -200,12 +194,9 @@ def _load(fence: Fence) -> Steps[Snapshot]:
     return snapshot
 
 
-def flow_definition_load(*, flow_id: int) -> Plan[dict[str, Any]]:
+@as_plan()
+def flow_definition_load(*, flow_id: int) -> Steps[dict[str, Any]]:
     """A published flow's definition (read once per process: `FlowCache`)."""
-    return Plan(_flow(flow_id))
-
-
-def _flow(flow_id: int) -> Steps[dict[str, Any]]:
     definition = yield Query(
         sql.FLOW_DEFINITION, {"flow_id": flow_id}, fetch="one", row_factory=scalar_row
     )
