@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -125,6 +125,33 @@ def _sync_configurer(pooling: PoolingConfig) -> Callable[[psycopg.Connection], N
     return configure
 
 
+Pool = TypeVar("Pool")  # a psycopg_pool pool, asynchronous or not
+
+
+def _pool(
+    kind: Callable[..., Pool],
+    conninfo: str,
+    pooling: PoolingConfig,
+    *,
+    configure: Callable[[Any], Any],
+    name: str,
+    sizes: tuple[int, int],
+) -> Pool:
+    """One of the runtime's pools (`kind`, asynchronous or not): autocommit connections that
+    `configure` sets up with the pooling mode's session statements, between `sizes` (at least,
+    at most) of them, waited for at most POOL_GET_TIMEOUT; opened by the runtime's `open`."""
+    return kind(
+        conninfo,
+        min_size=sizes[0],
+        max_size=sizes[1],
+        kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
+        configure=configure,
+        open=False,
+        name=name,
+        timeout=POOL_GET_TIMEOUT,
+    )
+
+
 class Reservations:
     """The reservations a runtime has handed out, by execution id: allocate, check, release, and
     the stop signal of a cancel. Every runtime is one, so that a package is refused, and a cancel
@@ -209,27 +236,23 @@ class LocalWorkerRuntime(Reservations):
         super().__init__()
         pooling = pooling or PoolingConfig()
         size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
-        self._pool = AsyncConnectionPool(
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection] = _pool(
+            AsyncConnectionPool,
             conninfo,
-            min_size=size,
-            max_size=size,
-            kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
+            pooling,
             configure=_configurer(pooling),
-            open=False,
             name="worker-runtime",
-            timeout=POOL_GET_TIMEOUT,
+            sizes=(size, size),
         )
         # The prober's (executions/workerloops.py): synchronous Django code in a thread of its
         # own, so one connection of its own, opened only when it first probes.
-        self._prober_pool = ConnectionPool(
+        self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
+            ConnectionPool,
             conninfo,
-            min_size=0,
-            max_size=1,
-            kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
+            pooling,
             configure=_sync_configurer(pooling),
-            open=False,
             name="worker-prober",
-            timeout=POOL_GET_TIMEOUT,
+            sizes=(0, 1),
         )
         self._deps = RunnerDeps(
             config=config,
