@@ -133,19 +133,19 @@ def _pool(
     conninfo: str,
     pooling: PoolingConfig,
     *,
-    configure: Callable[[Any], Any],
     name: str,
     sizes: tuple[int, int],
 ) -> Pool:
-    """One of the runtime's pools (`kind`, asynchronous or not): autocommit connections that
-    `configure` sets up with the pooling mode's session statements, between `sizes` (at least,
-    at most) of them, waited for at most POOL_GET_TIMEOUT; opened by the runtime's `open`."""
+    """One of the runtime's pools, an AsyncConnectionPool or a ConnectionPool (`kind`): between
+    `sizes` (at least, at most) autocommit connections set up with the pooling mode's session
+    statements, waited for at most POOL_GET_TIMEOUT; opened by the runtime's `open`."""
+    asynchronous = kind is AsyncConnectionPool
     return kind(
         conninfo,
         min_size=sizes[0],
         max_size=sizes[1],
         kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
-        configure=configure,
+        configure=_configurer(pooling) if asynchronous else _sync_configurer(pooling),
         open=False,
         name=name,
         timeout=POOL_GET_TIMEOUT,
@@ -237,22 +237,12 @@ class LocalWorkerRuntime(Reservations):
         pooling = pooling or PoolingConfig()
         size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection] = _pool(
-            AsyncConnectionPool,
-            conninfo,
-            pooling,
-            configure=_configurer(pooling),
-            name="worker-runtime",
-            sizes=(size, size),
+            AsyncConnectionPool, conninfo, pooling, name="worker-runtime", sizes=(size, size)
         )
         # The prober's (executions/workerloops.py): synchronous Django code in a thread of its
         # own, so one connection of its own, opened only when it first probes.
         self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
-            ConnectionPool,
-            conninfo,
-            pooling,
-            configure=_sync_configurer(pooling),
-            name="worker-prober",
-            sizes=(0, 1),
+            ConnectionPool, conninfo, pooling, name="worker-prober", sizes=(0, 1)
         )
         self._deps = RunnerDeps(
             config=config,
