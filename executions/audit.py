@@ -8,35 +8,21 @@ worker's own connection) or Django's (services), and returns the event's id.
 """
 
 import uuid
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, Protocol
 
 from psycopg.types.json import Jsonb
 
 from . import sql
 from .steps import Query
 
+Params = ParamSpec("Params")
+
 
 class Cursor(Protocol):
     def execute(self, query: str, params: dict[str, Any]) -> Any: ...
 
     def fetchone(self) -> Any: ...
-
-
-def audit_append(
-    cursor: Cursor,
-    *,
-    request_id: uuid.UUID | str,
-    execution_id: uuid.UUID | str | None,
-    type: str,
-    actor: str,
-    payload: dict[str, Any],
-) -> int:
-    """Append one event in the caller's transaction; return its id."""
-    query = audit_query(
-        request_id=request_id, execution_id=execution_id, type=type, actor=actor, payload=payload
-    )
-    cursor.execute(query.statement, query.params)
-    return cursor.fetchone()[0]
 
 
 def audit_query(
@@ -47,7 +33,7 @@ def audit_query(
     actor: str,
     payload: dict[str, Any],
 ) -> Query:
-    """The same append as a step of a plan (executions/steps.py), for the worker's writes."""
+    """The append as a step of a plan (executions/steps.py), for the worker's writes."""
     return Query(
         sql.AUDIT_APPEND,
         {
@@ -59,3 +45,19 @@ def audit_query(
         },
         fetch="one",
     )
+
+
+def _on_cursor(query: Callable[Params, Query]) -> Callable[Concatenate[Cursor, Params], int]:
+    """`query`'s statement run on an open cursor, taking the same parameters after it; returns
+    the first column of the row it answers."""
+
+    def run(cursor: Cursor, /, *args: Params.args, **kwargs: Params.kwargs) -> int:
+        step = query(*args, **kwargs)
+        cursor.execute(step.statement, step.params)
+        return cursor.fetchone()[0]
+
+    return run
+
+
+# Append one event in the caller's transaction, on its cursor; returns the event's id.
+audit_append = _on_cursor(audit_query)

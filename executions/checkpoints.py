@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
 from .models import Effect
-from .steps import Plan, Query, Steps
+from .steps import Query, Steps, as_plan
 
 
 def external_key(execution_id: object, action_id: str) -> str:
@@ -106,16 +106,13 @@ def _coordinates(fence: Fence) -> dict[str, Any]:
     }
 
 
-def checkpoints_start(*, items: Sequence[StartItem]) -> Plan[dict[uuid.UUID, int]]:
+@as_plan()
+def checkpoints_start(*, items: Sequence[StartItem]) -> Steps[dict[uuid.UUID, int]]:
     """Commit RUNNING checkpoints for one or many holders in one statement.
 
     The plan returns the attempt number by execution id; a holder missing from it was
     superseded.
     """
-    return Plan(_start(items))
-
-
-def _start(items: Sequence[StartItem]) -> Steps[dict[uuid.UUID, int]]:
     rows = yield Query(
         sql.CHECKPOINT_START,
         {
@@ -127,15 +124,12 @@ def _start(items: Sequence[StartItem]) -> Steps[dict[uuid.UUID, int]]:
     return {row[0]: row[1] for row in rows}
 
 
-def checkpoints_succeed(*, items: Sequence[SucceedItem]) -> Plan[set[uuid.UUID]]:
+@as_plan()
+def checkpoints_succeed(*, items: Sequence[SucceedItem]) -> Steps[set[uuid.UUID]]:
     """Commit SUCCEEDED checkpoints for one or many holders in one statement.
 
     The plan returns the execution ids saved; a holder missing from it was superseded.
     """
-    return Plan(_succeed(items))
-
-
-def _succeed(items: Sequence[SucceedItem]) -> Steps[set[uuid.UUID]]:
     action_ids = [item.action_id for item in items]
     faultpoints.reach(faultpoints.CHECKPOINT_SUCCEEDING, action_ids)
     saved = yield Query(

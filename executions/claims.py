@@ -34,7 +34,7 @@ from orquestador.tracing import trace_id_of
 
 from . import faultpoints, sql
 from .leases import ExecutionSuperseded, Fence
-from .steps import Plan, Query, Steps
+from .steps import Query, Steps, as_plan
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ class Dispatch:
         return {"transitionId": self.transition_id, "principal": self.principal_name}
 
 
+@as_plan()
 def executions_claim(
     *,
     owner: str,
@@ -138,7 +139,7 @@ def executions_claim(
     lease_seconds: float,
     outage: bool = False,
     fairness: str = "queue",
-) -> Plan[list[Dispatch]]:
+) -> Steps[list[Dispatch]]:
     """Claim up to `limit` due executions for `owner` (one statement, committed on return).
 
     `outage`: this process saw the database unreachable within the last lease, so the leases it
@@ -146,26 +147,20 @@ def executions_claim(
     `fairness` (WORKER_FAIRNESS): `queue`, oldest first; `tenant`, by rank within the tenant,
     then by age (executions/sql/fairness.py).
     """
-    return Plan(_claim(owner, limit, lease_seconds, outage, CLAIMS[fairness]))
-
-
-# The claim statement of each WORKER_FAIRNESS value.
-CLAIMS = {"queue": sql.CLAIM_EXECUTIONS, "tenant": sql.CLAIM_EXECUTIONS_BY_TENANT}
-
-
-def _claim(
-    owner: str, limit: int, lease_seconds: float, outage: bool, statement: str
-) -> Steps[list[Dispatch]]:
     if limit <= 0:
         return []
     rows: list[Dispatch] = yield Query(
-        statement,
+        CLAIMS[fairness],
         {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
         row_factory=kwargs_row(_dispatch_of(owner)),
     )
     if rows:
         faultpoints.reach(faultpoints.CLAIM_COMMITTED)
     return rows
+
+
+# The claim statement of each WORKER_FAIRNESS value.
+CLAIMS = {"queue": sql.CLAIM_EXECUTIONS, "tenant": sql.CLAIM_EXECUTIONS_BY_TENANT}
 
 
 def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
@@ -209,12 +204,9 @@ def _snapshot(*, checkpoints: list[dict[str, Any]] | None, **request: Any) -> Sn
     )
 
 
-def execution_load(*, fence: Fence) -> Plan[Snapshot]:
+@as_plan()
+def execution_load(*, fence: Fence) -> Steps[Snapshot]:
     """Load the request snapshot and checkpoints, as this holder (fenced read)."""
-    return Plan(_load(fence))
-
-
-def _load(fence: Fence) -> Steps[Snapshot]:
     snapshot = yield Query(
         sql.LOAD_EXECUTION, fence.params(), fetch="one", row_factory=kwargs_row(_snapshot)
     )
@@ -223,12 +215,9 @@ def _load(fence: Fence) -> Steps[Snapshot]:
     return snapshot
 
 
-def flow_definition_load(*, flow_id: int) -> Plan[dict[str, Any]]:
+@as_plan()
+def flow_definition_load(*, flow_id: int) -> Steps[dict[str, Any]]:
     """A published flow's definition (read once per process: `FlowCache`)."""
-    return Plan(_flow(flow_id))
-
-
-def _flow(flow_id: int) -> Steps[dict[str, Any]]:
     definition = yield Query(
         sql.FLOW_DEFINITION, {"flow_id": flow_id}, fetch="one", row_factory=scalar_row
     )

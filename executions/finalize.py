@@ -36,7 +36,7 @@ from .audit import audit_query
 from .checkpoints import checkpoint_settle
 from .leases import ExecutionSuperseded, Fence, lease_is_held
 from .models import AuditType, ExecutionStatus
-from .steps import Plan, Query, Steps
+from .steps import Plan, Query, Steps, as_plan
 
 
 @dataclass(frozen=True)
@@ -142,13 +142,10 @@ def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
     return row
 
 
-def finalize_refusal(*, item: FinalizeItem) -> Plan[FinalizeRefused]:
+@as_plan()
+def finalize_refusal(*, item: FinalizeItem) -> Steps[FinalizeRefused]:
     """Why a finalisation matched nothing: what changed if the lease holds; else the holder was
     superseded (raised). Two reads, only after a refusal."""
-    return Plan(_refusal(item))
-
-
-def _refusal(item: FinalizeItem) -> Steps[FinalizeRefused]:
     fence = item.fence
     if not (yield from lease_is_held(fence=fence)):
         raise ExecutionSuperseded(fence.execution_id, step="finalize", token=fence.token)
@@ -171,6 +168,7 @@ def _refusal(item: FinalizeItem) -> Steps[FinalizeRefused]:
     return FinalizeRefused(request_unchanged=bool(unchanged), unsettled=list(unsettled))
 
 
+@as_plan(atomic=True)
 def execution_schedule_retry(
     *,
     fence: Fence,
@@ -178,18 +176,8 @@ def execution_schedule_retry(
     delay_seconds: float,
     actor: str,
     payload: dict[str, Any],
-) -> Plan[datetime.datetime]:
-    """Settle the attempt and schedule the next one, in one transaction; return when it is due."""
-    return Plan(_retry(fence, settlement, delay_seconds, actor, payload), atomic=True)
-
-
-def _retry(
-    fence: Fence,
-    settlement: AttemptSettlement,
-    delay_seconds: float,
-    actor: str,
-    payload: dict[str, Any],
 ) -> Steps[datetime.datetime]:
+    """Settle the attempt and schedule the next one, in one transaction; return when it is due."""
     yield from _settle(fence, settlement)
     row = yield Query(
         sql.EXECUTION_SCHEDULE_RETRY,
@@ -213,6 +201,7 @@ def _retry(
     return due
 
 
+@as_plan(atomic=True)
 def execution_fail(
     *,
     fence: Fence,
@@ -222,27 +211,13 @@ def execution_fail(
     reconcile: bool,
     actor: str,
     payload: dict[str, Any],
-) -> Plan[str]:
+) -> Steps[str]:
     """End the run without success, in one transaction; the plan returns the execution's new
     status.
 
     RECONCILIATION_REQUIRED (request stays blocked) when `reconcile` is asked or any write is
     outstanding; otherwise FAILED with the request released.
     """
-    return Plan(
-        _fail(fence, error_code, error_detail, settlement, reconcile, actor, payload), atomic=True
-    )
-
-
-def _fail(
-    fence: Fence,
-    error_code: str,
-    error_detail: str | None,
-    settlement: AttemptSettlement | None,
-    reconcile: bool,
-    actor: str,
-    payload: dict[str, Any],
-) -> Steps[str]:
     yield Query(sql.REQUEST_LOCK, {"request_id": fence.request_id}, fetch="none")
     if settlement is not None:
         yield from _settle(fence, settlement)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import sql
-from .steps import Plan, Query, Steps
+from .steps import Query, Steps, as_plan
 
 
 @dataclass(frozen=True)
@@ -83,18 +83,14 @@ def lease_owner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+@as_plan()
 def leases_renew(
     *, owner: str, held: Iterable[Fence], lease_seconds: float
-) -> Plan[set[tuple[uuid.UUID, int]]]:
+) -> Steps[set[tuple[uuid.UUID, int]]]:
     """Renew every held lease in one statement; the plan returns the (execution id, token)
     renewed. A held lease missing from the result is lost: its token is stale or it had expired.
     """
-    return Plan(_renew(owner, sorted(held, key=lambda f: f.execution_id), lease_seconds))
-
-
-def _renew(
-    owner: str, fences: list[Fence], lease_seconds: float
-) -> Steps[set[tuple[uuid.UUID, int]]]:
+    fences = sorted(held, key=lambda f: f.execution_id)
     if not fences:
         return set()
     rows = yield Query(

@@ -7,16 +7,20 @@ nothing raises `ExecutionSuperseded`, which settlement follows, what to audit) l
 plan only; `run_sync` runs it on a psycopg connection (tests, tools) and `run_async` on the
 worker's asynchronous ones, so the two can never disagree. `Plan.atomic` says whether the
 plan is one transaction of its own: the runners open it, a failure rolls all of it back.
+A protocol function is its generator under `@as_plan()`: its parameters are written once, and
+calling it returns the `Plan` (nothing runs until a runner drives it).
 """
 
+import functools
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, ParamSpec, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
 
 Result = TypeVar("Result")
+Params = ParamSpec("Params")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,23 @@ class Plan(Generic[Result]):
     # Called inside that transaction after the last statement, before the commit: the crash
     # point "final.uncommitted" (executions/faultpoints.py) dies there.
     before_commit: Callable[[], None] | None = None
+
+
+def as_plan(
+    *, atomic: bool = False
+) -> Callable[[Callable[Params, Steps[Result]]], Callable[Params, Plan[Result]]]:
+    """Make a generator of steps a protocol function: called with the generator's own
+    parameters, it returns the generator as a `Plan` (one transaction of its own when
+    `atomic`)."""
+
+    def planned(steps: Callable[Params, Steps[Result]]) -> Callable[Params, Plan[Result]]:
+        @functools.wraps(steps)
+        def plan(*args: Params.args, **kwargs: Params.kwargs) -> Plan[Result]:
+            return Plan(steps(*args, **kwargs), atomic=atomic)
+
+        return plan
+
+    return planned
 
 
 def run_sync(conn: psycopg.Connection, plan: Plan[Result]) -> Result:

@@ -43,7 +43,7 @@ from .models import (
     Execution,
     ExecutionStatus,
 )
-from .steps import Plan, Query, Steps
+from .steps import Query, Steps, as_plan
 
 WAIT_CAPABILITY_PREFIX = "wait:"  # a wait action's checkpoint capability: wait:<event>
 CALLBACK_EVENT = "callback"  # waitingFor.event while an asynchronous provider's answer is due
@@ -90,6 +90,7 @@ def _lock_holder(fence: Fence, step: str) -> Steps[None]:
         raise ExecutionSuperseded(fence.execution_id, step=step, token=fence.token)
 
 
+@as_plan(atomic=True)
 def wait_reach(
     *,
     fence: Fence,
@@ -97,18 +98,12 @@ def wait_reach(
     sequence: int,
     payload: dict,
     tenant: str,
-) -> Plan[WaitReached]:
+) -> Steps[WaitReached]:
     """Reach a wait action: consume an event kept for it, or suspend until its deadline.
 
     `payload` goes into the audit event (the runner's: transition and dispatch principal); a
     kept event's EXECUTION_RESUMED names its sender instead, `sub@tenant` of the request's
     `tenant`, who caused that resume (the run goes on in the same dispatch, for its principal)."""
-    return Plan(_reach(fence, action, sequence, payload, tenant), atomic=True)
-
-
-def _reach(
-    fence: Fence, action: dict[str, Any], sequence: int, payload: dict, tenant: str
-) -> Steps[WaitReached]:
     action_id = action["id"]
     wait = action["wait"]
     checkpoint = {
@@ -161,6 +156,7 @@ def _reach(
     return WaitReached(deadline=deadline)
 
 
+@as_plan(atomic=True)
 def call_accept(
     *,
     fence: Fence,
@@ -168,15 +164,9 @@ def call_accept(
     attempt: int,
     timeout_seconds: float,
     payload: dict,
-) -> Plan[datetime.datetime]:
+) -> Steps[datetime.datetime]:
     """An asynchronous provider accepted the call: ACCEPTED, SUSPENDED until the callback is
     overdue, EXECUTION_SUSPENDED; return that deadline."""
-    return Plan(_accept(fence, action_id, attempt, timeout_seconds, payload), atomic=True)
-
-
-def _accept(
-    fence: Fence, action_id: str, attempt: int, timeout_seconds: float, payload: dict
-) -> Steps[datetime.datetime]:
     yield from _lock_holder(fence, f"accept {action_id}")
     params = {**fence.params(), "action_id": action_id, "attempt": attempt}
     if (yield Query(sql.CHECKPOINT_ACCEPT, params, fetch="one")) is None:
@@ -215,12 +205,9 @@ def _suspend(
     return deadline
 
 
-def wait_deadline(*, fence: Fence, action: dict[str, Any]) -> Plan[tuple[datetime.datetime, bool]]:
+@as_plan()
+def wait_deadline(*, fence: Fence, action: dict[str, Any]) -> Steps[tuple[datetime.datetime, bool]]:
     """The deadline of a reached wait, and whether it has passed (database clock)."""
-    return Plan(_deadline(fence, action))
-
-
-def _deadline(fence: Fence, action: dict[str, Any]) -> Steps[tuple[datetime.datetime, bool]]:
     row = yield Query(
         sql.WAIT_DEADLINE,
         {
@@ -235,16 +222,11 @@ def _deadline(fence: Fence, action: dict[str, Any]) -> Steps[tuple[datetime.date
     return row[0], row[1]
 
 
+@as_plan(atomic=True)
 def wait_resuspend(
     *, fence: Fence, action: dict[str, Any], deadline: datetime.datetime
-) -> Plan[datetime.datetime]:
-    """Back to SUSPENDED until a deadline that has not passed yet."""
-    return Plan(_resuspend(fence, action, deadline), atomic=True)
-
-
-def _resuspend(
-    fence: Fence, action: dict[str, Any], deadline: datetime.datetime
 ) -> Steps[datetime.datetime]:
+    """Back to SUSPENDED until a deadline that has not passed yet."""
     yield from _lock_holder(fence, f"suspend {action['id']}")
     row = yield Query(
         sql.EXECUTION_SUSPEND_UNTIL, {**fence.params(), "deadline": deadline}, fetch="one"
@@ -254,16 +236,11 @@ def _resuspend(
     return row[0]
 
 
+@as_plan(atomic=True)
 def wait_time_out_continue(
     *, fence: Fence, action: dict[str, Any], payload: dict
-) -> Plan[dict[str, Any]]:
-    """Settle a timed-out wait with its onTimeout payload; return that payload as the output."""
-    return Plan(_time_out_continue(fence, action, payload), atomic=True)
-
-
-def _time_out_continue(
-    fence: Fence, action: dict[str, Any], payload: dict
 ) -> Steps[dict[str, Any]]:
+    """Settle a timed-out wait with its onTimeout payload; return that payload as the output."""
     output: dict[str, Any] = action["wait"]["onTimeout"]["payload"]
     yield from _lock_holder(fence, f"time out {action['id']}")
     yield from _time_out(
@@ -288,12 +265,9 @@ def _time_out_continue(
     return output
 
 
-def wait_checkpoint_expire(*, fence: Fence, action_id: str) -> Plan[None]:
+@as_plan(atomic=True)
+def wait_checkpoint_expire(*, fence: Fence, action_id: str) -> Steps[None]:
     """In a transaction of its own: the WAITING checkpoint becomes FAILED, EVENT_TIMEOUT."""
-    return Plan(_expire(fence, action_id), atomic=True)
-
-
-def _expire(fence: Fence, action_id: str) -> Steps[None]:
     yield from _lock_holder(fence, f"time out {action_id}")
     yield from _time_out(
         fence,

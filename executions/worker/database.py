@@ -22,6 +22,8 @@ from .pooling import PoolingConfig
 
 logger = logging.getLogger("executions.worker")
 
+DIRECT = PoolingConfig()  # a session of its own: prepared statements and session settings
+
 LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
 
 
@@ -90,51 +92,46 @@ class DatabaseState:
 
 
 class WorkerConnections:
-    """The dispatcher's connections (asynchronous): the claiming one, which also LISTENs on a
-    direct connection; behind a transaction pooler a separate direct listener
-    (WORKER_LISTEN_DATABASE_URL) or none, and then the worker polls; and plain ones (the
-    heartbeat's, with a remote runtime). All autocommit, set up with the pooling mode's session
-    statements."""
+    """The dispatcher's connections (asynchronous): the claiming one, which also LISTENs (behind
+    a transaction pooler it is the direct WORKER_LISTEN_DATABASE_URL, or a pooled one that does
+    not listen, and then the worker polls), and plain ones (the heartbeat's, with a remote
+    runtime). All autocommit, set up with their pooling mode's session statements."""
 
     def __init__(self, conninfo: str, pooling: PoolingConfig) -> None:
         self.conninfo = conninfo
         self.pooling = pooling
-        # Behind a transaction pooler LISTEN needs a session of its own: a direct connection
-        # (WORKER_LISTEN_DATABASE_URL), or none at all, and then the worker polls.
-        self.listen_conninfo = (
-            make_conninfo(pooling.listen_url, application_name="orquestador-worker")
+        # Behind a transaction pooler LISTEN needs a session of its own, a direct one. The claims
+        # run on it too, as they do on the listening connection without a pooler: a second
+        # connection beside it would take the process past its four.
+        self._claim_conninfo, self._claim_pooling = (
+            (make_conninfo(pooling.listen_url, application_name="orquestador-worker"), DIRECT)
             if pooling.transaction_pooled and pooling.listen_url
-            else None
+            else (conninfo, pooling)
         )
-        self.listener: psycopg.AsyncConnection | None = None
 
     async def claiming(self) -> psycopg.AsyncConnection:
-        """The claiming connection; it also LISTENs, unless behind a transaction pooler."""
-        conn = await self.plain(claims=True)
-        if not self.pooling.transaction_pooled:
+        """The claiming connection; it also LISTENs, unless behind a transaction pooler with no
+        direct connection to listen on."""
+        conn = await self._connect(self._claim_conninfo, self._claim_pooling, claims=True)
+        if self.pooling.listens:
             await conn.execute(sql.LISTEN_WORK)
             await conn.execute(sql.LISTEN_CANCELS)
-        elif self.listen_conninfo is not None and self.listener is None:
-            self.listener = await psycopg.AsyncConnection.connect(
-                self.listen_conninfo, autocommit=True
-            )
-            await self.listener.execute(sql.LISTEN_WORK)
-            await self.listener.execute(sql.LISTEN_CANCELS)
         return conn
 
     def notifier(self, claiming: psycopg.AsyncConnection) -> psycopg.AsyncConnection | None:
-        """Where notifications arrive: the claiming connection, the listener, or nowhere."""
-        return claiming if not self.pooling.transaction_pooled else self.listener
+        """Where notifications arrive: the claiming connection, or nowhere (the worker polls)."""
+        return claiming if self.pooling.listens else None
 
-    async def plain(self, *, claims: bool = False) -> psycopg.AsyncConnection:
+    async def plain(self) -> psycopg.AsyncConnection:
+        return await self._connect(self.conninfo, self.pooling)
+
+    @staticmethod
+    async def _connect(
+        conninfo: str, pooling: PoolingConfig, *, claims: bool = False
+    ) -> psycopg.AsyncConnection:
         conn = await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, prepare_threshold=self.pooling.prepare_threshold
+            conninfo, autocommit=True, prepare_threshold=pooling.prepare_threshold
         )
-        for statement in self.pooling.session_statements(claims=claims):
+        for statement in pooling.session_statements(claims=claims):
             await conn.execute(statement)
         return conn
-
-    async def close_listener(self) -> None:
-        if self.listener is not None:
-            await self.listener.close()
-            self.listener = None

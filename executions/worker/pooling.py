@@ -6,7 +6,8 @@ rely on session state:
 - no prepared statements (PgBouncer 1.18 has no protocol-level support for them);
 - no session settings (SET): they would stay on a server session another client gets next;
 - LISTEN needs a session of its own, so it goes to `WORKER_LISTEN_DATABASE_URL`, a direct
-  connection to the same database; without it the worker polls every WORKER_POLL_MS and says so
+  connection to the same database as the same role, which also carries the claims (so a process
+  keeps to its four connections); without it the worker polls every WORKER_POLL_MS and says so
   at start.
 Without a pooler nothing changes (LISTEN/NOTIFY on DATABASE_URL,
 docs/operations.md#behind-pgbouncer).
@@ -14,7 +15,9 @@ docs/operations.md#behind-pgbouncer).
 `pooling_config(raw, database_url=...)` refuses combinations that cannot work, naming the
 variables: an unknown pooler mode, a listen URL without a pooler (it would change nothing but
 open one more connection), a listen URL on another database (notifications would never arrive)
-or through the same host and port as DATABASE_URL (the pooler itself: LISTEN would be lost).
+or through the same host and port as DATABASE_URL (the pooler itself: LISTEN would be lost),
+or as another user than DATABASE_URL's (the claims would run as a role the start-up check never
+saw).
 """
 
 from collections.abc import Mapping
@@ -61,7 +64,11 @@ def _endpoint(url: str, name: str) -> dict[str, str]:
         params = conninfo_to_dict(url)
     except Exception as exc:  # psycopg raises ProgrammingError for a malformed string
         raise WorkerConfigError(f"{name} is not a valid PostgreSQL URL: {exc}") from None
-    return {k: str(params.get(k) or "") for k in ("host", "port", "dbname")}
+    return {k: str(params.get(k) or "") for k in ("host", "port", "dbname", "user")}
+
+
+def _user(endpoint: dict[str, str]) -> str:
+    return repr(endpoint["user"]) if endpoint["user"] else "libpq's default user"
 
 
 def pooling_config(raw: Mapping[str, str], *, database_url: str) -> PoolingConfig:
@@ -90,5 +97,11 @@ def pooling_config(raw: Mapping[str, str], *, database_url: str) -> PoolingConfi
             "WORKER_LISTEN_DATABASE_URL has the same host and port as DATABASE_URL, which goes "
             "through the transaction pooler: LISTEN needs a session of its own, so it must be a "
             "direct connection to PostgreSQL (its own host or port)"
+        )
+    if listen["user"] != pooled["user"]:
+        raise WorkerConfigError(
+            f"WORKER_LISTEN_DATABASE_URL connects as {_user(listen)} but DATABASE_URL as "
+            f"{_user(pooled)}: the worker claims on the listening connection, so it must be the "
+            "same restricted runtime role"
         )
     return PoolingConfig(pooler=pooler, listen_url=listen_url)

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -134,6 +134,34 @@ def _sync_configurer(pooling: PoolingConfig) -> Callable[[psycopg.Connection], N
     return configure
 
 
+Pool = TypeVar("Pool")  # a psycopg_pool pool, asynchronous or not
+
+
+def _pool(
+    kind: Callable[..., Pool],
+    conninfo: str,
+    pooling: PoolingConfig,
+    *,
+    name: str,
+    sizes: tuple[int, int],
+) -> Pool:
+    """One of the runtime's pools, an AsyncConnectionPool or a ConnectionPool (`kind`): between
+    `sizes` (at least, at most) autocommit connections set up with the pooling mode's session
+    statements, waited for at most POOL_GET_TIMEOUT, reconnected within POOL_RECONNECT_SECONDS; opened by the runtime's `open`."""
+    asynchronous = kind is AsyncConnectionPool
+    return kind(
+        conninfo,
+        min_size=sizes[0],
+        max_size=sizes[1],
+        kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
+        configure=_configurer(pooling) if asynchronous else _sync_configurer(pooling),
+        open=False,
+        name=name,
+        timeout=POOL_GET_TIMEOUT,
+        reconnect_timeout=POOL_RECONNECT_SECONDS,
+    )
+
+
 class Reservations:
     """The reservations a runtime has handed out, by execution id: allocate, check, release, and
     the stop signal of a cancel. Every runtime is one, so that a package is refused, and a cancel
@@ -218,30 +246,15 @@ class LocalWorkerRuntime(Reservations):
         super().__init__()
         pooling = pooling or PoolingConfig()
         size = min(slots if slots is not None else config.concurrency, WRITE_CONNECTIONS)
-        self._pool = AsyncConnectionPool(
-            conninfo,
-            min_size=size,
-            max_size=size,
-            kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
-            configure=_configurer(pooling),
-            open=False,
-            name="worker-runtime",
-            timeout=POOL_GET_TIMEOUT,
-            reconnect_timeout=POOL_RECONNECT_SECONDS,
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection] = _pool(
+            AsyncConnectionPool, conninfo, pooling, name="worker-runtime", sizes=(size, size)
         )
         # One probe for every held write that meets an outage (writeretry.Ride).
         self._probe = DatabaseProbe(lambda timeout: self._pool.connection(timeout=timeout))
         # The prober's (executions/workerloops.py): synchronous Django code in a thread of its
         # own, so one connection of its own, opened only when it first probes.
-        self._prober_pool = ConnectionPool(
-            conninfo,
-            min_size=0,
-            max_size=1,
-            kwargs={"autocommit": True, "prepare_threshold": pooling.prepare_threshold},
-            configure=_sync_configurer(pooling),
-            open=False,
-            name="worker-prober",
-            timeout=POOL_GET_TIMEOUT,
+        self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
+            ConnectionPool, conninfo, pooling, name="worker-prober", sizes=(0, 1)
         )
         self._deps = RunnerDeps(
             config=config,

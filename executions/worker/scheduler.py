@@ -32,9 +32,11 @@ Invariants:
 Connections, all asynchronous but the prober's: at most 4 per process whatever
 WORKER_CONCURRENCY: the runtime's shared ones (runtime.WRITE_CONNECTIONS, borrowed per statement
 by the runs and by the heartbeat), one that LISTENs and also runs the claim statement
-(notifications that arrive meanwhile are buffered, not lost), and the prober's (opened when it
-probes); with a remote runtime the heartbeat has one of its own. Django's own is closed after the
-start-up role check. All autocommit; no transaction spans more than one short write.
+(notifications that arrive meanwhile are buffered, not lost; behind a transaction pooler it is
+the direct WORKER_LISTEN_DATABASE_URL, or a pooled one that only claims, and the worker polls),
+and the prober's (opened when it probes); with a remote runtime the heartbeat has one of its
+own. Django's own is closed after the start-up role check. All autocommit; no transaction spans
+more than one short write.
 """
 
 import asyncio
@@ -218,7 +220,6 @@ class Scheduler:
                     if conn is not None:
                         await conn.close()
                     conn = None
-                    await self.connections.close_listener()
                     backlog = False
                     if self._outage_too_long():
                         break
@@ -227,7 +228,6 @@ class Scheduler:
         finally:
             if conn is not None:
                 await conn.close()
-            await self.connections.close_listener()
 
     def _outage_too_long(self) -> bool:
         """WORKER_DB_OUTAGE_EXIT_SECONDS has passed in this outage: stop so an orchestrator

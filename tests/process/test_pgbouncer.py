@@ -11,13 +11,10 @@ installed.
 
 import concurrent.futures
 import copy
-import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +27,7 @@ from executions.flows.publication import flow_publish
 from tests.conftest import ROOT, manage
 from tests.integration.api.conftest import FLOW
 from tests.support import tokens
-from tests.support.pgbouncer import PgBouncer, pgbouncer_missing
+from tests.support.pgbouncer import PgBouncer, pgbouncer_missing, running_pgbouncer
 from tests.support.worker import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
@@ -46,12 +43,8 @@ def bouncer(runtime_dsn) -> Iterator[PgBouncer]:
     missing = pgbouncer_missing()
     if missing:
         pytest.skip(missing)
-    (ROOT / ".local").mkdir(exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="pgbouncer.", dir=ROOT / ".local"))
-    os.chmod(folder, 0o755)  # noqa: S103 (the unprivileged server user must reach it)
-    with PgBouncer([runtime_dsn], folder, pool_size=POOL_SIZE) as running:
+    with running_pgbouncer(runtime_dsn, pool_size=POOL_SIZE) as running:
         yield running
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _free_port() -> int:

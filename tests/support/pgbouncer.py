@@ -4,18 +4,24 @@
 `pgbouncer` in the foreground as the unprivileged server user (the way scripts/localpg.py runs
 PostgreSQL: PgBouncer refuses to run as root), listening on 127.0.0.1 on a free port, and
 `dsn(upstream)` gives the same connection string through it. Only the process it started is
-ever signalled. `pgbouncer_missing()` says why none can run here, for a skip.
+ever signalled. `pgbouncer_missing()` says why none can run here, for a skip;
+`running_pgbouncer(upstream, pool_size=...)` is one in a folder of its own, removed afterwards.
 """
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
+
+from tests.conftest import ROOT
 
 START_TIMEOUT = 20.0  # seconds for PgBouncer to accept connections
 SERVER_USER = "postgres"  # the unprivileged user scripts/localpg.py runs PostgreSQL as
@@ -137,3 +143,17 @@ stats_users =
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def running_pgbouncer(upstream_dsn: str, *, pool_size: int) -> Iterator[PgBouncer]:
+    """A PgBouncer in front of `upstream_dsn`'s database, its files in a folder of its own under
+    .local/ (the unprivileged server user must reach them), removed when the block ends."""
+    (ROOT / ".local").mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="pgbouncer.", dir=ROOT / ".local"))
+    os.chmod(folder, 0o755)  # noqa: S103 (the unprivileged server user must reach it)
+    try:
+        with PgBouncer([upstream_dsn], folder, pool_size=pool_size) as running:
+            yield running
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -64,6 +64,20 @@ def test_unknown_pooler_mode__is_refused(raw):
             {"DATABASE_POOLER": "transaction", "WORKER_LISTEN_DATABASE_URL": "host=a port=x y"},
             "WORKER_LISTEN_DATABASE_URL is not a valid PostgreSQL URL",
         ),
+        (
+            {
+                "DATABASE_POOLER": "transaction",
+                "WORKER_LISTEN_DATABASE_URL": "postgres://postgres:pw@127.0.0.1:5432/orquestador",
+            },
+            "connects as 'postgres' but DATABASE_URL as 'app'",
+        ),
+        (
+            {
+                "DATABASE_POOLER": "transaction",
+                "WORKER_LISTEN_DATABASE_URL": "postgres://127.0.0.1:5432/orquestador",
+            },
+            "connects as libpq's default user but DATABASE_URL as 'app'",
+        ),
     ],
 )
 def test_combinations_that_cannot_work__are_refused_naming_them(raw, message):
