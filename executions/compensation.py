@@ -30,12 +30,12 @@ from orquestador.workerconfig import WorkerConfigError
 
 from . import faultpoints, sql
 from .claims import CheckpointRecord
-from .finalize import AttemptSettlement, _audit, _fail, _settle
+from .finalize import AttemptSettlement, _audit, _settle, execution_fail
 from .flows.compensations import CannotCompensate, Step, compensation_steps, opts_in
 from .flows.publication import find_transition
 from .leases import ExecutionSuperseded, Fence
 from .models import ActionExecution, AuditType, CheckpointStatus, Effect, Execution, ExecutionStatus
-from .steps import Plan, Query, Steps
+from .steps import Plan, Query, Steps, as_plan
 
 PlanOf = Callable[[dict[str, CheckpointRecord]], list[Step]]  # raises CannotCompensate
 
@@ -50,6 +50,7 @@ class Begun:
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
 
 
+@as_plan(atomic=True)
 def execution_begin_compensation(
     *,
     fence: Fence,
@@ -59,22 +60,8 @@ def execution_begin_compensation(
     plan_of: PlanOf,
     actor: str,
     payload: dict[str, Any],
-) -> Plan[Begun]:
-    """Begin compensating a failure, or fail by the usual rule; one transaction."""
-    return Plan(
-        _begin(fence, error_code, error_detail, settlement, plan_of, actor, payload), atomic=True
-    )
-
-
-def _begin(
-    fence: Fence,
-    error_code: str,
-    error_detail: str | None,
-    settlement: AttemptSettlement | None,
-    plan_of: PlanOf,
-    actor: str,
-    payload: dict[str, Any],
 ) -> Steps[Begun]:
+    """Begin compensating a failure, or fail by the usual rule; one transaction."""
     yield Query(sql.REQUEST_LOCK, {"request_id": fence.request_id}, fetch="none")
     rows: list[CheckpointRecord] = yield Query(
         sql.CHECKPOINTS_OF,
@@ -100,7 +87,15 @@ def _begin(
         detail = error_detail
         if reason is not None:
             detail = f"{error_detail or error_code}; not compensated: {reason}"
-        status = yield from _fail(fence, error_code, detail, settlement, False, actor, payload)
+        status = yield from execution_fail(
+            fence=fence,
+            error_code=error_code,
+            error_detail=detail,
+            settlement=settlement,
+            reconcile=False,
+            actor=actor,
+            payload=payload,
+        ).steps
         return Begun(status=status)
     if settlement is not None:
         yield from _settle(fence, settlement)

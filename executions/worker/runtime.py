@@ -147,7 +147,8 @@ def _pool(
 ) -> Pool:
     """One of the runtime's pools, an AsyncConnectionPool or a ConnectionPool (`kind`): between
     `sizes` (at least, at most) autocommit connections set up with the pooling mode's session
-    statements, waited for at most POOL_GET_TIMEOUT, reconnected within POOL_RECONNECT_SECONDS; opened by the runtime's `open`."""
+    statements, waited for at most POOL_GET_TIMEOUT, a lost one retried for at most
+    POOL_RECONNECT_SECONDS; opened by the runtime's `open`."""
     asynchronous = kind is AsyncConnectionPool
     return kind(
         conninfo,
