@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
+from psycopg_pool import PoolTimeout
 
 from actions.blocking import BlockingRunner, run_blocking
 from actions.lookup import lookup_by_key
@@ -338,6 +340,11 @@ def probes_run_once(
     return len(claimed)
 
 
+# What a pass meets when the database goes away under it: the runtime's pool (psycopg) or
+# Django's own connection.
+_UNREACHABLE = (psycopg.OperationalError, PoolTimeout, OperationalError, InterfaceError)
+
+
 class Prober(threading.Thread):
     """The probe loop of a runworker process, until `stop` is set.
 
@@ -361,6 +368,7 @@ class Prober(threading.Thread):
         self.source = source
         self.may_probe = may_probe
         self.stop = threading.Event()
+        self._away = False  # the last pass found the database unreachable
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -370,8 +378,18 @@ class Prober(threading.Thread):
                     ran = probes_run_once(
                         owner=self.owner, metrics=self.metrics, source=self.source
                     )
+                except _UNREACHABLE as exc:
+                    # An outage, which the scheduler reports once; the next pass retries.
+                    if not self._away:
+                        logger.warning(
+                            "probe pass skipped: database unreachable",
+                            extra={"owner": self.owner, "error": str(exc)},
+                        )
+                    self._away = True
                 except Exception:
                     logger.exception("probe pass failed", extra={"owner": self.owner})
+                else:
+                    self._away = False
                 finally:
                     connection.close()
             if not ran:
