@@ -42,6 +42,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
 9. Lists (bench/lists.py): first- and tenth-page latency of every list filter, in both access
    modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
 
+10. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
+   throughput at 1 x 10 with a subscription on every event against none (CPU per delivered event).
+
 9. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
    slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
 10. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
@@ -52,7 +55,8 @@ processes' CPU time and pg_stat_database.xact_commit, before and after), and the
 context switches per execution (voluntary and not, every thread's, bench/procstat.py).
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, api, lists, pgqueuer, http-async).
+sections (throughput, pickup, claim, raw, procrastinate, slow, api, webhooks, lists, pgqueuer,
+http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -82,6 +86,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import lists  # noqa: E402
+from bench import webhooks as webhooks_bench  # noqa: E402
 from bench.peers import Peers  # noqa: E402
 from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
 from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
@@ -135,7 +140,17 @@ timeout_seconds = 10
 adapter = "http.json"
 url = "http://127.0.0.1:{port}/slow"
 """
-SECTIONS = ("throughput", "raw", "pickup", "slow", "api", "claim", "procrastinate", "lists")
+SECTIONS = (
+    "throughput",
+    "raw",
+    "pickup",
+    "slow",
+    "api",
+    "claim",
+    "procrastinate",
+    "webhooks",
+    "lists",
+)
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
 JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
@@ -1097,6 +1112,11 @@ class Bench:
             self.report["http_async"] = self.peers.http_async(
                 args.slow_concurrency, args.slow_calls, args.slow_delay
             )
+        if "webhooks" in wanted:
+            print("webhooks (a receiver on 127.0.0.1):", flush=True)
+            self.report["webhooks"] = webhooks_bench.run(
+                self, executions=args.executions, samples=args.pickup_samples
+            )
         if "lists" in wanted:  # last: it leaves a million rows of each in the tables
             print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
             self.report["lists"] = lists.run(
@@ -1293,6 +1313,8 @@ def summary(report: dict) -> list[str]:
             + (f" ({ours['processes']}x{ours['concurrency']})" if ours else "")
             + f" ({_ratio(best, theirs['jobs_per_second'])})"
         )
+    if "webhooks" in report:
+        lines += webhooks_bench.summary_lines(report["webhooks"])
     return lines + peer_summary_lines(report)
 
 

@@ -48,7 +48,7 @@ logger = logging.getLogger("executions.webhooks")
 
 WAKE_CHECK_SECONDS = 0.25  # seconds: longest a wait goes without checking for shutdown
 ERROR_BACKOFF_SECONDS = 1.0  # seconds after a database error before claiming again
-CLAIM_SPACING_SECONDS = 0.005  # seconds between claims that found less than they asked for
+CLAIM_SPACING_SECONDS = 0.02  # seconds between claims that found less than they asked for
 STOP_GRACE_SECONDS = 2.0  # seconds in-flight attempts get at shutdown (then: due again later)
 
 
