@@ -63,9 +63,16 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 50
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        added = ("tenant", "url", "events", "description")
+        return added if obj is None else (*added, *self.readonly_fields)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.readonly_fields  # the add form: no row yet
+
     @admin.display(description="status")
     def status(self, obj: WebhookSubscription) -> str:
-        return webhook_status(obj) if obj.pk else "—"
+        return "—" if obj._state.adding else webhook_status(obj)  # the add form: no row yet
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # delete and add again: a subscription's secret is never shown twice
