@@ -48,6 +48,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    slowest acceptance-to-finish at 2 requests/s beside tenant A's backlog of --fairness-backlog
    (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each.
 
+10. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
+   throughput at 1 x 10 with a subscription on every event against none (CPU per delivered event).
+
 9. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
    slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
 10. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
@@ -58,8 +61,8 @@ processes' CPU time and pg_stat_database.xact_commit, before and after), and the
 context switches per execution (voluntary and not, every thread's, bench/procstat.py).
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, fairness, lists,
-pgqueuer, http-async).
+sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, fairness, webhooks,
+lists, pgqueuer, http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -90,6 +93,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import fairness, lists  # noqa: E402
 from bench import traces as tracing_cost  # noqa: E402
+from bench import webhooks as webhooks_bench  # noqa: E402
 from bench.peers import Peers  # noqa: E402
 from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
 from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
@@ -152,6 +156,7 @@ SECTIONS = (
     "claim",
     "procrastinate",
     "fairness",
+    "webhooks",
     "lists",
 )
 SECTIONS += ("traces",)  # bench/traces.py: tracing off and on, one runworker
@@ -1141,6 +1146,11 @@ class Bench:
                 concurrency=args.fairness_concurrency,
                 seconds=args.fairness_seconds,
             )
+        if "webhooks" in wanted:
+            print("webhooks (a receiver on 127.0.0.1):", flush=True)
+            self.report["webhooks"] = webhooks_bench.run(
+                self, executions=args.executions, samples=args.pickup_samples
+            )
         if "lists" in wanted:  # last: it leaves a million rows of each in the tables
             print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
             self.report["lists"] = lists.run(
@@ -1338,6 +1348,8 @@ def summary(report: dict) -> list[str]:
             + f" ({_ratio(best, theirs['jobs_per_second'])})"
         )
     lines += tracing_cost.summary_lines(report.get("traces", {}))
+    if "webhooks" in report:
+        lines += webhooks_bench.summary_lines(report["webhooks"])
     return lines + fairness.summary_lines(report) + peer_summary_lines(report)
 
 

@@ -380,3 +380,7 @@ class AuditEventAdmin(ReadOnlyAdmin):
         return (
             text if len(text) <= PAYLOAD_SUMMARY_CHARS else text[: PAYLOAD_SUMMARY_CHARS - 1] + "…"
         )
+
+
+# The webhooks' pages (executions/webhooks/admin.py) register themselves on import.
+from .webhooks import admin as webhooks_admin  # noqa: E402, F401

@@ -518,3 +518,7 @@ class ActionAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id}:{self.action_id}#{self.attempt}"
+
+
+# The webhook tables live beside the features that use them (executions/webhooks/).
+from .webhooks.models import WebhookDelivery, WebhookEvent, WebhookSubscription  # noqa: E402, F401

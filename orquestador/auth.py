@@ -37,7 +37,15 @@ REQUESTS_READ_TENANT = "requests:read:tenant"  # read every request of the calle
 FLOWS_ADMIN = "flows:admin"
 # Send events to the waiting executions of the caller's tenant (an approver need not own them).
 EXECUTIONS_RESUME = "executions:resume"
-PERMISSIONS = (REQUESTS_WRITE, REQUESTS_READ, REQUESTS_READ_TENANT, FLOWS_ADMIN, EXECUTIONS_RESUME)
+WEBHOOKS_ADMIN = "webhooks:admin"  # manage the webhook subscriptions of the caller's tenant
+PERMISSIONS = (
+    REQUESTS_WRITE,
+    REQUESTS_READ,
+    REQUESTS_READ_TENANT,
+    FLOWS_ADMIN,
+    EXECUTIONS_RESUME,
+    WEBHOOKS_ADMIN,
+)
 
 LEEWAY_SECONDS = 30  # seconds of clock skew tolerated on exp, nbf and iat
 MAX_TOKEN_BYTES = 8192  # bytes; longer bearer values are refused unread

@@ -90,6 +90,11 @@ PROPOSAL_PENDING = "PROPOSAL_PENDING"
 PROPOSAL_STALE = "PROPOSAL_STALE"
 SELF_APPROVAL = "SELF_APPROVAL"
 
+# Webhooks (docs/api.md#webhooks): a target the rules refuse (the detail names the rule), and a
+# tenant already holding the most subscriptions it may.
+WEBHOOK_URL_REFUSED = "WEBHOOK_URL_REFUSED"  # 422
+WEBHOOK_LIMIT_REACHED = "WEBHOOK_LIMIT_REACHED"  # 409
+
 # Paths whose every answer is JSON `{"code", "detail"}`, refusals included, whoever makes them:
 # Django's error views (orquestador/errorpages.py), the web server (orquestador/gunicornworker.py).
 JSON_PREFIXES = ("/api/", "/internal/")

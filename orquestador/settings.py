@@ -246,6 +246,26 @@ if METRICS_TOKEN and (_problem := bearer.token_problem("METRICS_TOKEN", METRICS_
         f"{_problem}, or empty to leave the metrics endpoints open (see .env.example)."
     )
 
+# Webhooks (docs/api.md#webhooks). Targets are https:// and public unless the two switches say
+# otherwise: they exist for tests on loopback receivers, never for production.
+WEBHOOK_ALLOW_HTTP = _flag("WEBHOOK_ALLOW_HTTP", default=False)
+WEBHOOK_ALLOW_PRIVATE_NETWORKS = _flag("WEBHOOK_ALLOW_PRIVATE_NETWORKS", default=False)
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)  # seconds
+WEBHOOK_MAX_AGE_HOURS = env.float("WEBHOOK_MAX_AGE_HOURS", default=24.0)  # hours
+WEBHOOK_SECRET_OVERLAP_HOURS = env.float("WEBHOOK_SECRET_OVERLAP_HOURS", default=24.0)  # hours
+# The first retry's ceiling; each later one doubles it (full jitter), up to an hour.
+WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=5.0)  # seconds
+for _name, _value in (
+    ("WEBHOOK_TIMEOUT_SECONDS", WEBHOOK_TIMEOUT_SECONDS),
+    ("WEBHOOK_MAX_AGE_HOURS", WEBHOOK_MAX_AGE_HOURS),
+    ("WEBHOOK_SECRET_OVERLAP_HOURS", WEBHOOK_SECRET_OVERLAP_HOURS),
+    ("WEBHOOK_RETRY_BASE_SECONDS", WEBHOOK_RETRY_BASE_SECONDS),
+):
+    if not 0 < _value <= 10_000:
+        raise environ.ImproperlyConfigured(
+            f"{_name} must be a number above 0 and at most 10000 (got {_value}); see .env.example."
+        )
+
 # ------------------------------------------------------------------------------
 # REST framework
 # ------------------------------------------------------------------------------

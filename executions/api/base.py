@@ -160,7 +160,7 @@ def operation(
     own, and every such operation also answers 401 (with WWW-Authenticate), 403 and 405, and 400
     when it takes a body."""
     common = {401: UNAUTHENTICATED, 403: FORBIDDEN, 405: METHOD_NOT_ALLOWED}
-    if "request" in schema:
+    if schema.get("request") is not None:  # request=None: an operation without a body
         common[400] = INVALID_BODY
     return extend_schema(
         operation_id=operation_id,

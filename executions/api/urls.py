@@ -25,6 +25,12 @@ from .views import (
     RequestDetailView,
     TransitionCollectionView,
 )
+from .webhookviews import (
+    WebhookCollectionView,
+    WebhookDetailView,
+    WebhookPingView,
+    WebhookRotateSecretView,
+)
 
 urlpatterns = [path("schema/", SchemaView.as_view(), name="api-schema")]
 
@@ -36,6 +42,7 @@ if settings.REQUEST_API_ENABLED or settings.FLOW_ADMIN_ENABLED:
 if settings.REQUEST_API_ENABLED:
     REQUEST = "v1/requests/<str:request_id>"
     EXECUTION = "v1/executions/<str:execution_id>"
+    WEBHOOK = "v1/webhooks/<str:webhook_id>"
     urlpatterns += [
         path("v1/requests", RequestCollectionView.as_view(), name="api-requests"),
         path(REQUEST, RequestDetailView.as_view(), name="api-request"),
@@ -50,6 +57,14 @@ if settings.REQUEST_API_ENABLED:
         path(f"{EXECUTION}/cancel", ExecutionCancelView.as_view(), name="api-execution-cancel"),
         path(f"{EXECUTION}/events", ExecutionEventsView.as_view(), name="api-execution-events"),
         path("v1/callbacks/<str:name>", CallbackView.as_view(), name="api-callbacks"),
+        path("v1/webhooks", WebhookCollectionView.as_view(), name="api-webhooks"),
+        path(WEBHOOK, WebhookDetailView.as_view(), name="api-webhook"),
+        path(
+            f"{WEBHOOK}/rotate-secret",
+            WebhookRotateSecretView.as_view(),
+            name="api-webhook-rotate-secret",
+        ),
+        path(f"{WEBHOOK}/ping", WebhookPingView.as_view(), name="api-webhook-ping"),
     ]
 
 if settings.FLOW_ADMIN_ENABLED:

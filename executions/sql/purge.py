@@ -15,14 +15,15 @@ PURGE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, true)"
 
 
 # Purge one batch of old history in its own short transaction: up to %(limit)s final
-# executions (never RECONCILIATION_REQUIRED nor live work) finished before %(cutoff)s, oldest
-# first; deletes their checkpoints, attempt history and events, clears the execution's own
+# executions (never RECONCILIATION_REQUIRED nor live work, nor one with a webhook delivery still
+# PENDING) finished before %(cutoff)s, oldest first; deletes their checkpoints, attempt history,
+# events and webhook events with their deliveries, clears the execution's own
 # payloads, keeps what the execution view shows and the append-only audit trail. Returns one row
 # per purged execution with the checkpoints, events and attempts deleted.
 # Locks: those execution rows, FOR UPDATE SKIP LOCKED (two purges never wait on each other;
 # no worker locks a final row).
 # Index: execution_purge_idx; action_execution_action_uniq; action_attempt_uniq;
-# execution_event_uniq.
+# execution_event_uniq; webhook_event_exec_idx; webhook_delivery_event_idx.
 PURGE_BATCH = """
 WITH batch AS (
     SELECT e.id
@@ -30,6 +31,12 @@ WITH batch AS (
      WHERE e.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
        AND e.purged_at IS NULL
        AND e.finished_at < %(cutoff)s
+       AND NOT EXISTS (
+               SELECT 1
+                 FROM webhook_event AS w
+                 JOIN webhook_delivery AS d ON d.event_id = w.id
+                WHERE w.execution_id = e.id AND d.status = 'PENDING'
+           )
      ORDER BY e.finished_at, e.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -51,6 +58,16 @@ events_gone AS (
      USING batch
      WHERE v.execution_id = batch.id
     RETURNING v.execution_id
+),
+deliveries_gone AS (
+    DELETE FROM webhook_delivery AS d
+     USING webhook_event AS w, batch
+     WHERE w.execution_id = batch.id AND d.event_id = w.id
+),
+webhook_events_gone AS (
+    DELETE FROM webhook_event AS w
+     USING batch
+     WHERE w.execution_id = batch.id
 ),
 purged AS (
     UPDATE execution AS e

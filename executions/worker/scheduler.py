@@ -45,6 +45,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import psycopg
 
@@ -125,6 +126,8 @@ class Scheduler:
         self.running = threading.Event()  # set once it listens and claims
         self.idle = threading.Event()  # set while it waits for a notification or the poll
         self.finished = threading.Event()  # set when run() has returned
+        # Called on the loop after each run ends (the webhook delivery loop's `poke`).
+        self.after_run: Callable[[], None] | None = None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -332,6 +335,8 @@ class Scheduler:
         try:
             result = await dispatch_once(self.runtime, ExecutionPackage(holding.dispatch), holding)
             self.metrics.run_ended(result)
+            if self.after_run is not None:
+                self.after_run()
         except asyncio.CancelledError:
             if not holding.abandoned and not self._stop_heartbeat.is_set():
                 raise

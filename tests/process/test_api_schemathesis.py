@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 SCHEMATHESIS_SECONDS = int(os.environ.get("SCHEMATHESIS_SECONDS", "90"))  # generation budget
 START_DEADLINE = 60  # seconds for the server to answer /healthz
 SEED = 20261201
-SCOPES = "requests:write requests:read flows:admin executions:resume"
+SCOPES = "requests:write requests:read flows:admin executions:resume webhooks:admin"
 # Authenticated by an HMAC of the body with a route's secret, not by the bearer token: a
 # generated request can never be signed, so every answer would be 401. Its own tests cover it
 # (tests/integration/api/test_callbacks.py).
@@ -167,4 +167,4 @@ def test_schemathesis__every_check_passes_against_a_real_server(server, tmp_path
     report = result.stdout[-20000:] + result.stderr[-4000:]
     assert result.returncode == 0, report
     # every operation of the schema was exercised, but the signed callback
-    assert "Tested: 11" in result.stdout, report
+    assert "Tested: 17" in result.stdout, report

@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import signal
 import sys
 from typing import Any
@@ -9,6 +10,7 @@ from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
 from executions.flows.publication import flows_compensation_problems
+from executions.webhooks.running import webhook_delivery
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import PoolingConfig, pooling_config
@@ -68,8 +70,15 @@ class Command(BaseCommand):
             ]
             for loop in loops:
                 loop.start()
+            # Webhook deliveries ride the runtime's shared connections: none of their own.
+            deliveries = (
+                webhook_delivery(runtime=runtime, scheduler=scheduler)
+                if isinstance(runtime, LocalWorkerRuntime)
+                else contextlib.nullcontext()
+            )
             try:
-                await scheduler.run()
+                async with deliveries:
+                    await scheduler.run()
             finally:
                 for loop in loops:
                     loop.stop.set()

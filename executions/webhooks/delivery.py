@@ -1,0 +1,298 @@
+"""The delivery loop `runworker` runs beside its claim loop, on the same event loop.
+
+Invariants:
+- connections: none of its own. Each claim and each batch of results borrows one of the
+  runtime's shared connections for one autocommit statement (executions/worker/runtime.py), so
+  the process stays within its budget; an attempt in flight holds none;
+- at least once, with a stable event id: a delivery is claimed (one more attempt, a new claim
+  token, held for the timeout plus a margin) before it is sent, and its result written after,
+  fenced by that token. A process that dies in between leaves it PENDING; it is due again once
+  the hold passes, and some process sends it again (same event id, same body);
+- in order per execution for each subscription: the claim skips a delivery while an earlier one
+  of the same execution and subscription is PENDING, in flight included
+  (sql.WEBHOOK_DELIVERIES_CLAIM);
+- retries: exponential backoff with full jitter (a uniform delay up to WEBHOOK_RETRY_BASE_SECONDS
+  doubled per attempt, at most RETRY_MAX_SECONDS) until WEBHOOK_MAX_AGE_HOURS, then FAILED;
+- wake-ups: `poke` (the scheduler's, after each run ends here), a timer at the earliest retry this
+  loop scheduled, and a poll every POLL_SECONDS for the rest (other processes, the API's
+  cancellations, an operator's redelivery);
+- results of concurrent attempts share one statement (executions/worker/groupcommit.py).
+"""
+
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import PoolTimeout
+
+from .. import sql
+from ..steps import Plan, Query, Steps
+from ..worker.groupcommit import ConnectionSource, GroupCommit, on
+from .config import CLAIM_BATCH, CONCURRENCY, POLL_SECONDS, RETRY_MAX_SECONDS, WebhookConfig
+from .sender import Attempt, WebhookSender
+from .signing import signature_header
+
+logger = logging.getLogger("executions.webhooks")
+
+WAKE_CHECK_SECONDS = 0.25  # seconds: longest a wait goes without checking for shutdown
+ERROR_BACKOFF_SECONDS = 1.0  # seconds after a database error before claiming again
+CLAIM_SPACING_SECONDS = 0.02  # seconds between claims that found less than they asked for
+STOP_GRACE_SECONDS = 2.0  # seconds in-flight attempts get at shutdown (then: due again later)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One claimed delivery, as WEBHOOK_DELIVERIES_CLAIM returns it."""
+
+    id: int
+    claim_token: int
+    attempts: int
+    event_id: Any
+    type: str
+    created_at: datetime.datetime
+    data: Any
+    url: str
+    secret: str
+    previous_secret: str | None
+
+
+@dataclass(frozen=True)
+class Result:
+    id: int
+    token: int
+    attempt: Attempt
+    delay: float  # seconds until the next attempt, if there is one
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "token": self.token,
+            "delivered": self.attempt.delivered,
+            "code": self.attempt.code,
+            "error": self.attempt.error,
+            "body": self.attempt.body,
+            "delay": self.delay,
+        }
+
+
+def deliveries_claim(*, limit: int, hold_seconds: float) -> Plan[list[Claimed]]:
+    """Claim up to `limit` due deliveries (one statement)."""
+    return Plan(_claim(limit, hold_seconds))
+
+
+def _claim(limit: int, hold_seconds: float) -> Steps[list[Claimed]]:
+    rows = yield Query(
+        sql.WEBHOOK_DELIVERIES_CLAIM,
+        {"limit": limit, "hold_seconds": hold_seconds},
+        row_factory=dict_row,
+    )
+    return [Claimed(**row) for row in rows]
+
+
+def deliveries_record(*, results: Sequence[Result], max_age_seconds: float) -> Plan[dict[int, str]]:
+    """Write the results of attempts (one statement); the plan returns each written delivery's
+    new status by id (one missing: another claim took it over meanwhile)."""
+    return Plan(_record(results, max_age_seconds))
+
+
+def _record(results: Sequence[Result], max_age_seconds: float) -> Steps[dict[int, str]]:
+    rows = yield Query(
+        sql.WEBHOOK_DELIVERIES_RECORD,
+        {"items": Jsonb([r.row() for r in results]), "max_age_seconds": max_age_seconds},
+    )
+    return {row[0]: row[1] for row in rows}
+
+
+def _subscribed() -> Steps[bool]:
+    row = yield Query(sql.WEBHOOK_SUBSCRIBED, fetch="one")
+    return bool(row and row[0])
+
+
+def event_body(claimed: Claimed) -> bytes:
+    """The body every attempt of this event sends: {id, type, createdAt, data}."""
+    created = claimed.created_at.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+    event = {"id": str(claimed.event_id), "type": claimed.type, "createdAt": created}
+    return json.dumps({**event, "data": claimed.data}, separators=(",", ":")).encode()
+
+
+def retry_delay(*, attempts: int, base_seconds: float, rng: random.Random) -> float:
+    """Full jitter: uniform up to base * 2^(attempts - 1), capped."""
+    ceiling = min(RETRY_MAX_SECONDS, base_seconds * 2 ** min(max(attempts - 1, 0), 30))
+    return rng.uniform(0, ceiling)
+
+
+class WebhookDeliverer:
+    """Claims due deliveries, sends them, records what happened; `run` until `stop` is set."""
+
+    def __init__(
+        self,
+        *,
+        borrow: ConnectionSource,
+        config: WebhookConfig,
+        resolver: aiohttp.abc.AbstractResolver | None = None,
+        rng: random.Random | None = None,
+        concurrency: int = CONCURRENCY,
+    ) -> None:
+        self.borrow = borrow
+        self.config = config
+        self.concurrency = concurrency
+        self.rng = rng or random.Random()  # noqa: S311  # jitter, not secrets
+        self.sender = WebhookSender(
+            timeout_seconds=config.timeout_seconds,
+            allow_http=config.allow_http,
+            allow_private_networks=config.allow_private_networks,
+            resolver=resolver,
+        )
+        self.records: GroupCommit[Result, str] = GroupCommit(
+            lambda results: deliveries_record(
+                results=results, max_age_seconds=config.max_age_seconds
+            ),
+            key=lambda result: result.id,
+        )
+        self.attempted = 0  # attempts made by this loop, for tests and the benchmark
+        self.delivered = 0
+        self.claims = 0  # claim statements sent
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._due = False  # a poke, or a full claim: claim at the next chance
+        self.subscribed = False  # whether any subscription exists, as of the last poll
+        self._changed: asyncio.Event | None = None  # a poke, or a slot came free
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poll_at = 0.0  # monotonic time of the next poll (the first: at once)
+
+    def poke(self) -> None:
+        """Something may be due now (an execution just ended here): claim soon, if any
+        subscription exists. Call it on the loop's thread."""
+        if not self.subscribed:
+            return
+        self._due = True
+        if self._changed is not None:
+            self._changed.set()
+
+    async def run(self, stop: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        try:
+            while not stop.is_set():
+                polled = await self._wait(stop)
+                if stop.is_set():
+                    break
+                self._due = False
+                try:
+                    if polled:
+                        self.subscribed = await on(self.borrow, Plan(_subscribed()))
+                    if not self.subscribed:
+                        continue
+                    limit = min(CLAIM_BATCH, self.concurrency - len(self._tasks))
+                    claimed = await on(
+                        self.borrow,
+                        deliveries_claim(limit=limit, hold_seconds=self.config.hold_seconds),
+                    )
+                except (psycopg.Error, PoolTimeout) as exc:
+                    logger.warning("webhook claim failed", extra={"detail": str(exc)[:200]})
+                    await _wait_stop(stop, ERROR_BACKOFF_SECONDS)
+                    continue
+                self.claims += 1
+                for item in claimed:
+                    task = self._loop.create_task(self._deliver(item))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._done)
+                if len(claimed) == limit:
+                    self._due = True  # a full claim: more is probably due
+                else:
+                    # Pokes close together share one claim: at most one per CLAIM_SPACING.
+                    await _wait_stop(stop, CLAIM_SPACING_SECONDS)
+        finally:
+            await self._shutdown()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _wait(self, stop: threading.Event) -> bool:
+        """Until there is room for another attempt and something may be due (a poke, a full
+        claim before, or the poll's time: then True)."""
+        changed = self._changed
+        if changed is None:  # run() sets it before its first wait
+            return True
+        while not stop.is_set():
+            room = len(self._tasks) < self.concurrency
+            now = time.monotonic()
+            if room and now >= self._poll_at:
+                self._poll_at = now + POLL_SECONDS
+                return True
+            if room and self._due:
+                return False
+            deadline = self._poll_at
+            changed.clear()
+            wait = min(WAKE_CHECK_SECONDS, deadline - now) if room else WAKE_CHECK_SECONDS
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wait, 0.001)):
+                    await changed.wait()
+        return False
+
+    async def _deliver(self, claimed: Claimed) -> None:
+        body = event_body(claimed)
+        secrets = [claimed.secret, *([claimed.previous_secret] if claimed.previous_secret else [])]
+        headers = {
+            "Orquestador-Event-Id": str(claimed.event_id),
+            "Orquestador-Signature": signature_header(
+                secrets=secrets, timestamp=int(time.time()), body=body
+            ),
+        }
+        attempt = await self.sender.send(url=claimed.url, body=body, headers=headers)
+        self.attempted += 1
+        delay = (
+            0.0
+            if attempt.delivered
+            else retry_delay(
+                attempts=claimed.attempts,
+                base_seconds=self.config.retry_base_seconds,
+                rng=self.rng,
+            )
+        )
+        result = Result(claimed.id, claimed.claim_token, attempt, delay)
+        try:
+            status = await self.records.submit(self.borrow, result)
+        except (psycopg.Error, PoolTimeout) as exc:
+            # Left PENDING under its hold: due again once the hold passes (at least once).
+            logger.warning(
+                "webhook result not written; it will be sent again",
+                extra={"delivery_id": claimed.id, "detail": str(exc)[:200]},
+            )
+            return
+        if attempt.delivered:
+            self.delivered += 1
+        elif status == "PENDING" and self._loop is not None:
+            self._loop.call_later(delay, self.poke)  # due then: claim then, not at the poll
+        if status == "FAILED":
+            logger.warning(
+                "webhook delivery failed for good",
+                extra={"delivery_id": claimed.id, "attempts": claimed.attempts},
+            )
+
+    async def _shutdown(self) -> None:
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_SECONDS)
+            for task in pending:  # left PENDING under their hold: sent again later
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.sender.close()
+
+
+async def _wait_stop(stop: threading.Event, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(min(WAKE_CHECK_SECONDS, deadline - time.monotonic()))

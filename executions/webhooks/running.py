@@ -1,0 +1,35 @@
+"""The delivery loop inside `runworker`: started beside the scheduler on its event loop, woken
+after each run the scheduler ends, stopped (in-flight attempts given a grace period) when the
+scheduler returns."""
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+
+from ..worker.runtime import LocalWorkerRuntime
+from ..worker.scheduler import Scheduler
+from .config import webhook_config
+from .delivery import WebhookDeliverer
+
+BORROW_TIMEOUT_SECONDS = 5.0  # seconds
+
+
+@contextlib.asynccontextmanager
+async def webhook_delivery(
+    *, runtime: LocalWorkerRuntime, scheduler: Scheduler
+) -> AsyncIterator[WebhookDeliverer]:
+    deliverer = WebhookDeliverer(
+        # The runs' own writes come first: a statement here waits for a shared connection at
+        # most this long, then is tried again later.
+        borrow=lambda: runtime.borrow(timeout=BORROW_TIMEOUT_SECONDS),
+        config=webhook_config(),
+    )
+    stop = threading.Event()
+    scheduler.after_run = deliverer.poke
+    task = asyncio.get_running_loop().create_task(deliverer.run(stop), name="webhook-delivery")
+    try:
+        yield deliverer
+    finally:
+        stop.set()
+        await task

@@ -1,0 +1,82 @@
+"""The outbox: an event is written in the transaction of the status change it reports, for
+every subscription of the execution's tenant asking for its type, with the execution's view."""
+
+import json
+
+import pytest
+
+from executions.api.serializers import ExecutionViewSerializer
+from executions.models import Execution
+
+from .conftest import deliveries, end, subscribe
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_outbox__written_with_the_change_and_never_for_one_rolled_back(runtime_conn, accepted):
+    hook = subscribe("https://hooks.example.com/a")
+    rolled_back, committed = accepted(), accepted()
+    with pytest.raises(RuntimeError), runtime_conn.transaction():
+        end(runtime_conn, rolled_back, "FAILED")
+        raise RuntimeError("the change rolls back")
+    assert deliveries(runtime_conn, hook.id) == []
+    end(runtime_conn, committed, "FAILED", error_code="PERMANENT_FAILURE")
+    (delivery,) = deliveries(runtime_conn, hook.id)
+    assert (delivery["type"], delivery["execution_id"], delivery["status"]) == (
+        "execution.failed",
+        committed,
+        "PENDING",
+    )
+
+
+def test_outbox__event_data_is_the_execution_view(runtime_conn, accepted):
+    subscribe("https://hooks.example.com/a")
+    execution_id = accepted()
+    runtime_conn.execute(
+        "UPDATE execution SET status = 'SUCCEEDED', attempts = 1, finished_at = clock_timestamp(),"
+        ' result = \'{"outcome": "OK", "targetState": "DONE"}\' WHERE id = %s',
+        [execution_id],
+    )
+    (data,) = runtime_conn.execute(
+        "SELECT data FROM webhook_event WHERE execution_id = %s", [execution_id]
+    ).fetchone()
+    view = json.loads(
+        json.dumps(ExecutionViewSerializer(Execution.objects.get(id=execution_id)).data)
+    )
+    assert data == view
+    assert data["outcome"] == "OK" and data["finishedAt"].endswith("Z")
+
+
+def test_outbox__only_the_tenant_and_the_types_asked_for(runtime_conn, accepted):
+    only_success = subscribe("https://hooks.example.com/s", ["execution.succeeded"])
+    elsewhere = subscribe("https://hooks.example.com/g", ["execution.failed"], tenant="globex")
+    end(runtime_conn, accepted(), "FAILED")  # acme, not asked for by acme's subscription
+    end(runtime_conn, accepted(), "SUCCEEDED")
+    end(runtime_conn, accepted(scope="globex"), "FAILED")
+    assert [d["type"] for d in deliveries(runtime_conn, only_success.id)] == ["execution.succeeded"]
+    assert [d["type"] for d in deliveries(runtime_conn, elsewhere.id)] == ["execution.failed"]
+
+
+def test_outbox__every_reported_status_has_its_event_and_live_ones_none(runtime_conn, accepted):
+    hook = subscribe(
+        "https://hooks.example.com/all",
+        [
+            "execution.succeeded",
+            "execution.failed",
+            "execution.cancelled",
+            "execution.reconciliation_required",
+            "execution.suspended",
+        ],
+    )
+    for status in ("RETRY_WAIT", "SUSPENDED", "RECONCILIATION_REQUIRED", "CANCELLED"):
+        end(runtime_conn, accepted(), status)
+    assert sorted(d["type"] for d in deliveries(runtime_conn, hook.id)) == [
+        "execution.cancelled",
+        "execution.reconciliation_required",
+        "execution.suspended",
+    ]
+
+
+def test_outbox__without_subscriptions_writes_nothing(runtime_conn, accepted):
+    end(runtime_conn, accepted(), "SUCCEEDED")
+    assert runtime_conn.execute("SELECT count(*) FROM webhook_event").fetchone()[0] == 0
