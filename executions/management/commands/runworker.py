@@ -3,6 +3,7 @@ import signal
 import sys
 from typing import Any
 
+import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -118,8 +119,10 @@ class Command(BaseCommand):
         # Set before the loop starts, so asyncio leaves SIGINT to us: both signals drain.
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: scheduler.request_stop())
-        with endpoint:
-            asyncio.run(self._serve(scheduler, runtime, config, pooling, metrics))
+        # uvloop: the same asyncio API at about a tenth less CPU per execution
+        # (docs/adr/0014-one-event-loop-per-worker.md).
+        with endpoint, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._serve(scheduler, runtime, config, pooling, metrics))
         if scheduler.outage_exit:
             # An orchestrator restarts it (WORKER_DB_OUTAGE_EXIT_SECONDS).
             self.stderr.write(
