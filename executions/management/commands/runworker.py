@@ -17,6 +17,7 @@ from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
 from executions.workerloops import LOOP_JOIN_SECONDS, worker_loops
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
+from orquestador.jsonlog import lean_records
 from orquestador.workerconfig import (
     WorkerConfig,
     WorkerConfigError,
@@ -103,6 +104,7 @@ class Command(BaseCommand):
         except WorkerConfigError as exc:
             raise CommandError(str(exc)) from None
 
+        lean_records()  # a few lines per execution at INFO: each costs what it writes only
         runtime = (
             RemoteWorkerRuntime(target=remote, config=config)
             if remote is not None
