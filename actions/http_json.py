@@ -111,7 +111,14 @@ class HttpJsonAdapter:
                 result = ActionResult(outcome=Outcome.ACCEPTED)
             else:
                 result = await self._classify(reply, effect)
-        logger.info(
+        if logger.isEnabledFor(logging.DEBUG):  # the runner's lines say what a person needs
+            self._log_call(ctx, binding, result, started)
+        return result
+
+    def _log_call(
+        self, ctx: ActionContext, binding: Binding, result: ActionResult, started: float
+    ) -> None:
+        logger.debug(
             "integration call",
             extra={
                 "capability": binding.contract.key,
@@ -124,7 +131,6 @@ class HttpJsonAdapter:
                 "elapsed_ms": round((time.monotonic() - started) * 1000),
             },
         )
-        return result
 
     async def lookup(self, external_key: str, binding: Binding) -> LookupResult:
         """Ask the provider whether the write with this key happened (INTEGRATIONS.md).

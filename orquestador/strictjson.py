@@ -60,6 +60,9 @@ _STRICT_HOOKS: dict[str, Any] = {
     "parse_float": _finite_float,
     "parse_int": _bounded_int,
 }
+# Built once: json.loads with hooks builds a decoder (and its scanner) at every call.
+_DECODER = json.JSONDecoder(**_STRICT_HOOKS)
+_BOM = "\ufeff"
 
 
 def loads(raw: bytes | str, *, max_bytes: int | None = None) -> Any:
@@ -72,7 +75,9 @@ def loads(raw: bytes | str, *, max_bytes: int | None = None) -> Any:
         except UnicodeDecodeError as exc:
             raise JSONRefused("is not UTF-8 text") from exc
     try:
-        value = json.loads(raw, **_STRICT_HOOKS)
+        if raw.startswith(_BOM):  # as json.loads refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+        value = _DECODER.decode(raw)
     except json.JSONDecodeError as exc:
         raise JSONRefused(
             f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -470,6 +470,22 @@ def test_credentials__sent_from_env_and_never_logged_or_returned(provider, monke
     assert any(r.message == "integration call" for r in caplog.records)
 
 
+def test_call__its_own_log_line_only_at_debug(provider, caplog):
+    provider.plan("/charges", ok())
+    b = binding(url=provider.url("/charges"))
+
+    caplog.set_level("INFO")
+    call(b, context(key="e:info"))
+    at_info = [r for r in caplog.records if r.message == "integration call"]
+    caplog.set_level("DEBUG")
+    provider.plan("/charges", ok())
+    call(b, context(key="e:debug"))
+    at_debug = [r for r in caplog.records if r.message == "integration call"]
+
+    assert at_info == []  # the runner's lines say what a person needs at INFO
+    assert [(r.levelname, r.outcome, r.attempt) for r in at_debug] == [("DEBUG", "SUCCEEDED", 1)]
+
+
 def test_credentials__variable_unset_at_call_time__nothing_sent(provider, monkeypatch):
     monkeypatch.delenv("PAYMENTS_AUTH", raising=False)
     b = binding(
