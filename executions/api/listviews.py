@@ -15,13 +15,11 @@ from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
 from .listquery import Param, list_query, openapi_parameters
+from .render import action_view, execution_view, request_view
 from .serializers import (
     ExecutionActionListSerializer,
-    ExecutionActionSerializer,
     ExecutionPageSerializer,
-    ExecutionViewSerializer,
     RequestPageSerializer,
-    RequestViewSerializer,
 )
 
 REQUEST_FILTERS = (
@@ -104,13 +102,13 @@ def request_list_answer(request: DrfRequest) -> Response:
         list_name="requests",
         params=REQUEST_FILTERS,
         select=selectors.request_list,
-        render=lambda rows: RequestViewSerializer(rows, many=True).data,
+        render=lambda rows: [request_view(row) for row in rows],
     )
 
 
 def _executions(rows: list) -> Any:
     waiting = waiting_for_each(rows)
-    return ExecutionViewSerializer(rows, many=True, context={"waiting": waiting}).data
+    return [execution_view(row, waiting[row.id]) for row in rows]
 
 
 class ExecutionCollectionView(ApiView):
@@ -151,4 +149,4 @@ class ExecutionActionsView(ApiView):
     )
     def get(self, request: DrfRequest, execution_id: str) -> Response:
         steps = selectors.execution_actions(principal=caller(request), execution_id=execution_id)
-        return Response({"results": ExecutionActionSerializer(steps, many=True).data})
+        return Response({"results": [action_view(step) for step in steps]})
