@@ -11,9 +11,11 @@ never an OFFSET that would read every row before it.
 """
 
 import datetime
+import json
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from django.db import connection
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
@@ -25,6 +27,7 @@ from orquestador.errors import CodedError
 from . import access
 from .cursors import Position
 from .models import ActionExecution, Execution, Flow, Request
+from .sql import reads
 
 Row = TypeVar("Row", Request, Execution)  # what a list holds
 
@@ -71,12 +74,26 @@ def request_get(*, principal: Principal, request_id: str) -> Request:
 
 
 def execution_get(*, principal: Principal, execution_id: str) -> Execution:
-    """The execution `execution_id` as `principal` may read it; NOT_FOUND otherwise."""
-    return access.visible_one(
-        access.executions_readable(principal).only(*EXECUTION_VIEW_FIELDS),
-        execution_id,
-        what="execution",
-    )
+    """The execution `execution_id` as `principal` may read it, with its view's columns only;
+    NOT_FOUND otherwise. One fixed statement (executions/sql/reads.py)."""
+    parsed = access.parse_id(execution_id)
+    row = None
+    if parsed is not None:
+        statement = reads.EXECUTION_VIEW.format(
+            access=access.request_filter_sql(principal, alias="r")
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                statement, {"execution_id": parsed, **access.request_filter_params(principal)}
+            )
+            row = cursor.fetchone()
+    if row is None:
+        raise CodedError(errors.NOT_FOUND, "no such execution")
+    values = list(row)
+    result = reads.EXECUTION_VIEW_COLUMNS.index("result")
+    if isinstance(values[result], str):  # Django's connections read jsonb as text
+        values[result] = json.loads(values[result])
+    return Execution.from_db(connection.alias, reads.EXECUTION_VIEW_COLUMNS, values)
 
 
 def execution_get_writable(*, principal: Principal, execution_id: str) -> Execution:

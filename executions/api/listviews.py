@@ -5,6 +5,7 @@ render the page with the cursor of the next one."""
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.utils.timezone import get_current_timezone as current_zone
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request as DrfRequest
 from rest_framework.response import Response
@@ -95,6 +96,11 @@ request_list_operation = _list_operation(
 )
 
 
+def _requests(rows: list) -> Any:
+    zone = current_zone()  # read once for the page
+    return [request_view(row, zone) for row in rows]
+
+
 def request_list_answer(request: DrfRequest) -> Response:
     """GET /api/v1/requests (RequestCollectionView's GET)."""
     return _page(
@@ -102,13 +108,13 @@ def request_list_answer(request: DrfRequest) -> Response:
         list_name="requests",
         params=REQUEST_FILTERS,
         select=selectors.request_list,
-        render=lambda rows: [request_view(row) for row in rows],
+        render=_requests,
     )
 
 
 def _executions(rows: list) -> Any:
-    waiting = waiting_for_each(rows)
-    return [execution_view(row, waiting[row.id]) for row in rows]
+    waiting, zone = waiting_for_each(rows), current_zone()
+    return [execution_view(row, waiting[row.id], zone) for row in rows]
 
 
 class ExecutionCollectionView(ApiView):

@@ -15,16 +15,22 @@ from ..models import ActionExecution, Execution, Request
 from .serializers import COMPENSATION_SUFFIX
 
 
-def moment(value: datetime.datetime | None) -> str | None:
-    """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone, UTC as Z."""
+def moment(value: datetime.datetime | None, zone: datetime.tzinfo | None = None) -> str | None:
+    """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone (or `zone`, the
+    current one read once for a page), UTC as Z."""
     if not value:
         return None
-    text = value.astimezone(timezone.get_current_timezone()).isoformat()
+    text = value.astimezone(zone or timezone.get_current_timezone()).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def execution_view(execution: Execution, waiting: dict[str, Any] | None = None) -> dict[str, Any]:
+def execution_view(
+    execution: Execution,
+    waiting: dict[str, Any] | None = None,
+    zone: datetime.tzinfo | None = None,
+) -> dict[str, Any]:
     """ExecutionViewSerializer's answer; `waiting` is what a SUSPENDED execution waits for."""
+    zone = zone or timezone.get_current_timezone()
     result = execution.result or {}
     view: dict[str, Any] = {
         "id": str(execution.id),
@@ -35,20 +41,21 @@ def execution_view(execution: Execution, waiting: dict[str, Any] | None = None) 
         "targetState": result.get("targetState"),
         "errorCode": execution.error_code,
         "attempts": execution.attempts,
-        "createdAt": moment(execution.created_at),
-        "finishedAt": moment(execution.finished_at),
+        "createdAt": moment(execution.created_at, zone),
+        "finishedAt": moment(execution.finished_at, zone),
     }
     if waiting is not None:
         view["waitingFor"] = {
             "actionId": waiting["actionId"],
             "event": waiting["event"],
-            "deadline": moment(waiting["deadline"]),
+            "deadline": moment(waiting["deadline"], zone),
         }
     return view
 
 
-def request_view(request: Request) -> dict[str, Any]:
+def request_view(request: Request, zone: datetime.tzinfo | None = None) -> dict[str, Any]:
     """RequestViewSerializer's answer (the request's flow loaded with it)."""
+    zone = zone or timezone.get_current_timezone()
     return {
         "id": str(request.id),
         "flowKey": request.flow.key,
@@ -57,8 +64,8 @@ def request_view(request: Request) -> dict[str, Any]:
         "revision": request.revision,
         "data": request.data,
         "blocked": request.blocked_by_id is not None,
-        "createdAt": moment(request.created_at),
-        "updatedAt": moment(request.updated_at),
+        "createdAt": moment(request.created_at, zone),
+        "updatedAt": moment(request.updated_at, zone),
     }
 
 
