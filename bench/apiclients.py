@@ -1,11 +1,11 @@
-"""The API load of bench/worker.py: concurrent clients with a real token, one kind of call.
+"""The API load of bench/api.py: concurrent clients with a real token, one kind of call.
 
-    python bench/apiclients.py BASE_URL TOKEN transitions|executions IDS_FILE CONCURRENCY
+    python bench/apiclients.py BASE_URL TOKEN transitions|get LINES_FILE CONCURRENCY
 
-IDS_FILE has one id per line: request ids for `transitions` (each gets exactly one
-`POST /api/v1/requests/{id}/transitions` of transition `go` at revision 1), execution ids for
-`executions` (`GET /api/v1/executions/{id}`, cycling). CONCURRENCY threads, each with its own
-`requests.Session`, share the ids; every id in the file is called once. Prints one JSON line:
+LINES_FILE has one line per call: a request id for `transitions` (each gets exactly one
+`POST /api/v1/requests/{id}/transitions` of transition `go` at revision 1), a path for `get`
+(`GET BASE_URL + path`). CONCURRENCY threads, each with its own `requests.Session` (keep-alive
+whenever the server allows it), share the lines; each line is called once. Prints one JSON line:
 requests/s, p50 and p99 in ms, and the count of each status.
 """
 
@@ -24,8 +24,8 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def main(argv: list[str]) -> int:
-    base, token, kind, ids_file, concurrency = argv[1:6]
-    ids = [line.strip() for line in open(ids_file) if line.strip()]
+    base, token, kind, lines_file, concurrency = argv[1:6]
+    lines = [line.strip() for line in open(lines_file) if line.strip()]
     concurrency = int(concurrency)
     headers = {"Authorization": f"Bearer {token}"}
     lock = threading.Lock()
@@ -41,9 +41,9 @@ def main(argv: list[str]) -> int:
         mine, codes = [], Counter()
         while True:
             with lock:
-                if cursor[0] >= len(ids):
+                if cursor[0] >= len(lines):
                     break
-                item = ids[cursor[0]]
+                item = lines[cursor[0]]
                 cursor[0] += 1
             began = time.perf_counter()
             if kind == "transitions":
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
                     timeout=30,
                 )
             else:
-                response = session.get(f"{base}/api/v1/executions/{item}", timeout=30)
+                response = session.get(base + item, timeout=30)
             mine.append(time.perf_counter() - began)
             codes[response.status_code] += 1
         with lock:

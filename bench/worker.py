@@ -39,21 +39,20 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    Traces (bench/traces.py): one runworker on the no-op flow and on the slow provider at the
    first --slow-concurrency, tracing off and then on (OTLP/HTTP to a loopback sink): CPU per
    execution of the worker and PostgreSQL, and their ratios.
-8. The API: `POST /api/v1/requests/{id}/transitions` and `GET /api/v1/executions/{id}` through
-   gunicorn (the production web server, docker/) with real HS256 tokens, at 1, 8 and 32
-   concurrent clients (bench/apiclients.py): requests/s, p50, p99.
+8. The API (bench/api.py): transitions, execution reads and list pages of 50 through gunicorn
+   as scripts/start runs it, with real HS256 tokens, at 1, 8 and 32 concurrent clients
+   (bench/apiclients.py): requests/s, p50, p99, each beside the web ceiling (the API's view class
+   reading no database, same server, same run) as a ratio of it.
 9. Lists (bench/lists.py): first- and tenth-page latency of every list filter, in both access
    modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
-   Fairness (bench/fairness.py): both claim orders' cost beside a deep backlog, and tenant B's
+10. Fairness (bench/fairness.py): both claim orders' cost beside a deep backlog, and tenant B's
    slowest acceptance-to-finish at 2 requests/s beside tenant A's backlog of --fairness-backlog
    (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each.
-
-10. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
+11. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
    throughput at 1 x 10 with a subscription on every event against none (CPU per delivered event).
-
-9. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
+12. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
    slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
-10. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
+13. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
    aiohttp (bench/asynchttp.py) at each --slow-concurrency, on asyncio's loop and on uvloop.
 
 For each throughput run it also reports PostgreSQL's CPU and commits per execution (all server
@@ -80,7 +79,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -91,7 +89,7 @@ from psycopg import sql as pgsql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import fairness, lists  # noqa: E402
+from bench import api, fairness, lists  # noqa: E402
 from bench import traces as tracing_cost  # noqa: E402
 from bench import webhooks as webhooks_bench  # noqa: E402
 from bench.peers import Peers  # noqa: E402
@@ -814,110 +812,14 @@ class Bench:
     # -- the API ------------------------------------------------------------------------------
 
     def api(self, clients: list[int], calls: int) -> dict:
-        secret = secrets.token_urlsafe(48)
-        env = {
-            **self.env,
-            "REQUEST_API_ENABLED": "true",
-            "JWT_SECRET": secret,
-            "JWT_ISSUER": JWT_ISSUER,
-            "JWT_AUDIENCE": JWT_AUDIENCE,
-        }
-        import jwt  # the API's own dependency
-
-        now = int(time.time())
-        token = jwt.encode(
-            {
-                "sub": "bench-api",
-                "tenant": "bench",
-                "scope": "requests:write requests:read",
-                "iss": JWT_ISSUER,
-                "aud": JWT_AUDIENCE,
-                "iat": now,
-                "exp": now + 3600,
-            },
-            secret,
-            algorithm="HS256",
+        return api.run(
+            self,
+            python=PYTHON,
+            root=ROOT,
+            clients=clients,
+            calls=calls,
+            web_workers=self.args.web_workers,
         )
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        report: dict = {"server": "gunicorn", "web_workers": self.args.web_workers}
-        with ExitStack() as stack:
-            log = open(self.base / "gunicorn.log", "wb")
-            stack.callback(log.close)
-            server = subprocess.Popen(
-                [
-                    str(Path(PYTHON).parent / "gunicorn"),
-                    "-c",
-                    "python:orquestador.gunicorn",  # the production configuration
-                    "orquestador.wsgi:application",
-                ],
-                cwd=ROOT,
-                env={
-                    **env,
-                    "WEB_BIND": f"127.0.0.1:{port}",
-                    "WEB_WORKERS": str(self.args.web_workers),
-                },
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            stack.callback(self._stop, server)
-            deadline = time.monotonic() + READY_TIMEOUT
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{base}/healthz", timeout=1):  # noqa: S310
-                        break
-                except OSError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise RuntimeError(f"gunicorn did not start; see {self.base}") from None
-                    time.sleep(0.1)
-            for kind in ("transitions", "executions"):
-                report[kind] = []
-                for count in clients:
-                    if kind == "transitions":
-                        ids = [
-                            str(row[0])
-                            for row in self.owner.execute(
-                                "INSERT INTO request (id, flow_id, owner, scope, data, state) "
-                                "SELECT gen_random_uuid(), %s, 'bench-api', 'bench', '{}', "
-                                "'DRAFT' FROM generate_series(1, %s) RETURNING id",
-                                [self.flow_id, calls],
-                            )
-                        ]
-                    else:
-                        ids = [
-                            str(row[0])
-                            for row in self.owner.execute(
-                                "SELECT e.id FROM execution e JOIN request r "
-                                "ON r.id = e.request_id WHERE r.owner = 'bench-api' "
-                                "ORDER BY random() LIMIT %s",
-                                [calls],
-                            )
-                        ]
-                    ids_file = self.base / f"api-{kind}-{count}.ids"
-                    ids_file.write_text("\n".join(ids))
-                    run = subprocess.run(
-                        [
-                            PYTHON,
-                            str(ROOT / "bench" / "apiclients.py"),
-                            base,
-                            token,
-                            kind,
-                            str(ids_file),
-                            str(count),
-                        ],
-                        check=True,
-                        capture_output=True,
-                        text=True,
-                    )
-                    result = json.loads(run.stdout)
-                    print(
-                        f"  {kind} at {count} clients: {result['requests_per_second']} req/s, "
-                        f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, "
-                        f"statuses {result['statuses']}",
-                        flush=True,
-                    )
-                    report[kind].append(result)
-        return report
 
     # -- Procrastinate ------------------------------------------------------------------------
 
@@ -1099,7 +1001,7 @@ class Bench:
                 integrations=SLOW_INTEGRATIONS,
             )
         if "api" in wanted:
-            print(f"API through gunicorn ({args.web_workers} workers):", flush=True)
+            print("API through gunicorn, beside the web ceiling:", flush=True)
             self.report["api"] = self.api(args.api_clients, args.api_calls)
         if "claim" in wanted:
             print("claim statement time (the worker's session settings):", flush=True)
@@ -1155,7 +1057,10 @@ class Bench:
             print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
             self.report["lists"] = lists.run(
                 self.owner,
-                {**self.env, "WEB_WORKERS": str(args.web_workers)},
+                {
+                    **self.env,
+                    **({"WEB_WORKERS": str(args.web_workers)} if args.web_workers else {}),
+                },
                 ROOT,
                 self.base,
                 _free_port(),
@@ -1328,16 +1233,7 @@ def summary(report: dict) -> list[str]:
                 f"{info} ms CPU/execution against {usual} ms at "
                 f"{report['settings']['log_level']} ({_ratio(info, usual)})"
             )
-    if "api" in report:
-        for kind in ("transitions", "executions"):
-            lines.append(
-                f"  API {kind}: "
-                + "; ".join(
-                    f"{r['clients']} clients {r['requests_per_second']} req/s "
-                    f"p50 {r['p50_ms']} p99 {r['p99_ms']} ms"
-                    for r in report["api"][kind]
-                )
-            )
+    lines += api.summary_lines(report)
     if "procrastinate" in report:
         theirs = max(report["procrastinate"], key=lambda r: r["jobs_per_second"])
         ours = max(runs, key=lambda r: r["executions_per_second"], default=None)
@@ -1374,7 +1270,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slow-delay", type=float, default=0.1, help="provider delay, seconds")
     parser.add_argument("--api-clients", default="1,8,32")
     parser.add_argument("--api-calls", type=int, default=2_000)
-    parser.add_argument("--web-workers", type=int, default=2, help="WEB_WORKERS of the web server")
+    parser.add_argument(
+        "--web-workers",
+        type=int,
+        default=None,
+        help="WEB_WORKERS of the web server (default: as scripts/start runs it)",
+    )
     parser.add_argument("--list-rows", type=int, default=1_000_000, help="of each, for lists")
     parser.add_argument("--list-samples", type=int, default=30, help="per filter and mode")
     parser.add_argument("--fairness-backlog", type=int, default=20_000, help="tenant A's")

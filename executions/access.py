@@ -2,8 +2,9 @@
 
 Invariants:
 - every query for a request or an execution on behalf of a caller starts from one of the
-  querysets below, so the caller's tenant, and the owner unless the caller may read the whole
-  tenant, are in its WHERE clause: nothing is fetched first and checked afterwards;
+  querysets below, or for a raw statement from `request_filter_sql`, so the caller's tenant, and
+  the owner unless the caller may read the whole tenant, are in its WHERE clause: nothing is
+  fetched first and checked afterwards;
 - writes always need both owner and tenant; `requests:read:tenant` widens reads only;
 - a resource outside the filter is indistinguishable from a missing one (the caller gets 404).
 """
@@ -27,6 +28,18 @@ def _request_filter(principal: Principal, *, prefix: str = "", whole_tenant: boo
     if not whole_tenant:
         condition &= Q(**{f"{prefix}owner": principal.subject})
     return condition
+
+
+def request_filter_sql(principal: Principal, *, alias: str) -> str:
+    """The read filter of `requests_readable` for a raw statement, on the request `alias`: its
+    parameters are %(scope)s and %(owner)s (`request_filter_params`)."""
+    if principal.has(REQUESTS_READ_TENANT):
+        return f"{alias}.scope = %(scope)s"
+    return f"{alias}.scope = %(scope)s AND {alias}.owner = %(owner)s"
+
+
+def request_filter_params(principal: Principal) -> dict[str, str]:
+    return {"scope": principal.tenant, "owner": principal.subject}
 
 
 def requests_readable(principal: Principal) -> QuerySet[Request]:

@@ -11,9 +11,11 @@ never an OFFSET that would read every row before it.
 """
 
 import datetime
+import json
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from django.db import connection
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
@@ -25,8 +27,35 @@ from orquestador.errors import CodedError
 from . import access
 from .cursors import Position
 from .models import ActionExecution, Execution, Flow, Request
+from .sql import reads
 
 Row = TypeVar("Row", Request, Execution)  # what a list holds
+
+# The columns a request's or an execution's view shows (executions/api/render.py), the only ones
+# its reads load: not a flow's definition per request, nor an execution's snapshots.
+REQUEST_VIEW_FIELDS = (
+    "id",
+    "flow__key",
+    "flow__version",
+    "state",
+    "revision",
+    "data",
+    "blocked_by",
+    "created_at",
+    "updated_at",
+)
+EXECUTION_VIEW_FIELDS = (
+    "id",
+    "request",
+    "transition_id",
+    "status",
+    "result",
+    "error_code",
+    "attempts",
+    "created_at",
+    "finished_at",
+    "next_attempt_at",  # a SUSPENDED one's deadline
+)
 
 
 @dataclass(frozen=True)
@@ -38,13 +67,33 @@ class Page(Generic[Row]):
 def request_get(*, principal: Principal, request_id: str) -> Request:
     """The request `request_id` as `principal` may read it, with its flow; NOT_FOUND otherwise."""
     return access.visible_one(
-        access.requests_readable(principal).select_related("flow"), request_id, what="request"
+        access.requests_readable(principal).select_related("flow").only(*REQUEST_VIEW_FIELDS),
+        request_id,
+        what="request",
     )
 
 
 def execution_get(*, principal: Principal, execution_id: str) -> Execution:
-    """The execution `execution_id` as `principal` may read it; NOT_FOUND otherwise."""
-    return access.visible_one(access.executions_readable(principal), execution_id, what="execution")
+    """The execution `execution_id` as `principal` may read it, with its view's columns only;
+    NOT_FOUND otherwise. One fixed statement (executions/sql/reads.py)."""
+    parsed = access.parse_id(execution_id)
+    row = None
+    if parsed is not None:
+        statement = reads.EXECUTION_VIEW.format(
+            access=access.request_filter_sql(principal, alias="r")
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                statement, {"execution_id": parsed, **access.request_filter_params(principal)}
+            )
+            row = cursor.fetchone()
+    if row is None:
+        raise CodedError(errors.NOT_FOUND, "no such execution")
+    values = list(row)
+    result = reads.EXECUTION_VIEW_COLUMNS.index("result")
+    if isinstance(values[result], str):  # Django's connections read jsonb as text
+        values[result] = json.loads(values[result])
+    return Execution.from_db(connection.alias, reads.EXECUTION_VIEW_COLUMNS, values)
 
 
 def execution_get_writable(*, principal: Principal, execution_id: str) -> Execution:
@@ -123,7 +172,7 @@ def request_list(
 
     flowKey is resolved to its versions' ids first (one statement on the small flow table), so
     the page's own statement walks request_flow_list_idx by equality."""
-    rows = access.requests_readable(principal).select_related("flow")
+    rows = access.requests_readable(principal).select_related("flow").only(*REQUEST_VIEW_FIELDS)
     if "flowKey" in filters:
         flow_ids = list(Flow.objects.filter(key=filters["flowKey"]).values_list("id", flat=True))
         if not flow_ids:
@@ -147,7 +196,7 @@ def execution_list(
 ) -> Page[Execution]:
     """A page of the executions `principal` may read, matching `filters` (the query's names:
     status, requestId, transitionId, errorCode, createdAfter, createdBefore, finishedAfter)."""
-    rows = access.executions_listable(principal)
+    rows = access.executions_listable(principal).only(*EXECUTION_VIEW_FIELDS)
     for name, column in (
         ("status", "status"),
         ("requestId", "request_id"),

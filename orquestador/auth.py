@@ -7,7 +7,10 @@ Invariants:
   other algorithm (`none` included) is refused before its signature is looked at;
 - `exp`, `iss`, `aud`, `sub` and `tenant` are required; `exp` and `nbf` are enforced with a small
   leeway for clock skew; `iss` and `aud` must equal `JWT_ISSUER` and `JWT_AUDIENCE`;
-- refusals say what is wrong with the token, never echo it, and never reach the logs with it.
+- refusals say what is wrong with the token, never echo it, and never reach the logs with it;
+- a token that verified is remembered until its `exp` under the settings it verified with
+  (orquestador/tokencache.py), so a client's next call skips the verification; a refused one
+  never is.
 
 The principal is the caller as the token states it: `sub` is the owner of what it creates,
 `tenant` its scope, and `scope` the space-separated permissions below.
@@ -29,6 +32,8 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request as DrfRequest
 from rest_framework.views import APIView
+
+from . import tokencache
 
 # Permissions carried in the `scope` claim.
 REQUESTS_WRITE = "requests:write"
@@ -137,6 +142,11 @@ def principal_from_token(token: str) -> Principal:
     verifier = configured_verifier()
     if len(token) > MAX_TOKEN_BYTES:
         raise TokenInvalid(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
+    # Verified under these settings, not expired: the same principal (orquestador/tokencache.py).
+    config = (verifier, settings.JWT_ISSUER, settings.JWT_AUDIENCE)
+    known = tokencache.remembered(token, config)
+    if known is not None:
+        return known
     try:
         header = jwt.get_unverified_header(token)
     except jwt.InvalidTokenError as exc:
@@ -175,7 +185,9 @@ def principal_from_token(token: str) -> Principal:
         raise TokenInvalid("the token's signature does not verify") from exc
     except jwt.InvalidTokenError as exc:
         raise TokenInvalid("the token is not a valid JWT") from exc
-    return _principal(claims)
+    principal = _principal(claims)
+    tokencache.remember(token, config, principal, claims["exp"])
+    return principal
 
 
 def _principal(claims: dict) -> Principal:

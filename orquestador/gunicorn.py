@@ -2,17 +2,26 @@
 
     gunicorn -c python:orquestador.gunicorn orquestador.wsgi:application
 
-WEB_BIND (default 127.0.0.1:8000) and WEB_WORKERS (default 2) from the environment; request
-lines and headers are bounded so a caller cannot make the server buffer without limit, and what
-gunicorn refuses itself is answered in the API's format by the project's worker class
-(orquestador/gunicornworker.py: JSON 431 HEADERS_TOO_LARGE under /api/ for a head over them).
+WEB_BIND (default 127.0.0.1:8000), WEB_WORKERS (default 2) and WEB_THREADS (default 4) from the
+environment; request lines and headers are bounded so a caller cannot make the server buffer
+without limit, and what gunicorn refuses itself is answered in the API's format by the project's
+worker classes (orquestador/gunicornworker.py: JSON 431 HEADERS_TOO_LARGE under /api/ for a head
+over them).
 """
 
 import os
 
 bind = [os.environ.get("WEB_BIND", "127.0.0.1:8000")]
 workers = int(os.environ.get("WEB_WORKERS", "2"))  # processes; one per core is a fair start
-worker_class = "orquestador.gunicornworker.SyncWorker"  # gunicorn's sync worker, JSON refusals
+# Threads per process: while one request waits on PostgreSQL, another runs. Above 1, gunicorn's
+# threaded worker (which also keeps connections alive); 1, its sync worker. Each with the
+# project's JSON refusals. Every thread holds its own database connection.
+threads = int(os.environ.get("WEB_THREADS", "4"))
+worker_class = (
+    "orquestador.gunicornworker.ThreadWorker"
+    if threads > 1
+    else "orquestador.gunicornworker.SyncWorker"
+)
 timeout = 30  # seconds a worker may spend on one request before it is replaced
 if os.environ.get("WORKER_ENDPOINT_ENABLED", "").strip().lower() in ("true", "1", "yes", "on"):
     # A worker endpoint holds a web thread up to WORKER_ENDPOINT_RUN_SECONDS per package, then

@@ -1,4 +1,5 @@
-"""gunicorn's sync worker, answering what gunicorn refuses itself as the application would.
+"""gunicorn's workers (sync, and threaded: gthread), answering what gunicorn refuses itself as
+the application would.
 
 gunicorn refuses a request line or header fields over its limits, malformed ones and framing it
 cannot trust before the application sees the request, with an HTML page of its own
@@ -27,7 +28,7 @@ from gunicorn.http.message import (
     Message,
 )
 from gunicorn.http.wsgi import Response, default_environ
-from gunicorn.workers import sync
+from gunicorn.workers import gthread, sync
 
 from . import errors
 
@@ -182,14 +183,11 @@ class _HeadRecorder:
         return getattr(self._sock, name)
 
 
-class SyncWorker(sync.SyncWorker):
-    """gunicorn's sync worker; only its error answers differ (see the module docstring)."""
+class JsonRefusals:
+    """What both workers share: `handle_error` (see the module docstring)."""
 
-    def handle(self, listener: Any, client: Any, addr: Any) -> None:
-        if self.cfg.is_ssl:  # the TLS wrap needs the socket itself; no path is read then
-            super().handle(listener, client, addr)
-            return
-        super().handle(listener, _HeadRecorder(client), addr)
+    cfg: Any
+    log: Any
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         started = time.monotonic()
@@ -211,3 +209,26 @@ class SyncWorker(sync.SyncWorker):
             util.write_nonblock(client, response_bytes(refusal, as_json=answers_json(path)))
         except Exception:  # the client is gone: nothing left to tell it
             self.log.debug("Failed to send error message.")
+
+
+class SyncWorker(JsonRefusals, sync.SyncWorker):
+    """gunicorn's sync worker; only its error answers differ (see the module docstring)."""
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        if self.cfg.is_ssl:  # the TLS wrap needs the socket itself; no path is read then
+            super().handle(listener, client, addr)
+            return
+        super().handle(listener, _HeadRecorder(client), addr)
+
+
+class ThreadWorker(JsonRefusals, gthread.ThreadWorker):
+    """gunicorn's threaded worker (keep-alive connections, a pool of threads per process); only
+    its error answers differ. A kept-alive connection records each request's head anew."""
+
+    def handle(self, conn: Any) -> Any:
+        if not self.cfg.is_ssl:  # as SyncWorker: the TLS wrap needs the socket itself
+            if isinstance(conn.sock, _HeadRecorder):
+                conn.sock.head = b""
+            else:
+                conn.sock = _HeadRecorder(conn.sock)
+        return super().handle(conn)

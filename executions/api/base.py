@@ -178,10 +178,13 @@ def read_one_view(
     serializer: type[serializers.Serializer],
     summary: str,
     description: str,
+    render: Callable[[Any], Any] | None = None,
 ) -> type[ApiView]:
     """The view of `GET /api/v1/<what>s/<id>`: one `what` the caller may read, found by
-    `select(principal=..., <what>_id=...)` and rendered by `serializer`; anything else is a 404."""
+    `select(principal=..., <what>_id=...)` and answered as `serializer` describes it (built by
+    `render` when given: the same JSON, see render.py); anything else is a 404."""
     field = f"{what}_id"
+    answer = render or (lambda found: serializer(found).data)
 
     class ReadOneView(ApiView):
         required_permissions = {"GET": READ}
@@ -198,7 +201,7 @@ def read_one_view(
         )
         def get(self, request: DrfRequest, **ids: str) -> Response:
             found = select(principal=caller(request), **{field: ids[field]})
-            return Response(serializer(found).data)
+            return Response(answer(found))
 
     ReadOneView.__name__ = ReadOneView.__qualname__ = f"{what.capitalize()}DetailView"
     return ReadOneView

@@ -21,6 +21,7 @@ from .. import selectors
 from ..callbacks import MAX_CALLBACK_BYTES, callback_receive
 from ..cancel import execution_cancel
 from ..resumes import MAX_KEPT_EVENTS, execution_resume
+from ..waits import waiting_for
 from .base import (
     INVALID_BODY,
     METHOD_NOT_ALLOWED,
@@ -33,6 +34,7 @@ from .base import (
     read_one_view,
     validated,
 )
+from .render import execution_view
 from .serializers import (
     CallbackSerializer,
     ExecutionCancelSerializer,
@@ -47,6 +49,7 @@ ExecutionDetailView = read_one_view(
     "Read an execution",
     "Its status and, once decided, the business outcome and target state; a "
     "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
+    render=lambda found: execution_view(found, waiting_for(found)),
 )
 
 

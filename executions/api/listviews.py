@@ -5,6 +5,7 @@ render the page with the cursor of the next one."""
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.utils.timezone import get_current_timezone as current_zone
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request as DrfRequest
 from rest_framework.response import Response
@@ -15,13 +16,11 @@ from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
 from .listquery import Param, list_query, openapi_parameters
+from .render import action_view, execution_view, request_view
 from .serializers import (
     ExecutionActionListSerializer,
-    ExecutionActionSerializer,
     ExecutionPageSerializer,
-    ExecutionViewSerializer,
     RequestPageSerializer,
-    RequestViewSerializer,
 )
 
 REQUEST_FILTERS = (
@@ -97,6 +96,11 @@ request_list_operation = _list_operation(
 )
 
 
+def _requests(rows: list) -> Any:
+    zone = current_zone()  # read once for the page
+    return [request_view(row, zone) for row in rows]
+
+
 def request_list_answer(request: DrfRequest) -> Response:
     """GET /api/v1/requests (RequestCollectionView's GET)."""
     return _page(
@@ -104,13 +108,13 @@ def request_list_answer(request: DrfRequest) -> Response:
         list_name="requests",
         params=REQUEST_FILTERS,
         select=selectors.request_list,
-        render=lambda rows: RequestViewSerializer(rows, many=True).data,
+        render=_requests,
     )
 
 
 def _executions(rows: list) -> Any:
-    waiting = waiting_for_each(rows)
-    return ExecutionViewSerializer(rows, many=True, context={"waiting": waiting}).data
+    waiting, zone = waiting_for_each(rows), current_zone()
+    return [execution_view(row, waiting[row.id], zone) for row in rows]
 
 
 class ExecutionCollectionView(ApiView):
@@ -151,4 +155,4 @@ class ExecutionActionsView(ApiView):
     )
     def get(self, request: DrfRequest, execution_id: str) -> Response:
         steps = selectors.execution_actions(principal=caller(request), execution_id=execution_id)
-        return Response({"results": ExecutionActionSerializer(steps, many=True).data})
+        return Response({"results": [action_view(step) for step in steps]})

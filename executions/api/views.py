@@ -19,6 +19,8 @@ from orquestador.errors import CodedError
 
 from .. import selectors, services
 from ..flows.publication import flow_publish
+from ..waits import waiting_for
+from .acceptbody import accept_body
 from .base import (
     IDEMPOTENCY_KEY_SCHEMA,
     READ,
@@ -33,6 +35,7 @@ from .base import (
     validated,
 )
 from .listviews import request_list_answer, request_list_operation
+from .render import execution_view, request_view
 from .serializers import (
     ExecutionViewSerializer,
     FlowDefinitionSerializer,
@@ -98,6 +101,7 @@ RequestDetailView = read_one_view(
     "Read a request",
     "Needs requests:read (the caller's own requests) or requests:read:tenant "
     "(every request of the caller's tenant).",
+    render=request_view,
 )
 
 
@@ -152,7 +156,7 @@ class TransitionCollectionView(ApiView):
         },
     )
     def post(self, request: DrfRequest, request_id: str) -> Response:
-        body = validated(TransitionAcceptSerializer, request)
+        body = accept_body(request)
         execution, _created = services.transition_accept(
             principal=caller(request),
             request_id=request_id,
@@ -161,7 +165,7 @@ class TransitionCollectionView(ApiView):
             idempotency_key=idempotency_key(request),
         )
         return Response(
-            ExecutionViewSerializer(execution).data,
+            execution_view(execution, waiting_for(execution)),
             status=status.HTTP_202_ACCEPTED,
             headers={"Location": f"/api/v1/executions/{execution.id}"},
         )

@@ -1,5 +1,6 @@
 """Every statement of the execution queue by name; each lives in its owner module here."""
 
+from .acceptance import ACCEPT_READ, ACCEPT_WRITE
 from .checkpoints import (
     CHECKPOINT_SETTLE,
     CHECKPOINT_START,
@@ -105,6 +106,8 @@ from .webhooks import (
 )
 
 __all__ = [
+    "ACCEPT_READ",
+    "ACCEPT_WRITE",
     "AUDIT_APPEND",
     "CALLBACK_CHECKPOINT",
     "CALLBACK_SETTLE",

@@ -83,7 +83,9 @@ def flow() -> None:
 
 
 def head(method: str, target: str, *fields: str, version: str = "HTTP/1.1") -> bytes:
-    lines = [f"{method} {target} {version}", "Host: 127.0.0.1", *fields]
+    # Connection: close, so an answer ends with the connection (read_answer reads to the end)
+    # rather than when a kept-alive connection times out.
+    lines = [f"{method} {target} {version}", "Host: 127.0.0.1", "Connection: close", *fields]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 

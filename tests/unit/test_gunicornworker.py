@@ -7,6 +7,7 @@ provoke on purpose.
 
 import json
 import socket
+from typing import Any
 
 import pytest
 from gunicorn.config import Config
@@ -14,12 +15,14 @@ from gunicorn.glogging import Logger
 from gunicorn.http import errors as http
 from gunicorn.http.message import Request
 from gunicorn.http.unreader import IterUnreader
+from gunicorn.workers import gthread
 
 from orquestador import api_errors, errors
 from orquestador import gunicorn as gunicorn_settings
 from orquestador.gunicornworker import (
     HEAD_KEPT,
     SyncWorker,
+    ThreadWorker,
     _HeadRecorder,
     answers_json,
     refusal_for,
@@ -225,3 +228,65 @@ def test_handle_error__answers_every_exception_it_is_handed(exc):
     assert status == f"HTTP/1.1 {refusal.status} {refusal.reason}"
     assert headers["Content-Type"] == "application/json"
     assert json.loads(body) == {"code": refusal.code, "detail": refusal.detail}
+
+
+def _one_answer(sock: socket.socket) -> bytes:
+    """One whole answer with a Content-Length, read off `sock` (within its timeout)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[
+            1
+        ]
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def _threaded(*heads: bytes) -> list[bytes]:
+    """What the threaded worker answers on one connection to each head in turn, served as it
+    serves a kept-alive connection: the same connection object, handled once per request."""
+    left, right = socket.socketpair()
+    right.settimeout(5)
+    with left, right:
+        cfg = project_config()
+        worker = ThreadWorker(1, 0, [], None, 30, cfg, Logger(cfg))
+
+        def application(environ: dict, start_response: Any) -> list[bytes]:
+            start_response("200 OK", [("Content-Length", "2")])
+            return [b"ok"]
+
+        worker.wsgi = application
+        answers = []
+        try:
+            conn = gthread.TConn(cfg, left, ("127.0.0.1", 5), ("127.0.0.1", 8000))
+            for head in heads:
+                right.sendall(head)
+                conn.data_ready = True
+                worker.handle(conn)
+                answers.append(_one_answer(right))
+        finally:
+            worker.tmp.close()
+        return answers
+
+
+def test_thread_worker__a_head_too_large_under_api_is_json():
+    (answer,) = _threaded(b"GET /api/v1/" + b"x" * 9000 + b" HTTP/1.1\r\n\r\n")
+    status, headers, body = _answer(answer)
+    assert status == "HTTP/1.1 431 Request Header Fields Too Large"
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body)["code"] == "HEADERS_TOO_LARGE"
+
+
+def test_thread_worker__each_request_of_a_kept_alive_connection_has_its_own_head():
+    first, second = _threaded(
+        b"GET /api/v1/requests HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /admin/" + b"x" * 9000 + b" HTTP/1.1\r\n\r\n",
+    )
+    assert first.startswith(b"HTTP/1.1 200 OK")
+    status, headers, _ = _answer(second)
+    assert status == "HTTP/1.1 431 Request Header Fields Too Large"
+    assert headers["Content-Type"] == "text/plain; charset=utf-8"  # the second one's path

@@ -1,32 +1,27 @@
 """What one API call costs the database: the statements it sends, counted and pinned.
 
-An acceptance is one transaction of a fixed, small number of statements whatever the request;
-reading an execution is one statement. A change that adds a query to these paths fails here
-and must say why in this file.
+An acceptance is two statements whatever the request, with no BEGIN or COMMIT of its own: the
+read, then the write that is its one transaction (executions/acceptance.py); reading an
+execution is one statement. A change that adds a query to these paths fails here and must say
+why in this file.
 """
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-pytestmark = pytest.mark.django_db(transaction=True)  # real BEGIN and COMMIT, no savepoints
+from executions import flowcache
 
-# One transaction: BEGIN, the request locked with its flow, the execution inserted, the
-# request's counters and block updated, TRANSITION_ACCEPTED inserted, the NOTIFY, COMMIT.
-ACCEPT_STATEMENTS = [
-    "BEGIN",
-    "SELECT",  # the caller's request and its flow, FOR UPDATE OF the request
-    "INSERT",  # the execution
-    "UPDATE",  # the request: revision, version, blocked_by
-    "INSERT",  # TRANSITION_ACCEPTED
-    "SELECT",  # pg_notify: wakes an idle worker at commit
-    "COMMIT",
-]
-ACCEPT_WITH_KEY_STATEMENTS = [
-    *ACCEPT_STATEMENTS[:2],
-    "SELECT",  # an earlier acceptance with this Idempotency-Key, under the request's lock
-    *ACCEPT_STATEMENTS[2:],
-]
+pytestmark = pytest.mark.django_db(transaction=True)  # real transactions, no savepoints
+
+# The caller's request with its flow's identity (and the execution an Idempotency-Key already
+# names on it), then one statement: the request's counters and block, the execution,
+# TRANSITION_ACCEPTED and the NOTIFY, committed as it ends.
+ACCEPT_STATEMENTS = ["SELECT", "WITH"]
+ACCEPT_WITH_KEY_STATEMENTS = ACCEPT_STATEMENTS  # the key's lookup is part of the read
+REPLAY_STATEMENTS = ["SELECT", "SELECT"]  # the read finds the key's execution; then that one
+# The first acceptance on a flow version in a process also reads its definition, once.
+FIRST_ON_FLOW_STATEMENTS = ["SELECT", "SELECT", "WITH"]
 GET_STATEMENTS = ["SELECT"]  # the caller's execution, access filtered in the WHERE clause
 
 
@@ -38,22 +33,54 @@ def sent(captured: CaptureQueriesContext) -> list[str]:
     return [query["sql"][:100] for query in captured.captured_queries]
 
 
-def test_accept__is_one_transaction_of_five_statements_between_begin_and_commit(alice, flow):
-    created = alice.create()
+@pytest.fixture
+def warm(alice, flow) -> None:
+    """The flow's definition already read by this process, as after its first acceptance."""
+    alice.accept(alice.create()["id"], "submit", 1)
     connection.ensure_connection()
+
+
+def test_accept__is_two_statements_and_the_write_is_one_transaction(alice, flow, warm):
+    created = alice.create()
 
     with CaptureQueriesContext(connection) as captured:
         response = alice.accept(created["id"], "submit", 1)
 
     assert response.status_code == 202, response.content
     assert verbs(captured) == ACCEPT_STATEMENTS, sent(captured)
-    assert "FOR UPDATE" in captured.captured_queries[1]["sql"]
-    assert "pg_notify" in captured.captured_queries[5]["sql"]
+    write = captured.captured_queries[1]["sql"]
+    for part in ("UPDATE request", "INSERT INTO execution", "INSERT INTO audit_event", "pg_notify"):
+        assert part in write, write
+    assert connection.get_autocommit()  # no transaction left open around it
 
 
-def test_accept_with_idempotency_key__adds_only_the_key_lookup(alice, flow):
-    created = alice.create()
+def test_accept__the_first_on_a_flow_version_reads_its_definition_once(alice, flow):
+    flowcache.forget_all()
+    first, second = alice.create(), alice.create()
     connection.ensure_connection()
+
+    with CaptureQueriesContext(connection) as captured:
+        assert alice.accept(first["id"], "submit", 1).status_code == 202
+    assert verbs(captured) == FIRST_ON_FLOW_STATEMENTS, sent(captured)
+    assert "definition" in captured.captured_queries[1]["sql"]
+
+    with CaptureQueriesContext(connection) as captured:
+        assert alice.accept(second["id"], "submit", 1).status_code == 202
+    assert verbs(captured) == ACCEPT_STATEMENTS, sent(captured)
+
+
+def test_accept__a_refusal_is_the_read_alone(alice, flow, warm):
+    created = alice.create()
+
+    with CaptureQueriesContext(connection) as captured:
+        response = alice.accept(created["id"], "submit", 7)
+
+    assert response.status_code == 409, response.content
+    assert verbs(captured) == ["SELECT"], sent(captured)
+
+
+def test_accept_with_idempotency_key__costs_nothing_more(alice, flow, warm):
+    created = alice.create()
 
     with CaptureQueriesContext(connection) as captured:
         response = alice.accept(created["id"], "submit", 1, HTTP_IDEMPOTENCY_KEY="k-1")
@@ -65,7 +92,7 @@ def test_accept_with_idempotency_key__adds_only_the_key_lookup(alice, flow):
         again = alice.accept(created["id"], "submit", 1, HTTP_IDEMPOTENCY_KEY="k-1")
 
     assert again.status_code == 202 and again.json() == response.json()
-    assert verbs(replay) == ["BEGIN", "SELECT", "SELECT", "COMMIT"], sent(replay)
+    assert verbs(replay) == REPLAY_STATEMENTS, sent(replay)
 
 
 def test_get_execution__is_one_statement(alice, flow):

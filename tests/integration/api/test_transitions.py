@@ -3,10 +3,10 @@
 import uuid
 
 import pytest
+from django.db import connection
 from django.db.models import F
 from django.test import Client
 
-from executions import services
 from executions.models import AuditEvent, AuditType, Execution, ExecutionStatus, Request
 
 from .conftest import Caller, assert_error
@@ -166,16 +166,23 @@ def test_accept__malformed_json_is_invalid(alice, flow):
     assert_error(response, 400, "INVALID_BODY", "not valid JSON")
 
 
-def test_accept__a_failing_step_rolls_everything_back(alice, flow, monkeypatch):
+REFUSE_ACCEPTED_AUDIT = """
+CREATE FUNCTION test_refuse_accepted_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.type = 'TRANSITION_ACCEPTED' THEN
+        RAISE EXCEPTION 'audit store unavailable';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_refuse_accepted_audit BEFORE INSERT ON audit_event
+    FOR EACH ROW EXECUTE FUNCTION test_refuse_accepted_audit();
+"""
+
+
+def test_accept__a_failing_step_rolls_everything_back(alice, flow):
     created = alice.create()
-    real_append = services.audit_append
-
-    def failing_append(cursor, **kwargs):
-        if kwargs.get("type") == AuditType.TRANSITION_ACCEPTED:
-            raise RuntimeError("audit store unavailable")
-        return real_append(cursor, **kwargs)
-
-    monkeypatch.setattr(services, "audit_append", failing_append)
+    with connection.cursor() as cursor:  # the test's own transaction: gone when it ends
+        cursor.execute(REFUSE_ACCEPTED_AUDIT)
     client = Caller(None, Client(raise_request_exception=False))
     client.headers = alice.headers
     response = client.accept(created["id"], "submit", 1)

@@ -1,0 +1,204 @@
+"""Where one API call's time goes: the WSGI application called in this process, no server and no
+socket, on a throwaway cluster like bench/run's.
+
+    .venv/bin/python bench/apiprofile.py [--calls 2000] [--profile transitions] [--top 25]
+
+For each kind (ceiling, transitions, executions, execution_pages, request_pages; as bench/api.py
+names them) it times N calls one after another and reports the mean per call, split into the
+time spent in each statement (client-side, round trip included: Django's execute wrapper; the
+connection's health check is not a Django statement and lands in "rest") and the rest (Python:
+middleware, DRF, authentication, parsing, rendering). With --profile KIND, the same calls again
+under cProfile timed by this process's CPU (not the waits), the top functions by cumulative time.
+"""
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+KINDS = ("ceiling", "transitions", "executions", "execution_pages", "request_pages")
+
+
+def parent(args: argparse.Namespace) -> int:
+    from bench.worker import Bench
+
+    (ROOT / ".local").mkdir(exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="apiprofile.", dir=ROOT / ".local"))
+    os.chmod(base, 0o755)  # noqa: S103 (the server's OS user must reach the cluster inside)
+    bench = Bench(argparse.Namespace(concurrency=10, log_level="WARNING"), base)
+    try:
+        bench.start_cluster()
+        env = {
+            **bench.env,
+            "DJANGO_SETTINGS_MODULE": "bench.websettings",
+            "REQUEST_API_ENABLED": "true",
+            "JWT_SECRET": "apiprofile-secret-long-enough-for-hs256-0123456789",
+            "BENCH_FLOW_ID": str(bench.flow_id),
+        }
+        command = [PYTHON, __file__, "--child", "--calls", str(args.calls), "--top", str(args.top)]
+        if args.profile:
+            command += ["--profile", args.profile]
+        return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
+    finally:
+        bench.stop_cluster()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def child(args: argparse.Namespace) -> int:
+    import django
+
+    django.setup()
+    import jwt
+    from django.db import connection
+
+    from orquestador.wsgi import application
+
+    now = int(time.time())
+    token = jwt.encode(
+        {
+            "sub": "bench-api",
+            "tenant": "bench",
+            "scope": "requests:write requests:read",
+            "iss": "orquestador",
+            "aud": "orquestador-api",
+            "iat": now,
+            "exp": now + 3600,
+        },
+        os.environ["JWT_SECRET"],
+        algorithm="HS256",
+    )
+    flow_id = int(os.environ["BENCH_FLOW_ID"])
+    statements: dict[str, list[float]] = defaultdict(list)
+
+    def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements[" ".join(sql.split())[:70]].append(time.perf_counter() - started)
+
+    def call(method: str, path: str, body: bytes = b"") -> int:
+        query = ""
+        if "?" in path:
+            path, query = path.split("?", 1)
+        environ = {
+            "REQUEST_METHOD": method,
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "HTTP_HOST": "127.0.0.1",
+            "HTTP_AUTHORIZATION": f"Bearer {token}",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": False,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+        }
+        if body:
+            environ["CONTENT_TYPE"] = "application/json"
+            environ["CONTENT_LENGTH"] = str(len(body))
+        status: list[str] = []
+        chunks = application(environ, lambda s, h, *rest: status.append(s))
+        b"".join(chunks)
+        if hasattr(chunks, "close"):
+            chunks.close()
+        return int(status[0].split()[0])
+
+    def fresh_requests(n: int) -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO request (id, flow_id, owner, scope, data, state) SELECT "
+                "gen_random_uuid(), %s, 'bench-api', 'bench', '{}', 'DRAFT' FROM "
+                "generate_series(1, %s) RETURNING id",
+                [flow_id, n],
+            )
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    accept = json.dumps({"transitionId": "go", "expectedRevision": 1}).encode()
+
+    def calls_of(kind: str, n: int) -> list[tuple[str, str, bytes]]:
+        if kind == "transitions":
+            return [
+                ("POST", f"/api/v1/requests/{i}/transitions", accept) for i in fresh_requests(n)
+            ]
+        if kind == "executions":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM execution ORDER BY random() LIMIT %s", [n])
+                ids = [row[0] for row in cursor.fetchall()]
+            return [("GET", f"/api/v1/executions/{ids[i % len(ids)]}", b"") for i in range(n)]
+        if kind == "ceiling":
+            return [("GET", "/api/bench/ceiling", b"")] * n
+        name = "executions" if kind == "execution_pages" else "requests"
+        return [("GET", f"/api/v1/{name}?limit=50", b"")] * n
+
+    # Executions to read and list, and everything imported and connected.
+    for method, path, body in calls_of("transitions", max(args.calls, 200)):
+        if call(method, path, body) != 202:
+            raise RuntimeError(f"POST {path} did not answer 202")
+    for kind in KINDS:
+        for method, path, body in calls_of(kind, 50):
+            call(method, path, body)
+
+    print(
+        f"{args.calls} calls each, one after another, in-process (mean per call): wall time; "
+        "this process's CPU; time in statements (wall)"
+    )
+    for kind in KINDS:
+        planned = calls_of(kind, args.calls)
+        statements.clear()
+        with connection.execute_wrapper(timed):
+            started, cpu = time.perf_counter(), time.process_time()
+            for method, path, body in planned:
+                call(method, path, body)
+            total = (time.perf_counter() - started) / len(planned)
+            cpu = (time.process_time() - cpu) / len(planned)
+        in_sql = sum(sum(v) for v in statements.values()) / len(planned)
+        print(
+            f"  {kind}: wall {total * 1000:.3f} ms, CPU {cpu * 1000:.3f} ms; "
+            f"statements {in_sql * 1000:.3f} ms"
+        )
+        for sql, times in sorted(statements.items(), key=lambda item: -sum(item[1])):
+            share = len(times) / len(planned)
+            print(f"      {share:.2f}x {sum(times) / len(times) * 1000:.3f} ms  {sql}")
+    if args.profile:
+        planned = calls_of(args.profile, args.calls)
+        profiler = cProfile.Profile(time.process_time)  # CPU, not the wait for a core
+        profiler.enable()
+        for method, path, body in planned:
+            call(method, path, body)
+        profiler.disable()
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out).sort_stats("cumulative")
+        stats.print_stats(args.top)
+        print(out.getvalue())
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--profile", choices=KINDS)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    return child(args) if args.child else parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,85 @@
+"""What the busiest endpoints answer, built as plain dicts: the very JSON their serializers
+describe (serializers.py stays the shape's one description, for the schema and the docs), without
+a serializer's per-call field machinery, which cost more than the database on a page of 50.
+
+tests/integration/api/test_render.py holds each function to its serializer's output, field by
+field and in the same order, for every status, with and without the optional fields.
+"""
+
+import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from ..flows.compensations import compensated_action
+from ..models import ActionExecution, Execution, Request
+
+
+def moment(value: datetime.datetime | None, zone: datetime.tzinfo | None = None) -> str | None:
+    """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone (or `zone`, the
+    current one read once for a page), UTC as Z."""
+    if not value:
+        return None
+    text = value.astimezone(zone or timezone.get_current_timezone()).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def execution_view(
+    execution: Execution,
+    waiting: dict[str, Any] | None = None,
+    zone: datetime.tzinfo | None = None,
+) -> dict[str, Any]:
+    """ExecutionViewSerializer's answer; `waiting` is what a SUSPENDED execution waits for."""
+    zone = zone or timezone.get_current_timezone()
+    result = execution.result or {}
+    view: dict[str, Any] = {
+        "id": str(execution.id),
+        "requestId": str(execution.request_id),
+        "transitionId": execution.transition_id,
+        "status": execution.status,
+        "outcome": result.get("outcome"),
+        "targetState": result.get("targetState"),
+        "errorCode": execution.error_code,
+        "attempts": execution.attempts,
+        "createdAt": moment(execution.created_at, zone),
+        "finishedAt": moment(execution.finished_at, zone),
+    }
+    if waiting is not None:
+        view["waitingFor"] = {
+            "actionId": waiting["actionId"],
+            "event": waiting["event"],
+            "deadline": moment(waiting["deadline"], zone),
+        }
+    return view
+
+
+def request_view(request: Request, zone: datetime.tzinfo | None = None) -> dict[str, Any]:
+    """RequestViewSerializer's answer (the request's flow loaded with it)."""
+    zone = zone or timezone.get_current_timezone()
+    return {
+        "id": str(request.id),
+        "flowKey": request.flow.key,
+        "flowVersion": request.flow.version,
+        "state": request.state,
+        "revision": request.revision,
+        "data": request.data,
+        "blocked": request.blocked_by_id is not None,
+        "createdAt": moment(request.created_at, zone),
+        "updatedAt": moment(request.updated_at, zone),
+    }
+
+
+def action_view(checkpoint: ActionExecution) -> dict[str, Any]:
+    """ExecutionActionSerializer's answer."""
+    return {
+        "actionId": checkpoint.action_id,
+        "capability": checkpoint.capability,
+        "version": checkpoint.capability_version,
+        "effect": checkpoint.effect,
+        "status": checkpoint.status,
+        "attempts": checkpoint.attempt,
+        "startedAt": moment(checkpoint.started_at),
+        "finishedAt": moment(checkpoint.finished_at),
+        "errorCode": checkpoint.error_code,
+        "compensates": compensated_action(checkpoint.action_id),
+    }

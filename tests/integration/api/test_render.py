@@ -1,0 +1,177 @@
+"""The hot endpoints' plain builders (executions/api/render.py, acceptbody.py) against the
+serializers that describe them: the same JSON, key for key and in the same order, for rows as the
+database holds them; and an acceptance body taken as it is only when the serializer would take it
+unchanged."""
+
+import datetime
+import json
+
+import pytest
+
+from executions.api.acceptbody import plainly_valid
+from executions.api.render import action_view, execution_view, request_view
+from executions.api.serializers import (
+    MAX_REVISION,
+    ExecutionActionSerializer,
+    ExecutionViewSerializer,
+    RequestViewSerializer,
+    TransitionAcceptSerializer,
+)
+from executions.flows.problems import MAX_NAME_LENGTH
+from executions.models import ActionExecution, Execution, ExecutionStatus, Request
+from executions.waits import waiting_for, waiting_for_each
+
+pytestmark = pytest.mark.django_db
+
+MOMENT = datetime.datetime(2026, 12, 1, 23, 59, 58, 123456, tzinfo=datetime.UTC)
+
+
+def same(built: dict, serialized: dict) -> None:
+    assert json.dumps(built) == json.dumps(serialized)  # values, keys and their order
+
+
+@pytest.fixture
+def request_row(alice, flow) -> Request:
+    created = alice.create({"applicant": "Ada", "amount": 12.5, "notes": "é ☃ \u2028"})
+    return Request.objects.select_related("flow").get(id=created["id"])
+
+
+@pytest.mark.parametrize("status", ExecutionStatus.values)
+def test_execution_view__is_the_serializers_for_every_status(alice, request_row, status):
+    execution = Execution.objects.create(
+        request=request_row,
+        flow=request_row.flow,
+        transition_id="submit",
+        accepted_revision=2,
+        status=status,
+        result={"outcome": "DONE", "targetState": "SUBMITTED"} if status == "SUCCEEDED" else None,
+        error_code="PERMANENT_FAILURE" if status == "FAILED" else None,
+        attempts=3,
+        finished_at=MOMENT if status in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
+        lease_owner="w" if status == "RUNNING" else None,
+        lease_expires_at=MOMENT if status == "RUNNING" else None,
+        next_attempt_at=MOMENT,
+    )
+    if status == "SUSPENDED":
+        ActionExecution.objects.create(
+            execution=execution,
+            action_id="approval",
+            sequence=0,
+            capability="wait:approved",
+            capability_version=1,
+            effect="READ_ONLY",
+            status="WAITING",
+            input_hash="0" * 64,
+            external_key=f"{execution.id}:approval",
+            fencing_token=1,
+        )
+    stored = Execution.objects.get(id=execution.id)
+    waiting = waiting_for(stored)
+    assert (waiting is not None) == (status == "SUSPENDED")
+    same(execution_view(stored, waiting), ExecutionViewSerializer(stored).data)
+    # A page's statement for what its executions wait for gives the same.
+    page = waiting_for_each([stored])
+    same(
+        execution_view(stored, page[stored.id]),
+        ExecutionViewSerializer(stored, context={"waiting": page}).data,
+    )
+
+
+def test_execution_view__of_a_fresh_acceptance_is_what_a_read_answers(alice, flow):
+    created = alice.create()
+    accepted = alice.accept(created["id"], "submit", 1)
+    assert accepted.status_code == 202, accepted.content
+    read = alice.get(f"/api/v1/executions/{accepted.json()['id']}")
+    assert read.json() == accepted.json()
+    stored = Execution.objects.get(id=accepted.json()["id"])
+    same(accepted.json(), ExecutionViewSerializer(stored).data)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+def test_request_view__is_the_serializers(alice, request_row, blocked):
+    if blocked:
+        alice.accept(str(request_row.id), "submit", 1)
+    stored = Request.objects.select_related("flow").get(id=request_row.id)
+    assert (stored.blocked_by_id is not None) == blocked
+    same(request_view(stored), RequestViewSerializer(stored).data)
+
+
+@pytest.mark.parametrize("action_id", ["reserve", "reserve:compensate"])
+def test_action_view__is_the_serializers(alice, request_row, action_id):
+    execution = Execution.objects.create(
+        request=request_row, flow=request_row.flow, transition_id="submit", accepted_revision=2
+    )
+    ActionExecution.objects.create(
+        execution=execution,
+        action_id=action_id,
+        sequence=0,
+        capability="shop.reserve",
+        capability_version=2,
+        effect="IDEMPOTENT_WRITE",
+        status="FAILED",
+        input_hash="0" * 64,
+        external_key=f"{execution.id}:{action_id}",
+        fencing_token=1,
+        error_code="PROVIDER_REJECTED",
+        finished_at=MOMENT,
+    )
+    stored = ActionExecution.objects.get(execution=execution)
+    same(action_view(stored), ExecutionActionSerializer(stored).data)
+
+
+# -- the acceptance's body -----------------------------------------------------------------------
+
+TAKEN_AS_THEY_ARE = [
+    {"transitionId": "submit", "expectedRevision": 1},
+    {"expectedRevision": MAX_REVISION, "transitionId": "x" * MAX_NAME_LENGTH},
+    {"transitionId": " spaced ", "expectedRevision": 7},
+    {"transitionId": "é☃😀", "expectedRevision": 2},
+]
+LEFT_TO_THE_SERIALIZER = [
+    None,
+    [],
+    "submit",
+    {},
+    {"transitionId": "submit"},
+    {"expectedRevision": 1},
+    {"transitionId": "submit", "expectedRevision": 1, "extra": 1},
+    {"transitionId": "", "expectedRevision": 1},
+    {"transitionId": "x" * (MAX_NAME_LENGTH + 1), "expectedRevision": 1},
+    {"transitionId": "a\x00b", "expectedRevision": 1},
+    {"transitionId": "a\ud800", "expectedRevision": 1},
+    {"transitionId": 5, "expectedRevision": 1},
+    {"transitionId": None, "expectedRevision": 1},
+    {"transitionId": "submit", "expectedRevision": True},
+    {"transitionId": "submit", "expectedRevision": "1"},
+    {"transitionId": "submit", "expectedRevision": 1.0},
+    {"transitionId": "submit", "expectedRevision": 0},
+    {"transitionId": "submit", "expectedRevision": -1},
+    {"transitionId": "submit", "expectedRevision": MAX_REVISION + 1},
+    {"transitionId": "submit", "expectedRevision": None},
+]
+
+
+@pytest.mark.parametrize("body", TAKEN_AS_THEY_ARE, ids=repr)
+def test_accept_body__taken_as_it_is_only_what_the_serializer_takes_unchanged(body):
+    assert plainly_valid(body)
+    serializer = TransitionAcceptSerializer(data=body)
+    assert serializer.is_valid(), serializer.errors
+    assert dict(serializer.validated_data) == body
+
+
+@pytest.mark.parametrize("body", LEFT_TO_THE_SERIALIZER, ids=repr)
+def test_accept_body__anything_else_goes_to_the_serializer(body):
+    assert not plainly_valid(body)
+
+
+def test_accept_body__a_refused_one_still_names_its_field(alice, flow):
+    created = alice.create()
+    response = alice.post(
+        f"/api/v1/requests/{created['id']}/transitions",
+        {"transitionId": "submit", "expectedRevision": True},
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "code": "INVALID_BODY",
+        "detail": "expectedRevision: must be an integer",
+    }
