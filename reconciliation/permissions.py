@@ -18,3 +18,4 @@ FETCH_PROVIDER_EVIDENCE = f"{APP}.fetch_provider_evidence"
 RESOLVE_WRITE_HAPPENED = f"{APP}.resolve_write_happened"
 RESOLVE_WRITE_NOT_HAPPENED = f"{APP}.resolve_write_not_happened"
 ABANDON_EXECUTION = f"{APP}.abandon_execution"
+PAUSE_ROUTE = f"{APP}.pause_route"  # declared on WorkerProcess (the Workers page)

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from .. import selectors
 from ..cursors import Position, cursor_make, cursor_open
+from ..limits import throttled_each
 from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
@@ -109,8 +110,8 @@ def request_list_answer(request: DrfRequest) -> Response:
 
 
 def _executions(rows: list) -> Any:
-    waiting = waiting_for_each(rows)
-    return ExecutionViewSerializer(rows, many=True, context={"waiting": waiting}).data
+    context = {"waiting": waiting_for_each(rows), "throttled": throttled_each(rows)}
+    return ExecutionViewSerializer(rows, many=True, context=context).data
 
 
 class ExecutionCollectionView(ApiView):

@@ -8,6 +8,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
+from executions.leases import lease_owner_name
+from executions.limits import LimitsConflict, limits_declare
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import PoolingConfig, pooling_config
@@ -86,12 +88,17 @@ class Command(BaseCommand):
         except (WorkerConfigError, WorkerDisabled) as exc:
             raise CommandError(str(exc)) from None
         try:
-            load_registry(config)
+            registry = load_registry(config)
         except IntegrationConfigError as exc:
             raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         reasons = unrestricted_reasons(connection=connection)
         if reasons:
             raise CommandError(restricted_role_message(reasons))
+        owner = lease_owner_name()
+        try:
+            limits_declare(owner=owner, routes=registry.routes())
+        except LimitsConflict as exc:
+            raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         conninfo = database_conninfo(settings.DATABASES["default"])
         connection.close()
         metrics = WorkerMetrics()
@@ -109,6 +116,7 @@ class Command(BaseCommand):
         )
         # Keyword arguments, alike other calls (wait_reach) in form only: nothing to share.
         scheduler = Scheduler(
+            owner=owner,
             config=config,
             conninfo=conninfo,
             runtime=runtime,
