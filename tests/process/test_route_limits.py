@@ -48,8 +48,9 @@ def integrations(tmp_path, provider: MeteredProvider, limits: str) -> str:
     return str(path)
 
 
-def accept(conn, count: int) -> list:
-    flow = create_flow(conn, flow_definition([action("call", "metered.call")]))
+def accept(conn, count: int, flow: int | None = None) -> list:
+    if flow is None:
+        flow = create_flow(conn, flow_definition([action("call", "metered.call")]))
     return [enqueue(conn, flow).execution_id for _ in range(count)]
 
 
@@ -159,10 +160,11 @@ def test_provider_429__pauses_the_route_for_every_worker(process_env, runtime_co
             WorkerProcess(env, tmp_path / "a.log", WORKER_CONCURRENCY="1", WORKER_BATCH="1"),
             WorkerProcess(env, tmp_path / "b.log", WORKER_CONCURRENCY="5", WORKER_BATCH="5"),
         ):
-            first = accept(runtime_conn, 1)
+            flow = create_flow(runtime_conn, flow_definition([action("call", "metered.call")]))
+            first = accept(runtime_conn, 1, flow)
             wait_until(lambda: provider.answered() and provider.answered()[0][1], what="the 429")
             refused_at = provider.answered()[0][1]
-            later = accept(runtime_conn, 10)
+            later = accept(runtime_conn, 10, flow)
             wait_until(
                 lambda: all_succeeded(runtime_conn, first + later),
                 timeout=RUN_TIMEOUT,
