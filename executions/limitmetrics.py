@@ -9,9 +9,8 @@ from .limits import RouteStats
 
 
 def route_families(routes: list[RouteStats]) -> list[Family]:
-    """The metric families of the limited and paused routes (none when there are none)."""
-    if not routes:
-        return []
+    """The metric families of the limited and paused routes: declared on every scrape (with
+    no sample while no route is limited or paused), so dashboards and rules can name them."""
 
     def family(name: str, help_text: str, value: Callable[[RouteStats], float]) -> Family:
         samples = [Sample(float(value(r)), (("route", r.route),)) for r in routes]

@@ -251,7 +251,8 @@ $$;
 
 # Every route with executions parked for a call in flight: close the calls whose holder is
 # gone (a SIGKILLed worker's, once its lease expired), wake as many parked executions as there
-# is room for, forget parks of executions that moved on. Returns how many were woken.
+# is room for. Returns how many were woken. (Parks of executions that moved on, cancelled while
+# parked, are skipped by the wake and removed by purgehistory.)
 SWEEP = """
 CREATE FUNCTION route_sweep() RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -261,10 +262,6 @@ DECLARE
     woken integer := 0;
     now_at timestamptz := clock_timestamp();
 BEGIN
-    DELETE FROM route_park AS p
-     WHERE NOT EXISTS (SELECT 1 FROM execution AS e
-                        WHERE e.id = p.execution_id AND e.status = 'PENDING'
-                          AND e.fencing_token = p.fencing_token);
     FOR r IN SELECT l.route, l.max_in_flight
                FROM route_limit AS l
               WHERE EXISTS (SELECT 1 FROM route_park AS p

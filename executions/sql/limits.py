@@ -28,12 +28,11 @@ SELECT call_id, wait_until, fenced
 ROUTE_CALL_END = "SELECT route_call_end(%(route)s, %(call_id)s)"
 
 
-# Every second or so, per worker: calls whose holder is gone stop counting, parked executions
-# are woken into the room that leaves, parks of executions that moved on are forgotten.
+# Every second or so, per worker: calls whose holder is gone stop counting, and parked
+# executions are woken into the room that leaves.
 # Locks: each route_limit row with parked executions, in route order; the woken execution rows
 # (FOR UPDATE SKIP LOCKED).
-# Index: route_park_pkey (the cleanup walks route_park); route_park_wait_idx;
-# route_call_open_idx.
+# Index: route_park_wait_idx; route_call_open_idx.
 ROUTE_SWEEP = "SELECT route_sweep()"
 
 
