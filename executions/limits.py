@@ -131,6 +131,33 @@ def limits_of(routes: Iterable[Route]) -> list[dict[str, Any]]:
     ]
 
 
+def lookup_place(*, route: Route, hold_seconds: float) -> int | None:
+    """A place for one lookup by the prober on `route` (Django's connection, as the prober's
+    steps run): its call id, or None when a limit holds it back (the probe asks later)."""
+    limits = route.limits or RouteLimits()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.ROUTE_LOOKUP_TAKE,
+            {
+                "route": route.key,
+                "max_in_flight": limits.max_in_flight,
+                "rate_count": limits.rate_count,
+                "rate_window": limits.rate_window_seconds,
+                "hold_seconds": hold_seconds,
+            },
+        )
+        call_id, _ = cursor.fetchone()
+    return call_id
+
+
+def lookup_place_end(*, route: Route, call_id: int) -> None:
+    """End a lookup's place on a route with max_in_flight (a rate's start is all it counts)."""
+    if route.limits is None or route.limits.max_in_flight is None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql.ROUTE_CALL_END, {"route": route.key, "call_id": call_id})
+
+
 class LimitsConflict(Exception):
     """Another live worker enforces other limits on a route; the message names both."""
 
@@ -239,8 +266,9 @@ def route_stats(cursor: Any) -> list[RouteStats]:
 
 def throttled_each(executions: Iterable[Any]) -> dict[uuid.UUID, dict[str, Any]]:
     """`throttled` ({actionId, capability, until}) of each PENDING execution parked by a limit,
-    by id, in one statement; none at all when no execution is PENDING."""
-    ids = [e.id for e in executions if e.status == "PENDING"]
+    by id, in one statement; none at all when no execution can be parked: only one claimed
+    before (attempts > 0) can, so an acceptance's answer costs no statement."""
+    ids = [e.id for e in executions if e.status == "PENDING" and e.attempts > 0]
     if not ids:
         return {}
     with connection.cursor() as cursor:
@@ -259,6 +287,8 @@ __all__ = [
     "RouteSuperseded",
     "Taken",
     "limits_declare",
+    "lookup_place",
+    "lookup_place_end",
     "route_end",
     "route_operator_pause",
     "route_pause_by_provider",

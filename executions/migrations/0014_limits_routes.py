@@ -121,7 +121,9 @@ $$;
 
 # Take a call of p_route for a holder, or park the holder: granted (the call's id), or the
 # execution is PENDING until `wait_until` (NULL: until a call in flight ends) and the park is
-# recorded; `fenced` false when the fence no longer holds (nothing written).
+# recorded; `fenced` false when the fence no longer holds (nothing written). Without an
+# execution (p_execution_id NULL) it is a lookup by the prober: held for p_park_seconds at most,
+# never parked.
 TAKE = """
 CREATE FUNCTION route_call_take(
     p_route text, p_execution_id uuid, p_request_id uuid, p_token bigint, p_owner text,
@@ -148,13 +150,16 @@ BEGIN
     ON CONFLICT (route) DO NOTHING;
     SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
     now_at := clock_timestamp();
-    PERFORM 1 FROM execution AS e
-     WHERE e.id = p_execution_id AND e.request_id = p_request_id AND e.fencing_token = p_token
-       AND e.status = 'RUNNING' AND e.lease_owner = p_owner AND e.lease_expires_at > now_at
-       FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, false;
-        RETURN;
+    IF p_execution_id IS NOT NULL THEN
+        PERFORM 1 FROM execution AS e
+         WHERE e.id = p_execution_id AND e.request_id = p_request_id
+           AND e.fencing_token = p_token AND e.status = 'RUNNING' AND e.lease_owner = p_owner
+           AND e.lease_expires_at > now_at
+           FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, false;
+            RETURN;
+        END IF;
     END IF;
     live := lim.in_flight;
     IF lim.paused_until > now_at THEN
@@ -188,21 +193,27 @@ BEGIN
         SELECT coalesce(sum(c), 0), min(i) FILTER (WHERE c > 0) INTO used, first_used
           FROM unnest(counts) WITH ORDINALITY AS u(c, i);
         IF used >= p_rate_count THEN
-            wait := greatest(to_timestamp((bucket + first_used) * width), lim.rate_next_at);
-            UPDATE route_limit
-               SET rate_next_at = wait + make_interval(
-                       secs => p_rate_window::double precision / p_rate_count),
-                   rate_bucket = bucket, rate_counts = counts
-             WHERE route = p_route;
+            wait := to_timestamp((bucket + first_used) * width);
+            IF p_execution_id IS NOT NULL THEN  -- a parked execution reserves its turn
+                wait := greatest(wait, lim.rate_next_at);
+                UPDATE route_limit
+                   SET rate_next_at = wait + make_interval(
+                           secs => p_rate_window::double precision / p_rate_count),
+                       rate_bucket = bucket, rate_counts = counts
+                 WHERE route = p_route;
+            END IF;
         ELSE
             counts[buckets + 1] := counts[buckets + 1] + 1;
         END IF;
     END IF;
     IF wait IS NULL AND NOT in_flight_wait THEN
-        INSERT INTO route_call (route, execution_id, action_id, attempt, fencing_token,
-                                started_at, ended_at)
-        VALUES (p_route, p_execution_id, p_action_id, p_attempt, p_token, now_at,
-                CASE WHEN p_max_in_flight IS NULL THEN now_at END)
+        INSERT INTO route_call (route, kind, execution_id, action_id, attempt, fencing_token,
+                                held_until, started_at, ended_at)
+        VALUES (p_route, CASE WHEN p_execution_id IS NULL THEN 'lookup' ELSE 'action' END,
+                p_execution_id, p_action_id, p_attempt, p_token,
+                CASE WHEN p_execution_id IS NULL
+                     THEN now_at + make_interval(secs => p_park_seconds) END,
+                now_at, CASE WHEN p_max_in_flight IS NULL THEN now_at END)
         RETURNING id INTO new_id;
         UPDATE route_limit
            SET in_flight = live + (p_max_in_flight IS NOT NULL)::integer,
@@ -216,6 +227,10 @@ BEGIN
     END IF;
     IF in_flight_wait THEN
         UPDATE route_limit SET in_flight = live WHERE route = p_route;
+    END IF;
+    IF p_execution_id IS NULL THEN  -- a lookup held back: nothing to park, it asks later
+        RETURN QUERY SELECT NULL::bigint, wait, true;
+        RETURN;
     END IF;
     UPDATE execution AS e
        SET status = 'PENDING', lease_owner = NULL, lease_expires_at = NULL,

@@ -21,6 +21,17 @@ SELECT call_id, wait_until, fenced
 """
 
 
+# Take a place for a lookup by the prober (no holder, nothing parked): the call's id, or NULL
+# when a limit holds it back (`wait_until` says until when, NULL: a call in flight must end).
+# Locks: the route's route_limit row.
+# Index: route_limit_pkey; route_call_open_idx (only when full by the counter).
+ROUTE_LOOKUP_TAKE = """
+SELECT call_id, wait_until
+  FROM route_call_take(%(route)s, NULL, NULL, NULL, NULL, NULL, NULL, %(max_in_flight)s,
+                       %(rate_count)s, %(rate_window)s, %(hold_seconds)s)
+"""
+
+
 # End a call taken on a route with max_in_flight, and wake the oldest execution parked for one.
 # Locks: the route's route_limit row; the ended route_call row; the woken execution row
 # (FOR UPDATE SKIP LOCKED).

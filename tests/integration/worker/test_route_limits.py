@@ -267,3 +267,21 @@ def test_purge__removes_the_records_of_ended_calls(conn, make_flow, runtime_dsn)
 
     assert result.route_calls == 1
     assert conn.execute("SELECT count(*) FROM route_call").fetchone()[0] == 0
+
+
+def test_lookup__counts_against_max_in_flight_and_is_never_parked(conn, make_flow, runtime_dsn):
+    from executions.limits import lookup_place, lookup_place_end
+
+    route = limited(ScriptedAdapter(), max_in_flight=1).route
+
+    first = lookup_place(route=route, hold_seconds=5)
+    second = lookup_place(route=route, hold_seconds=5)
+    lookup_place_end(route=route, call_id=first)
+    third = lookup_place(route=route, hold_seconds=5)
+
+    assert first is not None and second is None and third is not None
+    assert conn.execute(
+        "SELECT kind, execution_id, held_until > started_at FROM route_call WHERE id = %s",
+        [third],
+    ).fetchone() == ("lookup", None, True)
+    assert conn.execute("SELECT count(*) FROM route_park").fetchone()[0] == 0
