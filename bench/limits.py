@@ -124,10 +124,16 @@ class Limits:
         return {"INTEGRATIONS_FILE": str(path), "SIMULATION_MODE": "false"}
 
     def _limited_run(self, label: str, limits: str, n: int, route_flow: int) -> dict:
+        """One throughput run on the limited route; `label` names its log files too."""
         with MeteredProvider(delay=DELAY) as limited, MeteredProvider(delay=DELAY) as free:
             env = self._env(limited, free, limits)
             result = self.bench.throughput(
-                PROCESSES, n, label, CONCURRENCY, flow_id=route_flow, env=env
+                PROCESSES,
+                n,
+                label.replace("/", "-per-"),
+                CONCURRENCY,
+                flow_id=route_flow,
+                env=env,
             )
             tag = self.bench.owner.execute(
                 "SELECT scope FROM request ORDER BY created_at DESC LIMIT 1"

@@ -49,6 +49,7 @@ CREATE TABLE route_park (
     parked_at timestamptz NOT NULL
 );
 CREATE INDEX route_park_wait_idx ON route_park (route, parked_at) WHERE until IS NULL;
+CREATE INDEX route_park_due_idx ON route_park (route, until) WHERE until IS NOT NULL;
 CREATE TABLE route_event (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     route varchar(220) NOT NULL,
@@ -78,6 +79,19 @@ LANGUAGE sql STABLE AS $$
                                AND (c.attempt > rc.attempt
                                     OR (c.attempt = rc.attempt AND c.status <> 'RUNNING')))
            END
+$$;
+"""
+
+# How many executions parked on p_route are due now (woken, or their time has come) and not
+# claimed yet: the room they will take is not free for another wake-up.
+DUE = """
+CREATE FUNCTION route_parked_due(p_route text) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT count(*)::integer
+      FROM route_park AS p
+      JOIN execution AS e ON e.id = p.execution_id
+     WHERE p.route = p_route AND p.until IS NOT NULL AND p.until <= clock_timestamp()
+       AND e.status = 'PENDING' AND e.fencing_token = p.fencing_token
 $$;
 """
 
@@ -252,14 +266,23 @@ $$;
 END = """
 CREATE FUNCTION route_call_end(p_route text, p_call_id bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
+DECLARE
+    lim record;
 BEGIN
-    PERFORM 1 FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
+    SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
     UPDATE route_call SET ended_at = clock_timestamp()
      WHERE id = p_call_id AND ended_at IS NULL;
     IF FOUND THEN
-        UPDATE route_limit SET in_flight = greatest(in_flight - 1, 0) WHERE route = p_route;
+        lim.in_flight := greatest(lim.in_flight - 1, 0);
+        UPDATE route_limit SET in_flight = lim.in_flight WHERE route = p_route;
     END IF;
-    RETURN route_wake(p_route, 1);
+    IF NOT EXISTS (SELECT 1 FROM route_park AS p WHERE p.route = p_route AND p.until IS NULL) THEN
+        RETURN 0;
+    END IF;
+    RETURN route_wake(
+        p_route,
+        least(1, coalesce(lim.max_in_flight, lim.in_flight + 1) - lim.in_flight
+                 - route_parked_due(p_route)));
 END
 $$;
 """
@@ -289,7 +312,8 @@ BEGIN
         SELECT count(*) INTO live FROM route_call AS rc
          WHERE rc.route = r.route AND rc.ended_at IS NULL;
         UPDATE route_limit SET in_flight = live WHERE route = r.route;
-        woken := woken + route_wake(r.route, coalesce(r.max_in_flight - live, 1));
+        woken := woken + route_wake(
+            r.route, coalesce(r.max_in_flight - live, 1) - route_parked_due(r.route));
     END LOOP;
     RETURN woken;
 END
@@ -302,6 +326,7 @@ DROP FUNCTION route_call_end(text, bigint);
 DROP FUNCTION route_call_take(text, uuid, uuid, bigint, text, text, integer, integer, integer,
                               integer, double precision);
 DROP FUNCTION route_wake(text, integer);
+DROP FUNCTION route_parked_due(text);
 DROP FUNCTION route_call_live(route_call, timestamptz);
 DROP TABLE route_event;
 DROP TABLE route_park;
@@ -316,5 +341,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(TABLES + LIVE + WAKE + TAKE + END + SWEEP, DROP),
+        migrations.RunSQL(TABLES + LIVE + DUE + WAKE + TAKE + END + SWEEP, DROP),
     ]
