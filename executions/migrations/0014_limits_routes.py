@@ -159,10 +159,15 @@ DECLARE
     live integer;
     new_id bigint;
 BEGIN
-    INSERT INTO route_limit (route, max_in_flight, rate_count, rate_window_seconds)
-    VALUES (p_route, p_max_in_flight, p_rate_count, p_rate_window)
-    ON CONFLICT (route) DO NOTHING;
+    -- The route's row lock is held to the commit: not through a WAL flush (docs/adr/0017).
+    PERFORM set_config('synchronous_commit', 'off', true);
     SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
+    IF NOT FOUND THEN  -- a route no worker declared at start (a test's, a pause's first take)
+        INSERT INTO route_limit (route, max_in_flight, rate_count, rate_window_seconds)
+        VALUES (p_route, p_max_in_flight, p_rate_count, p_rate_window)
+        ON CONFLICT (route) DO NOTHING;
+        SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
+    END IF;
     now_at := clock_timestamp();
     IF p_execution_id IS NOT NULL THEN
         PERFORM 1 FROM execution AS e
@@ -269,6 +274,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     lim record;
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);  -- as route_call_take
     SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
     UPDATE route_call SET ended_at = clock_timestamp()
      WHERE id = p_call_id AND ended_at IS NULL;
