@@ -20,6 +20,7 @@ CREATE TABLE route_limit (
     rate_bucket bigint,
     rate_counts integer[],
     rate_next_at timestamptz,
+    rate_tat timestamptz,
     calls bigint NOT NULL DEFAULT 0,
     paused_until timestamptz,
     paused_by varchar(255),
@@ -156,6 +157,9 @@ DECLARE
     first_used integer;
     wait timestamptz;
     in_flight_wait boolean := false;
+    spacing interval;
+    soonest timestamptz;
+    tat timestamptz;
     live integer;
     new_id bigint;
 BEGIN
@@ -211,8 +215,19 @@ BEGIN
         -- end of bucket (bucket + i - 1).
         SELECT coalesce(sum(c), 0), min(i) FILTER (WHERE c > 0) INTO used, first_used
           FROM unnest(counts) WITH ORDINALITY AS u(c, i);
+        -- Beside the window, the starts are spaced (a theoretical arrival time, rate_tat, with
+        -- one start of tolerance): the window is never filled in one burst, so the provider,
+        -- which sees each call a little after its grant, sees about the rate too.
+        spacing := make_interval(secs => p_rate_window::double precision / p_rate_count);
+        IF used < p_rate_count AND lim.rate_tat IS NOT NULL AND now_at < lim.rate_tat - spacing
+        THEN
+            used := p_rate_count;  -- held back like a full window, until its spaced turn
+            soonest := lim.rate_tat - spacing;
+        ELSE
+            soonest := NULL;
+        END IF;
         IF used >= p_rate_count THEN
-            wait := to_timestamp((bucket + first_used) * width);
+            wait := coalesce(soonest, to_timestamp((bucket + first_used) * width));
             IF p_execution_id IS NOT NULL THEN  -- a parked execution reserves its turn
                 wait := greatest(wait, lim.rate_next_at);
                 UPDATE route_limit
@@ -223,6 +238,7 @@ BEGIN
             END IF;
         ELSE
             counts[buckets + 1] := counts[buckets + 1] + 1;
+            tat := greatest(coalesce(lim.rate_tat, now_at), now_at) + spacing;
         END IF;
     END IF;
     IF wait IS NULL AND NOT in_flight_wait THEN
@@ -238,6 +254,7 @@ BEGIN
            SET in_flight = live + (p_max_in_flight IS NOT NULL)::integer,
                rate_bucket = coalesce(bucket, rate_bucket),
                rate_counts = coalesce(counts, rate_counts),
+               rate_tat = coalesce(tat, rate_tat),
                calls = calls + 1
          WHERE route = p_route;
         DELETE FROM route_park WHERE execution_id = p_execution_id;
