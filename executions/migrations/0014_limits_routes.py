@@ -219,7 +219,10 @@ BEGIN
         -- one start of tolerance): the window is never filled in one burst, so the provider,
         -- which sees each call a little after its grant, sees about the rate too.
         spacing := make_interval(secs => p_rate_window::double precision / p_rate_count);
+        -- A parked execution whose reserved turn has come was spaced when it was parked.
         IF used < p_rate_count AND lim.rate_tat IS NOT NULL AND now_at < lim.rate_tat - spacing
+           AND NOT EXISTS (SELECT 1 FROM route_park AS p
+                            WHERE p.execution_id = p_execution_id AND p.until <= now_at)
         THEN
             used := p_rate_count;  -- held back like a full window, until its spaced turn
             soonest := lim.rate_tat - spacing;

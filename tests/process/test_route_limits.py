@@ -111,7 +111,11 @@ def test_rate_limit__never_exceeded_in_any_sliding_second(process_env, runtime_c
                 what="every execution to succeed",
             )
 
-        assert provider.most_started_within(1.0) <= 11  # the limit, plus one call's jitter
+        # The limit holds where starts are granted (below). The provider sees each call a little
+        # after its grant, after the RUNNING checkpoint, and on a loaded machine that delay
+        # varies enough to bunch a few calls more into one of its seconds (docs/adr/0017); 35
+        # calls unlimited would all start within a fraction of a second.
+        assert provider.most_started_within(1.0) <= 15
         granted = runtime_conn.execute(
             "SELECT started_at FROM route_call WHERE route = 'metered.call@1' ORDER BY started_at"
         ).fetchall()
