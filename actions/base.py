@@ -62,6 +62,24 @@ class Contract:
 
 
 @dataclass(frozen=True)
+class RouteLimits:
+    """A route's flow control (`max_in_flight`, `rate_limit`), enforced across every worker in
+    PostgreSQL (executions/limits.py); None in either means that limit is off."""
+
+    max_in_flight: int | None = None  # calls in progress at once
+    rate_count: int | None = None  # calls started in any window of rate_window_seconds
+    rate_window_seconds: int | None = None  # seconds: 1, 60 or 3600
+
+    @property
+    def rate_limit(self) -> str | None:
+        """The rate as the file writes it (`50/s`), or None."""
+        if self.rate_count is None or self.rate_window_seconds is None:
+            return None
+        unit = {1: "s", 60: "min", 3600: "h"}[self.rate_window_seconds]
+        return f"{self.rate_count}/{unit}"
+
+
+@dataclass(frozen=True)
 class Route:
     """Which trusted adapter serves a capability, and where it sends."""
 
@@ -69,10 +87,15 @@ class Route:
     version: int
     adapter: str
     options: dict[str, Any] = field(default_factory=dict)  # url, method, lookup_url, ...
+    limits: RouteLimits | None = None  # None: an unlimited route (no statement per call)
 
     @property
     def is_async(self) -> bool:
         return bool(self.options.get("async"))
+
+    @property
+    def key(self) -> str:
+        return f"{self.capability}@{self.version}"
 
 
 class StopSignal:
@@ -171,6 +194,9 @@ class ActionResult:
     error_code: str | None = None
     error_detail: str | None = None  # safe text: never a raw provider response or a secret
     retry_after: float | None = None  # seconds, as the provider asked (bounded by the worker)
+    # The provider said it limits its callers (HTTP 429): with retry_after, the route pauses for
+    # every worker (executions/limits.py).
+    rate_limited: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ The rules (INTEGRATIONS.md has the table):
 Error details are fixed phrases plus a status code: never a header or a byte of the body.
 """
 
+import dataclasses
+
 from orquestador import errors
 
 from .base import ActionResult, Outcome
@@ -45,7 +47,11 @@ def from_status(status: int, effect: str, retry_after: float | None) -> ActionRe
     """The outcome of a non-2xx status, or None for 2xx (the caller reads the body)."""
     if 200 <= status < 300:
         return None
-    if status in (408, 429):
+    if status == 429:
+        return dataclasses.replace(
+            transient(f"provider answered HTTP {status}", retry_after), rate_limited=True
+        )
+    if status == 408:
         return transient(f"provider answered HTTP {status}", retry_after)
     if 300 <= status < 400:
         if effect == READ_ONLY:

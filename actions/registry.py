@@ -98,6 +98,10 @@ class Registry:
     def keys(self) -> list[str]:
         return sorted(self._bindings)
 
+    def routes(self) -> list[Route]:
+        """The configured routes (their limits are declared when a worker starts)."""
+        return [self._bindings[key].route for key in sorted(self._bindings)]
+
 
 def load_configured_catalog(config: WorkerConfig | None = None) -> Catalog:
     """The catalog from INTEGRATIONS_FILE (empty when unset), validated; adapter timeouts are

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import IntegrationConfigError, RoutableAdapter, Route
+from .limits import LIMIT_KEYS, limits_parse
 from .options import Option, as_table, one_of, only_keys, show_value, toml_key
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
@@ -60,7 +61,14 @@ def route_parse(
     specs: Mapping[str, Option] = adapter.route_options
     supports_async = getattr(adapter, "supports_async", False)
     only_keys(
-        key, table, (*COMMON_ROUTE_KEYS, *(ASYNC_ROUTE_KEYS if supports_async else ()), *specs)
+        key,
+        table,
+        (
+            *COMMON_ROUTE_KEYS,
+            *LIMIT_KEYS,
+            *(ASYNC_ROUTE_KEYS if supports_async else ()),
+            *specs,
+        ),
     )
     options: dict[str, Any] = {}
     for option, spec in specs.items():
@@ -79,7 +87,13 @@ def route_parse(
         )
     if supports_async:
         options.update(_async_options(key, table, environ))
-    return Route(capability=capability, version=version, adapter=adapter_name, options=options)
+    return Route(
+        capability=capability,
+        version=version,
+        adapter=adapter_name,
+        options=options,
+        limits=limits_parse(key, table),
+    )
 
 
 def _headers_from_env(key: str, value: Any, environ: Mapping[str, str]) -> dict[str, str]:

@@ -54,6 +54,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
 13. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
    aiohttp (bench/asynchttp.py) at each --slow-concurrency, on asyncio's loop and on uvloop.
+11. limits (bench/limits.py): route limits at 4 x 50 against a 50 ms loopback provider that
+   records each call: max_in_flight = 8, rate_limit = "50/s", an unlimited route's pickup beside
+   a limited backlog, and limits far above need against none.
 
 For each throughput run it also reports PostgreSQL's CPU and commits per execution (all server
 processes' CPU time and pg_stat_database.xact_commit, before and after), and the worker's
@@ -61,7 +64,7 @@ context switches per execution (voluntary and not, every thread's, bench/procsta
 
 `--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
 sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, fairness, webhooks,
-lists, pgqueuer, http-async).
+limits, lists, pgqueuer, http-async).
 
 Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
 """
@@ -92,6 +95,8 @@ sys.path.insert(0, str(ROOT))
 from bench import api, fairness, lists  # noqa: E402
 from bench import traces as tracing_cost  # noqa: E402
 from bench import webhooks as webhooks_bench  # noqa: E402
+from bench.limits import Limits  # noqa: E402
+from bench.limits import summary_lines as limit_summary_lines  # noqa: E402
 from bench.peers import Peers  # noqa: E402
 from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
 from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
@@ -159,6 +164,7 @@ SECTIONS = (
 )
 SECTIONS += ("traces",)  # bench/traces.py: tracing off and on, one runworker
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
+LIMIT_SECTIONS = ("limits",)  # bench/limits.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
 JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
 
@@ -1053,6 +1059,13 @@ class Bench:
             self.report["webhooks"] = webhooks_bench.run(
                 self, executions=args.executions, samples=args.pickup_samples
             )
+        if "limits" in wanted:
+            print("route limits (4 x 50, a 50 ms provider):", flush=True)
+            self.report["limits"] = Limits(self).run(
+                calls=args.limit_calls,
+                rate_calls=args.limit_rate_calls,
+                pickup_samples=args.limit_pickup_samples,
+            )
         if "lists" in wanted:  # last: it leaves a million rows of each in the tables
             print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
             self.report["lists"] = lists.run(
@@ -1246,7 +1259,8 @@ def summary(report: dict) -> list[str]:
     lines += tracing_cost.summary_lines(report.get("traces", {}))
     if "webhooks" in report:
         lines += webhooks_bench.summary_lines(report["webhooks"])
-    return lines + fairness.summary_lines(report) + peer_summary_lines(report)
+    lines += fairness.summary_lines(report)
+    return lines + peer_summary_lines(report) + limit_summary_lines(report)
 
 
 def main(argv: list[str]) -> int:
@@ -1284,10 +1298,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--fairness-seconds", type=float, default=10.0, help="tenant B alone, at 2/s"
     )
+    parser.add_argument("--limit-calls", type=int, default=3_000, help="limits: per run")
+    parser.add_argument("--limit-rate-calls", type=int, default=600, help="limits: at 50/s")
+    parser.add_argument("--limit-pickup-samples", type=int, default=200, help="limits: pickup")
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
     parser.add_argument(
-        "--only", default=",".join(SECTIONS + PEER_SECTIONS), help="sections to run"
+        "--only",
+        default=",".join(SECTIONS + PEER_SECTIONS + LIMIT_SECTIONS),
+        help="sections to run",
     )
     parser.add_argument(
         "--quick",
@@ -1308,12 +1327,15 @@ def main(argv: list[str]) -> int:
         args.fairness_backlog = min(args.fairness_backlog, 2_000)
         args.fairness_seconds = min(args.fairness_seconds, 5.0)
         args.more_concurrency = "100"  # one higher concurrency: both sides' best configurations
+        args.limit_calls = min(args.limit_calls, 400)
+        args.limit_rate_calls = min(args.limit_rate_calls, 150)
+        args.limit_pickup_samples = min(args.limit_pickup_samples, 40)
     args.more_concurrency = [int(c) for c in args.more_concurrency.split(",") if int(c) > 0]
     args.processes = [int(p) for p in args.processes.split(",")]
     args.slow_concurrency = [int(c) for c in args.slow_concurrency.split(",")]
     args.api_clients = [int(c) for c in args.api_clients.split(",")]
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
-    known = SECTIONS + PEER_SECTIONS
+    known = SECTIONS + PEER_SECTIONS + LIMIT_SECTIONS
     unknown = set(args.only) - set(known)
     if unknown:
         parser.error(f"--only: unknown sections {sorted(unknown)} (known: {', '.join(known)})")

@@ -9,6 +9,8 @@ Invariants and transaction boundaries:
   untouched, and running it again carries on;
 - workers keep running meanwhile: a batch locks only final execution rows (SKIP LOCKED), which
   no worker and no claim ever locks, and it holds them for one statement;
+- the route limiter's records of calls that ended before the cutoff go too, in batches of
+  their own, after the executions;
 - the audit trail is append-only and stays whole; the execution row stays too (the audit and the
   request's history refer to it), with what the execution view shows. Once purged, an execution
   has no checkpoints and no events, so nothing can be found by its external keys or event ids any
@@ -41,6 +43,7 @@ class PurgeResult:
     events: int = 0
     batches: int = 0
     attempts: int = 0  # rows of attempt history (action_attempt)
+    route_calls: int = 0  # the route limiter's records of ended calls (route_call)
 
 
 def history_purge(
@@ -90,4 +93,19 @@ def history_purge(
             break
         if pause_seconds > 0:
             time.sleep(pause_seconds)
+    _purge_route_calls(result, batch=batch, pause_seconds=pause_seconds)
     return result
+
+
+def _purge_route_calls(result: PurgeResult, *, batch: int, pause_seconds: float) -> None:
+    """The route limiter's records of calls that ended before the cutoff, batch by batch: no
+    limit counts them any more (a window is at most an hour, a call at most half a lease)."""
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.PURGE_ROUTE_CALLS, {"cutoff": result.cutoff, "limit": batch})
+            (removed,) = cursor.fetchone()
+        result.route_calls += removed
+        if removed < batch:
+            return
+        if pause_seconds > 0:
+            time.sleep(pause_seconds)

@@ -25,6 +25,8 @@ from django.views.decorators.http import require_GET
 from orquestador.bearer import bearer_matches
 from orquestador.exposition import CONTENT_TYPE, Family, Sample, render
 
+from .limitmetrics import route_families
+from .limits import RouteStats, route_stats
 from .queuestats import QUEUE_STATUSES, QueueStats, queue_stats
 
 logger = logging.getLogger("orquestador.metrics")
@@ -110,13 +112,16 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not metrics_token_matches(request.headers.get("Authorization"), settings.METRICS_TOKEN):
         return unauthorized()
     started = time.perf_counter()
+    routes: list[RouteStats] = []
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             stats: QueueStats | None = queue_stats(cursor=cursor)
+            routes = route_stats(cursor)
     except DatabaseError as exc:
         logger.warning("metrics: queue statistics unavailable", extra={"error": type(exc).__name__})
         stats = None
     families = queue_families(stats, seconds=time.perf_counter() - started)
+    families += route_families(routes)
     response = HttpResponse(render(families), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response

@@ -11,7 +11,7 @@ from psycopg import sql
 # Tables the runtime role reads but never writes.
 READ_ONLY_TABLES = ("django_migrations",)
 # Append-only: the runtime role may read and insert, never change or remove.
-APPEND_ONLY_TABLES = ("audit_event",)
+APPEND_ONLY_TABLES = ("audit_event", "route_event")
 
 
 class RoleError(Exception):

@@ -28,6 +28,7 @@ from . import casepage, explain, filters, insight, selectors
 from .adminactions import CaseActions, case_url
 from .adminproposals import ProposalViews
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
+from .routeadmin import RouteControls
 
 OPEN = ExecutionStatus.RECONCILIATION_REQUIRED
 PROPOSED = AuditType.RECONCILIATION_PROPOSED  # a replay awaiting a second operator's approval
@@ -266,7 +267,7 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
 
 
 @admin.register(WorkerProcess)
-class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
+class WorkerProcessAdmin(RouteControls, ViewOnly, admin.ModelAdmin):
     """Every runworker as it last reported itself: live, silent or gone, and what it holds."""
 
     list_display = (
@@ -285,6 +286,7 @@ class WorkerProcessAdmin(ViewOnly, admin.ModelAdmin):
     ordering = ("-last_seen_at",)
     sortable_by = ()
     list_per_page = 100
+    change_list_template = "admin/reconciliation/workerprocess/change_list.html"  # routes atop
     show_full_result_count = False
     actions = None
 

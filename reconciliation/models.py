@@ -50,6 +50,8 @@ class WorkerProcess(models.Model):
         db_table = "worker_process"
         verbose_name = "worker"
         default_permissions = ("view",)
+        # The Workers page's route controls (routeadmin.py): pause and resume a route.
+        permissions = [("pause_route", "Can pause and resume a route")]
         indexes = [models.Index(fields=["last_seen_at"], name="worker_process_seen_idx")]
 
     def __str__(self) -> str:

@@ -20,3 +20,4 @@ RESOLVE_WRITE_HAPPENED = f"{APP}.resolve_write_happened"
 RESOLVE_WRITE_NOT_HAPPENED = f"{APP}.resolve_write_not_happened"
 ABANDON_EXECUTION = f"{APP}.abandon_execution"
 COMPENSATE_EXECUTION = f"{APP}.compensate_execution"
+PAUSE_ROUTE = f"{APP}.pause_route"  # declared on WorkerProcess (the Workers page)

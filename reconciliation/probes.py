@@ -41,7 +41,9 @@ from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
 from executions.audit import audit_append
+from executions.limits import lookup_place, lookup_place_end
 from executions.models import ActionExecution, AuditType, Execution, ExecutionStatus
+from executions.worker.limiter import limited
 from executions.worker.metrics import WorkerMetrics
 
 from . import services
@@ -209,10 +211,25 @@ def probe_one(
             raise IntegrationUnavailable(
                 checkpoint.capability, checkpoint.capability_version, "off"
             )
-        asking = lookup_by_key(
-            checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
-        )
-        result = runner.run(asking) if runner is not None else run_blocking(asking)
+        # A lookup counts against its route's limits like any call (executions/limits.py);
+        # one held back asks nothing now: the probe's claim lapses and it is asked later.
+        place = None
+        if limited(binding.route):
+            with orm_on(source):
+                place = lookup_place(
+                    route=binding.route, hold_seconds=binding.contract.timeout_seconds
+                )
+            if place is None:
+                return "throttled"
+        try:
+            asking = lookup_by_key(
+                checkpoint.capability, checkpoint.capability_version, checkpoint.external_key
+            )
+            result = runner.run(asking) if runner is not None else run_blocking(asking)
+        finally:
+            if place is not None:
+                with orm_on(source):
+                    lookup_place_end(route=binding.route, call_id=place)
     except IntegrationUnavailable:
         return _close(probe, owner=owner, outcome="no-lookup", source=source)
     if metrics is not None:

@@ -20,6 +20,7 @@ from orquestador.errors import CodedError
 from .. import selectors
 from ..callbacks import MAX_CALLBACK_BYTES, callback_receive
 from ..cancel import execution_cancel
+from ..limits import throttled_each
 from ..resumes import MAX_KEPT_EVENTS, execution_resume
 from ..waits import waiting_for
 from .base import (
@@ -49,7 +50,9 @@ ExecutionDetailView = read_one_view(
     "Read an execution",
     "Its status and, once decided, the business outcome and target state; a "
     "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
-    render=lambda found: execution_view(found, waiting_for(found)),
+    render=lambda found: execution_view(
+        found, waiting_for(found), throttled=throttled_each([found]).get(found.id)
+    ),
 )
 
 

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from .. import selectors
 from ..cursors import Position, cursor_make, cursor_open
+from ..limits import throttled_each
 from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
@@ -113,8 +114,8 @@ def request_list_answer(request: DrfRequest) -> Response:
 
 
 def _executions(rows: list) -> Any:
-    waiting, zone = waiting_for_each(rows), current_zone()
-    return [execution_view(row, waiting[row.id], zone) for row in rows]
+    waiting, throttled, zone = waiting_for_each(rows), throttled_each(rows), current_zone()
+    return [execution_view(row, waiting[row.id], zone, throttled.get(row.id)) for row in rows]
 
 
 class ExecutionCollectionView(ApiView):

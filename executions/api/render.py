@@ -28,8 +28,10 @@ def execution_view(
     execution: Execution,
     waiting: dict[str, Any] | None = None,
     zone: datetime.tzinfo | None = None,
+    throttled: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """ExecutionViewSerializer's answer; `waiting` is what a SUSPENDED execution waits for."""
+    """ExecutionViewSerializer's answer; `waiting` is what a SUSPENDED execution waits for,
+    `throttled` what a route limit holds back (executions/limits.py's `throttled_each`)."""
     zone = zone or timezone.get_current_timezone()
     result = execution.result or {}
     view: dict[str, Any] = {
@@ -49,6 +51,12 @@ def execution_view(
             "actionId": waiting["actionId"],
             "event": waiting["event"],
             "deadline": moment(waiting["deadline"], zone),
+        }
+    if throttled is not None:
+        view["throttled"] = {
+            "actionId": throttled["actionId"],
+            "capability": throttled["capability"],
+            "until": moment(throttled["until"], zone),
         }
     return view
 

@@ -52,8 +52,9 @@ def strict_request_bodies(result: dict[str, Any], **_: Any) -> dict[str, Any]:
 
 
 # View fields that are present only in some states, so not `required` (the field's description
-# says when): the execution view's `waitingFor`, while SUSPENDED only.
-OPTIONAL_VIEW_FIELDS = {"ExecutionView": ("waitingFor",)}
+# says when): the execution view's `waitingFor`, while SUSPENDED only, and `throttled`, while a
+# route limit holds it back.
+OPTIONAL_VIEW_FIELDS = {"ExecutionView": ("waitingFor", "throttled")}
 
 
 def optional_view_fields(result: dict[str, Any], **_: Any) -> dict[str, Any]:

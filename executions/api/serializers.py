@@ -16,6 +16,7 @@ from ..cancel import MAX_REASON_CHARS
 from ..flows.canonical import compact_size
 from ..flows.compensations import compensated_action
 from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
+from ..limits import throttled_each
 from ..models import (
     ActionExecution,
     CheckpointStatus,
@@ -244,6 +245,15 @@ class WaitingForSerializer(serializers.Serializer):
     deadline = serializers.DateTimeField(help_text="When the wait times out.")
 
 
+class ThrottledSerializer(serializers.Serializer):
+    actionId = serializers.CharField(help_text="The action a route limit holds back.")
+    capability = serializers.CharField(help_text="Its route, `capability@version`.")
+    until = serializers.DateTimeField(
+        allow_null=True,
+        help_text="The earliest time it may go; null while it waits for a call in flight to end.",
+    )
+
+
 class RequestViewSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     flowKey = serializers.CharField(source="flow.key")
@@ -280,12 +290,24 @@ class ExecutionViewSerializer(serializers.Serializer):
         required=False,
         help_text="While SUSPENDED only (absent otherwise): what the execution waits for.",
     )
+    throttled = serializers.SerializerMethodField(
+        required=False,
+        help_text="While a route limit holds its next call back (absent otherwise).",
+    )
 
     def to_representation(self, instance: Execution) -> dict[str, Any]:
         view = super().to_representation(instance)
-        if view.get("waitingFor") is None:
-            view.pop("waitingFor", None)
+        for optional in ("waitingFor", "throttled"):
+            if view.get(optional) is None:
+                view.pop(optional, None)
         return view
+
+    @extend_schema_field(ThrottledSerializer)
+    def get_throttled(self, execution: Execution) -> dict[str, Any] | None:
+        # A page passes what each of its executions is throttled on, read in one statement.
+        known = self.context.get("throttled")
+        found = (known if known is not None else throttled_each([execution])).get(execution.id)
+        return None if found is None else ThrottledSerializer(found).data
 
     @extend_schema_field(WaitingForSerializer)
     def get_waitingFor(self, execution: Execution) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ from ..flows.publication import find_transition
 from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from ..models import ExecutionStatus
 from ..waits import CALLBACK_EVENT, call_accept, is_wait
-from . import recovery
+from . import limiter, recovery
 from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
 from .compensation import compensate_failure, compensate_resumed
 from .endings import RunScope, run_end
@@ -188,8 +188,9 @@ class _Run:
         prepared = await self.prepare(sequence, action, snapshot, outputs)
         if isinstance(prepared, dict):  # reused from its SUCCEEDED checkpoint
             return prepared
-        attempt = await self.start(prepared)
-        return await self.settle(attempt, await self.call(attempt, snapshot))
+        # A limited route's call takes its place first (executions/worker/limiter.py).
+        attempt, result = await limiter.limited_call(self, prepared, snapshot)
+        return await self.settle(attempt, result)
 
     # The parameters of action(), whose first step this is: a signature repeats, not logic.
     async def prepare(

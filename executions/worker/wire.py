@@ -250,6 +250,9 @@ class Ending(enum.StrEnum):
 _ENDING_OF = {
     ExecutionStatus.SUCCEEDED: Ending.COMPLETED,
     ExecutionStatus.SUSPENDED: Ending.SUSPENDED,
+    # Parked by a route limit (executions/worker/limiter.py): suspended on `throttled`, due
+    # at nextAttemptAt or when a call in flight ends.
+    ExecutionStatus.PENDING: Ending.SUSPENDED,
     ExecutionStatus.RETRY_WAIT: Ending.FAILED,
     ExecutionStatus.FAILED: Ending.FAILED,
     ExecutionStatus.CANCELLED: Ending.FAILED,

@@ -38,5 +38,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"purged {result.executions} executions ({result.checkpoints} checkpoints, "
             f"{result.attempts} earlier attempts, {result.events} events) finished before "
-            f"{result.cutoff.isoformat()} in {result.batches} batches"
+            f"{result.cutoff.isoformat()} in {result.batches} batches, and "
+            f"{result.route_calls} records of route calls"
         )

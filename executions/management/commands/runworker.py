@@ -11,6 +11,8 @@ from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
 from executions.flows.publication import flows_compensation_problems
+from executions.leases import lease_owner_name
+from executions.limits import LimitsConflict, limits_declare
 from executions.webhooks.running import webhook_delivery
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
@@ -112,6 +114,11 @@ class Command(BaseCommand):
         # Reported, not refused: such a transition falls back to reconciliation at run time.
         for problem in flows_compensation_problems(resolve=registry.resolve):
             self.stderr.write(f"compensation check: {problem} (falls back to reconciliation)")
+        owner = lease_owner_name()
+        try:
+            limits_declare(owner=owner, routes=registry.routes())
+        except LimitsConflict as exc:
+            raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         conninfo = database_conninfo(settings.DATABASES["default"])
         connection.close()
         metrics = WorkerMetrics()
@@ -130,6 +137,7 @@ class Command(BaseCommand):
         )
         # Keyword arguments, alike other calls (wait_reach) in form only: nothing to share.
         scheduler = Scheduler(
+            owner=owner,
             config=config,
             conninfo=conninfo,
             runtime=runtime,

@@ -130,9 +130,12 @@ def test_schema__views_have_exactly_the_public_fields(schema):
         "createdAt",
         "finishedAt",
         "waitingFor",
+        "throttled",
     }
     assert set(components["WaitingFor"]["properties"]) == {"actionId", "event", "deadline"}
     assert "waitingFor" not in components["ExecutionView"]["required"]  # only while SUSPENDED
+    assert set(components["Throttled"]["properties"]) == {"actionId", "capability", "until"}
+    assert "throttled" not in components["ExecutionView"]["required"]  # only while held back
     assert set(components["RequestView"]["properties"]) == {
         "id",
         "flowKey",

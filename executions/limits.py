@@ -1,0 +1,299 @@
+"""Route limits (INTEGRATIONS.md#flow-control, docs/adr/0017): calls of a route in flight and
+started per window, across every worker, kept in PostgreSQL.
+
+Invariants and transaction boundaries (each plan is one statement, in autocommit):
+- `route_take` (worker, fenced): a limited call gets its place (a route_call row) or its
+  execution is parked: PENDING, lease cleared, due at the window's edge or the pause's end, or
+  later, when a call in flight ends (`route_end` wakes it, the sweep catches what an ending
+  missed). A parked call started no attempt: its RUNNING checkpoint was never written;
+- a place is held under the holder's lease: when its execution moves on, or its lease
+  expires (a SIGKILLed worker), it stops counting (the function route_call_live);
+- a provider's 429 with Retry-After pauses the route for everyone (`route_pause_by_provider`),
+  an operator pauses and resumes it (`route_operator_pause`, audited in route_event).
+The statements are executions/sql/limits.py's; the worker's side is executions/worker/limiter.py.
+"""
+
+import datetime
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from actions.base import Route, RouteLimits
+
+from . import sql
+from .leases import Fence
+from .steps import Plan, Query, Steps
+
+# seconds: how long an execution parked for a call in flight stays parked if nothing wakes it
+# (the sweep of every worker wakes it much sooner; this bounds a fleet with no sweep at all).
+PARK_FALLBACK_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A take's answer: the call's place (`call_id`), or parked until `until` (None: until a
+    call in flight ends)."""
+
+    call_id: int | None
+    until: datetime.datetime | None
+
+    @property
+    def granted(self) -> bool:
+        return self.call_id is not None
+
+
+class RouteSuperseded(Exception):
+    """The holder's fence no longer held when it asked for a place (nothing was written)."""
+
+
+def route_take(
+    *, fence: Fence, route: Route, action_id: str, attempt: int, limits: RouteLimits | None
+) -> Plan[Taken]:
+    """A place for one call of `route` as the holder `fence`, or the execution parked."""
+    return Plan(_take(fence, route, action_id, attempt, limits))
+
+
+def _take(
+    fence: Fence, route: Route, action_id: str, attempt: int, limits: RouteLimits | None
+) -> Steps[Taken]:
+    limits = limits or RouteLimits()
+    row = yield Query(
+        sql.ROUTE_CALL_TAKE,
+        {
+            **fence.params(),
+            "route": route.key,
+            "action_id": action_id,
+            "attempt": attempt,
+            "max_in_flight": limits.max_in_flight,
+            "rate_count": limits.rate_count,
+            "rate_window": limits.rate_window_seconds,
+            "park_seconds": PARK_FALLBACK_SECONDS,
+        },
+        fetch="one",
+    )
+    call_id, until, fenced = row
+    if not fenced:
+        raise RouteSuperseded(str(fence.execution_id))
+    return Taken(call_id=call_id, until=until)
+
+
+def route_end(*, route: Route, call_id: int) -> Plan[int]:
+    """End a call taken on a route with max_in_flight; wake one parked execution. Returns how
+    many were woken."""
+    return Plan(_end(route, call_id))
+
+
+def _end(route: Route, call_id: int) -> Steps[int]:
+    row = yield Query(sql.ROUTE_CALL_END, {"route": route.key, "call_id": call_id}, fetch="one")
+    return int(row[0])
+
+
+def route_sweep() -> Plan[tuple[int, dict[str, datetime.datetime]]]:
+    """The sweep (every worker, about every second): wake what an ending missed; return how
+    many were woken and the routes paused now, with their ends."""
+    return Plan(_sweep())
+
+
+def _sweep() -> Steps[tuple[int, dict[str, datetime.datetime]]]:
+    woken = yield Query(sql.ROUTE_SWEEP, fetch="one")
+    paused = yield Query(sql.ROUTE_PAUSES, fetch="all")
+    return int(woken[0]), {route: until for route, until in paused}
+
+
+def route_pause_by_provider(*, route: Route, seconds: float) -> Plan[datetime.datetime]:
+    """A provider answered 429 with Retry-After `seconds` (already capped): pause the route."""
+    return Plan(_pause_by_provider(route, seconds))
+
+
+def _pause_by_provider(route: Route, seconds: float) -> Steps[datetime.datetime]:
+    row = yield Query(
+        sql.ROUTE_PAUSE_BY_PROVIDER, {"route": route.key, "seconds": seconds}, fetch="one"
+    )
+    until: datetime.datetime = row[0]
+    return until
+
+
+def limits_of(routes: Iterable[Route]) -> list[dict[str, Any]]:
+    """The limits a worker declares: one entry per limited route."""
+    return [
+        {
+            "route": route.key,
+            "max_in_flight": route.limits.max_in_flight,
+            "rate_count": route.limits.rate_count,
+            "rate_window_seconds": route.limits.rate_window_seconds,
+        }
+        for route in routes
+        if route.limits is not None
+    ]
+
+
+def lookup_place(*, route: Route, hold_seconds: float) -> int | None:
+    """A place for one lookup by the prober on `route` (Django's connection, as the prober's
+    steps run): its call id, or None when a limit holds it back (the probe asks later)."""
+    limits = route.limits or RouteLimits()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.ROUTE_LOOKUP_TAKE,
+            {
+                "route": route.key,
+                "max_in_flight": limits.max_in_flight,
+                "rate_count": limits.rate_count,
+                "rate_window": limits.rate_window_seconds,
+                "hold_seconds": hold_seconds,
+            },
+        )
+        call_id, _ = cursor.fetchone()
+    return call_id
+
+
+def lookup_place_end(*, route: Route, call_id: int) -> None:
+    """End a lookup's place on a route with max_in_flight (a rate's start is all it counts)."""
+    if route.limits is None or route.limits.max_in_flight is None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql.ROUTE_CALL_END, {"route": route.key, "call_id": call_id})
+
+
+class LimitsConflict(Exception):
+    """Another live worker enforces other limits on a route; the message names both."""
+
+
+def limits_declare(*, owner: str, routes: Iterable[Route]) -> None:
+    """Record the limits of this worker's routes at start (Django's connection), unless another
+    live worker declared other limits for one of them: then raise LimitsConflict."""
+    mine = limits_of(routes)
+    by_route = {entry["route"]: entry for entry in mine}
+    params = {"owner": owner, "limits": json.dumps(mine)}
+    with connection.cursor() as cursor:
+        cursor.execute(sql.LIMITS_CONFLICTS, params)
+        conflicts = cursor.fetchall()
+        if conflicts:
+            route, other, max_in_flight, count, window = conflicts[0]
+            theirs = RouteLimits(max_in_flight, count, window)
+            own = by_route.get(route)
+            ours = (
+                RouteLimits(own["max_in_flight"], own["rate_count"], own["rate_window_seconds"])
+                if own
+                else RouteLimits()
+            )
+            raise LimitsConflict(
+                f"route {route}: this worker enforces {limits_text(ours)}, live worker "
+                f"{other} enforces {limits_text(theirs)}; every process must read the same "
+                "INTEGRATIONS_FILE"
+            )
+        cursor.execute(sql.DECLARE_LIMITS, params)
+
+
+def limits_text(limits: RouteLimits) -> str:
+    parts = []
+    if limits.max_in_flight is not None:
+        parts.append(f"max_in_flight = {limits.max_in_flight}")
+    if limits.rate_limit is not None:
+        parts.append(f'rate_limit = "{limits.rate_limit}"')
+    return ", ".join(parts) or "no limit"
+
+
+# -- operators --------------------------------------------------------------------------------
+
+MAX_PAUSE_SECONDS = 7 * 24 * 3600  # seconds: an operator's pause lasts at most a week
+
+
+def route_operator_pause(
+    *, route: str, until: datetime.datetime | None, actor: str, reason: str
+) -> int:
+    """Pause `route` until `until` for every worker, or resume it (`until` None), recorded in
+    route_event with `actor` and `reason`. Returns how many parked executions a resume made
+    due."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.ROUTE_OPERATOR_PAUSE,
+            {"route": route, "until": until, "actor": actor[:255], "reason": reason[:2000]},
+        )
+        due = cursor.fetchone()[0]
+    return int(due)
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteStats:
+    """One limited or paused route as /metrics and the Workers page show it."""
+
+    route: str
+    max_in_flight: int | None
+    rate_limit: str | None
+    paused_until: datetime.datetime | None
+    paused_by: str | None
+    in_flight: int
+    window_calls: int
+    parked: int
+
+
+def route_stats(cursor: Any) -> list[RouteStats]:
+    """Every limited or paused route, read with `cursor` (one statement)."""
+    cursor.execute(sql.ROUTE_STATS)
+    found = []
+    for (
+        route,
+        max_in_flight,
+        count,
+        window,
+        paused_until,
+        paused_by,
+        live,
+        calls,
+        parked,
+    ) in cursor.fetchall():
+        found.append(
+            RouteStats(
+                route=route,
+                max_in_flight=max_in_flight,
+                rate_limit=RouteLimits(None, count, window).rate_limit,
+                paused_until=paused_until,
+                paused_by=paused_by,
+                in_flight=int(live),
+                window_calls=int(calls),
+                parked=int(parked),
+            )
+        )
+    return found
+
+
+def throttled_each(executions: Iterable[Any]) -> dict[uuid.UUID, dict[str, Any]]:
+    """`throttled` ({actionId, capability, until}) of each PENDING execution parked by a limit,
+    by id, in one statement; none at all when no execution can be parked: only one claimed
+    before (attempts > 0) can, so an acceptance's answer costs no statement."""
+    ids = [e.id for e in executions if e.status == "PENDING" and e.attempts > 0]
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql.THROTTLED_OF, {"ids": ids})
+        rows = cursor.fetchall()
+    return {
+        execution_id: {"actionId": action_id, "capability": route, "until": until}
+        for execution_id, action_id, route, until in rows
+    }
+
+
+__all__ = [
+    "PARK_FALLBACK_SECONDS",
+    "LimitsConflict",
+    "RouteStats",
+    "RouteSuperseded",
+    "Taken",
+    "limits_declare",
+    "lookup_place",
+    "lookup_place_end",
+    "route_end",
+    "route_operator_pause",
+    "route_pause_by_provider",
+    "route_stats",
+    "route_sweep",
+    "route_take",
+    "throttled_each",
+]

@@ -1,0 +1,220 @@
+"""Route limits: the limiter's statements (executions/limits.py, docs/adr/0017).
+
+Invariants: every grant, park and end of a limited call happens under its route's row lock
+(route_limit), taken first, before any execution row; the steps that count run after the lock,
+each with a fresh snapshot, inside the functions of migration 0014 (route_call_take,
+route_call_end, route_sweep), so two workers never both see the last free place. A call's place
+is held under its holder's lease: a call whose execution moved on, or whose lease expired, is
+not counted (route_call_live).
+"""
+
+# Take a call of a limited route for a holder, or park the holder (PENDING until `wait_until`;
+# NULL: until a call in flight ends): one statement per limited call, fenced inside.
+# Locks: the route's route_limit row, then the holder's execution row (FOR NO KEY UPDATE).
+# Index: route_limit_pkey; execution_pkey; route_call_open_idx (only when full by the counter);
+# route_park_pkey.
+ROUTE_CALL_TAKE = """
+SELECT call_id, wait_until, fenced
+  FROM route_call_take(%(route)s, %(execution_id)s, %(request_id)s, %(token)s, %(owner)s,
+                       %(action_id)s, %(attempt)s, %(max_in_flight)s, %(rate_count)s,
+                       %(rate_window)s, %(park_seconds)s)
+"""
+
+
+# Take a place for a lookup by the prober (no holder, nothing parked): the call's id, or NULL
+# when a limit holds it back (`wait_until` says until when, NULL: a call in flight must end).
+# Locks: the route's route_limit row.
+# Index: route_limit_pkey; route_call_open_idx (only when full by the counter).
+ROUTE_LOOKUP_TAKE = """
+SELECT call_id, wait_until
+  FROM route_call_take(%(route)s, NULL, NULL, NULL, NULL, NULL, NULL, %(max_in_flight)s,
+                       %(rate_count)s, %(rate_window)s, %(hold_seconds)s)
+"""
+
+
+# End a call taken on a route with max_in_flight, and wake the oldest execution parked for one.
+# Locks: the route's route_limit row; the ended route_call row; the woken execution row
+# (FOR UPDATE SKIP LOCKED).
+# Index: route_limit_pkey; route_call_pkey; route_park_wait_idx; execution_pkey.
+ROUTE_CALL_END = "SELECT route_call_end(%(route)s, %(call_id)s)"
+
+
+# Every second or so, per worker: calls whose holder is gone stop counting, and parked
+# executions are woken into the room that leaves.
+# Locks: each route_limit row with parked executions, in route order; the woken execution rows
+# (FOR UPDATE SKIP LOCKED).
+# Index: route_park_wait_idx; route_call_open_idx.
+ROUTE_SWEEP = "SELECT route_sweep()"
+
+
+# The routes paused now and until when (an unlimited route's calls take the limited path while
+# the worker knows it is paused).
+# Locks: nothing.
+# Index: none (route_limit holds one row per limited or paused route).
+ROUTE_PAUSES = """
+SELECT route, paused_until FROM route_limit WHERE paused_until > clock_timestamp()
+"""
+
+
+# A provider answered 429 with Retry-After: pause the route for every worker until then (never
+# shortening a pause already set). Returns the pause's end.
+# Locks: the route's route_limit row.
+# Index: route_limit_pkey.
+ROUTE_PAUSE_BY_PROVIDER = """
+INSERT INTO route_limit AS l (route, paused_until, paused_by, pause_reason)
+VALUES (%(route)s, clock_timestamp() + make_interval(secs => %(seconds)s::double precision),
+        'provider', 'HTTP 429 with Retry-After')
+ON CONFLICT (route) DO UPDATE
+   SET paused_until = greatest(l.paused_until, EXCLUDED.paused_until),
+       paused_by = CASE WHEN l.paused_until >= EXCLUDED.paused_until THEN l.paused_by
+                        ELSE EXCLUDED.paused_by END,
+       pause_reason = CASE WHEN l.paused_until >= EXCLUDED.paused_until THEN l.pause_reason
+                           ELSE EXCLUDED.pause_reason END
+RETURNING l.paused_until
+"""
+
+
+# An operator pauses a route until %(until)s, or resumes it (%(until)s NULL); the audit row is
+# route_event's, in the same statement. A resume makes the executions parked by the pause due.
+# Locks: the route's route_limit row; the parked execution rows it makes due.
+# Index: route_limit_pkey; route_park by route (route_park_wait_idx covers the in-flight waits
+# only, so this walks route_park_pkey: a resume is rare).
+ROUTE_OPERATOR_PAUSE = """
+WITH paused AS (
+    INSERT INTO route_limit AS l (route, paused_until, paused_by, pause_reason)
+    VALUES (%(route)s, %(until)s, %(actor)s, %(reason)s)
+    ON CONFLICT (route) DO UPDATE
+       SET paused_until = EXCLUDED.paused_until, paused_by = EXCLUDED.paused_by,
+           pause_reason = EXCLUDED.pause_reason
+    RETURNING l.route, l.paused_until
+),
+due AS (
+    UPDATE execution AS e SET next_attempt_at = clock_timestamp()
+      FROM route_park AS p, paused
+     WHERE %(until)s::timestamptz IS NULL AND p.route = paused.route AND p.until IS NOT NULL
+       AND e.id = p.execution_id AND e.status = 'PENDING' AND e.fencing_token = p.fencing_token
+       AND e.next_attempt_at > clock_timestamp()
+    RETURNING e.id
+),
+recorded AS (
+    INSERT INTO route_event (route, type, actor, reason, until)
+    SELECT paused.route, CASE WHEN %(until)s::timestamptz IS NULL THEN 'RESUMED' ELSE 'PAUSED' END,
+           %(actor)s, %(reason)s, %(until)s
+      FROM paused
+)
+SELECT (SELECT count(*) FROM due) AS due, pg_notify('orquestador_executions', %(route)s)
+"""
+
+
+# Declare this worker's limits at start. Returns, first, every route whose limits another live
+# worker declared differently (the caller refuses to start, naming both); declares nothing then.
+# Locks: nothing (the declaration is DECLARE_LIMITS, run only when this finds no conflict).
+# Index: route_limit_pkey; worker_process_pkey.
+LIMITS_CONFLICTS = """
+SELECT l.route, l.declared_by, l.max_in_flight, l.rate_count, l.rate_window_seconds
+  FROM route_limit AS l
+  JOIN worker_process AS w ON w.owner = l.declared_by
+  LEFT JOIN jsonb_to_recordset(%(limits)s::jsonb)
+         AS mine(route text, max_in_flight integer, rate_count integer,
+                 rate_window_seconds integer) ON mine.route = l.route
+ WHERE l.declared_by <> %(owner)s
+   AND w.last_seen_at > clock_timestamp() - make_interval(secs => 2 * w.lease_seconds)
+   AND (l.max_in_flight, l.rate_count, l.rate_window_seconds)
+       IS DISTINCT FROM (mine.max_in_flight, mine.rate_count, mine.rate_window_seconds)
+   AND (mine.route IS NOT NULL OR l.max_in_flight IS NOT NULL OR l.rate_count IS NOT NULL)
+ ORDER BY l.route
+"""
+
+
+# Record this worker's limits: its routes with limits get them, every other route's limits are
+# cleared (a pause stays).
+# Locks: the route_limit rows written.
+# Index: route_limit_pkey.
+DECLARE_LIMITS = """
+WITH mine AS (
+    SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb)
+           AS m(route text, max_in_flight integer, rate_count integer,
+                rate_window_seconds integer)
+),
+cleared AS (
+    UPDATE route_limit AS l
+       SET max_in_flight = NULL, rate_count = NULL, rate_window_seconds = NULL,
+           declared_by = %(owner)s, declared_at = clock_timestamp()
+     WHERE NOT EXISTS (SELECT 1 FROM mine WHERE mine.route = l.route)
+       AND (l.max_in_flight IS NOT NULL OR l.rate_count IS NOT NULL)
+)
+INSERT INTO route_limit AS l (route, max_in_flight, rate_count, rate_window_seconds,
+                              declared_by, declared_at)
+SELECT route, max_in_flight, rate_count, rate_window_seconds, %(owner)s, clock_timestamp()
+  FROM mine
+ON CONFLICT (route) DO UPDATE
+   SET max_in_flight = EXCLUDED.max_in_flight, rate_count = EXCLUDED.rate_count,
+       rate_window_seconds = EXCLUDED.rate_window_seconds,
+       declared_by = EXCLUDED.declared_by, declared_at = EXCLUDED.declared_at
+"""
+
+
+# What /metrics and the Workers page show per limited or paused route: its limits, calls in
+# flight (held under live leases), calls started in its current window, executions parked on
+# it and the pause's end.
+# Locks: nothing.
+# Index: route_call_open_idx; route_call_started_idx; route_park_pkey (by route, a scan of the
+# parked only).
+ROUTE_STATS = """
+SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
+       CASE WHEN l.paused_until > clock_timestamp() THEN l.paused_until END AS paused_until,
+       l.paused_by,
+       (SELECT count(*) FROM route_call AS rc
+         WHERE rc.route = l.route AND rc.ended_at IS NULL
+           AND route_call_live(rc, clock_timestamp())) AS in_flight,
+       (SELECT count(*) FROM route_call AS rc
+         WHERE rc.route = l.route
+           AND rc.started_at > clock_timestamp()
+                               - make_interval(secs => coalesce(l.rate_window_seconds, 1))
+       ) AS window_calls,
+       (SELECT count(*) FROM route_park AS p
+          JOIN execution AS e ON e.id = p.execution_id
+         WHERE p.route = l.route AND e.status = 'PENDING'
+           AND e.fencing_token = p.fencing_token) AS parked
+  FROM route_limit AS l
+ WHERE l.max_in_flight IS NOT NULL OR l.rate_count IS NOT NULL
+    OR l.paused_until > clock_timestamp()
+ ORDER BY l.route
+"""
+
+
+# What a PENDING execution parked by a limit shows (`throttled`): its action, route and until.
+# Locks: nothing.
+# Index: route_park_pkey; execution_pkey.
+THROTTLED_OF = """
+SELECT p.execution_id, p.action_id, p.route, p.until
+  FROM route_park AS p
+  JOIN execution AS e ON e.id = p.execution_id
+ WHERE p.execution_id = ANY (%(ids)s::uuid[])
+   AND e.status = 'PENDING' AND e.fencing_token = p.fencing_token
+"""
+
+
+# purgehistory: one batch of the limiter's records of calls that ended before %(cutoff)s (at
+# most %(limit)s, oldest first), and the parks of executions that moved on; returns how many
+# call records it removed.
+# Locks: the deleted rows.
+# Index: route_call_ended_idx; route_park_pkey.
+PURGE_ROUTE_CALLS = """
+WITH batch AS (
+    SELECT rc.id FROM route_call AS rc
+     WHERE rc.ended_at < %(cutoff)s
+     ORDER BY rc.ended_at
+     LIMIT %(limit)s
+),
+calls AS (
+    DELETE FROM route_call AS rc USING batch WHERE rc.id = batch.id RETURNING 1
+),
+parks AS (
+    DELETE FROM route_park AS p
+     WHERE NOT EXISTS (SELECT 1 FROM execution AS e
+                        WHERE e.id = p.execution_id AND e.status = 'PENDING'
+                          AND e.fencing_token = p.fencing_token)
+)
+SELECT count(*) FROM calls
+"""

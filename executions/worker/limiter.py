@@ -1,0 +1,226 @@
+"""A worker's side of the route limits (executions/limits.py, docs/adr/0017).
+
+Invariants:
+- an unlimited route costs nothing: no statement, unless this worker knows the route is
+  paused (a provider's 429, an operator), and then only while the pause lasts;
+- a limited call takes its place (one statement) after the recovery table let it go and
+  before its RUNNING checkpoint: a call held back has started no attempt, and its execution is
+  parked (PENDING, no lease), so the slot and its task are free at once;
+- a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
+  returns, whatever it returned, which also wakes the oldest execution parked for a place;
+  a run that never ends it (killed, stuck) stops counting when its lease is gone;
+- a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
+The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
+refreshes them about every second (`RouteSweeper`).
+"""
+
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from actions.base import ActionResult, Binding, Route
+
+from ..leases import ExecutionSuperseded, Fence
+from ..limits import (
+    RouteSuperseded,
+    Taken,
+    route_end,
+    route_pause_by_provider,
+    route_sweep,
+    route_take,
+)
+from ..models import ExecutionStatus
+from ..steps import run_sync
+from ..workerloops import ConnectionSource
+from .groupcommit import Database, on
+from .metrics import WorkerMetrics
+from .stops import RunSuspended
+from .wire import RunOutcome
+
+logger = logging.getLogger("executions.worker")
+
+THROTTLED_EVENT = "throttled"  # a parked run's `waiting_for`
+SWEEP_SECONDS = 1.0  # seconds between two sweeps of one worker
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class RoutePauses:
+    """The routes this process knows to be paused, and until when (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._until: dict[str, datetime.datetime] = {}
+
+    def paused(self, route: str) -> bool:
+        until = self._until.get(route)
+        return until is not None and until > _now()
+
+    def note(self, route: str, until: datetime.datetime) -> None:
+        with self._lock:
+            if until > self._until.get(route, until - datetime.timedelta(seconds=1)):
+                self._until[route] = until
+
+    def replace(self, paused: dict[str, datetime.datetime]) -> None:
+        with self._lock:
+            self._until = dict(paused)
+
+
+PAUSES = RoutePauses()  # this process's: read by every run, refreshed by the sweep
+
+
+def limited(route: Route) -> bool:
+    """Whether a call of `route` takes a place first: it has limits, or is paused now."""
+    return route.limits is not None or PAUSES.paused(route.key)
+
+
+async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionResult]:
+    """One call of a run (runner._Run) with its prepared `call`: its RUNNING checkpoint
+    (`run.start`) then the adapter (`run.call`), inside a place of its route when the route is
+    limited; parks the execution instead (`RunSuspended`) when a limit holds the call back. A
+    429 with Retry-After pauses the route."""
+    route, db, log_extra = call.binding.route, run.db, run.log_extra
+    if not limited(route):
+        attempt = await run.start(call)
+        result: ActionResult = await run.call(attempt, snapshot)
+    else:
+        place = await place_take(
+            db,
+            fence=run.fence,
+            binding=call.binding,
+            action_id=call.start.action_id,
+            attempt=call.start.attempt,
+            log_extra=log_extra,
+        )
+        try:
+            attempt = await run.start(call)
+            result = await run.call(attempt, snapshot)
+        finally:
+            await place_end(db, route=route, taken=place, log_extra=log_extra)
+    if result.rate_limited:
+        await provider_pause(
+            db,
+            route=route,
+            result=result,
+            cap_seconds=run.deps.config.retry_after_max_seconds,
+            log_extra=log_extra,
+        )
+    return attempt, result
+
+
+async def place_take(
+    db: Database,
+    *,
+    fence: Fence,
+    binding: Binding,
+    action_id: str,
+    attempt: int,
+    log_extra: dict[str, Any],
+) -> Taken:
+    """A place for this call, or the run stops with its execution parked (`RunSuspended`,
+    status PENDING); a holder that no longer holds the execution gets ExecutionSuperseded."""
+    route = binding.route
+    try:
+        taken = await on(
+            db,
+            route_take(
+                fence=fence, route=route, action_id=action_id, attempt=attempt, limits=route.limits
+            ),
+        )
+    except RouteSuperseded:
+        raise ExecutionSuperseded(fence.execution_id, step=f"take {action_id}") from None
+    if taken.granted:
+        return taken
+    parked(action_id, route, taken.until, log_extra)
+
+
+def parked(
+    action_id: str, route: Route, until: datetime.datetime | None, log_extra: dict[str, Any]
+) -> NoReturn:
+    """End the run: its execution was parked by the take (already written)."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "execution throttled",
+            extra={
+                **log_extra,
+                "action_id": action_id,
+                "capability": route.key,
+                "until": str(until),
+            },
+        )
+    raise RunSuspended(
+        RunOutcome(
+            status=ExecutionStatus.PENDING,
+            next_attempt_at=until,
+            waiting_on=action_id,
+            waiting_for=THROTTLED_EVENT,
+        )
+    )
+
+
+async def place_end(db: Database, *, route: Route, taken: Taken, log_extra: dict) -> None:
+    """End a call's place on a route with max_in_flight (nothing to end for a rate alone: its
+    start is all it counts). A database error is logged, not raised: the place stops counting
+    once the checkpoint moves on, and the sweep wakes what this would have."""
+    if taken.call_id is None or route.limits is None or route.limits.max_in_flight is None:
+        return
+    try:
+        await on(db, route_end(route=route, call_id=taken.call_id))
+    except Exception:
+        logger.warning("route place not ended; the sweep will", extra=log_extra, exc_info=True)
+
+
+async def provider_pause(
+    db: Database, *, route: Route, result: ActionResult, cap_seconds: float, log_extra: dict
+) -> None:
+    """A provider's 429 with Retry-After: pause its route for every worker until then."""
+    if not result.rate_limited or result.retry_after is None or result.retry_after <= 0:
+        return
+    seconds = min(float(result.retry_after), cap_seconds)
+    try:
+        until = await on(db, route_pause_by_provider(route=route, seconds=seconds))
+    except Exception:
+        logger.warning("route pause not recorded", extra=log_extra, exc_info=True)
+        return
+    PAUSES.note(route.key, until)
+    logger.warning(
+        "route paused by its provider",
+        extra={**log_extra, "capability": route.key, "until": until.isoformat()},
+    )
+
+
+class RouteSweeper(threading.Thread):
+    """A worker loop (executions/workerloops.py): about every SWEEP_SECONDS, on the prober's
+    connection, one sweep (`route_sweep`) that wakes parked executions an ending missed and
+    refreshes the pauses this process knows."""
+
+    def __init__(
+        self,
+        *,
+        owner: str,
+        may_probe: Callable[[], bool],
+        metrics: WorkerMetrics | None,
+        source: ConnectionSource | None,
+    ) -> None:
+        super().__init__(name="route-sweeper", daemon=True)
+        self.owner = owner
+        self.source = source
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        if self.source is None:  # a remote runtime: its endpoint's processes sweep
+            return
+        while not self.stop.wait(SWEEP_SECONDS):
+            try:
+                with self.source() as conn:
+                    woken, paused = run_sync(conn, route_sweep())
+            except Exception:
+                logger.debug("route sweep failed", extra={"owner": self.owner}, exc_info=True)
+                continue
+            PAUSES.replace(paused)
+            if woken:
+                logger.info("parked executions woken", extra={"owner": self.owner, "woken": woken})

@@ -1,0 +1,287 @@
+"""Route limits in PostgreSQL (executions/limits.py): a call a limit holds back parks its
+execution with no attempt started, and wakes when a call in flight ends or at the window's
+edge; a dead holder's place comes back with its lease; a 429 and an operator pause the route."""
+
+import dataclasses
+import datetime
+import threading
+
+import pytest
+
+from actions.base import ActionResult, Outcome, RouteLimits
+from executions.limits import (
+    route_operator_pause,
+    route_stats,
+    route_sweep,
+    route_take,
+    throttled_each,
+)
+from executions.models import Execution
+from executions.steps import run_sync
+from executions.worker.limiter import PAUSES
+from executions.worker.wire import Ending
+from tests.support.meteredprovider import route_tables_clear
+from tests.support.worker import (
+    FAST,
+    GateAdapter,
+    ScriptedAdapter,
+    action,
+    binding,
+    checkpoint_rows,
+    claim,
+    enqueue,
+    execution_row,
+    expire_lease,
+    registry,
+    run_claim,
+    run_next,
+    runtime_for,
+    wait_until,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROUTE = "p.lim@1"
+
+
+def limited(adapter, **limits):
+    plain = binding("p.lim", adapter)
+    return dataclasses.replace(
+        plain, route=dataclasses.replace(plain.route, limits=RouteLimits(**limits))
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_pauses_known(migration_dsn):
+    route_tables_clear(migration_dsn)
+    PAUSES.replace({})
+    yield
+    PAUSES.replace({})
+
+
+def parked_row(conn, execution_id):
+    return conn.execute(
+        "SELECT action_id, route, until FROM route_park WHERE execution_id = %s", [execution_id]
+    ).fetchone()
+
+
+def test_take__max_in_flight_full__parks_without_an_attempt_and_wakes_when_it_ends(
+    conn, make_flow, runtime_dsn
+):
+    gate = GateAdapter()
+    reg = registry(limited(gate, max_in_flight=1))
+    flow = make_flow([action("a", "p.lim")])
+    first, second = enqueue(conn, flow), enqueue(conn, flow)
+    runtime = runtime_for(runtime_dsn, reg, slots=2)
+    try:
+        (holder,) = claim(conn, "worker-a", lease_seconds=30)
+        results = []
+        running = threading.Thread(target=lambda: results.append(run_claim(runtime, holder)))
+        running.start()
+        assert gate.entered.wait(10)
+
+        held_back = run_next(conn, runtime, owner="worker-b", lease_seconds=30)
+
+        waiting = (holder.execution_id == first.execution_id and second) or first
+        assert held_back.status == Ending.SUSPENDED
+        row = execution_row(conn, waiting.execution_id)
+        assert (row["status"], row["lease_owner"]) == ("PENDING", None)
+        assert row["next_attempt_at"] > datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+            minutes=5
+        )
+        assert checkpoint_rows(conn, waiting.execution_id) == {}  # no attempt started
+        assert parked_row(conn, waiting.execution_id) == ("a", ROUTE, None)
+        execution = Execution.objects.get(id=waiting.execution_id)
+        assert throttled_each([execution]) == {
+            waiting.execution_id: {"actionId": "a", "capability": ROUTE, "until": None}
+        }
+
+        gate.gate.set()
+        running.join(10)
+        assert results[0].status == Ending.COMPLETED
+        # The ending woke it: due now, and it runs to the end with its first attempt.
+        wait_until(
+            lambda: (
+                execution_row(conn, waiting.execution_id)["next_attempt_at"]
+                <= datetime.datetime.now(datetime.UTC)
+            ),
+            what="the parked execution to be woken",
+        )
+        assert run_next(conn, runtime, owner="worker-b").status == Ending.COMPLETED
+        assert checkpoint_rows(conn, waiting.execution_id)["a"]["attempt"] == 1
+        assert len(gate.calls) == 2
+    finally:
+        gate.gate.set()
+        runtime.close()
+
+
+def test_take__rate_limit__parks_until_the_window_edge(conn, make_flow, runtime_dsn):
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, rate_count=2, rate_window_seconds=60))
+    flow = make_flow([action("a", "p.lim")])
+    accepted = [enqueue(conn, flow) for _ in range(3)]
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in accepted]
+
+        assert endings == [Ending.COMPLETED, Ending.COMPLETED, Ending.SUSPENDED]
+        assert len(adapter.calls) == 2
+        (waiting,) = [
+            a for a in accepted if execution_row(conn, a.execution_id)["status"] == "PENDING"
+        ]
+        _, _, until = parked_row(conn, waiting.execution_id)
+        now = datetime.datetime.now(datetime.UTC)
+        # Counted in whole buckets of 3 s: free again once the first start's bucket leaves.
+        assert now + datetime.timedelta(seconds=50) < until < now + datetime.timedelta(seconds=64)
+        assert execution_row(conn, waiting.execution_id)["next_attempt_at"] == until
+        assert checkpoint_rows(conn, waiting.execution_id) == {}
+        (stats,) = [s for s in route_stats(conn.cursor()) if s.route == ROUTE]
+        assert (stats.rate_limit, stats.window_calls, stats.parked) == ("2/min", 2, 1)
+    finally:
+        runtime.close()
+
+
+def test_take__dead_holder__its_place_comes_back_once_its_lease_expires(
+    conn, make_flow, runtime_dsn
+):
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, max_in_flight=1))
+    flow = make_flow([action("a", "p.lim")])
+    dead, alive = enqueue(conn, flow), enqueue(conn, flow)
+    (holder,) = claim(conn, "worker-dead", lease_seconds=1.0)
+    # The holder took its place, then died (never ended it, never renewed its lease).
+    taken = run_sync(
+        conn,
+        route_take(
+            fence=holder.fence,
+            route=reg.resolve("p.lim", 1).route,
+            action_id="a",
+            attempt=1,
+            limits=RouteLimits(max_in_flight=1),
+        ),
+    )
+    assert taken.granted
+    other = alive if holder.execution_id == dead.execution_id else dead
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
+        assert execution_row(conn, other.execution_id)["status"] == "PENDING"
+
+        expire_lease(conn, holder.execution_id)
+        woken, _ = run_sync(conn, route_sweep())
+
+        assert woken == 1
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.COMPLETED
+        assert len(adapter.calls) == 1
+    finally:
+        runtime.close()
+
+
+def test_provider_429__pauses_the_route_for_the_next_call(conn, make_flow, runtime_dsn):
+    adapter = ScriptedAdapter(
+        script=[
+            ActionResult(
+                outcome=Outcome.TRANSIENT,
+                error_code="TRANSIENT_FAILURE",
+                retry_after=30.0,
+                rate_limited=True,
+            )
+        ]
+    )
+    # No limits: an unlimited route is paused too (FAST caps a Retry-After at 0.2 s, so
+    # WORKER_RETRY_AFTER_MAX_SECONDS is raised here).
+    reg = registry(binding("p.lim", adapter))
+    flow = make_flow([action("a", "p.lim")])
+    first, second = enqueue(conn, flow), enqueue(conn, flow)
+    config = dataclasses.replace(FAST, retry_after_max_seconds=20.0)
+    runtime = runtime_for(runtime_dsn, reg, config=config)
+    try:
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.FAILED  # RETRY_WAIT
+        (paused_until, paused_by) = conn.execute(
+            "SELECT paused_until, paused_by FROM route_limit WHERE route = %s", [ROUTE]
+        ).fetchone()
+        now = datetime.datetime.now(datetime.UTC)
+        assert (
+            now + datetime.timedelta(seconds=15)
+            < paused_until
+            < now + datetime.timedelta(seconds=21)
+        )
+        assert paused_by == "provider"
+
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
+        assert len(adapter.calls) == 1
+        waiting = {first.execution_id, second.execution_id}
+        parked = [e for e in waiting if execution_row(conn, e)["status"] == "PENDING"]
+        assert len(parked) == 1
+        assert parked_row(conn, parked[0])[2] == paused_until
+    finally:
+        runtime.close()
+
+
+def test_operator_pause_and_resume__audited_and_parked_work_due_on_resume(
+    conn, make_flow, runtime_dsn
+):
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, max_in_flight=5))
+    flow = make_flow([action("a", "p.lim")])
+    accepted = enqueue(conn, flow)
+    until = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    route_operator_pause(route=ROUTE, until=until, actor="admin:ops", reason="provider incident")
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
+        assert execution_row(conn, accepted.execution_id)["next_attempt_at"] == until
+        assert adapter.calls == []
+
+        due = route_operator_pause(route=ROUTE, until=None, actor="admin:ops", reason="over")
+
+        assert due == 1
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.COMPLETED
+        events = conn.execute(
+            "SELECT type, actor, reason, until FROM route_event WHERE route = %s ORDER BY id",
+            [ROUTE],
+        ).fetchall()
+        assert events == [
+            ("PAUSED", "admin:ops", "provider incident", until),
+            ("RESUMED", "admin:ops", "over", None),
+        ]
+    finally:
+        runtime.close()
+
+
+def test_purge__removes_the_records_of_ended_calls(conn, make_flow, runtime_dsn):
+    from executions.history import history_purge
+
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, max_in_flight=2))
+    flow = make_flow([action("a", "p.lim")])
+    enqueue(conn, flow)
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.COMPLETED
+    finally:
+        runtime.close()
+    conn.execute("UPDATE route_call SET ended_at = ended_at - interval '3 days'")
+
+    result = history_purge(older_than_days=1, pause_seconds=0)
+
+    assert result.route_calls == 1
+    assert conn.execute("SELECT count(*) FROM route_call").fetchone()[0] == 0
+
+
+def test_lookup__counts_against_max_in_flight_and_is_never_parked(conn, make_flow, runtime_dsn):
+    from executions.limits import lookup_place, lookup_place_end
+
+    route = limited(ScriptedAdapter(), max_in_flight=1).route
+
+    first = lookup_place(route=route, hold_seconds=5)
+    second = lookup_place(route=route, hold_seconds=5)
+    lookup_place_end(route=route, call_id=first)
+    third = lookup_place(route=route, hold_seconds=5)
+
+    assert first is not None and second is None and third is not None
+    assert conn.execute(
+        "SELECT kind, execution_id, held_until > started_at FROM route_call WHERE id = %s",
+        [third],
+    ).fetchone() == ("lookup", None, True)
+    assert conn.execute("SELECT count(*) FROM route_park").fetchone()[0] == 0
