@@ -1,7 +1,8 @@
 """`GET /metrics`: the queue as Prometheus gauges, read from the database at each scrape.
 
 Always on, like /healthz. It answers with counts and ages only (queue depth and due work by
-status, the age of the oldest due execution, the reconciliation backlog, blocked requests): no
+status, the age of the oldest due execution, the reconciliation backlog, blocked requests,
+webhook deliveries on their way and failing subscriptions): no
 id, owner, tenant or secret. When METRICS_TOKEN is set, a scrape must present it as
 `Authorization: Bearer <token>`; the worker's endpoint asks for the same token
 (executions/worker/metrics.py).
@@ -103,6 +104,22 @@ def queue_families(stats: QueueStats | None, *, seconds: float) -> list[Family]:
             "orquestador_requests_blocked",
             "Requests held by an execution (running, waiting, or waiting for an operator).",
             stats.requests_blocked,
+        ),
+        _gauge(
+            "orquestador_webhook_deliveries_pending",
+            "Webhook deliveries on their way: not yet attempted, or failed and to be retried.",
+            stats.webhooks_pending,
+        ),
+        _gauge(
+            "orquestador_webhook_oldest_pending_age_seconds",
+            "Age since its event of the oldest webhook delivery on its way, in seconds (0 when "
+            "none is).",
+            stats.webhooks_oldest_pending_age_seconds,
+        ),
+        _gauge(
+            "orquestador_webhook_subscriptions_failing",
+            "Webhook subscriptions whose deliveries keep failing (status `failing`).",
+            stats.webhook_subscriptions_failing,
         ),
     ]
 

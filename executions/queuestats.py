@@ -14,6 +14,7 @@ from typing import Any
 
 from . import sql
 from .models import ExecutionStatus
+from .webhooks.config import FAILING_AFTER
 
 METRICS_TIMEOUT_MS = 2000  # milliseconds one statistics statement may run before it is cancelled
 # The statuses of live work, in the order the metrics list them (execution_claim_idx's predicate).
@@ -38,6 +39,9 @@ class QueueStats:
     reconciliation_backlog: int  # executions waiting for an operator
     reconciliation_oldest_age_seconds: float  # age of the oldest of those, since creation
     requests_blocked: int  # requests held by an execution
+    webhooks_pending: int  # webhook deliveries on their way (first attempt or retry)
+    webhooks_oldest_pending_age_seconds: float  # age of the oldest of those, since creation
+    webhook_subscriptions_failing: int  # subscriptions that show as `failing`
 
 
 def queue_stats(*, cursor: Any) -> QueueStats:
@@ -56,6 +60,8 @@ def queue_stats(*, cursor: Any) -> QueueStats:
     backlog, backlog_age = cursor.fetchone()
     cursor.execute(sql.METRICS_BLOCKED_REQUESTS)
     (blocked,) = cursor.fetchone()
+    cursor.execute(sql.METRICS_WEBHOOKS, {"failing_after": FAILING_AFTER})
+    pending, pending_age, failing = cursor.fetchone()
     return QueueStats(
         depth=depth,
         due=due,
@@ -63,4 +69,7 @@ def queue_stats(*, cursor: Any) -> QueueStats:
         reconciliation_backlog=backlog,
         reconciliation_oldest_age_seconds=float(backlog_age),
         requests_blocked=blocked,
+        webhooks_pending=pending,
+        webhooks_oldest_pending_age_seconds=float(pending_age),
+        webhook_subscriptions_failing=failing,
     )

@@ -91,6 +91,7 @@ from .queuestats import (
     METRICS_READ_ONLY,
     METRICS_RECONCILIATION,
     METRICS_TIMEOUT,
+    METRICS_WEBHOOKS,
 )
 from .waits import (
     CALLBACK_CHECKPOINT,
@@ -168,6 +169,7 @@ __all__ = [
     "METRICS_READ_ONLY",
     "METRICS_RECONCILIATION",
     "METRICS_TIMEOUT",
+    "METRICS_WEBHOOKS",
     "NOTIFY_CANCEL",
     "NOTIFY_CHANNEL",
     "NOTIFY_WORK",

@@ -56,3 +56,20 @@ SELECT count(*) AS blocked
   FROM request AS r
  WHERE r.blocked_by_id IS NOT NULL
 """
+
+
+# Webhook deliveries still on their way (a first attempt or a retry) with the age in seconds of
+# the oldest, and the subscriptions whose last %(failing_after)s attempts or more failed.
+# Locks: nothing.
+# Index: webhook_delivery_due_idx (partial on PENDING); webhook_subscription read whole (at most
+# 100 rows per tenant).
+METRICS_WEBHOOKS = """
+SELECT count(*) AS pending,
+       COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(d.created_at)), 0)::double precision
+           AS oldest_pending_age_seconds,
+       (SELECT count(*)
+          FROM webhook_subscription AS s
+         WHERE s.consecutive_failures >= %(failing_after)s) AS failing
+  FROM webhook_delivery AS d
+ WHERE d.status = 'PENDING'
+"""

@@ -7,6 +7,8 @@ import pytest
 
 from executions import sql
 from executions.queuestats import QueueStats, queue_stats
+from executions.webhooks.models import WebhookSubscription
+from executions.webhooks.signing import secret_new
 from tests.support.worker import action, claim, create_flow, enqueue, flow_definition
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,6 +27,9 @@ def test_queue_stats__an_empty_queue_is_all_zeros(conn):
         reconciliation_backlog=0,
         reconciliation_oldest_age_seconds=0.0,
         requests_blocked=0,
+        webhooks_pending=0,
+        webhooks_oldest_pending_age_seconds=0.0,
+        webhook_subscriptions_failing=0,
     )
 
 
@@ -120,3 +125,38 @@ def test_metrics_statements__walk_their_partial_index_never_the_history(
     nodes = list(_nodes(plan["Plan"]))
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
     assert index in {n.get("Index Name") for n in nodes}, nodes
+
+
+def test_queue_stats__count_webhook_deliveries_on_their_way_and_failing_subscriptions(conn):
+    def subscribe(tenant: str, failures: int) -> WebhookSubscription:
+        return WebhookSubscription.objects.create(
+            tenant=tenant,
+            url="https://hooks.example/orquestador",
+            events=["execution.succeeded"],
+            secret=secret_new(),
+            consecutive_failures=failures,
+        )
+
+    subscribe("acme", failures=0)
+    subscribe("acme", failures=3)  # failing: its last three attempts failed
+    subscribe("globex", failures=2)  # not yet
+    flow = create_flow(conn, flow_definition([action("noop", "NO_OP")]))
+    ended = [enqueue(conn, flow, scope="acme").execution_id for _ in range(2)]
+    # Ending them writes one delivery per acme subscription each (the outbox trigger).
+    conn.execute(
+        "UPDATE execution SET status = 'SUCCEEDED', finished_at = clock_timestamp()"
+        " WHERE id = ANY(%s)",
+        [ended],
+    )
+    conn.execute(
+        "UPDATE webhook_delivery SET created_at = clock_timestamp() - interval '90 seconds'"
+    )
+
+    stats = read(conn)
+    assert stats.webhooks_pending == 4
+    assert 90 <= stats.webhooks_oldest_pending_age_seconds < 120
+    assert stats.webhook_subscriptions_failing == 1
+
+    conn.execute("UPDATE webhook_delivery SET status = 'DELIVERED', delivered_at = now()")
+    stats = read(conn)
+    assert (stats.webhooks_pending, stats.webhooks_oldest_pending_age_seconds) == (0, 0.0)
