@@ -24,10 +24,9 @@ from orquestador import errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
 
-from . import access
+from . import access, sql
 from .cursors import Position
 from .models import ActionExecution, Execution, Flow, Request
-from .sql import reads
 
 Row = TypeVar("Row", Request, Execution)  # what a list holds
 
@@ -79,7 +78,7 @@ def execution_get(*, principal: Principal, execution_id: str) -> Execution:
     parsed = access.parse_id(execution_id)
     row = None
     if parsed is not None:
-        statement = reads.EXECUTION_VIEW.format(
+        statement = sql.EXECUTION_VIEW.format(
             access=access.request_filter_sql(principal, alias="r")
         )
         with connection.cursor() as cursor:
@@ -90,10 +89,10 @@ def execution_get(*, principal: Principal, execution_id: str) -> Execution:
     if row is None:
         raise CodedError(errors.NOT_FOUND, "no such execution")
     values = list(row)
-    result = reads.EXECUTION_VIEW_COLUMNS.index("result")
+    result = sql.EXECUTION_VIEW_COLUMNS.index("result")
     if isinstance(values[result], str):  # Django's connections read jsonb as text
         values[result] = json.loads(values[result])
-    return Execution.from_db(connection.alias, reads.EXECUTION_VIEW_COLUMNS, values)
+    return Execution.from_db(connection.alias, sql.EXECUTION_VIEW_COLUMNS, values)
 
 
 def execution_get_writable(*, principal: Principal, execution_id: str) -> Execution:

@@ -93,6 +93,7 @@ from .queuestats import (
     METRICS_TIMEOUT,
     METRICS_WEBHOOKS,
 )
+from .reads import EXECUTION_VIEW, EXECUTION_VIEW_COLUMNS
 from .waits import (
     CALLBACK_CHECKPOINT,
     CALLBACK_SETTLE,
@@ -155,6 +156,8 @@ __all__ = [
     "EXECUTION_SCHEDULE_RETRY",
     "EXECUTION_SUSPEND",
     "EXECUTION_SUSPEND_UNTIL",
+    "EXECUTION_VIEW",
+    "EXECUTION_VIEW_COLUMNS",
     "FENCE",
     "FENCES",
     "FINALIZE_PROBE",

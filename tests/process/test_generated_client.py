@@ -7,6 +7,7 @@ The generated package is imported by operation id (a module per operation), what
 generator groups them in.
 """
 
+import contextlib
 import importlib
 import pkgutil
 import subprocess
@@ -85,11 +86,15 @@ def test_generated_client__lists_steps_webhooks_and_a_verified_signature(
         Receiver() as receiver,
         gunicorn_process(env, tmp_path / "web.log") as base,
         WorkerProcess(env, tmp_path / "worker.log"),
+        contextlib.ExitStack() as stack,
     ):
         package = generated(base, tmp_path)
         ops = operations(package)
-        client = package.AuthenticatedClient(
-            base_url=base, token=tokens.token(sub="ada", tenant="acme", scope=SCOPE)
+        # Entered, so its connections (kept alive by the server) are closed when the test ends.
+        client = stack.enter_context(
+            package.AuthenticatedClient(
+                base_url=base, token=tokens.token(sub="ada", tenant="acme", scope=SCOPE)
+            )
         )
         # Three requests, each placed: the worker runs them.
         executions = []

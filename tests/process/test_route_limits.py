@@ -30,6 +30,8 @@ RUN_TIMEOUT = 60  # seconds for every execution of a test to finish
 @pytest.fixture(autouse=True)
 def _route_tables_empty(migration_dsn):
     route_tables_clear(migration_dsn)
+    yield
+    route_tables_clear(migration_dsn)  # nor left for the next test's metrics or claims
 
 
 def integrations(tmp_path, provider: MeteredProvider, limits: str) -> str:

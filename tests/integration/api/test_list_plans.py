@@ -66,7 +66,11 @@ REQUEST_CASES = [
 EXECUTION_CASES = [
     ({}, {"execution_tenant_list_idx"}),
     ({"status": "FAILED"}, {"execution_status_list_idx", "execution_error_list_idx"}),
-    ({"status": "PENDING", "createdAfter": RECENT}, {"execution_status_list_idx"}),
+    # PENDING rows are live queue (few): the claim's per-tenant index of due work serves them too.
+    (
+        {"status": "PENDING", "createdAfter": RECENT},
+        {"execution_status_list_idx", "execution_fair_idx"},
+    ),
     ({"status": "SUCCEEDED", "createdBefore": NOW_ISH}, {"execution_status_list_idx"}),
     ({"requestId": "REQUEST"}, {"execution_request_idx"}),
     ({"requestId": "REQUEST", "status": "SUCCEEDED"}, {"execution_request_idx"}),

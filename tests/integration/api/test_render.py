@@ -18,7 +18,13 @@ from executions.api.serializers import (
     TransitionAcceptSerializer,
 )
 from executions.flows.problems import MAX_NAME_LENGTH
-from executions.models import ActionExecution, Execution, ExecutionStatus, Request
+from executions.models import (
+    TERMINAL_STATUSES,
+    ActionExecution,
+    Execution,
+    ExecutionStatus,
+    Request,
+)
 from executions.waits import waiting_for, waiting_for_each
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +53,7 @@ def test_execution_view__is_the_serializers_for_every_status(alice, request_row,
         result={"outcome": "DONE", "targetState": "SUBMITTED"} if status == "SUCCEEDED" else None,
         error_code="PERMANENT_FAILURE" if status == "FAILED" else None,
         attempts=3,
-        finished_at=MOMENT if status in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
+        finished_at=MOMENT if status in TERMINAL_STATUSES else None,
         lease_owner="w" if status == "RUNNING" else None,
         lease_expires_at=MOMENT if status == "RUNNING" else None,
         next_attempt_at=MOMENT,
@@ -75,6 +81,25 @@ def test_execution_view__is_the_serializers_for_every_status(alice, request_row,
         execution_view(stored, page[stored.id]),
         ExecutionViewSerializer(stored, context={"waiting": page}).data,
     )
+
+
+def test_execution_view__shows_what_a_route_limit_holds_back_as_the_serializer_does(request_row):
+    execution = Execution.objects.create(
+        request=request_row,
+        flow=request_row.flow,
+        transition_id="submit",
+        accepted_revision=2,
+        status="PENDING",
+        attempts=1,
+        next_attempt_at=MOMENT,
+    )
+    stored = Execution.objects.get(id=execution.id)
+    for until in (MOMENT, None):  # None: it waits for a call in flight to end
+        throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": until}
+        built = execution_view(stored, None, throttled=throttled)
+        context = {"waiting": {stored.id: None}, "throttled": {stored.id: throttled}}
+        same(built, ExecutionViewSerializer(stored, context=context).data)
+        assert built["throttled"]["capability"] == "payments.charge@1"
 
 
 def test_execution_view__of_a_fresh_acceptance_is_what_a_read_answers(alice, flow):

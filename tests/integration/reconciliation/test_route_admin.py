@@ -20,6 +20,8 @@ ROUTE_VIEW = "admin:reconciliation_workerprocess_route"
 @pytest.fixture(autouse=True)
 def _empty(migration_dsn, charge_registry):
     route_tables_clear(migration_dsn)
+    yield
+    route_tables_clear(migration_dsn)  # nor left for the next test's metrics or claims
 
 
 def _client(user) -> Client:
