@@ -10,6 +10,6 @@ class ReconciliationConfig(AppConfig):
         # learns of it here instead of importing it.
         from executions.workerloops import worker_loop_register
 
-        from .probes import Prober
+        from .prober import Prober
 
         worker_loop_register(Prober)

@@ -14,6 +14,9 @@ Invariants:
 
 Transactions: none is open while an adapter runs; each write is its own transaction, the
 hot-path ones (start, save, finalise) grouped with other runs' (groupcommit.py), each fenced.
+
+One module past 400 lines because a run is one object read top to bottom; what hooks into it
+(limits, compensation, spans, the outage ride) lives in modules of its own and is called here.
 """
 
 import logging

@@ -22,7 +22,7 @@ from executions.models import (
 )
 from executions.worker.metrics import AUTO_RESOLUTIONS, PROBES, WorkerMetrics
 from executions.workerloops import worker_loops
-from reconciliation import probes, services
+from reconciliation import prober, probes, services
 from reconciliation.models import CaseProbe
 from tests.support.providers import JsonProvider
 from tests.support.worker import registry, runtime_for
@@ -35,7 +35,7 @@ from .worker import CHARGES, charged
 def test_prober__registered_as_a_worker_loop():
     """runworker starts the loops the apps registered; reconciliation's ready() registers the
     prober, so the worker runs it without executions importing reconciliation."""
-    assert worker_loops().count(probes.Prober) == 1
+    assert worker_loops().count(prober.Prober) == 1
 
 
 def test_probe_offsets__the_schedule_cut_and_compressed_to_the_window():
