@@ -21,6 +21,7 @@ ARTEFACTS = Path(
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT_SECONDS = 30  # seconds, for any wait on the page
+POLL_SECONDS = 0.05  # between two looks at the page while waiting (WebDriverWait says 0.5)
 
 # pytest-django's live server listens here: loopback only.
 os.environ.setdefault("DJANGO_LIVE_TEST_SERVER_ADDRESS", "127.0.0.1")

@@ -11,7 +11,7 @@ from executions.models import AuditEvent, Execution, ExecutionStatus, Request
 from tests.integration.reconciliation.conftest import VIEW
 from tests.integration.reconciliation.factories import ExecutionFactory, RequestFactory
 
-from .conftest import WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS
 from .test_reconciliation import navigate
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -20,7 +20,9 @@ REASON = "The customer withdrew the quote by phone."
 
 
 def test_operator_cancels_an_execution_in_the_browser(browser, live_server, make_user):
-    wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    wait = WebDriverWait(
+        browser, WAIT_SECONDS, POLL_SECONDS, ignored_exceptions=(WebDriverException,)
+    )
     make_user("carla", *VIEW, "cancel_execution")
     request = RequestFactory()
     execution = ExecutionFactory(

@@ -18,7 +18,7 @@ from executions.models import AuditType, Execution, ExecutionStatus
 from tests.integration.reconciliation.conftest import charge_registry  # noqa: F401
 from tests.integration.reconciliation.factories import FlowFactory, audit, reconciliation_case
 
-from .conftest import WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS
 from .test_reconciliation import case_page, in_first_screen, log_in, navigate
 
 pytestmark = [
@@ -51,7 +51,9 @@ def _lookup(case: Execution, *, happened: bool | None) -> None:
 
 
 def _wait(browser) -> WebDriverWait:
-    return WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    return WebDriverWait(
+        browser, WAIT_SECONDS, POLL_SECONDS, ignored_exceptions=(WebDriverException,)
+    )
 
 
 def _selector_in_first_screen(browser, selector: str) -> bool:

@@ -17,7 +17,7 @@ from tests.conftest import manage
 from tests.support.cluster import Cluster, own_cluster
 from tests.support.web import web_process
 
-from .conftest import WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.process]
 
@@ -41,7 +41,9 @@ def cluster() -> Iterator[Cluster]:
 def test_outage__the_admin_shows_its_outage_page_and_comes_back(
     browser, cluster, tmp_path, screenshots
 ):
-    wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    wait = WebDriverWait(
+        browser, WAIT_SECONDS, POLL_SECONDS, ignored_exceptions=(WebDriverException,)
+    )
     with web_process(cluster.env, tmp_path / "web.log") as base:
         queue = f"{base}/admin/reconciliation/reconciliationcase/"
         browser.get(f"{base}/admin/login/?next=/admin/reconciliation/reconciliationcase/")

@@ -16,7 +16,7 @@ from tests.support.bigflow import big_flow, big_flow_registry
 from tests.support.eventful import Eventful
 from tests.support.worker import create_flow, enqueue, run_next, runtime_for, unknown
 
-from .conftest import WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS
 from .test_reconciliation import navigate
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -44,7 +44,9 @@ def _show(browser, element_id: str) -> None:
 def test_operator_sees_flows_requests_and_executions_drawn(
     browser, live_server, operator, runtime_conn, runtime_dsn, screenshots
 ):
-    wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    wait = WebDriverWait(
+        browser, WAIT_SECONDS, POLL_SECONDS, ignored_exceptions=(WebDriverException,)
+    )
     browser.get(f"{live_server.url}/admin/login/?next=/admin/")
     browser.find_element(By.ID, "id_username").send_keys("olga")
     browser.find_element(By.ID, "id_password").send_keys("pw-olga")

@@ -33,7 +33,7 @@ from tests.integration.reconciliation.worker import (
 )
 from tests.support.providers import JsonProvider, drop, slow, status
 
-from .conftest import WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
@@ -117,7 +117,9 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
 ):
     # A read that races a page being replaced can raise any WebDriverException; a wait retries
     # until its condition holds or the deadline passes, so only the deadline fails the test.
-    wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    wait = WebDriverWait(
+        browser, WAIT_SECONDS, POLL_SECONDS, ignored_exceptions=(WebDriverException,)
+    )
     make_user("victor", *VIEW)  # may read cases, resolve none
     make_user("petra", *VIEW, "resolve_write_not_happened")  # the second of two operators
     with JsonProvider(respond=charged) as provider:

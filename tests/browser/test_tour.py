@@ -34,7 +34,7 @@ from tests.integration.reconciliation.worker import runworker
 from tests.support import tokens
 from tests.support.worker import wait_until
 
-from .conftest import WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS
 from .test_reconciliation import log_in, navigate
 
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -150,7 +150,9 @@ def checkpoint_attempts(execution_id: str, action_id: str) -> int:
 def test_tour__from_an_order_to_a_resolved_case(
     browser, live_server, operator, process_env, tmp_path, screenshots, monkeypatch
 ):
-    wait = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(WebDriverException,))
+    wait = WebDriverWait(
+        browser, WAIT_SECONDS, POLL_SECONDS, ignored_exceptions=(WebDriverException,)
+    )
     monkeypatch.setenv("PAYMENTS_AUTH", PAYMENTS_AUTH)  # read at each call, lookups included
     env = {
         **process_env,
