@@ -22,7 +22,7 @@ One module past 400 lines because a run is one object read top to bottom; what h
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -259,7 +259,8 @@ class _Run:
         )
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
         logger.info("action started", extra={**extra, "capability": call.binding.contract.key})
-        return replace(call, attempt=attempt, extra=extra)
+        # Built directly: dataclasses.replace walks the fields in Python on every call.
+        return _Call(call.start, call.binding, call.action_input, attempt, extra)
 
     async def call(self, call: _Call, snapshot: Snapshot) -> ActionResult:
         """Call the adapter, no transaction open (executions/worker/calls.py)."""
