@@ -9,8 +9,9 @@ manage.py: this one by default, an older commit extracted beside it for an A/B) 
 executions of the slow flow at each level, the trees' order swapped every round so both see the
 same load. Printed: each run, then per tree and level the median worker CPU per execution,
 executions/s and commits per execution. With --profile, each tree runs once more under cProfile
-(bench/profiled_worker.py, the loop thread's CPU) at the first level: Python calls per execution
-and the functions with the most own time.
+(bench/profiled_worker.py, the loop thread's CPU) at each level: Python calls per execution
+(startup included, so read them from runs of the same size) and the --top functions with the
+most own and cumulative time.
 """
 
 import argparse
@@ -91,18 +92,20 @@ def main(argv: list[str]) -> int:
                 f"{rate:.0f} executions/s, {commits:.2f} commits/execution"
             )
         if args.profile:
-            for tree in trees:
-                out = base / f"profile-{Path(tree).name}.pstats"
-                command = (str(ROOT / "bench" / "profiled_worker.py"), tree)
-                run(tree, levels[0], command, {"BENCH_PROFILE_FILE": str(out)})
-                stats = pstats.Stats(str(out))
-                print(
-                    f"profile {tree} {levels[0]}: "
-                    f"{stats.total_calls / args.calls:.0f} Python calls/execution, "
-                    f"{stats.total_tt / args.calls * 1000:.3f} ms profiled CPU/execution"
-                )
-                stats.sort_stats("tottime").print_stats(args.top)
-                stats.sort_stats("cumulative").print_stats(args.top)
+            for level in levels:
+                for tree in trees:
+                    out = base / f"profile-{Path(tree).name}-{level}.pstats"
+                    command = (str(ROOT / "bench" / "profiled_worker.py"), tree)
+                    run(tree, level, command, {"BENCH_PROFILE_FILE": str(out)})
+                    stats = pstats.Stats(str(out))
+                    print(
+                        f"profile {tree} {level}: "
+                        f"{stats.total_calls / args.calls:.0f} Python calls/execution, "
+                        f"{stats.total_tt / args.calls * 1000:.3f} ms profiled CPU/execution"
+                    )
+                    if args.top:
+                        stats.sort_stats("tottime").print_stats(args.top)
+                        stats.sort_stats("cumulative").print_stats(args.top)
     return 0
 
 
