@@ -446,6 +446,7 @@ class Bench:
         *,
         flow_id: int | None = None,
         env: dict[str, str] | None = None,
+        command: tuple[str, ...] = ("manage.py", "runworker"),
     ) -> dict:
         concurrency = concurrency or self.args.concurrency
         # Each configuration starts from the same state, as the raw loop's does (VACUUM ANALYZE
@@ -453,7 +454,7 @@ class Bench:
         # not left to an autovacuum that would land inside this run's window.
         self.owner.execute(VACUUM_TABLES)
         with ExitStack() as stack:
-            workers = self.start_workers(processes, stack, label, concurrency, env)
+            workers = self.start_workers(processes, stack, label, concurrency, env, command)
             connections = self._worker_connections()
             cpu = [self._cpu_seconds(p.pid) for p in workers]
             switches = [context_switches(p.pid) for p in workers]

@@ -62,7 +62,7 @@ class StartItem:
             "capability_version": self.capability_version,
             "effect": self.effect,
             "input_hash": self.input_hash,
-            "external_key": external_key(self.fence.execution_id, self.action_id),
+            "external_key": external_key(self.fence.execution_text, self.action_id),
             "attempt": self.attempt,
         }
 
@@ -99,8 +99,8 @@ def _durability(effects: Iterable[str]) -> str:
 
 def _coordinates(fence: Fence) -> dict[str, Any]:
     return {
-        "execution_id": str(fence.execution_id),
-        "request_id": str(fence.request_id),
+        "execution_id": fence.execution_text,
+        "request_id": fence.request_text,
         "token": fence.token,
         "owner": fence.owner,
     }

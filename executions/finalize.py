@@ -93,8 +93,8 @@ class FinalizeItem:
 
     def row(self) -> dict[str, Any]:
         return {
-            "execution_id": str(self.fence.execution_id),
-            "request_id": str(self.fence.request_id),
+            "execution_id": self.fence.execution_text,
+            "request_id": self.fence.request_text,
             "token": self.fence.token,
             "owner": self.fence.owner,
             "from_state": self.from_state,

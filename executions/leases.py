@@ -18,7 +18,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import sql
 from .steps import Query, Steps, as_plan
@@ -32,6 +32,13 @@ class Fence:
     request_id: uuid.UUID
     token: int
     owner: str
+    # The two ids as text, made once: a run's rows, keys and log lines want them a dozen times.
+    execution_text: str = field(init=False, repr=False, compare=False)
+    request_text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "execution_text", str(self.execution_id))
+        object.__setattr__(self, "request_text", str(self.request_id))
 
     def params(self) -> dict:
         return {
@@ -43,8 +50,8 @@ class Fence:
 
     def log_extra(self, **more: object) -> dict:
         return {
-            "execution_id": str(self.execution_id),
-            "request_id": str(self.request_id),
+            "execution_id": self.execution_text,
+            "request_id": self.request_text,
             "token": self.token,
             **more,
         }

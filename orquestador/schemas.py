@@ -10,6 +10,9 @@ Invariants:
 - a flow's `dataSchema` is validated without format checks (formats are annotations in Draft
   2020-12) and a contract's schemas with them; the same schema and the same instance get the same
   answer whoever asks;
+- a schema that asserts nothing but `"type": "object"` (the default of a contract and of most
+  flows) answers an instance it plainly accepts without a validator (`_plainly_valid`); any
+  other answer, and every error, comes from the validator;
 - the cache is keyed by the schema object and bounded (`CACHE_SIZE`): long-lived schemas (cached
   flows, registered contracts) are compiled once per process; a schema loaded per API call costs
   at most one build and is forgotten.
@@ -59,10 +62,45 @@ def validator(schema: dict | bool, *, formats: bool) -> jsonschema.protocols.Val
     return built
 
 
+# Keywords that annotate and never assert: a schema of these alone accepts anything.
+_ANNOTATIONS = frozenset(
+    {
+        "$schema",
+        "$id",
+        "$comment",
+        "title",
+        "description",
+        "examples",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
+)
+
+
+def _plainly_valid(schema: dict | bool, instance: Any) -> bool:
+    """Whether `instance` keeps `schema` with no validator to ask: the schema asserts nothing,
+    or only `"type": "object"` and the instance is an object. False means "ask the validator",
+    not "invalid"; a check of a few µs less per input, output and final data of a run."""
+    if schema is True:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind is None:
+        return schema.keys() <= _ANNOTATIONS
+    return (
+        kind == "object" and isinstance(instance, dict) and schema.keys() - _ANNOTATIONS == {"type"}
+    )
+
+
 def best_error(
     schema: dict, instance: Any, *, formats: bool
 ) -> jsonschema.exceptions.ValidationError | None:
     """The most relevant error of `instance` against `schema`, or None when it is valid."""
+    if _plainly_valid(schema, instance):
+        return None
     checker = validator(schema, formats=formats)
     if checker.is_valid(instance):  # the common case, without building any error
         return None
@@ -78,6 +116,8 @@ def contract_problem(schema: dict, instance: Any) -> str | None:
 def contract_errors(schema: dict, instance: Any, *, limit: int) -> list[tuple[str, str]]:
     """Up to `limit` (path, message) errors of `instance` against a contract schema, in path
     order; empty when it is valid."""
+    if _plainly_valid(schema, instance):
+        return []
     checker = validator(schema, formats=True)
     if checker.is_valid(instance):
         return []

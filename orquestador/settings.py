@@ -298,7 +298,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "orquestador.jsonlog.JsonFormatter"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "handlers": {"stderr": {"class": "orquestador.jsonlog.LineHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

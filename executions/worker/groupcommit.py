@@ -16,7 +16,9 @@ Invariants:
   is called;
 - a batch, once led, is written whatever happens to the run that leads it (shielded from its
   cancellation: a stuck run given back), and the lead always passes on, so no follower waits
-  for a leader that is gone;
+  for a leader that is gone; a follower awaits its ticket unshielded (one future, no more): its
+  cancellation reaches only that future, and a lead handed to a run being cancelled is led
+  without it;
 - each item is fenced on its own inside the grouped statement (executions/sql/): an item whose
   holder was superseded is simply absent from the result (None), and never affects the others;
 - a batch whose statement fails is retried item by item, so one execution's fault (a trigger, a
@@ -63,7 +65,8 @@ async def on(db: Database, plan: Plan[Result]) -> Result:
 @dataclass(eq=False)
 class _Ticket(Generic[Item]):
     item: Item
-    ready: asyncio.Future[None]  # done when written, or when the lead is handed to it
+    ready: asyncio.Future[None]  # done when written, or when the lead is handed to it;
+    # cancelled when its waiting run is
     written: bool = False
     gone: bool = False  # its run was cancelled while it waited
     result: Any = None
@@ -95,11 +98,13 @@ class GroupCommit(Generic[Item, Result]):
         self._queue.append(ticket)
         if self._leading:
             try:
-                await asyncio.shield(ticket.ready)
+                # Awaited bare: a cancellation cancels the ticket's own future and nothing else
+                # (the item stays queued and is written with the next batch).
+                await ticket.ready
             except asyncio.CancelledError:
                 ticket.gone = True
-                if ticket.ready.done() and not ticket.written:  # the lead was handed to it
-                    self._lead_without_run(db)
+                if not ticket.ready.cancelled() and not ticket.written:
+                    self._lead_without_run(db)  # the lead was handed to it: lead it anyway
                 raise
         else:
             self._leading = True
@@ -140,7 +145,8 @@ class GroupCommit(Generic[Item, Result]):
             self._leading = False
             return
         successor = self._queue[0]
-        if successor.gone:
+        # Gone, or being cancelled (its future is, its `gone` not yet set): it cannot lead.
+        if successor.gone or successor.ready.cancelled():
             self._lead_without_run(db)
         elif not successor.ready.done():
             successor.ready.set_result(None)  # not written yet: it wakes up leading

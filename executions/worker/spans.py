@@ -36,8 +36,8 @@ async def traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> RunOutco
         return await run
     fence = dispatch.fence
     attributes = {
-        "orquestador.execution.id": str(fence.execution_id),
-        "orquestador.request.id": str(fence.request_id),
+        "orquestador.execution.id": fence.execution_text,
+        "orquestador.request.id": fence.request_text,
         "orquestador.transition.id": dispatch.transition_id,
         "orquestador.execution.attempt": dispatch.attempts,
         "orquestador.fencing_token": fence.token,

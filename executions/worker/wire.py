@@ -94,8 +94,8 @@ def package_json(package: ExecutionPackage) -> str:
     return json.dumps(
         {
             "formatVersion": FORMAT_VERSION,
-            "executionId": str(dispatch.fence.execution_id),
-            "requestId": str(dispatch.fence.request_id),
+            "executionId": dispatch.fence.execution_text,
+            "requestId": dispatch.fence.request_text,
             "flowId": dispatch.flow_id,
             "transitionId": dispatch.transition_id,
             "fencingToken": dispatch.fence.token,

@@ -1,5 +1,6 @@
 """One JSON object per log line (orquestador/jsonlog.py)."""
 
+import io
 import json
 import logging
 import sys
@@ -29,6 +30,7 @@ def restored_logging():
         logging.logProcesses,
         logging.logMultiprocessing,
     )
+    factory = logging.getLogRecordFactory()
     yield
     (
         logging._srcfile,
@@ -36,6 +38,7 @@ def restored_logging():
         logging.logProcesses,
         logging.logMultiprocessing,
     ) = saved
+    logging.setLogRecordFactory(factory)
 
 
 def test_format__one_object_fields_in_order_extras_after():
@@ -92,3 +95,61 @@ def test_lean_records__lines_unchanged(restored_logging):
     assert after == before
     lean = _record(created=1_796_174_453.5)
     assert (lean.thread, lean.process, lean.processName) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), ("a", 1), ({"k": "v"},), ({},)],
+    ids=["no args", "positional", "a mapping", "an empty mapping"],
+)
+def test_lean_records__a_lean_record_holds_what_a_log_record_holds(restored_logging, args):
+    jsonlog.lean_records()
+    made = ("executions.worker", logging.INFO, __file__, 7, "m %s", args, None, "f", None)
+
+    lean = logging.getLogRecordFactory()(*made)
+    standard = logging.LogRecord(*made)
+
+    assert type(lean) is not logging.LogRecord and isinstance(lean, logging.LogRecord)
+    timing = {"created", "msecs", "relativeCreated"}
+    assert list(vars(lean)) == list(vars(standard))
+    assert {k: v for k, v in vars(lean).items() if k not in timing} == {
+        k: v for k, v in vars(standard).items() if k not in timing
+    }
+
+
+def test_lean_records__extras_and_a_set_message_read_as_before(restored_logging):
+    formatter = jsonlog.JsonFormatter()
+    before = formatter.format(_record(created=1_796_174_453.5, token=1, execution_id=EXECUTION))
+
+    jsonlog.lean_records()
+    lean = _record(created=1_796_174_453.5, token=1, execution_id=EXECUTION)
+    lean.message = "set by another formatter"  # comes after the extras, and is never a field
+
+    assert formatter.format(lean) == before
+    assert json.loads(before)["token"] == 1
+
+
+def test_line_handler__one_write_per_line_and_a_failure_handled():
+    class Recording(io.StringIO):
+        writes: list[str] = []
+
+        def write(self, text):
+            written = super().write(text)
+            self.writes.append(text)
+            return written
+
+    stream = Recording()
+    handler = jsonlog.LineHandler(stream)
+    handler.setFormatter(jsonlog.JsonFormatter())
+    handled = []
+    handler.handleError = handled.append
+
+    handler.handle(_record(created=1_796_174_453.5, token=1))
+    handler.handle(_record("action succeeded", created=1_796_174_453.6, token=2))
+    stream.close()  # a closed stream: the write fails, and is handled as StreamHandler does
+    failing = _record(created=1_796_174_453.7)
+    handler.handle(failing)
+
+    assert [json.loads(w)["token"] for w in stream.writes] == [1, 2]
+    assert all(w.endswith("}\n") for w in stream.writes)
+    assert handled == [failing]

@@ -14,6 +14,7 @@ from executions.flows.publication import flows_compensation_problems
 from executions.leases import lease_owner_name
 from executions.limits import LimitsConflict, limits_declare
 from executions.webhooks.running import webhook_delivery
+from executions.worker.collector import collector_settled
 from executions.worker.database import database_conninfo
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import PoolingConfig, pooling_config
@@ -147,6 +148,7 @@ class Command(BaseCommand):
         # Set before the loop starts, so asyncio leaves SIGINT to us: both signals drain.
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: scheduler.request_stop())
+        collector_settled()  # startup's objects frozen, young collections spaced out
         # uvloop: the same asyncio API at about a tenth less CPU per execution
         # (docs/adr/0014-one-event-loop-per-worker.md).
         with endpoint, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
