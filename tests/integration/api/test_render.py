@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from executions import selectors
 from executions.api.acceptbody import plainly_valid
 from executions.api.render import action_view, execution_view, request_view
 from executions.api.serializers import (
@@ -26,9 +27,11 @@ from executions.models import (
     Request,
 )
 from executions.waits import waiting_for, waiting_for_each
+from orquestador.auth import REQUESTS_READ, Principal
 
 pytestmark = pytest.mark.django_db
 
+ALICE = Principal(subject="alice", tenant="acme", permissions=frozenset({REQUESTS_READ}))
 MOMENT = datetime.datetime(2026, 12, 1, 23, 59, 58, 123456, tzinfo=datetime.UTC)
 
 
@@ -118,7 +121,8 @@ def test_request_view__is_the_serializers(alice, request_row, blocked):
         alice.accept(str(request_row.id), "submit", 1)
     stored = Request.objects.select_related("flow").get(id=request_row.id)
     assert (stored.blocked_by_id is not None) == blocked
-    same(request_view(stored), RequestViewSerializer(stored).data)
+    read = selectors.request_get(principal=ALICE, request_id=str(request_row.id))
+    same(request_view(read), RequestViewSerializer(stored).data)
 
 
 @pytest.mark.parametrize("action_id", ["reserve", "reserve:compensate"])
