@@ -30,7 +30,7 @@ from orquestador.errors import CodedError
 from . import access, sql
 from .cursors import Position
 from .models import ActionExecution, Execution, Flow
-from .rows import ExecutionRow, RequestRow
+from .rows import ExecutionRow, RequestRow, utc
 
 Row = TypeVar("Row", RequestRow, ExecutionRow)  # what a list holds
 
@@ -170,7 +170,7 @@ def _page(
     if len(found) <= limit:
         return Page(rows=rows, last=None)
     last = rows[-1]
-    return Page(rows=rows, last=Position(created_at=last.created_at, id=last.id))
+    return Page(rows=rows, last=Position(created_at=utc(last.created_at), id=last.id))
 
 
 def _when(value: Any) -> datetime.datetime:

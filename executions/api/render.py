@@ -8,6 +8,7 @@ field and in the same order, for every status, with and without the optional fie
 """
 
 import datetime
+import zoneinfo
 from typing import Any
 
 from django.utils import timezone
@@ -16,13 +17,21 @@ from ..flows.compensations import compensated_action
 from ..models import ActionExecution, Execution
 from ..rows import ExecutionRow, RequestRow
 
+_UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
+
 
 def moment(value: datetime.datetime | None, zone: datetime.tzinfo | None = None) -> str | None:
     """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone (or `zone`, the
-    current one read once for a page), UTC as Z."""
+    current one read once for a page), UTC as Z. `value` is aware, or naive in UTC as the fixed
+    reads give it (executions/rows.py)."""
     if not value:
         return None
-    text = value.astimezone(zone or timezone.get_current_timezone()).isoformat()
+    zone = zone or timezone.get_current_timezone()
+    if value.tzinfo is None:
+        if zone in _UTC_ZONES:
+            return value.isoformat() + "Z"  # what the aware one's "+00:00" becomes
+        value = value.replace(tzinfo=datetime.UTC)
+    text = value.astimezone(zone).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 

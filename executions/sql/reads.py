@@ -4,15 +4,17 @@ PostgreSQL's answer, and its model instances more than rendering the rows.
 Access as executions/access.py states it: the request's tenant, and its owner unless the caller
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
-columns are its view's, in the order of executions/rows.py's named rows.
+columns are its view's, in the order of executions/rows.py's named rows, times in UTC without a
+zone (see there why).
 """
 
 # One execution as its view shows it (executions/api/render.py), if the caller may read it.
 # Locks: nothing.
 # Index: execution_pkey, then request_pkey.
 EXECUTION_VIEW = """
-SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts, e.next_attempt_at, e.result,
-       e.error_code, e.created_at, e.finished_at
+SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result, e.error_code,
+       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
   JOIN request AS r ON r.id = e.request_id
  WHERE e.id = %(execution_id)s AND {access}
@@ -23,7 +25,7 @@ SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts, e.next_attempt
 # Index: request_pkey, then flow_pkey.
 REQUEST_VIEW = """
 SELECT r.id, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
-       r.created_at, r.updated_at
+       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
  WHERE r.id = %(request_id)s AND {access}
@@ -45,7 +47,7 @@ SELECT id FROM flow WHERE key = %(flow_key)s
 # pinned by tests/integration/api/test_list_plans.py.
 REQUEST_PAGE = """
 SELECT r.id, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
-       r.created_at, r.updated_at
+       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
  WHERE {conditions}
@@ -73,8 +75,9 @@ REQUEST_PAGE_FILTERS = {
 # Index: the list's own for its filters (execution_*_list_idx, ADR 15; execution_request_idx for
 # requestId), walked from the position; pinned by tests/integration/api/test_list_plans.py.
 EXECUTION_PAGE = """
-SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts, e.next_attempt_at, e.result,
-       e.error_code, e.created_at, e.finished_at
+SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result, e.error_code,
+       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
  WHERE {conditions}
  ORDER BY e.created_at DESC, e.id DESC

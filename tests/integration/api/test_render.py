@@ -7,6 +7,7 @@ import datetime
 import json
 
 import pytest
+from django.utils import timezone
 
 from executions import selectors
 from executions.api.acceptbody import plainly_valid
@@ -123,6 +124,30 @@ def test_request_view__is_the_serializers(alice, request_row, blocked):
     assert (stored.blocked_by_id is not None) == blocked
     read = selectors.request_get(principal=ALICE, request_id=str(request_row.id))
     same(request_view(read), RequestViewSerializer(stored).data)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Caracas", "Asia/Kathmandu"])
+def test_fixed_reads__render_as_the_serializers_in_any_current_zone(alice, request_row, zone):
+    # The fixed reads give naive UTC times (executions/rows.py); a page of each too.
+    execution = Execution.objects.create(
+        request=request_row,
+        flow=request_row.flow,
+        transition_id="submit",
+        accepted_revision=2,
+        status="SUCCEEDED",
+        result={"outcome": "DONE", "targetState": "SUBMITTED"},
+        finished_at=MOMENT,
+    )
+    with timezone.override(zone):
+        stored = Execution.objects.get(id=execution.id)
+        read = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
+        same(execution_view(read), ExecutionViewSerializer(stored).data)
+        assert execution_view(read)["finishedAt"].endswith("Z") == (zone == "UTC")
+        page = selectors.execution_list(principal=ALICE, filters={}, limit=5, position=None)
+        same(execution_view(page.rows[0]), ExecutionViewSerializer(stored).data)
+        stored_request = Request.objects.select_related("flow").get(id=request_row.id)
+        listed = selectors.request_list(principal=ALICE, filters={}, limit=5, position=None)
+        same(request_view(listed.rows[0]), RequestViewSerializer(stored_request).data)
 
 
 @pytest.mark.parametrize("action_id", ["reserve", "reserve:compensate"])
