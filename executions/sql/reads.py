@@ -5,14 +5,14 @@ Access as executions/access.py states it: the request's tenant, and its owner un
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
 columns are its view's, in the order of executions/rows.py's named rows, times in UTC without a
-zone (see there why).
+zone and ids only shown as text (see there why).
 """
 
 # One execution as its view shows it (executions/api/render.py), if the caller may read it.
 # Locks: nothing.
 # Index: execution_pkey, then request_pkey.
 EXECUTION_VIEW = """
-SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts,
+SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
        e.next_attempt_at AT TIME ZONE 'UTC', e.result, e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
@@ -24,7 +24,7 @@ SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts,
 # Locks: nothing.
 # Index: request_pkey, then flow_pkey.
 REQUEST_VIEW = """
-SELECT r.id, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
+SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
        r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
@@ -46,7 +46,7 @@ SELECT id FROM flow WHERE key = %(flow_key)s
 # Index: the list's own for its filters (request_*_list_idx, ADR 15), walked from the position;
 # pinned by tests/integration/api/test_list_plans.py.
 REQUEST_PAGE = """
-SELECT r.id, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
+SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
        r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
@@ -75,7 +75,7 @@ REQUEST_PAGE_FILTERS = {
 # Index: the list's own for its filters (execution_*_list_idx, ADR 15; execution_request_idx for
 # requestId), walked from the position; pinned by tests/integration/api/test_list_plans.py.
 EXECUTION_PAGE = """
-SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts,
+SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
        e.next_attempt_at AT TIME ZONE 'UTC', e.result, e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
