@@ -140,12 +140,12 @@ def load(owner: psycopg.Connection, rows: int) -> dict[str, float]:
         *(("indexes", definition, None) for _name, definition in indexes),
         ("vacuum", "VACUUM ANALYZE request, execution", None),
     ]
-    for label, statement, params in steps:
+    for number, (label, statement, params) in enumerate(steps):
         started = time.monotonic()
         owner.execute(statement, params)
         seconds[label] = round(seconds.get(label, 0.0) + time.monotonic() - started, 1)
-    for label, spent in seconds.items():
-        print(f"  loaded {label} in {spent} s", flush=True)
+        if number + 1 == len(steps) or steps[number + 1][0] != label:
+            print(f"  loaded {label} in {seconds[label]} s", flush=True)
     return seconds
 
 
