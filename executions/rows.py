@@ -7,7 +7,9 @@ Their times are naive, in UTC (the statements select them `AT TIME ZONE 'UTC'`):
 plain timestamp in C, where Django's loader of timestamptz wraps psycopg's pure-Python one, and
 `render.moment` writes one in UTC without a zone conversion. Together that was a fifth of a
 page's CPU. An id that is only shown comes as text, as its view writes it (psycopg's UUID and
-its str() cost more than the rest of the row): the request's, and the execution's request's.
+its str() cost more than the rest of the row): the request's, and the execution's request's. Of
+an execution's result only its outcome and target state, the texts its view shows, not the JSON
+to decode.
 """
 
 import datetime
@@ -39,7 +41,13 @@ class ExecutionRow(NamedTuple):
     status: str
     attempts: int
     next_attempt_at: datetime.datetime | None  # naive, UTC; a SUSPENDED one's deadline
-    result: Any  # decoded JSON, or None
+    outcome: str | None
+    target_state: str | None
     error_code: str | None
     created_at: datetime.datetime  # naive, UTC
     finished_at: datetime.datetime | None  # naive, UTC
+
+    @property
+    def result(self) -> dict[str, str | None]:
+        """The part of the execution's result its view shows, as the model's `result` has it."""
+        return {"outcome": self.outcome, "targetState": self.target_state}

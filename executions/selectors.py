@@ -57,8 +57,7 @@ def _request_row(row: tuple) -> RequestRow:
     return RequestRow._make((*row[:5], _json(row[5]), *row[6:]))
 
 
-def _execution_row(row: tuple) -> ExecutionRow:
-    return ExecutionRow._make((*row[:6], _json(row[6]), *row[7:]))
+_execution_row = ExecutionRow._make
 
 
 def request_get(*, principal: Principal, request_id: str) -> RequestRow:

@@ -5,7 +5,8 @@ Access as executions/access.py states it: the request's tenant, and its owner un
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
 columns are its view's, in the order of executions/rows.py's named rows, times in UTC without a
-zone and ids only shown as text (see there why).
+zone, ids only shown as text and of an execution's result only the two texts its view shows (see
+there why).
 """
 
 # One execution as its view shows it (executions/api/render.py), if the caller may read it.
@@ -13,7 +14,8 @@ zone and ids only shown as text (see there why).
 # Index: execution_pkey, then request_pkey.
 EXECUTION_VIEW = """
 SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
-       e.next_attempt_at AT TIME ZONE 'UTC', e.result, e.error_code,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
+       e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
   JOIN request AS r ON r.id = e.request_id
@@ -76,7 +78,8 @@ REQUEST_PAGE_FILTERS = {
 # requestId), walked from the position; pinned by tests/integration/api/test_list_plans.py.
 EXECUTION_PAGE = """
 SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
-       e.next_attempt_at AT TIME ZONE 'UTC', e.result, e.error_code,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
+       e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
  WHERE {conditions}
