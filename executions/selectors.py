@@ -3,7 +3,9 @@ and executions, the published flows.
 
 Requests and executions are read through `executions.access`, so the caller's owner and tenant
 are in the query; anything outside them raises NOT_FOUND exactly like a missing row, and a list
-holds only what the caller may read.
+holds only what the caller may read. The reads the API serves most (a request, an execution, a
+page of either) are fixed statements (executions/sql/reads.py) answering named rows
+(executions/rows.py), with no ORM query built and no model instance per row.
 
 Lists are newest first, (created_at, id) descending, paged by keyset: a page is the rows before a
 position, read by one index walk that starts there (the indexes are the models' `*_list_idx`),
@@ -11,13 +13,15 @@ never an OFFSET that would read every row before it.
 """
 
 import datetime
+import functools
 import json
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.models import BooleanField, QuerySet
-from django.db.models.expressions import RawSQL
+from django.db.models import QuerySet
 
 from executions.flows.publication import flow_latest
 from orquestador import errors
@@ -26,35 +30,10 @@ from orquestador.errors import CodedError
 
 from . import access, sql
 from .cursors import Position
-from .models import ActionExecution, Execution, Flow, Request
+from .models import ActionExecution, Execution, Flow
+from .rows import ExecutionRow, RequestRow, utc
 
-Row = TypeVar("Row", Request, Execution)  # what a list holds
-
-# The columns a request's or an execution's view shows (executions/api/render.py), the only ones
-# its reads load: not a flow's definition per request, nor an execution's snapshots.
-REQUEST_VIEW_FIELDS = (
-    "id",
-    "flow__key",
-    "flow__version",
-    "state",
-    "revision",
-    "data",
-    "blocked_by",
-    "created_at",
-    "updated_at",
-)
-EXECUTION_VIEW_FIELDS = (
-    "id",
-    "request",
-    "transition_id",
-    "status",
-    "result",
-    "error_code",
-    "attempts",
-    "created_at",
-    "finished_at",
-    "next_attempt_at",  # a SUSPENDED one's deadline
-)
+Row = TypeVar("Row", RequestRow, ExecutionRow)  # what a list holds
 
 
 @dataclass(frozen=True)
@@ -63,36 +42,52 @@ class Page(Generic[Row]):
     last: Position | None  # the position of the last row, when more rows follow it
 
 
-def request_get(*, principal: Principal, request_id: str) -> Request:
-    """The request `request_id` as `principal` may read it, with its flow; NOT_FOUND otherwise."""
-    return access.visible_one(
-        access.requests_readable(principal).select_related("flow").only(*REQUEST_VIEW_FIELDS),
-        request_id,
-        what="request",
-    )
+def _json(value: Any) -> Any:
+    # Django's connections read jsonb as text (its JSONField decodes it); these reads decode it.
+    return json.loads(value) if isinstance(value, str) else value
 
 
-def execution_get(*, principal: Principal, execution_id: str) -> Execution:
+def _fetch(statement: str, params: dict[str, Any]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def _request_row(row: tuple) -> RequestRow:
+    return RequestRow._make((*row[:5], _json(row[5]), *row[6:]))
+
+
+_execution_row = ExecutionRow._make
+
+
+def request_get(*, principal: Principal, request_id: str) -> RequestRow:
+    """The request `request_id` as `principal` may read it, with its flow's key and version;
+    NOT_FOUND otherwise. One fixed statement (executions/sql/reads.py)."""
+    parsed = access.parse_id(request_id)
+    rows = []
+    if parsed is not None:
+        statement = sql.REQUEST_VIEW.format(access=access.request_filter_sql(principal, alias="r"))
+        rows = _fetch(statement, {"request_id": parsed, **access.request_filter_params(principal)})
+    if not rows:
+        raise CodedError(errors.NOT_FOUND, "no such request")
+    return _request_row(rows[0])
+
+
+def execution_get(*, principal: Principal, execution_id: str) -> ExecutionRow:
     """The execution `execution_id` as `principal` may read it, with its view's columns only;
     NOT_FOUND otherwise. One fixed statement (executions/sql/reads.py)."""
     parsed = access.parse_id(execution_id)
-    row = None
+    rows = []
     if parsed is not None:
         statement = sql.EXECUTION_VIEW.format(
             access=access.request_filter_sql(principal, alias="r")
         )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                statement, {"execution_id": parsed, **access.request_filter_params(principal)}
-            )
-            row = cursor.fetchone()
-    if row is None:
+        rows = _fetch(
+            statement, {"execution_id": parsed, **access.request_filter_params(principal)}
+        )
+    if not rows:
         raise CodedError(errors.NOT_FOUND, "no such execution")
-    values = list(row)
-    result = sql.EXECUTION_VIEW_COLUMNS.index("result")
-    if isinstance(values[result], str):  # Django's connections read jsonb as text
-        values[result] = json.loads(values[result])
-    return Execution.from_db(connection.alias, sql.EXECUTION_VIEW_COLUMNS, values)
+    return _execution_row(rows[0])
 
 
 def execution_get_writable(*, principal: Principal, execution_id: str) -> Execution:
@@ -140,74 +135,122 @@ def execution_actions(*, principal: Principal, execution_id: str) -> list[Action
     )
 
 
-def _page(rows: QuerySet[Row], *, position: Position | None, limit: int) -> Page[Row]:
-    """The `limit` rows of `rows` before `position` (all when None), newest first."""
+@functools.cache
+def _page_statement(template: str, access_sql: str, conditions: tuple[str, ...]) -> str:
+    """A list's statement for one access mode and set of filters: composed once per process
+    from the static text in executions/sql/reads.py, never from values."""
+    return template.format(conditions=" AND ".join((access_sql, *conditions)))
+
+
+def _page(
+    template: str,
+    conditions: dict[str, str],
+    names: list[str],
+    params: dict[str, Any],
+    *,
+    principal: Principal,
+    alias: str,
+    position: Position | None,
+    limit: int,
+    build: Callable[[tuple], Row],
+) -> Page[Row]:
+    """The `limit` rows before `position` (all when None), newest first, of the list `template`
+    filtered by `conditions[name]` for each of `names`."""
     if position is not None:
-        table = rows.model._meta.db_table
-        # A row comparison, which PostgreSQL walks as one index range; an OR of the two
-        # conditions would not be.
-        before = RawSQL(  # noqa: S611 (the model's own table; the values are parameters)
-            f'("{table}"."created_at", "{table}"."id") < (%s, %s)',
-            (position.created_at, position.id),
-            output_field=BooleanField(),
-        )
-        rows = rows.filter(before)
-    found = list(rows.order_by("-created_at", "-id")[: limit + 1])
+        names.append("position")
+        params["position_at"], params["position_id"] = position.created_at, position.id
+    statement = _page_statement(
+        template,
+        access.request_filter_sql(principal, alias=alias),
+        tuple(conditions[name] for name in names),
+    )
+    params.update(access.request_filter_params(principal), limit=limit + 1)
+    found = _fetch(statement, params)
+    rows = [build(row) for row in found[:limit]]
     if len(found) <= limit:
-        return Page(rows=found, last=None)
-    last = found[limit - 1]
-    return Page(rows=found[:limit], last=Position(created_at=last.created_at, id=last.pk))
+        return Page(rows=rows, last=None)
+    last = rows[-1]
+    return Page(
+        rows=rows, last=Position(created_at=utc(last.created_at), id=uuid.UUID(str(last.id)))
+    )
 
 
 def _when(value: Any) -> datetime.datetime:
     return datetime.datetime.fromisoformat(value)
 
 
+_TIMES = ("createdAfter", "createdBefore", "updatedAfter", "finishedAfter")
+
+
+def _filtered(filters: dict[str, Any], names: tuple[str, ...]) -> tuple[list[str], dict]:
+    """The conditions named by `filters` among `names`, and their parameters by the same names."""
+    present = [name for name in names if name in filters]
+    params = {name: _when(filters[name]) if name in _TIMES else filters[name] for name in present}
+    return present, params
+
+
 def request_list(
     *, principal: Principal, filters: dict[str, Any], limit: int, position: Position | None
-) -> Page[Request]:
+) -> Page[RequestRow]:
     """A page of the requests `principal` may read, matching `filters` (the query's names:
     flowKey, state, blocked, createdAfter, createdBefore, updatedAfter), with their flows.
 
     flowKey is resolved to its versions' ids first (one statement on the small flow table), so
     the page's own statement walks request_flow_list_idx by equality."""
-    rows = access.requests_readable(principal).select_related("flow").only(*REQUEST_VIEW_FIELDS)
+    names, params = _filtered(filters, ("state", "createdAfter", "createdBefore", "updatedAfter"))
+    if "blocked" in filters:
+        names.append("blocked=true" if filters["blocked"] else "blocked=false")
     if "flowKey" in filters:
-        flow_ids = list(Flow.objects.filter(key=filters["flowKey"]).values_list("id", flat=True))
+        flow_ids = [
+            row[0] for row in _fetch(sql.FLOW_VERSION_IDS, {"flow_key": filters["flowKey"]})
+        ]
         if not flow_ids:
             return Page(rows=[], last=None)
-        rows = rows.filter(flow_id__in=flow_ids)
-    if "state" in filters:
-        rows = rows.filter(state=filters["state"])
-    if "blocked" in filters:
-        rows = rows.filter(blocked_by__isnull=not filters["blocked"])
-    if "createdAfter" in filters:
-        rows = rows.filter(created_at__gt=_when(filters["createdAfter"]))
-    if "createdBefore" in filters:
-        rows = rows.filter(created_at__lt=_when(filters["createdBefore"]))
-    if "updatedAfter" in filters:
-        rows = rows.filter(updated_at__gt=_when(filters["updatedAfter"]))
-    return _page(rows, position=position, limit=limit)
+        if len(flow_ids) == 1:
+            names.append("flowKey=one")
+            params["flow_id"] = flow_ids[0]
+        else:
+            names.append("flowKey=any")
+            params["flow_ids"] = flow_ids
+    return _page(
+        sql.REQUEST_PAGE,
+        sql.REQUEST_PAGE_FILTERS,
+        names,
+        params,
+        principal=principal,
+        alias="r",
+        position=position,
+        limit=limit,
+        build=_request_row,
+    )
 
 
 def execution_list(
     *, principal: Principal, filters: dict[str, Any], limit: int, position: Position | None
-) -> Page[Execution]:
+) -> Page[ExecutionRow]:
     """A page of the executions `principal` may read, matching `filters` (the query's names:
-    status, requestId, transitionId, errorCode, createdAfter, createdBefore, finishedAfter)."""
-    rows = access.executions_listable(principal).only(*EXECUTION_VIEW_FIELDS)
-    for name, column in (
-        ("status", "status"),
-        ("requestId", "request_id"),
-        ("transitionId", "transition_id"),
-        ("errorCode", "error_code"),
-    ):
-        if name in filters:
-            rows = rows.filter(**{column: filters[name]})
-    if "createdAfter" in filters:
-        rows = rows.filter(created_at__gt=_when(filters["createdAfter"]))
-    if "createdBefore" in filters:
-        rows = rows.filter(created_at__lt=_when(filters["createdBefore"]))
-    if "finishedAfter" in filters:
-        rows = rows.filter(finished_at__gt=_when(filters["finishedAfter"]))
-    return _page(rows, position=position, limit=limit)
+    status, requestId, transitionId, errorCode, createdAfter, createdBefore, finishedAfter), by
+    the access copies each execution carries (`access.executions_listable`)."""
+    names, params = _filtered(
+        filters,
+        (
+            "status",
+            "requestId",
+            "transitionId",
+            "errorCode",
+            "createdAfter",
+            "createdBefore",
+            "finishedAfter",
+        ),
+    )
+    return _page(
+        sql.EXECUTION_PAGE,
+        sql.EXECUTION_PAGE_FILTERS,
+        names,
+        params,
+        principal=principal,
+        alias="e",
+        position=position,
+        limit=limit,
+        build=_execution_row,
+    )

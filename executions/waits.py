@@ -22,6 +22,7 @@ Resumes by events, from the API, are in resumes.py; they take the same locks in 
 """
 
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ from .models import (
     Execution,
     ExecutionStatus,
 )
+from .rows import ExecutionRow
 from .steps import Query, Steps, as_plan
 
 WAIT_CAPABILITY_PREFIX = "wait:"  # a wait action's checkpoint capability: wait:<event>
@@ -307,7 +309,7 @@ def _time_out(
 # -- reads ------------------------------------------------------------------------------------
 
 
-def waiting_for(execution: Execution) -> dict[str, Any] | None:
+def waiting_for(execution: Execution | ExecutionRow) -> dict[str, Any] | None:
     """What a SUSPENDED execution waits for: `{actionId, event, deadline}`; None otherwise."""
     if execution.status != ExecutionStatus.SUSPENDED:
         return None
@@ -315,7 +317,9 @@ def waiting_for(execution: Execution) -> dict[str, Any] | None:
     return None if checkpoint is None else _waiting_view(execution, checkpoint)
 
 
-def waiting_for_each(executions: list[Execution]) -> dict[Any, dict[str, Any] | None]:
+def waiting_for_each(
+    executions: Sequence[Execution | ExecutionRow],
+) -> dict[Any, dict[str, Any] | None]:
     """`waiting_for` of each execution, by id, in one statement (none when none is SUSPENDED):
     what a page of executions shows."""
     suspended = {e.id: e for e in executions if e.status == ExecutionStatus.SUSPENDED}
@@ -340,7 +344,9 @@ def _waiting_checkpoints(execution_ids: list[Any]) -> QuerySet[ActionExecution]:
     )
 
 
-def _waiting_view(execution: Execution, checkpoint: ActionExecution) -> dict[str, Any]:
+def _waiting_view(
+    execution: Execution | ExecutionRow, checkpoint: ActionExecution
+) -> dict[str, Any]:
     event = (
         checkpoint.capability.removeprefix(WAIT_CAPABILITY_PREFIX)
         if checkpoint.status == CheckpointStatus.WAITING

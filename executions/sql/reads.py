@@ -1,30 +1,98 @@
-"""The API's hottest read by id (executions/selectors.py), as a fixed statement: building the
-ORM's query for it cost more than PostgreSQL's answer.
+"""The API's reads, as fixed statements: building the ORM's query for them cost more than
+PostgreSQL's answer, and its model instances more than rendering the rows.
 
 Access as executions/access.py states it: the request's tenant, and its owner unless the caller
-reads the whole tenant, in the WHERE clause (`access.request_filter_sql`).
+reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
+uses the copies of the request's scope and owner that each execution carries). Each statement's
+columns are its view's, in the order of executions/rows.py's named rows, times in UTC without a
+zone, ids only shown as text and of an execution's result only the two texts its view shows (see
+there why).
 """
 
-# One execution as its view shows it (executions/api/render.py), if the caller may read it; the
-# columns in the model's field order (Model.from_db).
+# One execution as its view shows it (executions/api/render.py), if the caller may read it.
 # Locks: nothing.
 # Index: execution_pkey, then request_pkey.
 EXECUTION_VIEW = """
-SELECT e.id, e.request_id, e.transition_id, e.status, e.attempts, e.next_attempt_at, e.result,
-       e.error_code, e.created_at, e.finished_at
+SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
+       e.error_code,
+       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
   FROM execution AS e
   JOIN request AS r ON r.id = e.request_id
  WHERE e.id = %(execution_id)s AND {access}
 """
-EXECUTION_VIEW_COLUMNS = (
-    "id",
-    "request_id",
-    "transition_id",
-    "status",
-    "attempts",
-    "next_attempt_at",
-    "result",
-    "error_code",
-    "created_at",
-    "finished_at",
-)
+
+# One request as its view shows it, with its flow's key and version, if the caller may read it.
+# Locks: nothing.
+# Index: request_pkey, then flow_pkey.
+REQUEST_VIEW = """
+SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
+       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
+  FROM request AS r
+  JOIN flow AS f ON f.id = r.flow_id
+ WHERE r.id = %(request_id)s AND {access}
+"""
+
+# The ids of a flow key's published versions: a request list's flowKey, resolved first so that
+# the page's own statement is an equality on request_flow_list_idx when there is one version.
+# Locks: nothing.
+# Index: flow_key_version_uniq.
+FLOW_VERSION_IDS = """
+SELECT id FROM flow WHERE key = %(flow_key)s
+"""
+
+# A page of requests the caller may read, newest first: `{conditions}` is the access filter and
+# the page's filters, each one of REQUEST_PAGE_FILTERS, joined by AND (composed once per set of
+# filters and access mode by executions/selectors.py, from this text only, never from values).
+# Locks: nothing.
+# Index: the list's own for its filters (request_*_list_idx, ADR 15), walked from the position;
+# pinned by tests/integration/api/test_list_plans.py.
+REQUEST_PAGE = """
+SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
+       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
+  FROM request AS r
+  JOIN flow AS f ON f.id = r.flow_id
+ WHERE {conditions}
+ ORDER BY r.created_at DESC, r.id DESC
+ LIMIT %(limit)s
+"""
+REQUEST_PAGE_FILTERS = {
+    # One version is an equality, so the index is walked in order; several are an IN list.
+    "flowKey=one": "r.flow_id = %(flow_id)s",
+    "flowKey=any": "r.flow_id = ANY(%(flow_ids)s)",
+    "state": "r.state = %(state)s",
+    "blocked=true": "r.blocked_by_id IS NOT NULL",
+    "blocked=false": "r.blocked_by_id IS NULL",
+    "createdAfter": "r.created_at > %(createdAfter)s",
+    "createdBefore": "r.created_at < %(createdBefore)s",
+    "updatedAfter": "r.updated_at > %(updatedAfter)s",
+    # The keyset: a row comparison, which PostgreSQL walks as one index range (an OR of the two
+    # conditions would not be).
+    "position": "(r.created_at, r.id) < (%(position_at)s, %(position_id)s)",
+}
+
+# A page of executions the caller may read, newest first, composed as REQUEST_PAGE is from
+# EXECUTION_PAGE_FILTERS.
+# Locks: nothing.
+# Index: the list's own for its filters (execution_*_list_idx, ADR 15; execution_request_idx for
+# requestId), walked from the position; pinned by tests/integration/api/test_list_plans.py.
+EXECUTION_PAGE = """
+SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
+       e.error_code,
+       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
+  FROM execution AS e
+ WHERE {conditions}
+ ORDER BY e.created_at DESC, e.id DESC
+ LIMIT %(limit)s
+"""
+EXECUTION_PAGE_FILTERS = {
+    "status": "e.status = %(status)s",
+    "requestId": "e.request_id = %(requestId)s",
+    "transitionId": "e.transition_id = %(transitionId)s",
+    "errorCode": "e.error_code = %(errorCode)s",
+    "createdAfter": "e.created_at > %(createdAfter)s",
+    "createdBefore": "e.created_at < %(createdBefore)s",
+    "finishedAfter": "e.finished_at > %(finishedAfter)s",
+    "position": "(e.created_at, e.id) < (%(position_at)s, %(position_id)s)",
+}

@@ -7,6 +7,7 @@ calls), planned with EXPLAIN after ANALYZE.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from urllib.parse import urlencode
 
@@ -79,6 +80,8 @@ EXECUTION_CASES = [
     ({"createdAfter": RECENT}, {"execution_tenant_list_idx"}),
     ({"finishedAfter": NOW_ISH}, {"execution_finished_list_idx"}),
 ]
+# The page's own statement, not the flowKey's versions read before it.
+PAGE_TABLE = re.compile(r"\bFROM (request|execution) AS\b")
 # In the owner's mode its own index serves every filter, or a narrower one of the tenant's.
 OWNER_INDEXES = {"request": "request_owner_list_idx", "execution": "execution_owner_list_idx"}
 
@@ -129,8 +132,7 @@ def _scans(who, path: str, query: dict) -> list[dict]:
     listed = [
         q["sql"]
         for q in captured.captured_queries
-        if q["sql"].startswith("SELECT")
-        and ('FROM "request"' in q["sql"] or 'FROM "execution"' in q["sql"])
+        if q["sql"].lstrip().startswith("SELECT") and PAGE_TABLE.search(q["sql"])
     ]
     assert len(listed) == 1, listed
     with connection.cursor() as cursor:

@@ -7,7 +7,9 @@ import datetime
 import json
 
 import pytest
+from django.utils import timezone
 
+from executions import selectors
 from executions.api.acceptbody import plainly_valid
 from executions.api.render import action_view, execution_view, request_view
 from executions.api.serializers import (
@@ -26,9 +28,11 @@ from executions.models import (
     Request,
 )
 from executions.waits import waiting_for, waiting_for_each
+from orquestador.auth import REQUESTS_READ, Principal
 
 pytestmark = pytest.mark.django_db
 
+ALICE = Principal(subject="alice", tenant="acme", permissions=frozenset({REQUESTS_READ}))
 MOMENT = datetime.datetime(2026, 12, 1, 23, 59, 58, 123456, tzinfo=datetime.UTC)
 
 
@@ -118,7 +122,36 @@ def test_request_view__is_the_serializers(alice, request_row, blocked):
         alice.accept(str(request_row.id), "submit", 1)
     stored = Request.objects.select_related("flow").get(id=request_row.id)
     assert (stored.blocked_by_id is not None) == blocked
-    same(request_view(stored), RequestViewSerializer(stored).data)
+    read = selectors.request_get(principal=ALICE, request_id=str(request_row.id))
+    same(request_view(read), RequestViewSerializer(stored).data)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Caracas", "Asia/Kathmandu"])
+def test_fixed_reads__render_as_the_serializers_in_any_current_zone(alice, request_row, zone):
+    # The fixed reads give naive UTC times (executions/rows.py); a page of each too.
+    execution = Execution.objects.create(
+        request=request_row,
+        flow=request_row.flow,
+        transition_id="submit",
+        accepted_revision=2,
+        status="SUCCEEDED",
+        result={"outcome": "DONE", "targetState": "SUBMITTED"},
+        finished_at=MOMENT,
+    )
+    assert alice.accept(str(request_row.id), "submit", 1).status_code == 202
+    with timezone.override(zone):
+        stored = Execution.objects.get(id=execution.id)
+        read = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
+        same(execution_view(read), ExecutionViewSerializer(stored).data)
+        assert execution_view(read)["finishedAt"].endswith("Z") == (zone == "UTC")
+        page = selectors.execution_list(principal=ALICE, filters={}, limit=5, position=None)
+        for row in page.rows:  # the SUCCEEDED one and the acceptance with no result yet
+            model = Execution.objects.get(id=row.id)
+            same(execution_view(row), ExecutionViewSerializer(model).data)
+        assert len(page.rows) == 2
+        stored_request = Request.objects.select_related("flow").get(id=request_row.id)
+        listed = selectors.request_list(principal=ALICE, filters={}, limit=5, position=None)
+        same(request_view(listed.rows[0]), RequestViewSerializer(stored_request).data)
 
 
 @pytest.mark.parametrize("action_id", ["reserve", "reserve:compensate"])
