@@ -6,7 +6,7 @@ import json
 import pytest
 
 from executions.api.serializers import ExecutionViewSerializer
-from executions.models import Execution
+from executions.models import ActionExecution, Execution
 
 from .conftest import deliveries, end, subscribe
 
@@ -45,6 +45,38 @@ def test_outbox__event_data_is_the_execution_view(runtime_conn, accepted):
     )
     assert data == view
     assert data["outcome"] == "OK" and data["finishedAt"].endswith("Z")
+
+
+def test_outbox__a_suspended_executions_data_is_its_view_with_what_it_waits_for(
+    runtime_conn, accepted
+):
+    subscribe("https://hooks.example.com/a")
+    execution_id = accepted()
+    ActionExecution.objects.create(
+        execution_id=execution_id,
+        action_id="approval",
+        sequence=0,
+        capability="wait:approved",
+        capability_version=1,
+        effect="READ_ONLY",
+        status="WAITING",
+        input_hash="0" * 64,
+        external_key=f"{execution_id}:approval",
+        fencing_token=1,
+    )
+    runtime_conn.execute(
+        "UPDATE execution SET status = 'SUSPENDED',"
+        " next_attempt_at = clock_timestamp() + interval '1 hour' WHERE id = %s",
+        [execution_id],
+    )
+    (data,) = runtime_conn.execute(
+        "SELECT data FROM webhook_event WHERE execution_id = %s", [execution_id]
+    ).fetchone()
+    view = json.loads(
+        json.dumps(ExecutionViewSerializer(Execution.objects.get(id=execution_id)).data)
+    )
+    assert data == view
+    assert data["waitingFor"]["event"] == "approved" and data["waitingFor"]["deadline"]
 
 
 def test_outbox__only_the_tenant_and_the_types_asked_for(runtime_conn, accepted):
