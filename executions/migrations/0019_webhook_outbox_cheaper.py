@@ -4,7 +4,12 @@
   waiting action) made every call a full query, planned again per row inside the trigger, about
   0.2 ms of the finalising transaction per event; now the view is one cached simple expression
   and the waiting action is read only for a SUSPENDED execution.
-- `webhook_outbox_write` writes the event and its deliveries in one statement (was two).
+- `webhook_outbox_write` writes the event and its deliveries in one statement (was two), and
+  announces them on `orquestador_webhooks` (executions/sql/webhooks.py, WEBHOOK_CHANNEL) unless
+  the writer is a runworker's own connection (application_name `orquestador-worker`,
+  executions/worker/database.py), whose runs wake their own delivery loop: an event the API or
+  an operator makes is claimed by an idle worker at once, not at its one-second poll. The
+  payload is empty, so a statement that ends many executions sends one notification.
 """
 
 import importlib
@@ -69,6 +74,9 @@ BEGIN
       FROM event, webhook_subscription AS s
      WHERE s.tenant = NEW.scope AND s.events ? kind
      ORDER BY s.id;
+    IF current_setting('application_name') <> 'orquestador-worker' THEN
+        PERFORM pg_notify('orquestador_webhooks', '');
+    END IF;
     RETURN NULL;
 END
 $$;

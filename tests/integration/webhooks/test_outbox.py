@@ -3,10 +3,14 @@ every subscription of the execution's tenant asking for its type, with the execu
 
 import json
 
+import psycopg
 import pytest
 
+from executions import sql
 from executions.api.serializers import ExecutionViewSerializer
 from executions.models import ActionExecution, Execution
+from executions.webhooks.services import webhook_ping
+from executions.worker.database import WORKER_APPLICATION_NAME
 
 from .conftest import deliveries, end, subscribe
 
@@ -112,3 +116,39 @@ def test_outbox__every_reported_status_has_its_event_and_live_ones_none(runtime_
 def test_outbox__without_subscriptions_writes_nothing(runtime_conn, accepted):
     end(runtime_conn, accepted(), "SUCCEEDED")
     assert runtime_conn.execute("SELECT count(*) FROM webhook_event").fetchone()[0] == 0
+
+
+def test_outbox__other_writers_announce_it_once_per_transaction_a_runworker_not(
+    runtime_conn, runtime_dsn, accepted
+):
+    hook = subscribe("https://hooks.example.com/a")
+    ids = [accepted() for _ in range(4)]
+    with (
+        psycopg.connect(runtime_dsn, autocommit=True) as listener,
+        psycopg.connect(
+            runtime_dsn, autocommit=True, application_name=WORKER_APPLICATION_NAME
+        ) as worker,
+    ):
+        listener.execute(sql.LISTEN_WEBHOOKS)
+        end(worker, ids[0], "SUCCEEDED")  # a runworker's run: it wakes its own delivery loop
+        with runtime_conn.transaction():  # the API's: many events, one announcement
+            end(runtime_conn, ids[1], "FAILED")
+            runtime_conn.execute(
+                "UPDATE execution SET status = 'FAILED', finished_at = clock_timestamp()"
+                " WHERE id = ANY(%s)",
+                [ids[2:]],
+            )
+        # Delivered in commit order: one from the runworker's change would come first.
+        heard = [(n.channel, n.payload) for n in listener.notifies(timeout=5.0, stop_after=1)]
+        assert heard == [(sql.WEBHOOK_CHANNEL, "")]
+        assert [n.channel for n in listener.notifies(timeout=0.2)] == []
+    assert len(deliveries(runtime_conn, hook.id)) == 4
+
+
+def test_ping__its_delivery_is_announced(runtime_dsn):
+    hook = subscribe("https://hooks.example.com/a")
+    with psycopg.connect(runtime_dsn, autocommit=True) as listener:
+        listener.execute(sql.LISTEN_WEBHOOKS)
+        webhook_ping(tenant="acme", webhook_id=str(hook.id))
+        heard = [n.channel for n in listener.notifies(timeout=5.0, stop_after=1)]
+    assert heard == [sql.WEBHOOK_CHANNEL]
