@@ -166,7 +166,9 @@ def throughput(bench: Any, receiver: Receiver, n: int, *, subscribed: bool) -> d
     bench.owner.execute("VACUUM ANALYZE request, execution, webhook_delivery, webhook_event")
     with ExitStack() as stack:
         workers = bench.start_workers(1, stack, label, 10, SETTINGS)
+        connections = bench._worker_connections()
         cpu = [bench._cpu_seconds(p.pid) for p in workers]
+        server_cpu, commits = bench._server_cpu_seconds(), bench._commits()
         with bench.owner.transaction():
             bench.owner.execute(ENQUEUE, {"flow_id": bench.flow_id, "tenant": tenant, "n": n})
             bench.owner.execute(BLOCK, {"tenant": tenant})
@@ -180,11 +182,14 @@ def throughput(bench: Any, receiver: Receiver, n: int, *, subscribed: bool) -> d
         ).fetchone()[0]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{label}: not finished")
+            connections = max(connections, bench._worker_connections())
             time.sleep(0.05)
         delivered_at = _wait_deliveries(receiver, start_count + n) if subscribed else None
         cpu_total = sum(
             bench._cpu_seconds(p.pid) - before for p, before in zip(workers, cpu, strict=True)
         )
+        server_cpu = bench._server_cpu_seconds() - server_cpu
+        commits = bench._commits() - commits
     done, last = bench.owner.execute(WINDOW, {"tenant": tenant}).fetchone()
     if done != n:
         raise RuntimeError(f"{label}: {done}/{n} executions")
@@ -194,6 +199,9 @@ def throughput(bench: Any, receiver: Receiver, n: int, *, subscribed: bool) -> d
         "executions": n,
         "executions_per_second": round(n / elapsed, 1),
         "worker_cpu_ms_per_execution": round(cpu_total / n * 1000, 3),
+        "postgres_cpu_ms_per_execution": round(server_cpu / n * 1000, 3),
+        "commits_per_execution": round(commits / n, 2),
+        "connections_per_process": connections,
     }
     if delivered_at is not None:
         result["last_delivery_after_last_finish_ms"] = round(

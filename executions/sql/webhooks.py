@@ -5,6 +5,26 @@ trigger `webhook_outbox_write` (migration 0014), never by these.
 Lock order: deliveries (id order), then subscriptions.
 """
 
+# Channel on which a writer other than a runworker's own runs announces deliveries due now (the
+# outbox trigger, an operator's redelivery, a ping), so an idle worker's delivery loop claims at
+# once instead of at its poll. The payload is empty, so the notifications of one transaction
+# fold into one; a listener only wakes its delivery loop and never trusts the message.
+WEBHOOK_CHANNEL = "orquestador_webhooks"
+
+
+# Announce deliveries due now, from inside the transaction that makes them due (delivered only
+# if, and right after, it commits).
+# Locks: nothing.
+# Index: none.
+NOTIFY_WEBHOOKS = "SELECT pg_notify('orquestador_webhooks', '')"
+
+
+# Subscribe the worker's listening connection to NOTIFY_WEBHOOKS (the same connection as
+# LISTEN_WORK: no connection of its own).
+# Locks: nothing.
+# Index: none.
+LISTEN_WEBHOOKS = "LISTEN orquestador_webhooks"
+
 # Claim up to %(limit)s due deliveries, oldest due first, skipping any whose execution has an
 # earlier delivery to the same subscription still PENDING (in order per execution and
 # subscription; a claimed one stays PENDING while in flight, so it holds back the next): one more

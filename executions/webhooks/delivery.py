@@ -13,9 +13,11 @@ Invariants:
   (sql.WEBHOOK_DELIVERIES_CLAIM);
 - retries: exponential backoff with full jitter (a uniform delay up to WEBHOOK_RETRY_BASE_SECONDS
   doubled per attempt, at most RETRY_MAX_SECONDS) until WEBHOOK_MAX_AGE_HOURS, then FAILED;
-- wake-ups: `poke` (the scheduler's, after each run ends here), a timer at the earliest retry this
-  loop scheduled, and a poll every POLL_SECONDS for the rest (other processes, the API's
-  cancellations, an operator's redelivery);
+- wake-ups: `poke` (the scheduler's, after each run ends here), `notified` (the scheduler's
+  listening connection heard NOTIFY_WEBHOOKS: the API's or an operator's changes, a ping, a
+  redelivery, the remote runtime's endpoint), a timer at the earliest retry this loop scheduled,
+  and a poll every POLL_SECONDS for the rest (other runworkers' runs, a lost notification, a
+  worker that cannot LISTEN). Wake-ups close together share one claim (CLAIM_SPACING_SECONDS);
 - results of concurrent attempts share one statement (executions/worker/groupcommit.py).
 """
 
@@ -179,6 +181,12 @@ class WebhookDeliverer:
         self._due = True
         if self._changed is not None:
             self._changed.set()
+
+    def notified(self) -> None:
+        """Another writer announced deliveries due now (sql.NOTIFY_WEBHOOKS): a subscription
+        exists, so claim soon, without waiting for the poll to say so. On the loop's thread."""
+        self.subscribed = True
+        self.poke()
 
     async def run(self, stop: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()

@@ -1,6 +1,6 @@
 """The delivery loop inside `runworker`: started beside the scheduler on its event loop, woken
-after each run the scheduler ends, stopped (in-flight attempts given a grace period) when the
-scheduler returns."""
+after each run the scheduler ends and by the announcements its listening connection hears,
+stopped (in-flight attempts given a grace period) when the scheduler returns."""
 
 import asyncio
 import contextlib
@@ -27,6 +27,7 @@ async def webhook_delivery(
     )
     stop = threading.Event()
     scheduler.after_run = deliverer.poke
+    scheduler.webhooks_notified = deliverer.notified
     task = asyncio.get_running_loop().create_task(deliverer.run(stop), name="webhook-delivery")
     try:
         yield deliverer

@@ -105,9 +105,11 @@ def webhook_rotate_secret(*, tenant: str, webhook_id: str) -> str:
 def webhook_ping(*, tenant: str, webhook_id: str) -> Any:
     """A `webhook.ping` event with its one delivery to this subscription; returns its id."""
     subscription = webhook_get(tenant=tenant, webhook_id=webhook_id)
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.WEBHOOK_PING, {"subscription_id": subscription.id, "tenant": tenant})
         row = cursor.fetchone()
+        if row is not None:  # an idle worker sends it now, not at its poll
+            cursor.execute(sql.NOTIFY_WEBHOOKS)
     if row is None:  # deleted meanwhile
         raise CodedError(errors.NOT_FOUND, "no such webhook")
     return row[0]
@@ -116,6 +118,9 @@ def webhook_ping(*, tenant: str, webhook_id: str) -> Any:
 def deliveries_redeliver(*, ids: Sequence[int]) -> int:
     """An operator's redelivery: each delivery due now, retried for WEBHOOK_MAX_AGE_HOURS
     again; returns how many."""
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.WEBHOOK_DELIVERY_REDELIVER, {"ids": list(ids)})
-        return len(cursor.fetchall())
+        redelivered = len(cursor.fetchall())
+        if redelivered:  # an idle worker sends them now, not at its poll
+            cursor.execute(sql.NOTIFY_WEBHOOKS)
+    return redelivered

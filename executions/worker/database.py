@@ -24,10 +24,18 @@ logger = logging.getLogger("executions.worker")
 
 DIRECT = PoolingConfig()  # a session of its own: prepared statements and session settings
 
+# A runworker's own connections. The outbox trigger announces new webhook deliveries on
+# WEBHOOK_CHANNEL for every other writer (migration 0019): this process's runs wake its own
+# delivery loop (executions/webhooks/running.py), and a NOTIFY per grouped commit would cost
+# every commit the notification queue's lock for nothing.
+WORKER_APPLICATION_NAME = "orquestador-worker"
+
 LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options")
 
 
-def database_conninfo(db: dict[str, Any], *, application_name: str = "orquestador-worker") -> str:
+def database_conninfo(
+    db: dict[str, Any], *, application_name: str = WORKER_APPLICATION_NAME
+) -> str:
     """A libpq connection string for a Django DATABASES entry (the worker's own connections)."""
     options = {k: v for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_OPTIONS}
     params = {
@@ -104,7 +112,7 @@ class WorkerConnections:
         # run on it too, as they do on the listening connection without a pooler: a second
         # connection beside it would take the process past its four.
         self._claim_conninfo, self._claim_pooling = (
-            (make_conninfo(pooling.listen_url, application_name="orquestador-worker"), DIRECT)
+            (make_conninfo(pooling.listen_url, application_name=WORKER_APPLICATION_NAME), DIRECT)
             if pooling.transaction_pooled and pooling.listen_url
             else (conninfo, pooling)
         )
@@ -116,6 +124,7 @@ class WorkerConnections:
         if self.pooling.listens:
             await conn.execute(sql.LISTEN_WORK)
             await conn.execute(sql.LISTEN_CANCELS)
+            await conn.execute(sql.LISTEN_WEBHOOKS)
         return conn
 
     def notifier(self, claiming: psycopg.AsyncConnection) -> psycopg.AsyncConnection | None:

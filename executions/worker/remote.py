@@ -25,7 +25,11 @@ Invariants:
 - `cancel` is best effort: it signals the exact local holder (execution id and token) at once and
   then tells the endpoint, swallowing any failure to reach it;
 - one `aiohttp.ClientSession` on the worker's loop carries every call (its connections kept
-  alive between calls, no cookie kept), closed by `close()`.
+  alive between calls, no cookie kept), closed by `close()`;
+- webhooks: a runworker on this runtime delivers none (it has no connection to claim them on,
+  and gets none past its budget); the endpoint's commits announce their events
+  (sql.NOTIFY_WEBHOOKS, from the outbox trigger) to the runworkers with the local runtime, which
+  deliver them (docs/adr/0020).
 """
 
 import asyncio

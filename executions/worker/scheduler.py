@@ -10,6 +10,8 @@ Invariants:
   and the holding is the request to allocate;
 - idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
   WORKER_POLL_MS (due retries, expired leases, lost notifications);
+- the same connection LISTENs for webhook announcements (NOTIFY_WEBHOOKS, from writers other
+  than a runworker's runs), each handed to `webhooks_notified` (the delivery loop's wake-up);
 - the same connection LISTENs for cancellations (NOTIFY_CANCEL, sent when a cancellation fences
   out a RUNNING execution), read while idle and, when every slot is busy, between waits for a
   free one; one naming an execution held here under an older token stops that holder at once,
@@ -126,8 +128,10 @@ class Scheduler:
         self.running = threading.Event()  # set once it listens and claims
         self.idle = threading.Event()  # set while it waits for a notification or the poll
         self.finished = threading.Event()  # set when run() has returned
-        # Called on the loop after each run ends (the webhook delivery loop's `poke`).
+        # Called on the loop after each run ends (the webhook delivery loop's `poke`), and when
+        # another writer announces webhook deliveries (its `notified`).
         self.after_run: Callable[[], None] | None = None
+        self.webhooks_notified: Callable[[], None] | None = None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -209,6 +213,8 @@ class Scheduler:
                         if dispatch.poisoned(self.config.max_reclaims):
                             if await poison_settle(conn, dispatch) is not None:
                                 self.metrics.reclaims_exhausted()
+                                if self.after_run is not None:  # it ended here: its event too
+                                    self.after_run()
                         else:
                             self._hand_to_slot(dispatch)
                     backlog = len(dispatches) == limit
@@ -284,15 +290,18 @@ class Scheduler:
                 # Closed at once, not when collected: it holds the connection's lock.
                 async with contextlib.aclosing(notifier.notifies(timeout=wait)) as notifies:
                     async for notify in notifies:
-                        if notify.channel != sql.CANCEL_CHANNEL:
+                        if notify.channel == sql.CANCEL_CHANNEL:
+                            await self._cancel_notified(notify.payload)
+                        elif notify.channel == sql.WEBHOOK_CHANNEL:
+                            self._webhooks_notified()
+                        else:
                             return
-                        await self._cancel_notified(notify.payload)
         finally:
             self.idle.clear()
 
     async def _take_cancels(self, conn: psycopg.AsyncConnection) -> None:
-        """Act on the cancellations announced so far, without waiting (work announcements
-        read here are dropped: the next claim finds that work anyway)."""
+        """Act on the cancellations (and webhook announcements) so far, without waiting (work
+        announcements read here are dropped: the next claim finds that work anyway)."""
         notifier = self.connections.notifier(conn)
         if notifier is None:
             return
@@ -300,6 +309,14 @@ class Scheduler:
             async for notify in notifies:
                 if notify.channel == sql.CANCEL_CHANNEL:
                     await self._cancel_notified(notify.payload)
+                elif notify.channel == sql.WEBHOOK_CHANNEL:
+                    self._webhooks_notified()
+
+    def _webhooks_notified(self) -> None:
+        """Another writer made webhook deliveries due (sql.NOTIFY_WEBHOOKS): wake the delivery
+        loop; the claim waits on, for that announced nothing to claim."""
+        if self.webhooks_notified is not None:
+            self.webhooks_notified()
 
     async def _cancel_notified(self, payload: str) -> None:
         """A cancellation fenced out an execution (sql.NOTIFY_CANCEL): stop its holder here, if

@@ -2,11 +2,13 @@
 redeliver action behind its own permission, and subscriptions added with their secret shown once
 and refused targets named."""
 
+import psycopg
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
+from executions import sql
 from executions.webhooks.models import WebhookDelivery, WebhookSubscription
 
 from .conftest import end, subscribe
@@ -46,12 +48,19 @@ def test_deliveries__listed_with_status_attempts_answer_and_error(failed_deliver
     assert body.status_code == 200 and "busy" in body.content.decode()
 
 
-def test_redeliver__puts_a_failed_delivery_back_on_its_way(failed_delivery):
+def test_redeliver__puts_a_failed_delivery_back_on_its_way_and_says_so(
+    failed_delivery, runtime_dsn
+):
     client = staff("redeliver_webhookdelivery")
-    response = client.post(
-        reverse(DELIVERIES), {"action": "redeliver", "_selected_action": [failed_delivery.pk]}
-    )
+    with psycopg.connect(runtime_dsn, autocommit=True) as listener:
+        listener.execute(sql.LISTEN_WEBHOOKS)
+        response = client.post(
+            reverse(DELIVERIES), {"action": "redeliver", "_selected_action": [failed_delivery.pk]}
+        )
+        # An idle worker's delivery loop hears it and sends it now, not at its poll.
+        heard = [n.channel for n in listener.notifies(timeout=5.0, stop_after=1)]
     assert response.status_code == 302
+    assert heard == [sql.WEBHOOK_CHANNEL]
     failed_delivery.refresh_from_db()
     assert failed_delivery.status == "PENDING" and failed_delivery.attempts == 7
 

@@ -2,9 +2,11 @@
 id, in order per execution, retried with backoff until the maximum age, `failing` shown, and the
 address rules held on the address actually connected to."""
 
+import asyncio
 import datetime
 import random
 import socket
+import time
 from typing import Any
 
 import aiohttp
@@ -15,6 +17,7 @@ from executions.webhooks import services, targets
 from executions.webhooks.config import WebhookConfig
 from executions.webhooks.delivery import retry_delay
 from executions.webhooks.models import WebhookSubscription
+from executions.webhooks.sender import Attempt, WebhookSender
 from executions.webhooks.signing import signature_verify
 from tests.support.receiver import TEST_CONFIG, Receiver, delivering, poke
 from tests.support.worker import wait_until
@@ -297,3 +300,20 @@ def test_delivery__dns_rebinding_is_refused_at_connect(
             end(runtime_conn, accepted(), "FAILED")
             poke(deliverer)
             wait_until(lambda: receiver.received, what="the delivery through the same name")
+
+
+def test_sender__an_answer_later_than_the_timeout_is_a_failed_attempt_at_the_timeout():
+    sender = WebhookSender(timeout_seconds=0.3, allow_http=True, allow_private_networks=True)
+
+    async def attempt() -> tuple[Attempt, float]:
+        started = time.monotonic()
+        try:
+            got = await sender.send(url=receiver.url, body=b"{}", headers={})
+        finally:
+            await sender.close()
+        return got, time.monotonic() - started
+
+    with Receiver(delay=2.0) as receiver:
+        got, took = asyncio.run(attempt())
+    assert (got.delivered, got.error) == (False, "no answer within 0.3 s")
+    assert took < 1.5  # the attempt's own bound, not the receiver's answer

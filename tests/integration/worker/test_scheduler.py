@@ -6,9 +6,11 @@ import time
 import psycopg
 import pytest
 
+from executions import sql
 from executions.cancel import execution_cancel
 from executions.leases import leases_renew
 from executions.steps import run_sync
+from executions.worker.metrics import CLAIMS
 from executions.worker.scheduler import Scheduler
 from tests.support.worker import (
     FAST,
@@ -63,6 +65,24 @@ def test_scheduler__wakes_on_notify_long_before_the_poll(conn, make_flow, runtim
         accepted = enqueue(conn, flow_id, notify=True)
         wait_until(lambda: status_of(conn, accepted.execution_id) == "SUCCEEDED", timeout=10)
         assert time.monotonic() - started < 10
+
+
+def test_scheduler__hands_a_webhook_announcement_to_the_delivery_loop_and_claims_nothing(
+    conn, runtime_dsn
+):
+    config = dataclasses.replace(FAST, poll_ms=600_000)  # a poll would take ten minutes
+    heard: list[int] = []
+    with running_scheduler(runtime_dsn, registry(), config=config) as scheduler:
+        scheduler.webhooks_notified = lambda: heard.append(1)
+        wait_until(scheduler.idle.is_set, what="the scheduler to wait for work")
+        claims = scheduler.metrics.value(CLAIMS)
+        for _ in range(3):
+            conn.execute(sql.NOTIFY_WEBHOOKS)
+        wait_until(lambda: len(heard) == 3, what="the announcements handed on")
+        conn.execute(sql.NOTIFY_WORK, {"execution_id": "nothing"})  # behind them, in order
+        wait_until(lambda: scheduler.metrics.value(CLAIMS) > claims, what="the announced claim")
+        # Only the work announcement claimed: the three before it left the wait going.
+        assert scheduler.metrics.value(CLAIMS) == claims + 1
 
 
 def test_scheduler__polls_for_work_nobody_announced(conn, make_flow, runtime_dsn):
