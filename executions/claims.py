@@ -159,6 +159,28 @@ def executions_claim(
     return rows
 
 
+@as_plan()
+def execution_claim_passed(
+    *, owner: str, execution_id: uuid.UUID, lease_seconds: float, outage: bool = False
+) -> Steps[list[Dispatch]]:
+    """Claim for `owner` the one execution a route's place was just passed to
+    (executions/limits.py `route_pass`): its dispatch, or none when it is no longer PENDING and
+    due or another claimer holds it (that claimer's take then uses the place)."""
+    rows: list[Dispatch] = yield Query(
+        sql.CLAIM_PASSED,
+        {
+            "owner": owner,
+            "execution_id": execution_id,
+            "lease_seconds": lease_seconds,
+            "outage": outage,
+        },
+        row_factory=kwargs_row(_dispatch_of(owner)),
+    )
+    if rows:
+        faultpoints.reach(faultpoints.CLAIM_COMMITTED)
+    return rows
+
+
 # The claim statement of each WORKER_FAIRNESS value.
 CLAIMS = {"queue": sql.CLAIM_EXECUTIONS, "tenant": sql.CLAIM_EXECUTIONS_BY_TENANT}
 

@@ -124,6 +124,24 @@ CLAIM_EXECUTIONS = _CLAIM.replace("{due}", ORDERS["queue"])  # WORKER_FAIRNESS=q
 CLAIM_EXECUTIONS_BY_TENANT = _CLAIM.replace("{due}", ORDERS["tenant"])
 
 
+# The claim of one execution a route's place was passed to (route_call_pass), by its ender, at
+# once: the same statement, its due row that execution alone, if it is still PENDING and due
+# and no other claimer holds it.
+# Locks: as CLAIM_EXECUTIONS, that one row.
+# Index: execution_pkey; then as CLAIM_EXECUTIONS.
+CLAIM_PASSED = _CLAIM.replace(
+    "{due}",
+    """due AS (
+    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+           e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
+      FROM execution AS e
+     WHERE e.id = %(execution_id)s AND e.status = 'PENDING'
+       AND e.next_attempt_at <= (SELECT now_at FROM clock)
+       FOR UPDATE SKIP LOCKED
+)""",
+)
+
+
 # What a holder runs with: the accepted request snapshot and every checkpoint so far.
 # Fenced, so a stale holder loads nothing.
 # Locks: nothing (the request is blocked by this execution).

@@ -8,7 +8,9 @@ Invariants:
   parked (PENDING, no lease), so the slot and its task are free at once;
 - a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
   returns, whatever it returned, which also wakes the oldest execution parked for a place;
-  a run that never ends it (killed, stuck) stops counting when its lease is gone;
+  when this process has a free slot the place is passed to that execution instead and this
+  process claims it at once (`Handoff`), with no announcement and no other worker's claim in
+  between; a run that never ends it (killed, stuck) stops counting when its lease is gone;
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`).
@@ -17,7 +19,9 @@ refreshes them about every second (`RouteSweeper`).
 import datetime
 import logging
 import threading
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from actions.base import ActionResult, Binding, Route
@@ -27,12 +31,13 @@ from ..limits import (
     RouteSuperseded,
     Taken,
     route_end,
+    route_handoff,
     route_pause_by_provider,
     route_sweep,
     route_take,
 )
 from ..models import ExecutionStatus
-from ..steps import run_sync
+from ..steps import Plan, run_sync
 from ..workerloops import ConnectionSource
 from .groupcommit import Database, on
 from .metrics import WorkerMetrics
@@ -73,6 +78,18 @@ class RoutePauses:
 PAUSES = RoutePauses()  # this process's: read by every run, refreshed by the sweep
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """The dispatcher's side of a place passed on at a call's end (scheduler.py): `room`
+    reserves a free slot for the execution the place may go to (False: none free, or stopping),
+    `take` claims that execution into the reserved slot at once (None: nothing was passed, the
+    reservation is dropped). `hold_seconds`: how long a passed place waits for its claim."""
+
+    room: Callable[[], bool]
+    take: Callable[[uuid.UUID | None], None]
+    hold_seconds: float
+
+
 def limited(route: Route) -> bool:
     """Whether a call of `route` takes a place first: it has limits, or is paused now."""
     return route.limits is not None or PAUSES.paused(route.key)
@@ -100,7 +117,9 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
             attempt = await run.start(call)
             result = await run.call(attempt, snapshot)
         finally:
-            await place_end(db, route=route, taken=place, log_extra=log_extra)
+            await place_end(
+                db, route=route, taken=place, log_extra=log_extra, handoff=run.deps.handoff
+            )
     if result.rate_limited:
         await provider_pause(
             db,
@@ -162,16 +181,33 @@ def parked(
     )
 
 
-async def place_end(db: Database, *, route: Route, taken: Taken, log_extra: dict) -> None:
+async def place_end(
+    db: Database,
+    *,
+    route: Route,
+    taken: Taken,
+    log_extra: dict,
+    handoff: Handoff | None = None,
+) -> None:
     """End a call's place on a route with max_in_flight (nothing to end for a rate alone: its
-    start is all it counts). A database error is logged, not raised: the place stops counting
-    once the checkpoint moves on, and the sweep wakes what this would have."""
+    start is all it counts), passing it to a parked execution this process then claims when it
+    has a slot free (`handoff`). A database error is logged, not raised: the place stops
+    counting once the checkpoint moves on, and the sweep wakes what this would have."""
     if taken.call_id is None or route.limits is None or route.limits.max_in_flight is None:
         return
+    if handoff is None or route.limits.rate_count is not None or not handoff.room():
+        plan: Plan[Any] = route_end(route=route, call_id=taken.call_id)
+        handoff = None
+    else:
+        plan = route_handoff(route=route, call_id=taken.call_id, hold_seconds=handoff.hold_seconds)
+    passed = None
     try:
-        await on(db, route_end(route=route, call_id=taken.call_id))
+        passed = await on(db, plan)
     except Exception:
         logger.warning("route place not ended; the sweep will", extra=log_extra, exc_info=True)
+    finally:
+        if handoff is not None:  # its slot was kept: claim what was passed, or free it
+            handoff.take(passed)
 
 
 async def provider_pause(

@@ -73,6 +73,8 @@ class RunnerDeps:
     writes: GroupWrites
     # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
     reachable: Callable[[Flag], Awaitable[bool]] | None = None
+    # The dispatcher's, when it claims the executions this process's calls pass places to.
+    handoff: limiter.Handoff | None = None
 
 
 @dataclass(frozen=True)

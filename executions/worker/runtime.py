@@ -50,6 +50,7 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .holdings import Holding
+from .limiter import Handoff
 from .outage import DatabaseProbe
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
@@ -285,6 +286,10 @@ class LocalWorkerRuntime(Reservations):
         await self._pool.close(timeout=timeout)
         # Its worker threads join here: off the loop, which the prober may be waiting on.
         await asyncio.to_thread(self._prober_pool.close, timeout)
+
+    def hand_off_to(self, handoff: Handoff) -> None:
+        """Where runs pass the places their calls end (the dispatcher's claim, limiter.py)."""
+        self._deps.handoff = handoff
 
     def borrow(
         self, timeout: float | None = None

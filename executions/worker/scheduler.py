@@ -52,13 +52,14 @@ import psycopg
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
-from ..claims import Dispatch, executions_claim
+from ..claims import Dispatch, execution_claim_passed, executions_claim
 from ..leases import lease_owner_name
 from ..steps import run_async
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat
 from .holdings import Holding, Slots
+from .limiter import Handoff
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
@@ -128,6 +129,19 @@ class Scheduler:
         self.finished = threading.Event()  # set when run() has returned
         # Called on the loop after each run ends (the webhook delivery loop's `poke`).
         self.after_run: Callable[[], None] | None = None
+        # Slots kept for executions a route's place is being passed to (limiter.Handoff):
+        # the claim loop leaves them free.
+        self.handing = 0
+        self._borrow = borrow
+        hand_off_to = getattr(runtime, "hand_off_to", None)
+        if hand_off_to is not None and borrow is not None:
+            hand_off_to(
+                Handoff(
+                    room=self._handoff_room,
+                    take=self._handoff_take,
+                    hold_seconds=config.lease_seconds,
+                )
+            )
 
     # -- control ---------------------------------------------------------------------------
 
@@ -265,7 +279,7 @@ class Scheduler:
             await slots.wait_free(at_most=config.concurrency - target, timeout=REFILL_WAIT_SECONDS)
         if self._stop_claiming.is_set():
             return 0
-        return max(0, min(config.batch, config.concurrency - slots.in_use))
+        return max(0, min(config.batch, config.concurrency - slots.in_use - self.handing))
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
@@ -327,6 +341,55 @@ class Scheduler:
             )
         task = asyncio.get_running_loop().create_task(self._run(holding))
         self._runs[holding] = task
+
+    # -- places passed on at a call's end (limiter.Handoff) ---------------------------------
+
+    def _handoff_room(self) -> bool:
+        """Keep a slot for an execution a place may be passed to; False when none is free."""
+        if self._stop_claiming.is_set():
+            return False
+        if self.slots.in_use + self.handing >= self.config.concurrency:
+            return False
+        self.handing += 1
+        return True
+
+    def _handoff_take(self, execution_id: uuid.UUID | None) -> None:
+        """Claim the execution a place was passed to into its kept slot, as its own task (the
+        run that passed it goes on); None: nothing was passed, the slot is free again."""
+        if execution_id is None:
+            self.handing -= 1
+            return
+        asyncio.get_running_loop().create_task(self._claim_passed(execution_id))
+
+    async def _claim_passed(self, execution_id: uuid.UUID) -> None:
+        # Not announced, so no other worker races for it; if this claim fails it is due all the
+        # same, and the next poll anywhere takes it (its take finds the place held for it).
+        started = time.perf_counter()
+        dispatches: list[Dispatch] = []
+        borrow = self._borrow
+        try:
+            if borrow is None:  # not kept without a runtime to borrow from: never here
+                return
+            async with borrow(timeout=self.config.renew_seconds) as conn:
+                dispatches = await run_async(
+                    conn,
+                    execution_claim_passed(
+                        owner=self.owner,
+                        execution_id=execution_id,
+                        lease_seconds=self.config.lease_seconds,
+                        outage=self._outage_within_lease(),
+                    ),
+                )
+            self.metrics.claim_done(claimed=len(dispatches), seconds=time.perf_counter() - started)
+            for dispatch in dispatches:
+                self._hand_to_slot(dispatch)
+        except Exception as exc:
+            logger.debug(
+                "passed execution not claimed; a poll will",
+                extra={"owner": self.owner, "execution_id": str(execution_id), "detail": str(exc)},
+            )
+        finally:
+            self.handing -= 1
 
     # -- running ---------------------------------------------------------------------------
 

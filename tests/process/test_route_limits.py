@@ -92,6 +92,11 @@ def test_max_in_flight__never_exceeded_across_two_workers__no_attempt_spent_wait
         assert provider.most == 3  # the limit was reached, not only respected
         assert len(provider.answered()) == 60
         assert attempts(runtime_conn, ids) == {1}
+        # Most places went straight from an ending call to a parked execution its worker claimed.
+        passed = runtime_conn.execute(
+            "SELECT count(*) FROM route_call WHERE route = 'metered.call@1' AND kind = 'passed'"
+        ).fetchone()[0]
+        assert passed >= 20
         # 60 calls of 50 ms, 3 at once: at least 1 s; parked work woke promptly, not by polls.
         assert elapsed < 30
 

@@ -9,7 +9,9 @@ import threading
 import pytest
 
 from actions.base import ActionResult, Outcome, RouteLimits
+from executions.claims import execution_claim_passed
 from executions.limits import (
+    route_handoff,
     route_operator_pause,
     route_stats,
     route_sweep,
@@ -176,6 +178,92 @@ def test_take__dead_holder__its_place_comes_back_once_its_lease_expires(
         assert len(adapter.calls) == 1
     finally:
         runtime.close()
+
+
+def _take(conn, dispatch, route):
+    return run_sync(
+        conn,
+        route_take(
+            fence=dispatch.fence,
+            route=route,
+            action_id="a",
+            attempt=1,
+            limits=RouteLimits(max_in_flight=1),
+        ),
+    )
+
+
+def _in_flight(conn):
+    (stats,) = [s for s in route_stats(conn.cursor()) if s.route == ROUTE]
+    return stats.in_flight
+
+
+def test_handoff__the_place_goes_to_the_oldest_parked__whose_claim_takes_it_and_nobody_else(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(4):
+        enqueue(conn, flow)
+    holder, oldest, younger, late = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(4))
+    first = _take(conn, holder, route)
+    assert first.granted
+    assert not _take(conn, oldest, route).granted
+    assert not _take(conn, younger, route).granted
+
+    passed = run_sync(conn, route_handoff(route=route, call_id=first.call_id, hold_seconds=30))
+
+    assert passed == oldest.execution_id
+    row = execution_row(conn, passed)
+    assert row["status"] == "PENDING"
+    assert row["next_attempt_at"] <= datetime.datetime.now(datetime.UTC)
+    assert _in_flight(conn) == 1  # the place is held for it: never two at once
+    # Another holder asking now is parked: the place is not free for it.
+    assert not _take(conn, late, route).granted
+    (dispatch,) = run_sync(
+        conn, execution_claim_passed(owner="w0", execution_id=passed, lease_seconds=30)
+    )
+    taken = _take(conn, dispatch, route)
+    assert taken.granted
+    assert _in_flight(conn) == 1
+    assert conn.execute(
+        "SELECT kind, fencing_token, held_until FROM route_call WHERE id = %s", [taken.call_id]
+    ).fetchone() == ("passed", dispatch.fence.token, None)
+    # Claimed once: a second claim of it finds nothing.
+    assert (
+        run_sync(conn, execution_claim_passed(owner="w1", execution_id=passed, lease_seconds=30))
+        == []
+    )
+    assert parked_row(conn, younger.execution_id) == ("a", ROUTE, None)
+
+
+def test_handoff__a_place_never_claimed__comes_back_when_its_hold_ends(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(3):
+        enqueue(conn, flow)
+    holder, oldest, younger = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(3))
+    first = _take(conn, holder, route)
+    assert not _take(conn, oldest, route).granted
+    assert not _take(conn, younger, route).granted
+
+    # The ender died before its claim: the place waits for the hold, then the sweep gives it on.
+    assert (
+        run_sync(conn, route_handoff(route=route, call_id=first.call_id, hold_seconds=0.5))
+        == oldest.execution_id
+    )
+    assert run_sync(conn, route_sweep())[0] == 0
+    wait_until(lambda: _in_flight(conn) == 0, what="the hold to end")
+    woken, _ = run_sync(conn, route_sweep())
+
+    assert woken == 1
+    assert execution_row(conn, younger.execution_id)["next_attempt_at"] <= datetime.datetime.now(
+        datetime.UTC
+    )
 
 
 def test_provider_429__pauses_the_route_for_the_next_call(conn, make_flow, runtime_dsn):
