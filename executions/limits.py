@@ -92,23 +92,6 @@ def _end(route: Route, call_id: int) -> Steps[int]:
     return int(row[0])
 
 
-def route_handoff(*, route: Route, call_id: int, hold_seconds: float) -> Plan[uuid.UUID | None]:
-    """End a call taken on a route with max_in_flight and pass its place to the oldest
-    execution parked for one, held for it `hold_seconds` at most: that execution's id, which
-    the caller claims (it was not announced); None when none was passed (then as route_end)."""
-    return Plan(_handoff(route, call_id, hold_seconds))
-
-
-def _handoff(route: Route, call_id: int, hold_seconds: float) -> Steps[uuid.UUID | None]:
-    row = yield Query(
-        sql.ROUTE_CALL_HANDOFF,
-        {"route": route.key, "call_id": call_id, "hold_seconds": hold_seconds},
-        fetch="one",
-    )
-    passed: uuid.UUID | None = row[0]
-    return passed
-
-
 def route_sweep() -> Plan[tuple[int, dict[str, datetime.datetime]]]:
     """The sweep (every worker, about every second): wake what an ending missed; return how
     many were woken and the routes paused now, with their ends."""
@@ -307,7 +290,6 @@ __all__ = [
     "lookup_place",
     "lookup_place_end",
     "route_end",
-    "route_handoff",
     "route_operator_pause",
     "route_pause_by_provider",
     "route_stats",

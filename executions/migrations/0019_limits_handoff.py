@@ -1,44 +1,40 @@
-"""A place passed on at a call's end (docs/adr/0022): `route_call_handoff`, and a take that uses
-the place its execution was passed.
+"""A place passed on at a call's end (docs/adr/0022): `route_call_handoff`.
 
-The ending worker passes its place to the oldest execution parked for one and claims that
-execution itself: the place is held for it meanwhile (a `route_call` with `held_until` and no
-token, counted while the hold lasts), so no other take can use it, and the take of the run that
-claimed it turns the reservation into its call without counting again.
+The ending worker ends its call and, in the same statement, its claim takes the oldest
+execution parked for a place with that place already granted (sql.CLAIM_PASSED): the place never
+becomes free for anyone else, and the woken execution's run needs no take.
 """
-
-import importlib
 
 from django.db import migrations
 
-# Functions as migration 0018 created them, for the way back.
-_EARLIER = importlib.import_module("executions.migrations.0018_limits_routes")
-
-# End a call taken on a route with max_in_flight and pass its place to the oldest execution
-# parked for one (due now, not announced: the caller claims it): its id, or NULL when none was
-# passed (nothing parked, a pause or a rate on the route, no room), and then what route_call_end
-# does (the oldest parked is woken and announced). The caller holds nothing; this takes the
-# route's row lock first.
+# End a call taken on a route with max_in_flight and pick the oldest execution parked for a
+# place to pass it to: that execution's row is locked (FOR UPDATE SKIP LOCKED, left unchanged
+# for the claim that composes this to update), its park removed, and its call granted under
+# the token that claim gives it (the current one + 1) for the attempt it will start; returns it
+# with the call's id. None picked (nothing parked, a pause or a rate on the route, no room):
+# no row, and then as route_call_end (the oldest parked is woken and announced).
 HANDOFF = """
-CREATE FUNCTION route_call_handoff(p_route text, p_call_id bigint, p_hold_seconds double precision)
-RETURNS uuid
+CREATE FUNCTION route_call_handoff(p_route text, p_call_id bigint)
+RETURNS TABLE (execution_id uuid, call_id bigint, action_id text, attempt integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     lim record;
     now_at timestamptz;
     chosen record;
+    new_id bigint;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);  -- as route_call_take
     SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route FOR UPDATE;
     now_at := clock_timestamp();
-    UPDATE route_call SET ended_at = now_at WHERE id = p_call_id AND ended_at IS NULL;
+    UPDATE route_call AS rc SET ended_at = now_at WHERE rc.id = p_call_id AND rc.ended_at IS NULL;
     IF FOUND THEN
         lim.in_flight := greatest(lim.in_flight - 1, 0);
     END IF;
     IF coalesce(lim.paused_until <= now_at, true) AND lim.rate_count IS NULL
        AND lim.max_in_flight IS NOT NULL
        AND lim.max_in_flight - lim.in_flight - route_parked_due(p_route) >= 1 THEN
-        SELECT p.execution_id, p.action_id INTO chosen
+        SELECT p.execution_id AS id, p.action_id, e.fencing_token
+          INTO chosen
           FROM route_park AS p
           JOIN execution AS e ON e.id = p.execution_id
          WHERE p.route = p_route AND p.until IS NULL
@@ -47,50 +43,34 @@ BEGIN
          LIMIT 1
            FOR UPDATE OF e SKIP LOCKED;
         IF FOUND THEN
-            UPDATE execution SET next_attempt_at = now_at WHERE id = chosen.execution_id;
-            DELETE FROM route_park WHERE execution_id = chosen.execution_id;
-            INSERT INTO route_call (route, kind, execution_id, action_id, held_until, started_at)
-            VALUES (p_route, 'passed', chosen.execution_id, chosen.action_id,
-                    now_at + make_interval(secs => p_hold_seconds), now_at);
-            UPDATE route_limit SET in_flight = lim.in_flight + 1 WHERE route = p_route;
-            RETURN chosen.execution_id;
+            DELETE FROM route_park AS p WHERE p.execution_id = chosen.id;
+            INSERT INTO route_call AS rc (route, kind, execution_id, action_id, attempt,
+                                          fencing_token, started_at)
+            SELECT p_route, 'passed', chosen.id, chosen.action_id,
+                   coalesce((SELECT c.attempt FROM action_execution AS c
+                              WHERE c.execution_id = chosen.id
+                                AND c.action_id = chosen.action_id), 0) + 1,
+                   chosen.fencing_token + 1, now_at
+            RETURNING rc.id INTO new_id;
+            UPDATE route_limit AS l SET in_flight = lim.in_flight + 1, calls = l.calls + 1
+             WHERE l.route = p_route;
+            RETURN QUERY SELECT rc.execution_id, rc.id, rc.action_id::text, rc.attempt
+                           FROM route_call AS rc WHERE rc.id = new_id;
+            RETURN;
         END IF;
     END IF;
-    UPDATE route_limit SET in_flight = lim.in_flight WHERE route = p_route;
+    UPDATE route_limit AS l SET in_flight = lim.in_flight WHERE l.route = p_route;
     IF EXISTS (SELECT 1 FROM route_park AS p WHERE p.route = p_route AND p.until IS NULL) THEN
         PERFORM route_wake(
             p_route,
             least(1, coalesce(lim.max_in_flight, lim.in_flight + 1) - lim.in_flight
                      - route_parked_due(p_route)));
     END IF;
-    RETURN NULL;
 END
 $$;
 """
 
-# The take, first using a place passed to this execution (route_call_handoff) while its hold
-# lasts: the reservation becomes the call, under the holder's token, counted once already.
-_RESERVED = """    IF p_execution_id IS NOT NULL THEN
-        UPDATE route_call AS rc
-           SET fencing_token = p_token, action_id = p_action_id, attempt = p_attempt,
-               held_until = NULL, started_at = now_at
-         WHERE rc.route = p_route AND rc.execution_id = p_execution_id AND rc.ended_at IS NULL
-           AND rc.fencing_token IS NULL AND rc.held_until > now_at
-        RETURNING rc.id INTO new_id;
-        IF FOUND THEN
-            UPDATE route_limit SET calls = calls + 1 WHERE route = p_route;
-            RETURN QUERY SELECT new_id, NULL::timestamptz, true;
-            RETURN;
-        END IF;
-    END IF;
-"""
-_ANCHOR = "    live := lim.in_flight;\n"
-TAKE = _EARLIER.TAKE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").replace(
-    _ANCHOR, _RESERVED + _ANCHOR
-)
-TAKE_BEFORE = _EARLIER.TAKE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
-
-DROP = "DROP FUNCTION route_call_handoff(text, bigint, double precision);"
+DROP = "DROP FUNCTION route_call_handoff(text, bigint);"
 
 
 class Migration(migrations.Migration):
@@ -99,5 +79,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(HANDOFF + TAKE, DROP + TAKE_BEFORE),
+        migrations.RunSQL(HANDOFF, DROP),
     ]

@@ -39,15 +39,6 @@ SELECT call_id, wait_until
 ROUTE_CALL_END = "SELECT route_call_end(%(route)s, %(call_id)s)"
 
 
-# End a call taken on a route with max_in_flight and pass its place to the oldest execution
-# parked for one, which the caller then claims (not announced); NULL when none was passed (and
-# then as ROUTE_CALL_END: the oldest parked is woken and announced).
-# Locks: the route's route_limit row; the ended route_call row; the passed execution row
-# (FOR UPDATE SKIP LOCKED).
-# Index: route_limit_pkey; route_call_pkey; route_park_wait_idx; execution_pkey.
-ROUTE_CALL_HANDOFF = "SELECT route_call_handoff(%(route)s, %(call_id)s, %(hold_seconds)s)"
-
-
 # Every second or so, per worker: calls whose holder is gone stop counting, and parked
 # executions are woken into the room that leaves.
 # Locks: each route_limit row with parked executions, in route order; the woken execution rows

@@ -8,9 +8,10 @@ Invariants:
   parked (PENDING, no lease), so the slot and its task are free at once;
 - a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
   returns, whatever it returned, which also wakes the oldest execution parked for a place;
-  when this process has a free slot the place is passed to that execution instead and this
-  process claims it at once (`Handoff`), with no announcement and no other worker's claim in
-  between; a run that never ends it (killed, stuck) stops counting when its lease is gone;
+  when this process has a free slot, the end is instead this process's claim of that
+  execution with the place granted, in one statement (`Handoff`): no announcement, no other
+  worker's claim racing for it, and no take in the woken run; a run that never ends it
+  (killed, stuck) stops counting when its lease is gone;
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`).
@@ -19,19 +20,19 @@ refreshes them about every second (`RouteSweeper`).
 import datetime
 import logging
 import threading
-import uuid
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from actions.base import ActionResult, Binding, Route
 
+from ..claims import Dispatch
 from ..leases import ExecutionSuperseded, Fence
 from ..limits import (
     RouteSuperseded,
     Taken,
     route_end,
-    route_handoff,
     route_pause_by_provider,
     route_sweep,
     route_take,
@@ -80,14 +81,15 @@ PAUSES = RoutePauses()  # this process's: read by every run, refreshed by the sw
 
 @dataclass(frozen=True)
 class Handoff:
-    """The dispatcher's side of a place passed on at a call's end (scheduler.py): `room`
-    reserves a free slot for the execution the place may go to (False: none free, or stopping),
-    `take` claims that execution into the reserved slot at once (None: nothing was passed, the
-    reservation is dropped). `hold_seconds`: how long a passed place waits for its claim."""
+    """The dispatcher's side of a place passed on at a call's end (scheduler.py): `room` keeps
+    a free slot for the execution the place may go to (False: none free, or stopping); `claim`
+    is the statement that ends the call and claims that execution with the place
+    (CLAIM_PASSED); `done` hands what it claimed to the kept slot, or frees it, with the
+    seconds the statement took."""
 
     room: Callable[[], bool]
-    take: Callable[[uuid.UUID | None], None]
-    hold_seconds: float
+    claim: Callable[[str, int], Plan[list[Dispatch]]]
+    done: Callable[[list[Dispatch], float], None]
 
 
 def limited(route: Route) -> bool:
@@ -105,7 +107,7 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
         attempt = await run.start(call)
         result: ActionResult = await run.call(attempt, snapshot)
     else:
-        place = await place_take(
+        place = handed(run, call) or await place_take(
             db,
             fence=run.fence,
             binding=call.binding,
@@ -129,6 +131,19 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
             log_extra=log_extra,
         )
     return attempt, result
+
+
+def handed(run: Any, call: Any) -> Taken | None:
+    """The place granted with this run's claim (a call's end passed it: CLAIM_PASSED), once,
+    for the action and attempt it was granted to. Any other (never seen: a parked action is the
+    run's first call) is left to stop counting when the run moves past it."""
+    place, run.handed = run.handed, None
+    if place is None or (place.action_id, place.attempt) != (
+        call.start.action_id,
+        call.start.attempt,
+    ):
+        return None
+    return Taken(call_id=place.call_id, until=None)
 
 
 async def place_take(
@@ -196,18 +211,19 @@ async def place_end(
     if taken.call_id is None or route.limits is None or route.limits.max_in_flight is None:
         return
     if handoff is None or route.limits.rate_count is not None or not handoff.room():
-        plan: Plan[Any] = route_end(route=route, call_id=taken.call_id)
-        handoff = None
-    else:
-        plan = route_handoff(route=route, call_id=taken.call_id, hold_seconds=handoff.hold_seconds)
-    passed = None
+        try:
+            await on(db, route_end(route=route, call_id=taken.call_id))
+        except Exception:
+            logger.warning("route place not ended; the sweep will", extra=log_extra, exc_info=True)
+        return
+    claimed: list[Dispatch] = []
+    started = time.perf_counter()
     try:
-        passed = await on(db, plan)
+        claimed = await on(db, handoff.claim(route.key, taken.call_id))
     except Exception:
         logger.warning("route place not ended; the sweep will", extra=log_extra, exc_info=True)
-    finally:
-        if handoff is not None:  # its slot was kept: claim what was passed, or free it
-            handoff.take(passed)
+    finally:  # into the slot kept for it, or the slot is free again
+        handoff.done(claimed, time.perf_counter() - started)
 
 
 async def provider_pause(

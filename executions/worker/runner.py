@@ -109,6 +109,8 @@ class _Run:
         self.deps = deps
         ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
         self.scope = RunScope(dispatch, db, deps.config, deps.rng, ride=ride)
+        # A route's place granted with the claim, until its call uses it (limiter.handed).
+        self.handed = dispatch.place
 
     # Read from the dispatch and the slot's holding when asked, never copied into the run.
     dispatch = _Of(lambda run: run.scope.dispatch)

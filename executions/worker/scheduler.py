@@ -54,7 +54,7 @@ from orquestador.workerconfig import WorkerConfig
 from .. import sql
 from ..claims import Dispatch, execution_claim_passed, executions_claim
 from ..leases import lease_owner_name
-from ..steps import run_async
+from ..steps import Plan, run_async
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat
@@ -132,15 +132,10 @@ class Scheduler:
         # Slots kept for executions a route's place is being passed to (limiter.Handoff):
         # the claim loop leaves them free.
         self.handing = 0
-        self._borrow = borrow
         hand_off_to = getattr(runtime, "hand_off_to", None)
-        if hand_off_to is not None and borrow is not None:
+        if hand_off_to is not None:
             hand_off_to(
-                Handoff(
-                    room=self._handoff_room,
-                    take=self._handoff_take,
-                    hold_seconds=config.lease_seconds,
-                )
+                Handoff(room=self._handoff_room, claim=self._handoff_claim, done=self._handoff_done)
             )
 
     # -- control ---------------------------------------------------------------------------
@@ -353,43 +348,24 @@ class Scheduler:
         self.handing += 1
         return True
 
-    def _handoff_take(self, execution_id: uuid.UUID | None) -> None:
-        """Claim the execution a place was passed to into its kept slot, as its own task (the
-        run that passed it goes on); None: nothing was passed, the slot is free again."""
-        if execution_id is None:
-            self.handing -= 1
-            return
-        asyncio.get_running_loop().create_task(self._claim_passed(execution_id))
+    def _handoff_claim(self, route: str, call_id: int) -> Plan[list[Dispatch]]:
+        """The end of call `call_id` of `route` that claims, for this process, the execution
+        parked for its place, with the place (sql.CLAIM_PASSED)."""
+        return execution_claim_passed(
+            owner=self.owner,
+            route=route,
+            call_id=call_id,
+            lease_seconds=self.config.lease_seconds,
+            outage=self._outage_within_lease(),
+        )
 
-    async def _claim_passed(self, execution_id: uuid.UUID) -> None:
-        # Not announced, so no other worker races for it; if this claim fails it is due all the
-        # same, and the next poll anywhere takes it (its take finds the place held for it).
-        started = time.perf_counter()
-        dispatches: list[Dispatch] = []
-        borrow = self._borrow
-        try:
-            if borrow is None:  # not kept without a runtime to borrow from: never here
-                return
-            async with borrow(timeout=self.config.renew_seconds) as conn:
-                dispatches = await run_async(
-                    conn,
-                    execution_claim_passed(
-                        owner=self.owner,
-                        execution_id=execution_id,
-                        lease_seconds=self.config.lease_seconds,
-                        outage=self._outage_within_lease(),
-                    ),
-                )
-            self.metrics.claim_done(claimed=len(dispatches), seconds=time.perf_counter() - started)
-            for dispatch in dispatches:
-                self._hand_to_slot(dispatch)
-        except Exception as exc:
-            logger.debug(
-                "passed execution not claimed; a poll will",
-                extra={"owner": self.owner, "execution_id": str(execution_id), "detail": str(exc)},
-            )
-        finally:
-            self.handing -= 1
+    def _handoff_done(self, dispatches: list[Dispatch], seconds: float) -> None:
+        """Run what the end claimed in the slot kept for it; the kept slot is free again."""
+        if dispatches:  # a claim like the loop's (an end that claimed nothing is not one)
+            self.metrics.claim_done(claimed=len(dispatches), seconds=seconds)
+        for dispatch in dispatches:
+            self._hand_to_slot(dispatch)
+        self.handing -= 1
 
     # -- running ---------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ import pytest
 from actions.base import ActionResult, Outcome, RouteLimits
 from executions.claims import execution_claim_passed
 from executions.limits import (
-    route_handoff,
     route_operator_pause,
     route_stats,
     route_sweep,
@@ -198,7 +197,7 @@ def _in_flight(conn):
     return stats.in_flight
 
 
-def test_handoff__the_place_goes_to_the_oldest_parked__whose_claim_takes_it_and_nobody_else(
+def test_handoff__the_end_claims_the_oldest_parked_with_its_place__no_take_no_second_place(
     conn, make_flow, runtime_dsn
 ):
     reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
@@ -212,36 +211,56 @@ def test_handoff__the_place_goes_to_the_oldest_parked__whose_claim_takes_it_and_
     assert not _take(conn, oldest, route).granted
     assert not _take(conn, younger, route).granted
 
-    passed = run_sync(conn, route_handoff(route=route, call_id=first.call_id, hold_seconds=30))
-
-    assert passed == oldest.execution_id
-    row = execution_row(conn, passed)
-    assert row["status"] == "PENDING"
-    assert row["next_attempt_at"] <= datetime.datetime.now(datetime.UTC)
-    assert _in_flight(conn) == 1  # the place is held for it: never two at once
-    # Another holder asking now is parked: the place is not free for it.
-    assert not _take(conn, late, route).granted
-    (dispatch,) = run_sync(
-        conn, execution_claim_passed(owner="w0", execution_id=passed, lease_seconds=30)
+    (passed,) = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30),
     )
-    taken = _take(conn, dispatch, route)
-    assert taken.granted
-    assert _in_flight(conn) == 1
+
+    assert passed.execution_id == oldest.execution_id
+    assert passed.fence.token == oldest.fence.token + 1
+    assert (passed.place.action_id, passed.place.attempt) == ("a", 1)
+    row = execution_row(conn, passed.execution_id)
+    assert (row["status"], row["lease_owner"]) == ("RUNNING", "w0")
     assert conn.execute(
-        "SELECT kind, fencing_token, held_until FROM route_call WHERE id = %s", [taken.call_id]
-    ).fetchone() == ("passed", dispatch.fence.token, None)
-    # Claimed once: a second claim of it finds nothing.
-    assert (
-        run_sync(conn, execution_claim_passed(owner="w1", execution_id=passed, lease_seconds=30))
-        == []
-    )
+        "SELECT ended_at IS NOT NULL FROM route_call WHERE id = %s", [first.call_id]
+    ).fetchone() == (True,)
+    assert conn.execute(
+        "SELECT kind, execution_id, fencing_token, attempt FROM route_call WHERE id = %s",
+        [passed.place.call_id],
+    ).fetchone() == ("passed", passed.execution_id, passed.fence.token, 1)
+    assert _in_flight(conn) == 1  # the place went on: never two at once
+    assert not _take(conn, late, route).granted  # nor free for anyone else
     assert parked_row(conn, younger.execution_id) == ("a", ROUTE, None)
+    assert parked_row(conn, passed.execution_id) is None
 
 
-def test_handoff__a_place_never_claimed__comes_back_when_its_hold_ends(
+def test_handoff__nothing_parked__the_call_ends_and_nothing_is_claimed(
     conn, make_flow, runtime_dsn
 ):
     reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    enqueue(conn, flow)
+    (holder,) = claim(conn, "w0", lease_seconds=30)
+    first = _take(conn, holder, route)
+
+    claimed = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30),
+    )
+
+    assert claimed == []
+    assert _in_flight(conn) == 0
+    assert conn.execute(
+        "SELECT in_flight FROM route_limit WHERE route = %s", [ROUTE]
+    ).fetchone() == (0,)
+
+
+def test_handoff__the_worker_that_claimed_it_dies__the_place_comes_back_within_a_lease(
+    conn, make_flow, runtime_dsn
+):
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, max_in_flight=1))
     route = reg.resolve("p.lim", 1).route
     flow = make_flow([action("a", "p.lim")])
     for _ in range(3):
@@ -250,14 +269,13 @@ def test_handoff__a_place_never_claimed__comes_back_when_its_hold_ends(
     first = _take(conn, holder, route)
     assert not _take(conn, oldest, route).granted
     assert not _take(conn, younger, route).granted
-
-    # The ender died before its claim: the place waits for the hold, then the sweep gives it on.
-    assert (
-        run_sync(conn, route_handoff(route=route, call_id=first.call_id, hold_seconds=0.5))
-        == oldest.execution_id
+    (passed,) = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=1),
     )
-    assert run_sync(conn, route_sweep())[0] == 0
-    wait_until(lambda: _in_flight(conn) == 0, what="the hold to end")
+
+    # w0 died before it called: its lease expires, the sweep gives the place to the next one.
+    expire_lease(conn, passed.execution_id)
     woken, _ = run_sync(conn, route_sweep())
 
     assert woken == 1
