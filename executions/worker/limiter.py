@@ -33,6 +33,9 @@ from ..limits import (
     RouteSuperseded,
     Taken,
     route_end,
+    route_lease_release,
+    route_lease_renew,
+    route_lease_take,
     route_pause_by_provider,
     route_sweep,
     route_take,
@@ -41,6 +44,7 @@ from ..models import ExecutionStatus
 from ..steps import Plan, run_sync
 from ..workerloops import ConnectionSource
 from .groupcommit import Database, on
+from .leasedplaces import LEASES
 from .metrics import WorkerMetrics
 from .stops import RunSuspended
 from .wire import RunOutcome
@@ -106,6 +110,12 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
     if not limited(route):
         attempt = await run.start(call)
         result: ActionResult = await run.call(attempt, snapshot)
+    elif await leased(db, route, owner=run.fence.owner):  # far above need: no statement
+        try:
+            attempt = await run.start(call)
+            result = await run.call(attempt, snapshot)
+        finally:
+            LEASES.end(route.key)
     else:
         place = handed(run, call) or await place_take(
             db,
@@ -131,6 +141,37 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
             log_extra=log_extra,
         )
     return attempt, result
+
+
+async def leased(db: Database, route: Route, *, owner: str) -> bool:
+    """A place from this process's lease on `route` (leasedplaces.py), asking the limiter for
+    the lease first when the route is far above need and has none; False: take per call."""
+    if PAUSES.paused(route.key):
+        return False
+    if LEASES.take(route.key):
+        return True
+    terms = LEASES.terms(route)
+    if terms is None or not LEASES.ask(route.key):
+        return False
+    places, share = terms
+    call_id = None
+    try:
+        call_id = await on(
+            db,
+            route_lease_take(
+                route=route,
+                owner=owner,
+                places=places,
+                share=share,
+                hold_seconds=LEASES.hold_seconds,
+            ),
+        )
+    except Exception:
+        logger.debug("route lease not taken", extra={"capability": route.key}, exc_info=True)
+    finally:
+        window = float(route.limits.rate_window_seconds or 1) if route.limits else 1.0
+        LEASES.answer(route.key, call_id, places=places, share=share, window=window)
+    return LEASES.take(route.key)
 
 
 def handed(run: Any, call: Any) -> Taken | None:
@@ -270,9 +311,36 @@ class RouteSweeper(threading.Thread):
             try:
                 with self.source() as conn:
                     woken, paused = run_sync(conn, route_sweep())
+                    self._renew(conn)
             except Exception:
                 logger.debug("route sweep failed", extra={"owner": self.owner}, exc_info=True)
                 continue
             PAUSES.replace(paused)
             if woken:
                 logger.info("parked executions woken", extra={"owner": self.owner, "woken": woken})
+        self._give_back()
+
+    def _renew(self, conn: Any) -> None:
+        """Renew this process's leases of places (leasedplaces.py), reporting their use."""
+        ids, in_use, starts, at = LEASES.report()
+        if not ids:
+            return
+        renewed = run_sync(
+            conn,
+            route_lease_renew(
+                ids=ids, in_use=in_use, starts=starts, hold_seconds=LEASES.hold_seconds
+            ),
+        )
+        LEASES.renewed(renewed, at)
+
+    def _give_back(self) -> None:
+        """Stopping: release this process's leases, so their places count out at once."""
+        leases = LEASES.give_back()
+        if not leases or self.source is None:
+            return
+        try:
+            with self.source() as conn:
+                for route, call_id in leases:
+                    run_sync(conn, route_lease_release(route=route, call_id=call_id))
+        except Exception:
+            logger.debug("route leases not given back", extra={"owner": self.owner}, exc_info=True)

@@ -50,6 +50,7 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .holdings import Holding
+from .leasedplaces import LEASES
 from .limiter import Handoff
 from .outage import DatabaseProbe
 from .pooling import PoolingConfig
@@ -257,6 +258,11 @@ class LocalWorkerRuntime(Reservations):
         # own, so one connection of its own, opened only when it first probes.
         self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
             ConnectionPool, conninfo, pooling, name="worker-prober", sizes=(0, 1)
+        )
+        # Leased places (leasedplaces.py): as many as the slots, held for one lease.
+        LEASES.configure(
+            slots=slots if slots is not None else config.concurrency,
+            hold_seconds=config.lease_seconds,
         )
         self._deps = RunnerDeps(
             config=config,

@@ -11,6 +11,9 @@ import pytest
 from actions.base import ActionResult, Outcome, RouteLimits
 from executions.claims import execution_claim_passed
 from executions.limits import (
+    route_lease_release,
+    route_lease_renew,
+    route_lease_take,
     route_operator_pause,
     route_stats,
     route_sweep,
@@ -392,3 +395,88 @@ def test_lookup__counts_against_max_in_flight_and_is_never_parked(conn, make_flo
         [third],
     ).fetchone() == ("lookup", None, True)
     assert conn.execute("SELECT count(*) FROM route_park").fetchone()[0] == 0
+
+
+def _lease(conn, route, owner, places, share=0, hold=30.0):
+    return run_sync(
+        conn,
+        route_lease_take(route=route, owner=owner, places=places, share=share, hold_seconds=hold),
+    )
+
+
+def test_lease__counted_whole__no_place_beyond_the_limit__refused_without_room(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=10))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(3):
+        enqueue(conn, flow)
+    holders = claim(conn, "w", limit=3, lease_seconds=30)
+
+    lease = _lease(conn, route, "worker-a", 8)
+
+    assert lease is not None
+    assert _lease(conn, route, "worker-b", 8) is None  # 8 + 8 > 10: refused, nothing counted
+    taken = [
+        run_sync(
+            conn,
+            route_take(
+                fence=h.fence,
+                route=route,
+                action_id="a",
+                attempt=1,
+                limits=RouteLimits(max_in_flight=10),
+            ),
+        ).granted
+        for h in holders
+    ]
+    assert taken == [True, True, False]  # 8 leased + 2: the third call is parked
+    # What /metrics shows: calls in flight, the lease's as it last reported them.
+    assert run_sync(
+        conn, route_lease_renew(ids=[lease], in_use=[5], starts=[5], hold_seconds=30)
+    ) == {lease}
+    assert _in_flight(conn) == 2 + 5
+
+
+def test_lease__not_renewed__its_places_come_back_once_its_hold_ends(conn, make_flow, runtime_dsn):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=10))
+    route = reg.resolve("p.lim", 1).route
+    lease = _lease(conn, route, "worker-dead", 10, hold=0.5)
+    assert lease is not None
+    assert _lease(conn, route, "worker-b", 10) is None
+
+    # worker-dead was killed: it never renews; its lease lapses and the next ask recounts.
+    wait_until(lambda: _lease(conn, route, "worker-b", 10) is not None, what="the places back")
+    assert (
+        run_sync(conn, route_lease_renew(ids=[lease], in_use=[0], starts=[0], hold_seconds=30))
+        == set()
+    )  # a lapsed lease stays lapsed
+
+
+def test_lease__a_share_of_the_rate_counts_in_every_window(conn, make_flow, runtime_dsn):
+    reg = registry(limited(ScriptedAdapter(), rate_count=10, rate_window_seconds=60))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(3):
+        enqueue(conn, flow)
+    holders = claim(conn, "w", limit=3, lease_seconds=30)
+    lease = _lease(conn, route, "worker-a", 0, share=8)
+    assert lease is not None
+
+    limits = RouteLimits(rate_count=10, rate_window_seconds=60)
+    granted = [
+        run_sync(
+            conn,
+            route_take(fence=h.fence, route=route, action_id="a", attempt=1, limits=limits),
+        )
+        for h in holders
+    ]
+
+    # The share's 8 starts and 2 per call fill the window: the third is parked to the next.
+    assert [g.granted for g in granted[:2]] == [True, True]
+    assert not granted[2].granted and granted[2].until is not None
+    release = run_sync(conn, route_lease_release(route=ROUTE, call_id=lease))
+    assert release is None
+    # Given back, its share still counts for a window: its starts are inside it.
+    assert _lease(conn, route, "worker-b", 0, share=1) is None
