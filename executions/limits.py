@@ -8,6 +8,9 @@ Invariants and transaction boundaries (each plan is one statement, in autocommit
   missed). A parked call started no attempt: its RUNNING checkpoint was never written;
 - a place is held under the holder's lease: when its execution moves on, or its lease
   expires (a SIGKILLed worker), it stops counting (the function route_call_live);
+- on a route far above need a worker leases places and a share of the rate in a batch
+  (`route_lease_take`, one route_call counted whole), renewed by its sweep
+  (`route_lease_renew`) and counted only while its hold lasts;
 - a provider's 429 with Retry-After pauses the route for everyone (`route_pause_by_provider`),
   an operator pauses and resumes it (`route_operator_pause`, audited in route_event).
 The statements are executions/sql/limits.py's; the worker's side is executions/worker/limiter.py.

@@ -3,6 +3,8 @@
 Invariants:
 - an unlimited route costs nothing: no statement, unless this worker knows the route is
   paused (a provider's 429, an operator), and then only while the pause lasts;
+- a route far above need costs no statement per call either: its calls take places this
+  process leased in a batch (leasedplaces.py), renewed by the sweep;
 - a limited call takes its place (one statement) after the recovery table let it go and
   before its RUNNING checkpoint: a call held back has started no attempt, and its execution is
   parked (PENDING, no lease), so the slot and its task are free at once;
@@ -17,6 +19,7 @@ The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSE
 refreshes them about every second (`RouteSweeper`).
 """
 
+import asyncio
 import datetime
 import logging
 import threading
@@ -143,6 +146,11 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
     return attempt, result
 
 
+# The lease asked for now, by route, on this process's loop: the runs that find one asked for
+# wait for its answer instead of each taking per call meanwhile.
+_ASKING: dict[str, asyncio.Event] = {}
+
+
 async def leased(db: Database, route: Route, *, owner: str) -> bool:
     """A place from this process's lease on `route` (leasedplaces.py), asking the limiter for
     the lease first when the route is far above need and has none; False: take per call."""
@@ -151,10 +159,17 @@ async def leased(db: Database, route: Route, *, owner: str) -> bool:
     if LEASES.take(route.key):
         return True
     terms = LEASES.terms(route)
-    if terms is None or not LEASES.ask(route.key):
+    if terms is None:
         return False
+    if not LEASES.ask(route.key):
+        asking = _ASKING.get(route.key)
+        if asking is None:
+            return False
+        await asking.wait()  # another run of this process is asking: its answer serves all
+        return LEASES.take(route.key)
     places, share = terms
     call_id = None
+    asking = _ASKING[route.key] = asyncio.Event()
     try:
         call_id = await on(
             db,
@@ -171,6 +186,8 @@ async def leased(db: Database, route: Route, *, owner: str) -> bool:
     finally:
         window = float(route.limits.rate_window_seconds or 1) if route.limits else 1.0
         LEASES.answer(route.key, call_id, places=places, share=share, window=window)
+        _ASKING.pop(route.key, None)
+        asking.set()
     return LEASES.take(route.key)
 
 
