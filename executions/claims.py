@@ -71,6 +71,16 @@ class Snapshot:
     compensation_cause: str | None = None
 
 
+@dataclass(frozen=True)
+class Place:
+    """A route's place granted with the claim (sql.CLAIM_PASSED): the call of `action_id`'s
+    attempt `attempt`, under the claim's token; the run uses it instead of taking one."""
+
+    call_id: int
+    action_id: str
+    attempt: int
+
+
 SYSTEM_PRINCIPAL = "system"  # who a dispatch runs for without a principal (timeouts, recovery)
 
 
@@ -98,6 +108,8 @@ class Dispatch:
     # The W3C trace context stored at the acceptance ({traceparent, tracestate}), which every
     # run continues (executions/worker/spans.py); None: tracing was off then.
     trace_context: dict[str, str] | None = None
+    # A route's place granted with the claim (a call's end passed it on: CLAIM_PASSED).
+    place: Place | None = None
 
     def poisoned(self, max_reclaims: int) -> bool:
         return self.reclaims > max_reclaims
@@ -159,6 +171,29 @@ def executions_claim(
     return rows
 
 
+@as_plan()
+def execution_claim_passed(
+    *, owner: str, route: str, call_id: int, lease_seconds: float, outage: bool = False
+) -> Steps[list[Dispatch]]:
+    """End call `call_id` of `route` (a route with max_in_flight) and claim for `owner` the
+    oldest execution parked for a place, with that place granted (its dispatch's `place`): one
+    statement. None parked: the call is ended, nothing claimed (sql.CLAIM_PASSED)."""
+    rows: list[Dispatch] = yield Query(
+        sql.CLAIM_PASSED,
+        {
+            "owner": owner,
+            "route": route,
+            "call_id": call_id,
+            "lease_seconds": lease_seconds,
+            "outage": outage,
+        },
+        row_factory=kwargs_row(_dispatch_of(owner)),
+    )
+    if rows:
+        faultpoints.reach(faultpoints.CLAIM_COMMITTED)
+    return rows
+
+
 # The claim statement of each WORKER_FAIRNESS value.
 CLAIMS = {"queue": sql.CLAIM_EXECUTIONS, "tenant": sql.CLAIM_EXECUTIONS_BY_TENANT}
 
@@ -178,6 +213,9 @@ def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
         reclaims: int,
         taken_over: bool,
         trace_context: dict[str, str] | None = None,
+        place_call_id: int | None = None,
+        place_action_id: str | None = None,
+        place_attempt: int | None = None,
         **snapshot: Any,
     ) -> Dispatch:
         return Dispatch(
@@ -190,6 +228,11 @@ def _dispatch_of(owner: str) -> Callable[..., Dispatch]:
             reclaims=reclaims,
             taken_over=taken_over,
             trace_context=trace_context,
+            place=Place(place_call_id, place_action_id, place_attempt)
+            if place_call_id is not None
+            and place_action_id is not None
+            and place_attempt is not None
+            else None,
         )
 
     return dispatch

@@ -8,6 +8,9 @@ Invariants and transaction boundaries (each plan is one statement, in autocommit
   missed). A parked call started no attempt: its RUNNING checkpoint was never written;
 - a place is held under the holder's lease: when its execution moves on, or its lease
   expires (a SIGKILLed worker), it stops counting (the function route_call_live);
+- on a route far above need a worker leases places and a share of the rate in a batch
+  (`route_lease_take`, one route_call counted whole), renewed by its sweep
+  (`route_lease_renew`) and counted only while its hold lasts;
 - a provider's 429 with Retry-After pauses the route for everyone (`route_pause_by_provider`),
   an operator pauses and resumes it (`route_operator_pause`, audited in route_event).
 The statements are executions/sql/limits.py's; the worker's side is executions/worker/limiter.py.
@@ -90,6 +93,64 @@ def route_end(*, route: Route, call_id: int) -> Plan[int]:
 def _end(route: Route, call_id: int) -> Steps[int]:
     row = yield Query(sql.ROUTE_CALL_END, {"route": route.key, "call_id": call_id}, fetch="one")
     return int(row[0])
+
+
+def route_lease_take(
+    *, route: Route, owner: str, places: int, share: int, hold_seconds: float
+) -> Plan[int | None]:
+    """Lease `places` places and a share of `share` starts per window on `route` for `owner`
+    (executions/worker/leasedplaces.py): the lease's id, or None when the route has not room
+    for all of it now."""
+    return Plan(_lease_take(route, owner, places, share, hold_seconds))
+
+
+def _lease_take(
+    route: Route, owner: str, places: int, share: int, hold_seconds: float
+) -> Steps[int | None]:
+    limits = route.limits or RouteLimits()
+    row = yield Query(
+        sql.ROUTE_LEASE_TAKE,
+        {
+            "route": route.key,
+            "owner": owner,
+            "places": places,
+            "share": share,
+            "max_in_flight": limits.max_in_flight,
+            "rate_count": limits.rate_count,
+            "rate_window": limits.rate_window_seconds,
+            "hold_seconds": hold_seconds,
+        },
+        fetch="one",
+    )
+    return None if row is None else int(row[0])
+
+
+def route_lease_renew(
+    *, ids: list[int], in_use: list[int], starts: list[int], hold_seconds: float
+) -> Plan[set[int]]:
+    """Renew these leases, recording what each has in use and started in its window; returns
+    the ids renewed (a lapsed lease is not)."""
+    return Plan(_lease_renew(ids, in_use, starts, hold_seconds))
+
+
+def _lease_renew(
+    ids: list[int], in_use: list[int], starts: list[int], hold_seconds: float
+) -> Steps[set[int]]:
+    rows = yield Query(
+        sql.ROUTE_LEASE_RENEW,
+        {"ids": ids, "in_use": in_use, "starts": starts, "hold_seconds": hold_seconds},
+        fetch="all",
+    )
+    return {int(row[0]) for row in rows}
+
+
+def route_lease_release(*, route: str, call_id: int) -> Plan[None]:
+    """Give a lease back: its places count out at once."""
+    return Plan(_lease_release(route, call_id))
+
+
+def _lease_release(route: str, call_id: int) -> Steps[None]:
+    yield Query(sql.ROUTE_LEASE_RELEASE, {"route": route, "call_id": call_id}, fetch="one")
 
 
 def route_sweep() -> Plan[tuple[int, dict[str, datetime.datetime]]]:
@@ -290,6 +351,9 @@ __all__ = [
     "lookup_place",
     "lookup_place_end",
     "route_end",
+    "route_lease_release",
+    "route_lease_renew",
+    "route_lease_take",
     "route_operator_pause",
     "route_pause_by_provider",
     "route_stats",

@@ -124,6 +124,38 @@ CLAIM_EXECUTIONS = _CLAIM.replace("{due}", ORDERS["queue"])  # WORKER_FAIRNESS=q
 CLAIM_EXECUTIONS_BY_TENANT = _CLAIM.replace("{due}", ORDERS["tenant"])
 
 
+# End a call of a route with max_in_flight and claim the oldest execution parked for a place
+# with that place granted (route_call_handoff, migration 0020): one statement, so the place is
+# never free for another take and the woken run needs none; its place's call, action and attempt
+# are the last columns. Nothing parked (or a pause, a rate, no room): the call ends, nothing is
+# claimed, and the oldest parked is woken and announced as route_call_end does.
+# `due` reads the chosen row by id with no other condition: the function locked it after this
+# statement's snapshot was taken, so a version committed in between is the one FOR UPDATE
+# rechecks and the update claims.
+# Locks: the route's route_limit row; the ended route_call row; then as CLAIM_EXECUTIONS, the
+# one chosen execution row (locked first by the function).
+# Index: route_limit_pkey; route_call_pkey; route_park_wait_idx; execution_pkey; then as
+# CLAIM_EXECUTIONS.
+CLAIM_PASSED = _CLAIM.replace(
+    "{due}",
+    """passed AS MATERIALIZED (
+    SELECT * FROM route_call_handoff(%(route)s, %(call_id)s)
+),
+due AS (
+    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+           e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
+      FROM execution AS e
+     WHERE e.id = (SELECT passed.execution_id FROM passed)
+       FOR UPDATE
+)""",
+).replace(
+    "       c.compensation_cause\n  FROM claimed AS c",
+    "       c.compensation_cause, passed.call_id AS place_call_id,\n"
+    "       passed.action_id AS place_action_id, passed.attempt AS place_attempt\n"
+    "  FROM claimed AS c\n  JOIN passed ON passed.execution_id = c.id",
+)
+
+
 # What a holder runs with: the accepted request snapshot and every checkpoint so far.
 # Fenced, so a stale holder loads nothing.
 # Locks: nothing (the request is blocked by this execution).

@@ -39,6 +39,35 @@ SELECT call_id, wait_until
 ROUTE_CALL_END = "SELECT route_call_end(%(route)s, %(call_id)s)"
 
 
+# Lease places (as many as the worker's slots) and a share of the rate on a route far above
+# what the worker can use: one row, or none when the route has not room for all of it now or is
+# paused (the worker then takes per call).
+# Locks: the route's route_limit row.
+# Index: route_limit_pkey; route_call_lease_idx (the live shares, for a rate).
+ROUTE_LEASE_TAKE = """
+SELECT call_id, held_until
+  FROM route_lease_take(%(route)s, %(owner)s, %(places)s, %(share)s, %(max_in_flight)s,
+                        %(rate_count)s, %(rate_window)s, %(hold_seconds)s)
+"""
+
+
+# Renew every lease of this worker (each sweep) with what it has in use and started in its
+# window now; a lapsed lease is not renewed (its places were counted out). Returns the renewed.
+# Locks: the renewed route_call rows.
+# Index: route_call_pkey.
+ROUTE_LEASE_RENEW = """
+SELECT call_id, held_until
+  FROM route_lease_renew(%(ids)s::bigint[], %(in_use)s::integer[], %(starts)s::integer[],
+                         %(hold_seconds)s)
+"""
+
+
+# Give a lease back (the worker stops): its places count out at once.
+# Locks: the route's route_limit row; the lease's route_call row.
+# Index: route_limit_pkey; route_call_pkey.
+ROUTE_LEASE_RELEASE = "SELECT route_lease_release(%(route)s, %(call_id)s)"
+
+
 # Every second or so, per worker: calls whose holder is gone stop counting, and parked
 # executions are woken into the room that leaves.
 # Locks: each route_limit row with parked executions, in route order; the woken execution rows
@@ -155,22 +184,31 @@ ON CONFLICT (route) DO UPDATE
 
 
 # What /metrics and the Workers page show per limited or paused route: its limits, calls in
-# flight (held under live leases), calls started in its current window, executions parked on
-# it and the pause's end.
+# flight (held under live leases; a worker's leased places count what it last reported in use),
+# calls started in its current window (with what the leases last reported), executions parked
+# on it and the pause's end.
 # Locks: nothing.
-# Index: route_call_open_idx; route_call_started_idx; route_park_pkey (by route, a scan of the
-# parked only).
+# Index: route_call_open_idx; route_call_started_idx; route_call_lease_idx; route_park_pkey (by
+# route, a scan of the parked only).
 ROUTE_STATS = """
 SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
        CASE WHEN l.paused_until > clock_timestamp() THEN l.paused_until END AS paused_until,
        l.paused_by,
        (SELECT count(*) FROM route_call AS rc
-         WHERE rc.route = l.route AND rc.ended_at IS NULL
-           AND route_call_live(rc, clock_timestamp())) AS in_flight,
+         WHERE rc.route = l.route AND rc.ended_at IS NULL AND rc.kind <> 'lease'
+           AND route_call_live(rc, clock_timestamp()))
+       + (SELECT coalesce(sum(rc.in_use), 0) FROM route_call AS rc
+           WHERE rc.route = l.route AND rc.kind = 'lease' AND rc.ended_at IS NULL
+             AND rc.held_until > clock_timestamp()) AS in_flight,
        (SELECT count(*) FROM route_call AS rc
-         WHERE rc.route = l.route
+         WHERE rc.route = l.route AND rc.kind <> 'lease'
            AND rc.started_at > clock_timestamp()
                                - make_interval(secs => coalesce(l.rate_window_seconds, 1))
+       )
+       + (SELECT coalesce(sum(rc.window_starts), 0) FROM route_call AS rc
+           WHERE rc.route = l.route AND rc.kind = 'lease'
+             AND least(coalesce(rc.ended_at, rc.held_until), rc.held_until)
+                 > clock_timestamp() - make_interval(secs => coalesce(l.rate_window_seconds, 1))
        ) AS window_calls,
        (SELECT count(*) FROM route_park AS p
           JOIN execution AS e ON e.id = p.execution_id

@@ -3,38 +3,51 @@
 Invariants:
 - an unlimited route costs nothing: no statement, unless this worker knows the route is
   paused (a provider's 429, an operator), and then only while the pause lasts;
+- a route far above need costs no statement per call either: its calls take places this
+  process leased in a batch (leasedplaces.py), renewed by the sweep;
 - a limited call takes its place (one statement) after the recovery table let it go and
   before its RUNNING checkpoint: a call held back has started no attempt, and its execution is
   parked (PENDING, no lease), so the slot and its task are free at once;
 - a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
   returns, whatever it returned, which also wakes the oldest execution parked for a place;
-  a run that never ends it (killed, stuck) stops counting when its lease is gone;
+  when this process has a free slot, the end is instead this process's claim of that
+  execution with the place granted, in one statement (`Handoff`): no announcement, no other
+  worker's claim racing for it, and no take in the woken run; a run that never ends it
+  (killed, stuck) stops counting when its lease is gone;
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`).
 """
 
+import asyncio
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from actions.base import ActionResult, Binding, Route
 
+from ..claims import Dispatch
 from ..leases import ExecutionSuperseded, Fence
 from ..limits import (
     RouteSuperseded,
     Taken,
     route_end,
+    route_lease_release,
+    route_lease_renew,
+    route_lease_take,
     route_pause_by_provider,
     route_sweep,
     route_take,
 )
 from ..models import ExecutionStatus
-from ..steps import run_sync
+from ..steps import Plan, run_sync
 from ..workerloops import ConnectionSource
 from .groupcommit import Database, on
+from .leasedplaces import LEASES
 from .metrics import WorkerMetrics
 from .stops import RunSuspended
 from .wire import RunOutcome
@@ -73,6 +86,19 @@ class RoutePauses:
 PAUSES = RoutePauses()  # this process's: read by every run, refreshed by the sweep
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """The dispatcher's side of a place passed on at a call's end (scheduler.py): `room` keeps
+    a free slot for the execution the place may go to (False: none free, or stopping); `claim`
+    is the statement that ends the call and claims that execution with the place
+    (CLAIM_PASSED); `done` hands what it claimed to the kept slot, or frees it, with the
+    seconds the statement took."""
+
+    room: Callable[[], bool]
+    claim: Callable[[str, int], Plan[list[Dispatch]]]
+    done: Callable[[list[Dispatch], float], None]
+
+
 def limited(route: Route) -> bool:
     """Whether a call of `route` takes a place first: it has limits, or is paused now."""
     return route.limits is not None or PAUSES.paused(route.key)
@@ -87,8 +113,14 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
     if not limited(route):
         attempt = await run.start(call)
         result: ActionResult = await run.call(attempt, snapshot)
+    elif await leased(db, route, owner=run.fence.owner):  # far above need: no statement
+        try:
+            attempt = await run.start(call)
+            result = await run.call(attempt, snapshot)
+        finally:
+            LEASES.end(route.key)
     else:
-        place = await place_take(
+        place = handed(run, call) or await place_take(
             db,
             fence=run.fence,
             binding=call.binding,
@@ -100,7 +132,9 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
             attempt = await run.start(call)
             result = await run.call(attempt, snapshot)
         finally:
-            await place_end(db, route=route, taken=place, log_extra=log_extra)
+            await place_end(
+                db, route=route, taken=place, log_extra=log_extra, handoff=run.deps.handoff
+            )
     if result.rate_limited:
         await provider_pause(
             db,
@@ -110,6 +144,64 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
             log_extra=log_extra,
         )
     return attempt, result
+
+
+# The lease asked for now, by route, on this process's loop: the runs that find one asked for
+# wait for its answer instead of each taking per call meanwhile.
+_ASKING: dict[str, asyncio.Event] = {}
+
+
+async def leased(db: Database, route: Route, *, owner: str) -> bool:
+    """A place from this process's lease on `route` (leasedplaces.py), asking the limiter for
+    the lease first when the route is far above need and has none; False: take per call."""
+    if PAUSES.paused(route.key):
+        return False
+    if LEASES.take(route.key):
+        return True
+    terms = LEASES.terms(route)
+    if terms is None:
+        return False
+    if not LEASES.ask(route.key):
+        asking = _ASKING.get(route.key)
+        if asking is None:
+            return False
+        await asking.wait()  # another run of this process is asking: its answer serves all
+        return LEASES.take(route.key)
+    places, share = terms
+    call_id = None
+    asking = _ASKING[route.key] = asyncio.Event()
+    try:
+        call_id = await on(
+            db,
+            route_lease_take(
+                route=route,
+                owner=owner,
+                places=places,
+                share=share,
+                hold_seconds=LEASES.hold_seconds,
+            ),
+        )
+    except Exception:
+        logger.debug("route lease not taken", extra={"capability": route.key}, exc_info=True)
+    finally:
+        window = float(route.limits.rate_window_seconds or 1) if route.limits else 1.0
+        LEASES.answer(route.key, call_id, places=places, share=share, window=window)
+        _ASKING.pop(route.key, None)
+        asking.set()
+    return LEASES.take(route.key)
+
+
+def handed(run: Any, call: Any) -> Taken | None:
+    """The place granted with this run's claim (a call's end passed it: CLAIM_PASSED), once,
+    for the action and attempt it was granted to. Any other (never seen: a parked action is the
+    run's first call) is left to stop counting when the run moves past it."""
+    place, run.handed = run.handed, None
+    if place is None or (place.action_id, place.attempt) != (
+        call.start.action_id,
+        call.start.attempt,
+    ):
+        return None
+    return Taken(call_id=place.call_id, until=None)
 
 
 async def place_take(
@@ -162,16 +254,34 @@ def parked(
     )
 
 
-async def place_end(db: Database, *, route: Route, taken: Taken, log_extra: dict) -> None:
+async def place_end(
+    db: Database,
+    *,
+    route: Route,
+    taken: Taken,
+    log_extra: dict,
+    handoff: Handoff | None = None,
+) -> None:
     """End a call's place on a route with max_in_flight (nothing to end for a rate alone: its
-    start is all it counts). A database error is logged, not raised: the place stops counting
-    once the checkpoint moves on, and the sweep wakes what this would have."""
+    start is all it counts), passing it to a parked execution this process then claims when it
+    has a slot free (`handoff`). A database error is logged, not raised: the place stops
+    counting once the checkpoint moves on, and the sweep wakes what this would have."""
     if taken.call_id is None or route.limits is None or route.limits.max_in_flight is None:
         return
+    if handoff is None or route.limits.rate_count is not None or not handoff.room():
+        try:
+            await on(db, route_end(route=route, call_id=taken.call_id))
+        except Exception:
+            logger.warning("route place not ended; the sweep will", extra=log_extra, exc_info=True)
+        return
+    claimed: list[Dispatch] = []
+    started = time.perf_counter()
     try:
-        await on(db, route_end(route=route, call_id=taken.call_id))
+        claimed = await on(db, handoff.claim(route.key, taken.call_id))
     except Exception:
         logger.warning("route place not ended; the sweep will", extra=log_extra, exc_info=True)
+    finally:  # into the slot kept for it, or the slot is free again
+        handoff.done(claimed, time.perf_counter() - started)
 
 
 async def provider_pause(
@@ -218,9 +328,36 @@ class RouteSweeper(threading.Thread):
             try:
                 with self.source() as conn:
                     woken, paused = run_sync(conn, route_sweep())
+                    self._renew(conn)
             except Exception:
                 logger.debug("route sweep failed", extra={"owner": self.owner}, exc_info=True)
                 continue
             PAUSES.replace(paused)
             if woken:
                 logger.info("parked executions woken", extra={"owner": self.owner, "woken": woken})
+        self._give_back()
+
+    def _renew(self, conn: Any) -> None:
+        """Renew this process's leases of places (leasedplaces.py), reporting their use."""
+        ids, in_use, starts, at = LEASES.report()
+        if not ids:
+            return
+        renewed = run_sync(
+            conn,
+            route_lease_renew(
+                ids=ids, in_use=in_use, starts=starts, hold_seconds=LEASES.hold_seconds
+            ),
+        )
+        LEASES.renewed(renewed, at)
+
+    def _give_back(self) -> None:
+        """Stopping: release this process's leases, so their places count out at once."""
+        leases = LEASES.give_back()
+        if not leases or self.source is None:
+            return
+        try:
+            with self.source() as conn:
+                for route, call_id in leases:
+                    run_sync(conn, route_lease_release(route=route, call_id=call_id))
+        except Exception:
+            logger.debug("route leases not given back", extra={"owner": self.owner}, exc_info=True)

@@ -74,6 +74,8 @@ class RunnerDeps:
     writes: GroupWrites
     # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
     reachable: Callable[[Flag], Awaitable[bool]] | None = None
+    # The dispatcher's, when it claims the executions this process's calls pass places to.
+    handoff: limiter.Handoff | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class _Run:
         self.deps = deps
         ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
         self.scope = RunScope(dispatch, db, deps.config, deps.rng, ride=ride)
+        # A route's place granted with the claim, until its call uses it (limiter.handed).
+        self.handed = dispatch.place
 
     # Read from the dispatch and the slot's holding when asked, never copied into the run.
     dispatch: _Of[Dispatch] = _Of("scope.dispatch")

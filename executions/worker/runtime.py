@@ -50,6 +50,8 @@ from ..leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .holdings import Holding
+from .leasedplaces import LEASES
+from .limiter import Handoff
 from .outage import DatabaseProbe
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
@@ -257,6 +259,11 @@ class LocalWorkerRuntime(Reservations):
         self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
             ConnectionPool, conninfo, pooling, name="worker-prober", sizes=(0, 1)
         )
+        # Leased places (leasedplaces.py): as many as the slots, held for one lease.
+        LEASES.configure(
+            slots=slots if slots is not None else config.concurrency,
+            hold_seconds=config.lease_seconds,
+        )
         self._deps = RunnerDeps(
             config=config,
             resolve=resolve or registry_resolve,
@@ -285,6 +292,10 @@ class LocalWorkerRuntime(Reservations):
         await self._pool.close(timeout=timeout)
         # Its worker threads join here: off the loop, which the prober may be waiting on.
         await asyncio.to_thread(self._prober_pool.close, timeout)
+
+    def hand_off_to(self, handoff: Handoff) -> None:
+        """Where runs pass the places their calls end (the dispatcher's claim, limiter.py)."""
+        self._deps.handoff = handoff
 
     def borrow(
         self, timeout: float | None = None

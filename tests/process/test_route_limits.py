@@ -92,6 +92,11 @@ def test_max_in_flight__never_exceeded_across_two_workers__no_attempt_spent_wait
         assert provider.most == 3  # the limit was reached, not only respected
         assert len(provider.answered()) == 60
         assert attempts(runtime_conn, ids) == {1}
+        # Most places went straight from an ending call to a parked execution its worker claimed.
+        passed = runtime_conn.execute(
+            "SELECT count(*) FROM route_call WHERE route = 'metered.call@1' AND kind = 'passed'"
+        ).fetchone()[0]
+        assert passed >= 20
         # 60 calls of 50 ms, 3 at once: at least 1 s; parked work woke promptly, not by polls.
         assert elapsed < 30
 
@@ -153,6 +158,48 @@ def test_sigkill__the_dead_workers_places_come_back_within_one_lease(
         # The heir's first call waited for the dead holders' leases (2 s) and one sweep (1 s).
         assert min(later) - killed_at < lease + 1.0 + 1.5
         assert provider.most <= 2
+
+
+def test_far_above_need__calls_take_leased_places__a_killed_workers_lease_ends_within_one(
+    process_env, runtime_conn, tmp_path
+):
+    with MeteredProvider(delay=0.8) as provider:
+        env = {
+            **process_env,
+            "INTEGRATIONS_FILE": integrations(tmp_path, provider, "max_in_flight = 32\n"),
+        }
+        ids = accept(runtime_conn, 8)
+        with WorkerProcess(env, tmp_path / "doomed.log", WORKER_CONCURRENCY="2") as doomed:
+            wait_until(lambda: provider.current == 2, what="two calls in flight")
+            doomed.process.kill()  # our own child, by its pid
+            doomed.wait()
+        killed_at = time.time()
+        (lease,) = runtime_conn.execute(
+            "SELECT places, extract(epoch FROM held_until) FROM route_call"
+            " WHERE route = 'metered.call@1' AND kind = 'lease'"
+        ).fetchall()
+        with WorkerProcess(env, tmp_path / "heir.log", WORKER_CONCURRENCY="4"):
+            wait_until(
+                lambda: all_succeeded(runtime_conn, ids),
+                timeout=RUN_TIMEOUT,
+                what="every execution to succeed",
+            )
+
+        places, held_until = lease
+        lease_seconds = float(PROCESS_SETTINGS["WORKER_LEASE_SECONDS"])
+        assert places == 2  # as many as the doomed worker's slots
+        # It counted only until its hold ended: one lease after its last renewal, at most.
+        assert float(held_until) < killed_at + lease_seconds + 0.5
+        leased = runtime_conn.execute(
+            "SELECT count(*) FROM route_call WHERE route = 'metered.call@1' AND kind = 'lease'"
+        ).fetchone()[0]
+        per_call = runtime_conn.execute(
+            "SELECT count(*) FROM route_call WHERE route = 'metered.call@1' AND kind <> 'lease'"
+        ).fetchone()[0]
+        assert leased == 2  # the heir leased too
+        assert per_call < 8  # most calls took a leased place, with no statement
+        assert attempts(runtime_conn, ids) <= {1, 2}  # the killed calls' executions retried
+        assert provider.most <= 32
 
 
 def test_provider_429__pauses_the_route_for_every_worker(process_env, runtime_conn, tmp_path):

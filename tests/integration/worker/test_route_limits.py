@@ -9,7 +9,11 @@ import threading
 import pytest
 
 from actions.base import ActionResult, Outcome, RouteLimits
+from executions.claims import execution_claim_passed
 from executions.limits import (
+    route_lease_release,
+    route_lease_renew,
+    route_lease_take,
     route_operator_pause,
     route_stats,
     route_sweep,
@@ -178,6 +182,111 @@ def test_take__dead_holder__its_place_comes_back_once_its_lease_expires(
         runtime.close()
 
 
+def _take(conn, dispatch, route):
+    return run_sync(
+        conn,
+        route_take(
+            fence=dispatch.fence,
+            route=route,
+            action_id="a",
+            attempt=1,
+            limits=RouteLimits(max_in_flight=1),
+        ),
+    )
+
+
+def _in_flight(conn):
+    (stats,) = [s for s in route_stats(conn.cursor()) if s.route == ROUTE]
+    return stats.in_flight
+
+
+def test_handoff__the_end_claims_the_oldest_parked_with_its_place__no_take_no_second_place(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(4):
+        enqueue(conn, flow)
+    holder, oldest, younger, late = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(4))
+    first = _take(conn, holder, route)
+    assert first.granted
+    assert not _take(conn, oldest, route).granted
+    assert not _take(conn, younger, route).granted
+
+    (passed,) = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30),
+    )
+
+    assert passed.execution_id == oldest.execution_id
+    assert passed.fence.token == oldest.fence.token + 1
+    assert (passed.place.action_id, passed.place.attempt) == ("a", 1)
+    row = execution_row(conn, passed.execution_id)
+    assert (row["status"], row["lease_owner"]) == ("RUNNING", "w0")
+    assert conn.execute(
+        "SELECT ended_at IS NOT NULL FROM route_call WHERE id = %s", [first.call_id]
+    ).fetchone() == (True,)
+    assert conn.execute(
+        "SELECT kind, execution_id, fencing_token, attempt FROM route_call WHERE id = %s",
+        [passed.place.call_id],
+    ).fetchone() == ("passed", passed.execution_id, passed.fence.token, 1)
+    assert _in_flight(conn) == 1  # the place went on: never two at once
+    assert not _take(conn, late, route).granted  # nor free for anyone else
+    assert parked_row(conn, younger.execution_id) == ("a", ROUTE, None)
+    assert parked_row(conn, passed.execution_id) is None
+
+
+def test_handoff__nothing_parked__the_call_ends_and_nothing_is_claimed(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    enqueue(conn, flow)
+    (holder,) = claim(conn, "w0", lease_seconds=30)
+    first = _take(conn, holder, route)
+
+    claimed = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30),
+    )
+
+    assert claimed == []
+    assert _in_flight(conn) == 0
+    assert conn.execute(
+        "SELECT in_flight FROM route_limit WHERE route = %s", [ROUTE]
+    ).fetchone() == (0,)
+
+
+def test_handoff__the_worker_that_claimed_it_dies__the_place_comes_back_within_a_lease(
+    conn, make_flow, runtime_dsn
+):
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(3):
+        enqueue(conn, flow)
+    holder, oldest, younger = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(3))
+    first = _take(conn, holder, route)
+    assert not _take(conn, oldest, route).granted
+    assert not _take(conn, younger, route).granted
+    (passed,) = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=1),
+    )
+
+    # w0 died before it called: its lease expires, the sweep gives the place to the next one.
+    expire_lease(conn, passed.execution_id)
+    woken, _ = run_sync(conn, route_sweep())
+
+    assert woken == 1
+    assert execution_row(conn, younger.execution_id)["next_attempt_at"] <= datetime.datetime.now(
+        datetime.UTC
+    )
+
+
 def test_provider_429__pauses_the_route_for_the_next_call(conn, make_flow, runtime_dsn):
     adapter = ScriptedAdapter(
         script=[
@@ -286,3 +395,88 @@ def test_lookup__counts_against_max_in_flight_and_is_never_parked(conn, make_flo
         [third],
     ).fetchone() == ("lookup", None, True)
     assert conn.execute("SELECT count(*) FROM route_park").fetchone()[0] == 0
+
+
+def _lease(conn, route, owner, places, share=0, hold=30.0):
+    return run_sync(
+        conn,
+        route_lease_take(route=route, owner=owner, places=places, share=share, hold_seconds=hold),
+    )
+
+
+def test_lease__counted_whole__no_place_beyond_the_limit__refused_without_room(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=10))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(3):
+        enqueue(conn, flow)
+    holders = claim(conn, "w", limit=3, lease_seconds=30)
+
+    lease = _lease(conn, route, "worker-a", 8)
+
+    assert lease is not None
+    assert _lease(conn, route, "worker-b", 8) is None  # 8 + 8 > 10: refused, nothing counted
+    taken = [
+        run_sync(
+            conn,
+            route_take(
+                fence=h.fence,
+                route=route,
+                action_id="a",
+                attempt=1,
+                limits=RouteLimits(max_in_flight=10),
+            ),
+        ).granted
+        for h in holders
+    ]
+    assert taken == [True, True, False]  # 8 leased + 2: the third call is parked
+    # What /metrics shows: calls in flight, the lease's as it last reported them.
+    assert run_sync(
+        conn, route_lease_renew(ids=[lease], in_use=[5], starts=[5], hold_seconds=30)
+    ) == {lease}
+    assert _in_flight(conn) == 2 + 5
+
+
+def test_lease__not_renewed__its_places_come_back_once_its_hold_ends(conn, make_flow, runtime_dsn):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=10))
+    route = reg.resolve("p.lim", 1).route
+    lease = _lease(conn, route, "worker-dead", 10, hold=0.5)
+    assert lease is not None
+    assert _lease(conn, route, "worker-b", 10) is None
+
+    # worker-dead was killed: it never renews; its lease lapses and the next ask recounts.
+    wait_until(lambda: _lease(conn, route, "worker-b", 10) is not None, what="the places back")
+    assert (
+        run_sync(conn, route_lease_renew(ids=[lease], in_use=[0], starts=[0], hold_seconds=30))
+        == set()
+    )  # a lapsed lease stays lapsed
+
+
+def test_lease__a_share_of_the_rate_counts_in_every_window(conn, make_flow, runtime_dsn):
+    reg = registry(limited(ScriptedAdapter(), rate_count=10, rate_window_seconds=60))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(3):
+        enqueue(conn, flow)
+    holders = claim(conn, "w", limit=3, lease_seconds=30)
+    lease = _lease(conn, route, "worker-a", 0, share=8)
+    assert lease is not None
+
+    limits = RouteLimits(rate_count=10, rate_window_seconds=60)
+    granted = [
+        run_sync(
+            conn,
+            route_take(fence=h.fence, route=route, action_id="a", attempt=1, limits=limits),
+        )
+        for h in holders
+    ]
+
+    # The share's 8 starts and 2 per call fill the window: the third is parked to the next.
+    assert [g.granted for g in granted[:2]] == [True, True]
+    assert not granted[2].granted and granted[2].until is not None
+    release = run_sync(conn, route_lease_release(route=ROUTE, call_id=lease))
+    assert release is None
+    # Given back, its share still counts for a window: its starts are inside it.
+    assert _lease(conn, route, "worker-b", 0, share=1) is None
