@@ -298,6 +298,13 @@ class LocalWorkerRuntime(Reservations):
         """A shared connection for one step of a run, waiting at most RUN_BORROW_SECONDS."""
         return self._pool.connection(timeout=RUN_BORROW_SECONDS)
 
+    def close_prober_connection(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
+        """At shutdown, before the loops are joined (from a thread: it joins the pool's own): a
+        loop waiting for the prober's connection fails at once (PoolClosed) instead of waiting
+        POOL_GET_TIMEOUT for a database that may be gone; a step in flight keeps its
+        connection until it ends. `close` does it too, if not done."""
+        self._prober_pool.close(timeout)
+
     def connection(self) -> AbstractContextManager[psycopg.Connection]:
         """The prober's connection for one step, from its thread (reconciliation/probedb.py)."""
         return self._prober_pool.connection()
