@@ -6,7 +6,9 @@ worker has a free slot. Reconciliation registers it from its AppConfig.ready, so
 it without importing reconciliation, which sits above executions. A loop is a thread built with
 what the worker shares with it: its lease owner name, whether a slot is free, its metrics, and
 its prober connection; runworker starts each loop before the scheduler runs, sets its `stop`
-when the scheduler returns, and waits for it at most LOOP_JOIN_SECONDS.
+when the scheduler returns, closes the prober connection's pool (a loop waiting for it fails at
+once, whether the database is there or not; a step in flight keeps it to its end), and waits for
+all of them at most LOOP_JOIN_SECONDS together.
 """
 
 import threading
@@ -18,7 +20,7 @@ import psycopg
 
 from .worker.metrics import WorkerMetrics
 
-LOOP_JOIN_SECONDS = 10  # seconds a stopping worker waits for a loop's step in flight
+LOOP_JOIN_SECONDS = 10  # seconds a stopping worker waits for its loops' steps in flight
 
 # Lends the worker's prober connection for one step (LocalWorkerRuntime.connection): a loop is a
 # thread, so a synchronous connection, counted in the process's budget of four.

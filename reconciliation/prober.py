@@ -58,8 +58,9 @@ class Prober(threading.Thread):
                         owner=self.owner, metrics=self.metrics, source=self.source
                     )
                 except _UNREACHABLE as exc:
-                    # An outage, which the scheduler reports once; the next pass retries.
-                    if not self._away:
+                    # An outage, which the scheduler reports once; the next pass retries. When
+                    # stopping, the worker closed the connection this pass waited for: no outage.
+                    if not self._away and not self.stop.is_set():
                         logger.warning(
                             "probe pass skipped: database unreachable",
                             extra={"owner": self.owner, "error": str(exc)},

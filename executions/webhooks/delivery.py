@@ -18,7 +18,9 @@ Invariants:
   redelivery, the remote runtime's endpoint), a timer at the earliest retry this loop scheduled,
   and a poll every POLL_SECONDS for the rest (other runworkers' runs, a lost notification, a
   worker that cannot LISTEN). Wake-ups close together share one claim (CLAIM_SPACING_SECONDS);
-- results of concurrent attempts share one statement (executions/worker/groupcommit.py).
+- results of concurrent attempts share one statement (executions/worker/groupcommit.py);
+- stopping: a claim still waiting for a connection (the database may be gone) is dropped at
+  once, and attempts in flight get STOP_GRACE_SECONDS, so the worker's exit waits on neither.
 """
 
 import asyncio
@@ -29,9 +31,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import psycopg
@@ -52,6 +54,8 @@ WAKE_CHECK_SECONDS = 0.25  # seconds: longest a wait goes without checking for s
 ERROR_BACKOFF_SECONDS = 1.0  # seconds after a database error before claiming again
 CLAIM_SPACING_SECONDS = 0.02  # seconds between claims that found less than they asked for
 STOP_GRACE_SECONDS = 2.0  # seconds in-flight attempts get at shutdown (then: due again later)
+
+Value = TypeVar("Value")
 
 
 @dataclass(frozen=True)
@@ -199,14 +203,21 @@ class WebhookDeliverer:
                 self._due = False
                 try:
                     if polled:
-                        self.subscribed = await on(self.borrow, Plan(_subscribed()))
+                        self.subscribed = await _unless_stopped(
+                            stop, on(self.borrow, Plan(_subscribed()))
+                        )
                     if not self.subscribed:
                         continue
                     limit = min(CLAIM_BATCH, self.concurrency - len(self._tasks))
-                    claimed = await on(
-                        self.borrow,
-                        deliveries_claim(limit=limit, hold_seconds=self.config.hold_seconds),
+                    claimed = await _unless_stopped(
+                        stop,
+                        on(
+                            self.borrow,
+                            deliveries_claim(limit=limit, hold_seconds=self.config.hold_seconds),
+                        ),
                     )
+                except _Stopped:
+                    break
                 except (psycopg.Error, PoolTimeout) as exc:
                     logger.warning("webhook claim failed", extra={"detail": str(exc)[:200]})
                     await _wait_stop(stop, ERROR_BACKOFF_SECONDS)
@@ -298,6 +309,33 @@ class WebhookDeliverer:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         await self.sender.close()
+
+
+class _Stopped(Exception):
+    """The loop was told to stop while a statement of its own waited (its claim is dropped)."""
+
+
+async def _unless_stopped(stop: threading.Event, step: Coroutine[Any, Any, Value]) -> Value:
+    """`step`'s result, unless `stop` is set first: then it is cancelled and `_Stopped` raised.
+    A claim waiting for a shared connection (the database may be gone) never holds up the
+    worker's exit; one cancelled after it committed leaves its deliveries PENDING under their
+    hold, sent again once it passes (at least once)."""
+    task = asyncio.ensure_future(step)
+    while not task.done():
+        if stop.is_set():
+            task.cancel()
+            task.add_done_callback(_dropped)
+            # Bounded: a statement's cancel request may meet no server (psycopg tries for 5 s).
+            await asyncio.wait({task}, timeout=WAKE_CHECK_SECONDS)
+            raise _Stopped
+        await asyncio.wait({task}, timeout=WAKE_CHECK_SECONDS)
+    return task.result()
+
+
+def _dropped(task: asyncio.Future[Any]) -> None:
+    """A step given up at stop: its outcome, whatever it is, is not wanted."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _wait_stop(stop: threading.Event, seconds: float) -> None:

@@ -67,7 +67,10 @@ POOL_GET_TIMEOUT = 30.0  # seconds to wait for a free connection (each is held f
 # while it probes), a runworker process uses at most 4, whatever WORKER_CONCURRENCY: a slot that
 # waits on a provider holds none.
 WRITE_CONNECTIONS = 2
-POOL_CLOSE_TIMEOUT = 2.0  # seconds to wait for the pool's own workers when closing
+# Seconds to wait for a pool's own workers when closing. Short: they are daemon threads or tasks,
+# and one stuck connecting to a database that is gone holds up the exit (a ConnectionPool fails
+# its waiting borrows only after this wait); one left behind is dropped with the process.
+POOL_CLOSE_TIMEOUT = 0.5
 # Seconds the pool keeps retrying one lost connection (psycopg_pool backs off 1 s, 2 s, 4 s ...
 # up to this) before it gives up and connects anew on the next demand: short, so that once the
 # database is back a held write waits for no backoff (executions/worker/outage.py).
@@ -308,6 +311,13 @@ class LocalWorkerRuntime(Reservations):
     def _run_borrow(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection]:
         """A shared connection for one step of a run, waiting at most RUN_BORROW_SECONDS."""
         return self._pool.connection(timeout=RUN_BORROW_SECONDS)
+
+    def close_prober_connection(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
+        """At shutdown, before the loops are joined (from a thread: it joins the pool's own): a
+        loop waiting for the prober's connection fails at once (PoolClosed) instead of waiting
+        POOL_GET_TIMEOUT for a database that may be gone; a step in flight keeps its
+        connection until it ends. `close` does it too, if not done."""
+        self._prober_pool.close(timeout)
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]:
         """The prober's connection for one step, from its thread (reconciliation/probedb.py)."""

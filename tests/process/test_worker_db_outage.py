@@ -33,6 +33,7 @@ pytestmark = pytest.mark.process
 
 LOCALPG = [sys.executable, str(ROOT / "scripts" / "localpg.py")]
 OUTAGE_TIMEOUT = 60  # seconds for a worker to notice an outage, or its end
+EXIT_SECONDS = 2.0  # seconds from "worker stopped" to the process's exit, at most
 
 
 class Cluster:
@@ -119,9 +120,11 @@ def test_runworker__stops_after_WORKER_DB_OUTAGE_EXIT_SECONDS(cluster, tmp_path)
         worker.wait_for_event("worker started", timeout=OUTAGE_TIMEOUT)
         cluster.stop()
         try:
-            status = worker.wait(timeout=OUTAGE_TIMEOUT)
+            status, after = worker.wait_after_stopped(timeout=OUTAGE_TIMEOUT)
         finally:
             cluster.start()
     assert status == 3, worker.output()
+    # Nothing it closes waits on the database that is gone.
+    assert after < EXIT_SECONDS, (after, worker.output())
     assert _events(worker, "database unreachable for too long; stopping"), worker.output()
     assert "WORKER_DB_OUTAGE_EXIT_SECONDS" in worker.output()

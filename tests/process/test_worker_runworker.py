@@ -23,6 +23,8 @@ from tests.support.worker import (
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
+EXIT_SECONDS = 2.0  # seconds from "worker stopped" to the process's exit, at most
+
 
 @pytest.fixture
 def pending(runtime_conn):
@@ -110,7 +112,9 @@ def test_runworker__sigterm_drains_running_work_and_claims_nothing_more(
         worker.signal(signal.SIGTERM)
         worker.wait_for_event("worker draining")
         later = enqueue(runtime_conn, flow_id)  # announced, but the worker stopped claiming
-        assert worker.wait(30) == 0
+        status, after = worker.wait_after_stopped(30)
+        assert status == 0
+        assert after < EXIT_SECONDS, (after, worker.output())
         assert worker.events()[-1]["abandoned"] == 0
     assert status_of(runtime_conn, first.execution_id) == "SUCCEEDED"
     assert execution_row(runtime_conn, later.execution_id)["attempts"] == 0
@@ -126,7 +130,9 @@ def test_runworker__past_the_drain_stops_and_leaves_the_rest_recoverable(
     with WorkerProcess(process_env, tmp_path / "worker.log", WORKER_DRAIN_SECONDS="0.5") as worker:
         wait_until(lambda: "nap" in checkpoint_rows(runtime_conn, accepted.execution_id))
         worker.signal(signal.SIGTERM)
-        assert worker.wait(30) == 0  # long before the 120 s action would have ended
+        status, after = worker.wait_after_stopped(30)  # long before the 120 s action would end
+        assert status == 0
+        assert after < EXIT_SECONDS, (after, worker.output())
         assert worker.events()[-1]["abandoned"] == 1
     execution = execution_row(runtime_conn, accepted.execution_id)
     assert execution["status"] == "RUNNING"

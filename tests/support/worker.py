@@ -12,6 +12,7 @@ the way a process dies mid-call.
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
 import random
@@ -657,6 +658,16 @@ class WorkerProcess:
             return self.process.wait(timeout)
         finally:
             self._log.flush()
+
+    def wait_after_stopped(self, timeout: float = DEFAULT_TIMEOUT) -> tuple[int, float]:
+        """Wait for it to exit: its exit status, and the seconds from its "worker stopped" line
+        (that line's own time stamp) to its exit."""
+        status = self.wait(timeout)
+        exited = time.time()
+        stopped = next((e for e in self.events() if e.get("event") == "worker stopped"), None)
+        assert stopped is not None, self.output()
+        logged = datetime.datetime.fromisoformat(stopped["ts"]).timestamp()
+        return status, exited - logged
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -2,6 +2,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 from typing import Any
 
 import uvloop
@@ -87,8 +88,14 @@ class Command(BaseCommand):
             finally:
                 for loop in loops:
                     loop.stop.set()
+                if isinstance(runtime, LocalWorkerRuntime):
+                    # A loop waiting for its connection stops at once, never on a database that
+                    # is gone; a step in flight ends with its statement.
+                    await asyncio.to_thread(runtime.close_prober_connection)
+                # One deadline for all of them (daemon threads: one still stuck is left behind).
+                deadline = time.monotonic() + LOOP_JOIN_SECONDS
                 for loop in loops:
-                    await asyncio.to_thread(loop.join, LOOP_JOIN_SECONDS)
+                    await asyncio.to_thread(loop.join, max(0.0, deadline - time.monotonic()))
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -6,16 +6,18 @@ import asyncio
 import datetime
 import random
 import socket
+import threading
 import time
 from typing import Any
 
 import aiohttp
 import pytest
 from django.test import override_settings
+from psycopg_pool import AsyncConnectionPool
 
 from executions.webhooks import services, targets
 from executions.webhooks.config import WebhookConfig
-from executions.webhooks.delivery import retry_delay
+from executions.webhooks.delivery import WebhookDeliverer, retry_delay
 from executions.webhooks.models import WebhookSubscription
 from executions.webhooks.sender import Attempt, WebhookSender
 from executions.webhooks.signing import signature_verify
@@ -317,3 +319,40 @@ def test_sender__an_answer_later_than_the_timeout_is_a_failed_attempt_at_the_tim
         got, took = asyncio.run(attempt())
     assert (got.delivered, got.error) == (False, "no answer within 0.3 s")
     assert took < 1.5  # the attempt's own bound, not the receiver's answer
+
+
+def test_delivery__stops_at_once_while_its_claim_waits_for_a_connection():
+    """The database gone (nothing listens on the pool's port): stopping the loop does not wait
+    out its claim's wait for a connection."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: connecting to it is refused
+
+    async def main() -> tuple[float, int]:
+        pool: AsyncConnectionPool = AsyncConnectionPool(
+            f"host=127.0.0.1 port={port} dbname=gone", min_size=1, max_size=1, open=False
+        )
+        await pool.open(wait=False)
+        borrowing = asyncio.Event()
+
+        def borrow():
+            borrowing.set()
+            return pool.connection(timeout=30.0)
+
+        try:
+            deliverer = WebhookDeliverer(borrow=borrow, config=TEST_CONFIG)
+            stop = threading.Event()
+            task = asyncio.create_task(deliverer.run(stop))
+            async with asyncio.timeout(5):
+                await borrowing.wait()
+            stop.set()
+            started = time.monotonic()
+            async with asyncio.timeout(5):
+                await task
+            return time.monotonic() - started, deliverer.claims
+        finally:
+            await pool.close(timeout=1.0)
+
+    stopped_after, claims = asyncio.run(main())
+    assert stopped_after < 1.0  # far before the 30 s the claim would have waited
+    assert claims == 0
