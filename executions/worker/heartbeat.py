@@ -85,7 +85,10 @@ class Heartbeat:
         try:
             conn, _ = await self._on_connection(conn, self._seen_on)
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
+            # No shared connection free in time is not an outage here: just after the database
+            # returns, the pool may still be reconnecting while the claims already run. The
+            # claims and the renewals are what tell an outage; the registry row waits a beat.
+            if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolTimeout):
                 self.database.failed("registry", exc)  # logged once per outage
             else:
                 logger.warning("worker registry not refreshed", extra={"owner": self.owner})
