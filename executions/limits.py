@@ -223,12 +223,13 @@ class LimitsConflict(Exception):
     """Another live worker enforces other limits on a route; the message names both."""
 
 
-def limits_declare(*, owner: str, routes: Iterable[Route]) -> None:
-    """Record the limits of this worker's routes at start (Django's connection), unless another
-    live worker declared other limits for one of them: then raise LimitsConflict."""
+def limits_declare(*, owner: str, routes: Iterable[Route], fairness: str = "queue") -> None:
+    """Record the limits of this worker's routes at start (Django's connection), with the order
+    their parked executions wake in (`fairness`, WORKER_FAIRNESS), unless another live worker
+    declared other limits for one of them: then raise LimitsConflict."""
     mine = limits_of(routes)
     by_route = {entry["route"]: entry for entry in mine}
-    params = {"owner": owner, "limits": json.dumps(mine)}
+    params = {"owner": owner, "limits": json.dumps(mine), "wake_order": fairness}
     with connection.cursor() as cursor:
         cursor.execute(sql.LIMITS_CONFLICTS, params)
         conflicts = cursor.fetchall()

@@ -155,8 +155,9 @@ SELECT l.route, l.declared_by, l.max_in_flight, l.rate_count, l.rate_window_seco
 """
 
 
-# Record this worker's limits: its routes with limits get them, every other route's limits are
-# cleared (a pause stays).
+# Record this worker's limits: its routes with limits get them and the order their parked
+# executions wake in (%(wake_order)s, its WORKER_FAIRNESS: migration 0021), every other route's
+# limits are cleared (a pause stays).
 # Locks: the route_limit rows written.
 # Index: route_limit_pkey.
 DECLARE_LIMITS = """
@@ -173,13 +174,15 @@ cleared AS (
        AND (l.max_in_flight IS NOT NULL OR l.rate_count IS NOT NULL)
 )
 INSERT INTO route_limit AS l (route, max_in_flight, rate_count, rate_window_seconds,
-                              declared_by, declared_at)
-SELECT route, max_in_flight, rate_count, rate_window_seconds, %(owner)s, clock_timestamp()
+                              declared_by, declared_at, wake_order)
+SELECT route, max_in_flight, rate_count, rate_window_seconds, %(owner)s, clock_timestamp(),
+       %(wake_order)s
   FROM mine
 ON CONFLICT (route) DO UPDATE
    SET max_in_flight = EXCLUDED.max_in_flight, rate_count = EXCLUDED.rate_count,
        rate_window_seconds = EXCLUDED.rate_window_seconds,
-       declared_by = EXCLUDED.declared_by, declared_at = EXCLUDED.declared_at
+       declared_by = EXCLUDED.declared_by, declared_at = EXCLUDED.declared_at,
+       wake_order = EXCLUDED.wake_order
 """
 
 

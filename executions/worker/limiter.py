@@ -16,11 +16,14 @@ Invariants:
   (killed, stuck) stops counting when its lease is gone;
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
-refreshes them about every second (`RouteSweeper`).
+refreshes them about every second (`RouteSweeper`). The turns of the executions this process
+parked until a time (a rate's reserved turn, a pause's end) wake its claim loop then
+(`ParkedTurns`), not at its next poll.
 """
 
 import asyncio
 import datetime
+import heapq
 import logging
 import threading
 import time
@@ -84,6 +87,40 @@ class RoutePauses:
 
 
 PAUSES = RoutePauses()  # this process's: read by every run, refreshed by the sweep
+
+# seconds after a parked turn's time that the claim loop claims for it: the database's clock
+# decides when the execution is due, and a claim a little early would find nothing.
+TURN_LAG_SECONDS = 0.002
+
+
+class ParkedTurns:
+    """When the executions this process parked until a time become due (thread-safe): the claim
+    loop claims then. Left to the poll (WORKER_POLL_MS), a rate's turns, spaced W/N apart, came
+    back in bunches at each poll and the route ran well below its rate."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: list[float] = []  # epoch seconds, a heap
+
+    def note(self, until: datetime.datetime) -> None:
+        with self._lock:
+            heapq.heappush(self._due, until.timestamp() + TURN_LAG_SECONDS)
+
+    def wait(self, longest: float) -> float:
+        """Seconds the idle claim loop may wait, at most `longest`, before a claim for a turn;
+        0 when turns came since the last look (one claim serves them all)."""
+        now = time.time()
+        with self._lock:
+            came = False
+            while self._due and self._due[0] <= now:
+                heapq.heappop(self._due)
+                came = True
+            if came:
+                return 0.0
+            return min(longest, self._due[0] - now) if self._due else longest
+
+
+TURNS = ParkedTurns()  # this process's: noted by the runs a take parks, read by the claim loop
 
 
 @dataclass(frozen=True)
@@ -191,6 +228,13 @@ async def leased(db: Database, route: Route, *, owner: str) -> bool:
     return LEASES.take(route.key)
 
 
+# One take per route at a time from this process, by route: takes wait for the route's row lock
+# in turn anyway, and a burst of them (a worker's start) must not hold every shared write
+# connection while they wait, or the RUNNING checkpoints of the calls they granted wait behind
+# them and reach the provider in a bunch, above its rate.
+_TAKING: dict[str, asyncio.Lock] = {}
+
+
 def handed(run: Any, call: Any) -> Taken | None:
     """The place granted with this run's claim (a call's end passed it: CLAIM_PASSED), once,
     for the action and attempt it was granted to. Any other (never seen: a parked action is the
@@ -216,13 +260,21 @@ async def place_take(
     """A place for this call, or the run stops with its execution parked (`RunSuspended`,
     status PENDING); a holder that no longer holds the execution gets ExecutionSuperseded."""
     route = binding.route
+    taking = _TAKING.get(route.key)
+    if taking is None:
+        taking = _TAKING[route.key] = asyncio.Lock()
     try:
-        taken = await on(
-            db,
-            route_take(
-                fence=fence, route=route, action_id=action_id, attempt=attempt, limits=route.limits
-            ),
-        )
+        async with taking:
+            taken = await on(
+                db,
+                route_take(
+                    fence=fence,
+                    route=route,
+                    action_id=action_id,
+                    attempt=attempt,
+                    limits=route.limits,
+                ),
+            )
     except RouteSuperseded:
         raise ExecutionSuperseded(fence.execution_id, step=f"take {action_id}") from None
     if taken.granted:
@@ -234,6 +286,8 @@ def parked(
     action_id: str, route: Route, until: datetime.datetime | None, log_extra: dict[str, Any]
 ) -> NoReturn:
     """End the run: its execution was parked by the take (already written)."""
+    if until is not None:
+        TURNS.note(until)
     if logger.isEnabledFor(logging.INFO):
         logger.info(
             "execution throttled",

@@ -61,7 +61,7 @@ from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat
 from .holdings import Holding, Slots
-from .limiter import Handoff
+from .limiter import TURNS, Handoff
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
@@ -283,13 +283,14 @@ class Scheduler:
         return max(0, min(config.batch, config.concurrency - slots.in_use - self.handing))
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
-        """Idle: return on a notification, after WORKER_POLL_MS, or when told to stop."""
+        """Idle: return on a notification, after WORKER_POLL_MS or when a turn this process
+        parked comes (limiter.TURNS), or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
         notifier = self.connections.notifier(conn)
         self.idle.set()
         try:
             while not self._stop_claiming.is_set():
-                remaining = deadline - time.monotonic()
+                remaining = TURNS.wait(deadline - time.monotonic())
                 if remaining <= 0:
                     return
                 wait = min(remaining, WAKE_CHECK_SECONDS)

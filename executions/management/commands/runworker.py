@@ -124,7 +124,7 @@ class Command(BaseCommand):
             self.stderr.write(f"compensation check: {problem} (falls back to reconciliation)")
         owner = lease_owner_name()
         try:
-            limits_declare(owner=owner, routes=registry.routes())
+            limits_declare(owner=owner, routes=registry.routes(), fairness=config.fairness)
         except LimitsConflict as exc:
             raise CommandError(f"INTEGRATIONS_FILE: {exc}") from None
         conninfo = database_conninfo(settings.DATABASES["default"])

@@ -459,3 +459,53 @@ def _assert_tenant_claim_bounded(runtime_dsn: str) -> None:
         n for n in nodes if n["Node Type"] == "ModifyTable" and n["Operation"] == "Update"
     ]
     assert claimed["Actual Rows"] == 10
+
+
+# Every due execution of the given tenants parked on one route for a place (migration 0021).
+_PARKS = """
+INSERT INTO route_park (execution_id, route, action_id, fencing_token, until, parked_at, scope)
+SELECT e.id, 'p.lim@1', 'a', e.fencing_token, NULL, e.created_at, e.scope
+  FROM execution AS e
+ WHERE e.scope = ANY (%(scopes)s) AND e.status = 'PENDING'
+"""
+_TENANT_WAKE_INDEXES = {"route_park_tenant_idx", "execution_held_idx", "execution_pkey"}
+
+
+def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
+    conn, make_flow, runtime_dsn, migration_dsn
+):
+    """WORKER_FAIRNESS=tenant's order of parked executions (route_park_tenant_order, migration
+    0021) against one tenant's 20,000 parks beside two small tenants, with statistics of empty
+    tables and again with fresh ones: no table scanned whole, route_park_tenant_idx skips from
+    tenant to tenant and reads each one's first parks, not the backlog."""
+    order = importlib.import_module("executions.migrations.0021_route_park_tenant").ORDER_QUERY
+    statement = order.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
+    flow_id = make_flow([action("a", "NO_OP")])
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute("ANALYZE request, execution, route_park")
+        for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
+            owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
+        owner.execute(_PARKS, {"scopes": ["tenant-a", "tenant-b", "tenant-c"]})
+        try:
+            for statistics in ("of empty tables", "fresh"):
+                if statistics == "fresh":
+                    owner.execute("ANALYZE request, execution, route_park")
+                with psycopg.connect(runtime_dsn, autocommit=True) as waker:
+                    nodes = _generic_plan(
+                        waker, statement, {"route": "p.lim@1", "limit": 5}, analyse=True
+                    )
+                whole = [n for n in nodes if n["Node Type"] == "Seq Scan"]
+                assert whole == [], [n.get("Relation Name") for n in whole]
+                indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+                assert indexes <= _TENANT_WAKE_INDEXES, indexes
+                assert "route_park_tenant_idx" in indexes, indexes
+                read = sum(
+                    (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+                    for n in nodes
+                    if n.get("Relation Name") == "route_park"
+                )
+                assert read < 100, read
+                (top,) = [n for n in nodes if n["Node Type"] == "Limit"][:1]
+                assert top["Actual Rows"] == 9  # 5 asked, 4 more for the locks' SKIP LOCKED
+        finally:
+            owner.execute("TRUNCATE route_park")

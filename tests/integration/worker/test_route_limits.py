@@ -11,6 +11,7 @@ import pytest
 from actions.base import ActionResult, Outcome, RouteLimits
 from executions.claims import execution_claim_passed
 from executions.limits import (
+    route_end,
     route_lease_release,
     route_lease_renew,
     route_lease_take,
@@ -235,6 +236,38 @@ def test_handoff__the_end_claims_the_oldest_parked_with_its_place__no_take_no_se
     assert not _take(conn, late, route).granted  # nor free for anyone else
     assert parked_row(conn, younger.execution_id) == ("a", ROUTE, None)
     assert parked_row(conn, passed.execution_id) is None
+
+
+def test_tenant_order__the_handoff_and_the_wake_take_the_lowest_rank_within_its_tenant_first(
+    conn, make_flow, runtime_dsn
+):
+    """A route declared `tenant` (WORKER_FAIRNESS=tenant, migration 0021): tenant a holds a
+    place and parked first twice, tenant b parked once after them; b's first turn comes before
+    a's second, then a's in age order, as the claim orders them."""
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for scope in ("a", "a", "a", "b"):
+        enqueue(conn, flow, scope=scope)
+    holder, a1, a2, b1 = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(4))
+    first = _take(conn, holder, route)
+    assert first.granted
+    for parked in (a1, a2, b1):
+        assert not _take(conn, parked, route).granted
+    assert conn.execute(
+        "SELECT scope FROM route_park WHERE execution_id = %s", [b1.execution_id]
+    ).fetchone() == ("b",)
+    conn.execute("UPDATE route_limit SET wake_order = 'tenant' WHERE route = %s", [ROUTE])
+
+    (passed,) = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30),
+    )
+    assert passed.execution_id == b1.execution_id  # rank 1 in b; a's oldest is rank 2 in a
+
+    assert run_sync(conn, route_end(route=route, call_id=passed.place.call_id)) == 1
+    assert parked_row(conn, a1.execution_id)[2] is not None  # woken: due now
+    assert parked_row(conn, a2.execution_id) == ("a", ROUTE, None)  # still waits
 
 
 def test_handoff__nothing_parked__the_call_ends_and_nothing_is_claimed(
