@@ -132,7 +132,7 @@ def transition_accept(
 def _read(
     principal: Principal, request_id: UUID, idempotency_key: str | None
 ) -> tuple[Any, ...] | None:
-    with fixed_cursor(prepare=True) as cursor:
+    with fixed_cursor() as cursor:
         cursor.execute(
             sql.ACCEPT_READ,
             {
@@ -191,7 +191,7 @@ def _write(
         "payload": Jsonb(payload),
         "trace_context": None if trace_context is None else Jsonb(trace_context),
     }
-    with nested, fixed_cursor(prepare=True) as cursor:
+    with nested, fixed_cursor() as cursor:
         cursor.execute(sql.ACCEPT_WRITE, params)
         row = cursor.fetchone()
     if row is None:

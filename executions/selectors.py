@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from executions.flows.publication import flow_latest
@@ -48,10 +49,10 @@ def _json(value: Any) -> Any:
 
 
 def _fetch(statement: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
-    """The rows of a fixed statement, bound by the server; prepared on the connection when
+    """The rows of a fixed statement; bound by the server and prepared on the connection when
     `prepare`: a read by id, whose plan is its primary keys' whatever the values (a page's is
-    planned with its values each time: a generic plan does not know its LIMIT or its ranges)."""
-    with fixed_cursor(prepare=prepare) as cursor:
+    planned with its values each time: a generic plan knows neither its LIMIT nor its ranges)."""
+    with fixed_cursor() if prepare else connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
 

@@ -8,15 +8,17 @@ hot path (docs/adr/0021-an-entrance-as-fast-as-the-engine.md):
   first), which makes it readable. Any other connection gets Django's `SELECT 1`, which reads
   whatever arrived and closes a connection that fails it. A peer gone without a word (no FIN) is
   not caught, but a `SELECT 1` would only have waited on it as the request's statement does.
-- **`fixed_cursor()`** is a cursor for the fixed statements (executions/sql/): its parameters are
-  bound by the server instead of quoted into the text in Python. With `prepare=True` its
-  statement is also prepared on its connection the first time it runs, so PostgreSQL parses and
-  plans it once: for statements whose plan does not depend on their values (an acceptance, a
-  read by id). Django turns psycopg's preparing off (`prepare_threshold` None, for poolers); here
-  it is on but only for what asks, unless OPTIONS sets `prepare_threshold` itself, as the
-  settings do behind a transaction pooler (DATABASE_POOLER=transaction), where the next
-  transaction may run on another server session: then nothing is prepared. The ORM keeps
-  Django's client-side binding, which never prepares.
+- **`fixed_cursor()`** is a cursor for the fixed statements whose plan does not depend on their
+  values (an acceptance's two, a read by id): its parameters are bound by the server instead of
+  quoted into the text in Python, and its statement is prepared on its connection the first time
+  it runs, so PostgreSQL parses and plans it once. Django turns psycopg's preparing off
+  (`prepare_threshold` None, for poolers); here it is on but only for these cursors, unless
+  OPTIONS sets `prepare_threshold` itself, as the settings do behind a transaction pooler
+  (DATABASE_POOLER=transaction), where the next transaction may run on another server session:
+  then the statement is bound by the server and nothing is prepared. The ORM and the pages keep
+  Django's client-side binding, which never prepares (a page's plan is made with its values: a
+  generic plan would know neither its LIMIT nor its ranges; bound by the server without being
+  prepared, a page measured no cheaper).
 """
 
 import select
@@ -102,14 +104,13 @@ class DatabaseWrapper(base.DatabaseWrapper):
             return
         super().close_if_health_check_failed()
 
-    def fixed_cursor(self, *, prepare: bool = False) -> Any:
-        """A cursor for a fixed statement, preparing it if `prepare`: see the module's
+    def fixed_cursor(self) -> Any:
+        """A cursor for a fixed statement, bound by the server and prepared: see the module's
         docstring."""
         self.close_if_health_check_failed()
         self.ensure_connection()
         with self.wrap_database_errors:
-            cursor_class = PreparingCursor if prepare else BoundCursor
-            cursor = cursor_class(self.connection)
+            cursor = PreparingCursor(self.connection)
             # As create_cursor does: the cursor's zone, when the connection's is another.
             loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
             if self.timezone != loader.timezone:

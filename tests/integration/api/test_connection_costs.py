@@ -1,7 +1,8 @@
 """What the database connection costs an API call besides its statements (orquestador/postgresql):
 the health check asks the socket instead of the server when the connection is idle and quiet,
-and still replaces a connection the server has closed; the fixed statements are bound by the
-server and prepared on a direct connection, never behind a transaction pooler.
+and still replaces a connection the server has closed; the fixed statements of an acceptance
+and a read by id are bound by the server and prepared on a direct connection, never when the
+settings turn preparing off (behind a transaction pooler), and the ORM's never.
 """
 
 import time
@@ -88,11 +89,12 @@ def _prepared(cursor) -> list[str]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def test_fixed_statements__are_prepared_on_a_direct_connection_when_they_ask():
+def test_fixed_statements__are_prepared_on_a_direct_connection_and_the_orm_s_never():
+    with connection.cursor() as cursor:
+        for _ in range(10):  # past any threshold psycopg would prepare at by itself
+            cursor.execute("SELECT %(n)s::int + 39", {"n": 3})
+            assert cursor.fetchone() == (42,)
     with fixed_cursor() as cursor:
-        cursor.execute("SELECT %(n)s::int + 39", {"n": 3})
-        assert cursor.fetchone() == (42,)
-    with fixed_cursor(prepare=True) as cursor:
         cursor.execute("SELECT %(n)s::int + 40", {"n": 2})
         assert cursor.fetchone() == (42,)
         prepared = _prepared(connection.cursor())
@@ -105,7 +107,7 @@ def test_fixed_statements__are_never_prepared_when_the_settings_say_so(monkeypat
     monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"prepare_threshold": None})
     connection.close()
     try:
-        with fixed_cursor(prepare=True) as cursor:
+        with fixed_cursor() as cursor:
             cursor.execute("SELECT %(n)s::int + 41", {"n": 1})
             assert cursor.fetchone() == (42,)
             assert not any("+ 41" in text for text in _prepared(connection.cursor()))
