@@ -32,6 +32,7 @@ from executions.flows.publication import find_transition
 from orquestador import errors, tracing
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
+from orquestador.postgresql import fixed_cursor
 
 from . import access, sql
 from .flowcache import flow_definition
@@ -131,7 +132,7 @@ def transition_accept(
 def _read(
     principal: Principal, request_id: UUID, idempotency_key: str | None
 ) -> tuple[Any, ...] | None:
-    with connection.cursor() as cursor:
+    with fixed_cursor() as cursor:
         cursor.execute(
             sql.ACCEPT_READ,
             {
@@ -190,7 +191,7 @@ def _write(
         "payload": Jsonb(payload),
         "trace_context": None if trace_context is None else Jsonb(trace_context),
     }
-    with nested, connection.cursor() as cursor:
+    with nested, fixed_cursor() as cursor:
         cursor.execute(sql.ACCEPT_WRITE, params)
         row = cursor.fetchone()
     if row is None:

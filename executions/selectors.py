@@ -27,6 +27,7 @@ from executions.flows.publication import flow_latest
 from orquestador import errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
+from orquestador.postgresql import fixed_cursor
 
 from . import access, sql
 from .cursors import Position
@@ -47,8 +48,11 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _fetch(statement: str, params: dict[str, Any]) -> list[tuple]:
-    with connection.cursor() as cursor:
+def _fetch(statement: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
+    """The rows of a fixed statement; bound by the server and prepared on the connection when
+    `prepare`: a read by id, whose plan is its primary keys' whatever the values (a page's is
+    planned with its values each time: a generic plan knows neither its LIMIT nor its ranges)."""
+    with fixed_cursor() if prepare else connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
 
@@ -67,7 +71,8 @@ def request_get(*, principal: Principal, request_id: str) -> RequestRow:
     rows = []
     if parsed is not None:
         statement = sql.REQUEST_VIEW.format(access=access.request_filter_sql(principal, alias="r"))
-        rows = _fetch(statement, {"request_id": parsed, **access.request_filter_params(principal)})
+        params = {"request_id": parsed, **access.request_filter_params(principal)}
+        rows = _fetch(statement, params, prepare=True)
     if not rows:
         raise CodedError(errors.NOT_FOUND, "no such request")
     return _request_row(rows[0])
@@ -82,9 +87,8 @@ def execution_get(*, principal: Principal, execution_id: str) -> ExecutionRow:
         statement = sql.EXECUTION_VIEW.format(
             access=access.request_filter_sql(principal, alias="r")
         )
-        rows = _fetch(
-            statement, {"execution_id": parsed, **access.request_filter_params(principal)}
-        )
+        params = {"execution_id": parsed, **access.request_filter_params(principal)}
+        rows = _fetch(statement, params, prepare=True)
     if not rows:
         raise CodedError(errors.NOT_FOUND, "no such execution")
     return _execution_row(rows[0])

@@ -19,7 +19,7 @@ if not MIGRATION_DATABASE_URL:
 if env.str("TEST_SETTINGS_ROLE", default="migration") != "runtime":
     DATABASES["default"] = {
         **env.db_url_config(MIGRATION_DATABASE_URL),
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "orquestador.postgresql",
         "CONN_MAX_AGE": 0,
     }
 # The crash points of executions/faultpoints.py may be armed (ORQUESTADOR_FAULT_POINT) only here.
