@@ -24,6 +24,7 @@ from .compensation import (
 )
 from .fence import (
     CLAIM_JIT,
+    CLAIM_PLANNING,
     CLAIM_SESSION,
     CLAIM_SORTS,
     FENCE,
@@ -136,6 +137,7 @@ __all__ = [
     "CLAIM_EXECUTIONS",
     "CLAIM_EXECUTIONS_BY_TENANT",
     "CLAIM_JIT",
+    "CLAIM_PLANNING",
     "CLAIM_SESSION",
     "CLAIM_SORTS",
     "DECLARE_LIMITS",
