@@ -149,46 +149,14 @@ def executions_claim(
     """
     if limit <= 0:
         return []
-    rows: list[Dispatch] = yield _claim_query(owner, limit, lease_seconds, outage, fairness)
-    claim_committed(rows)
-    return rows
-
-
-@as_plan(atomic=True)
-def executions_claim_beside(
-    *,
-    owner: str,
-    limit: int,
-    lease_seconds: float,
-    outage: bool = False,
-    fairness: str = "queue",
-) -> Steps[list[Dispatch]]:
-    """The same claim on a connection other than the claiming one (a shared one, beside it
-    under a backlog): in a transaction of its own that first gives it the claiming
-    connection's planner settings (sql.CLAIM_PLANNING), so its plan is the claim's everywhere.
-    Committed when the runner returns; the caller then reaches the crash point
-    (`claim_committed`)."""
-    if limit <= 0:
-        return []
-    yield Query(sql.CLAIM_PLANNING, fetch="none")
-    rows: list[Dispatch] = yield _claim_query(owner, limit, lease_seconds, outage, fairness)
-    return rows
-
-
-def claim_committed(rows: list[Dispatch]) -> None:
-    """A claim that took rows has committed: the crash point "claim.committed"."""
-    if rows:
-        faultpoints.reach(faultpoints.CLAIM_COMMITTED)
-
-
-def _claim_query(
-    owner: str, limit: int, lease_seconds: float, outage: bool, fairness: str
-) -> Query:
-    return Query(
+    rows: list[Dispatch] = yield Query(
         CLAIMS[fairness],
         {"owner": owner, "limit": limit, "lease_seconds": lease_seconds, "outage": outage},
         row_factory=kwargs_row(_dispatch_of(owner)),
     )
+    if rows:
+        faultpoints.reach(faultpoints.CLAIM_COMMITTED)
+    return rows
 
 
 # The claim statement of each WORKER_FAIRNESS value.

@@ -24,7 +24,6 @@ from .compensation import (
 )
 from .fence import (
     CLAIM_JIT,
-    CLAIM_PLANNING,
     CLAIM_SESSION,
     CLAIM_SORTS,
     FENCE,
@@ -137,7 +136,6 @@ __all__ = [
     "CLAIM_EXECUTIONS",
     "CLAIM_EXECUTIONS_BY_TENANT",
     "CLAIM_JIT",
-    "CLAIM_PLANNING",
     "CLAIM_SESSION",
     "CLAIM_SORTS",
     "DECLARE_LIMITS",

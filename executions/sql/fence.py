@@ -102,15 +102,3 @@ CLAIM_SESSION = "SET enable_sort = off"
 # Index: none.
 CLAIM_SORTS = "SET enable_incremental_sort = off"
 CLAIM_JIT = "SET jit = off"
-
-
-# A claim on one of the shared connections, beside the claiming one under a backlog: the
-# claiming connection's three planner settings above, for its own transaction only (a shared
-# connection's other statements keep their plans), set before the claim is planned: its one
-# generic plan on that connection is made, and remade after an invalidation, under them.
-# Locks: nothing.
-# Index: none.
-CLAIM_PLANNING = (
-    "SELECT set_config('enable_sort', 'off', true), "
-    "set_config('enable_incremental_sort', 'off', true), set_config('jit', 'off', true)"
-)

@@ -7,10 +7,7 @@ Invariants:
   every claimed execution starts its run as a task at once, so no claimed work waits in a
   local backlog while its lease ticks away. Each is one `Dispatch` (executions/claims.py), held
   in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps it
-  and the holding is the request to allocate. Behind a backlog (the last claim was full) with
-  two batches of slots free, a second claim of WORKER_BATCH rows runs beside the claiming
-  connection's, on one of the runtime's shared connections if one is free at once: one claim
-  at a time refills at most WORKER_BATCH slots per claim statement, slower than they free up;
+  and the holding is the request to allocate;
 - a slot is free again once its run has submitted its final commit (`Holding.release_slot`):
   the run still holds the execution, its lease renewed and its commit fenced, until the commit
   lands, and the drain waits for it; a refused final commit counts the slot busy again;
@@ -37,7 +34,7 @@ Invariants:
 
 Connections, all asynchronous but the prober's: at most 4 per process whatever
 WORKER_CONCURRENCY: the runtime's shared ones (runtime.WRITE_CONNECTIONS, borrowed per statement
-by the runs, the heartbeat and a claim beside), one that LISTENs and also runs the claim statement
+by the runs and by the heartbeat), one that LISTENs and also runs the claim statement
 (notifications that arrive meanwhile are buffered, not lost; behind a transaction pooler it is
 the direct WORKER_LISTEN_DATABASE_URL, or a pooled one that only claims, and the worker polls),
 and the prober's (opened when it probes); with a remote runtime the heartbeat has one of its
@@ -52,15 +49,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 import psycopg
 
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
-from ..claims import Dispatch, claim_committed, executions_claim, executions_claim_beside
+from ..claims import Dispatch, executions_claim
 from ..leases import lease_owner_name
 from ..steps import run_async
 from .database import DatabaseState, WorkerConnections
@@ -80,9 +75,6 @@ WAKE_CHECK_SECONDS = 0.25  # seconds: longest an idle wait goes without checking
 REFILL_WAIT_SECONDS = 0.002  # seconds: with a backlog (the last claim was full), wait this long
 #                               for more slots to free up, so one claim fills several; never
 #                               when work arrives by notification or poll
-# Seconds a claim beside the claiming connection's waits for a shared connection: it is made
-# only when one is free about now, never in place of a run's write.
-SHARED_CLAIM_BORROW_SECONDS = 0.001
 STOP_GRACE_SECONDS = 1.0  # seconds after the drain for signalled work to notice and stop
 RECONNECT_FIRST_SECONDS = 0.1  # seconds before the first attempt to reach a database that went away
 RECONNECT_MAX_SECONDS = 5.0  # seconds between attempts at most (the backoff doubles up to this)
@@ -116,14 +108,12 @@ class Scheduler:
         self.slots = Slots()
         self._runs: dict[Holding, asyncio.Task[None]] = {}
         self.claimed = 0  # executions claimed by this scheduler, for tests and logs
-        self.claimed_beside = 0  # of which by a claim beside the claiming connection's
         # When the database comes back, the runtime replaces the connections the outage broke
         # before any run borrows one.
         self.database = DatabaseState(
             self.owner, on_return=getattr(runtime, "refresh_connections", None)
         )
         borrow = getattr(runtime, "borrow", None)  # the local runtime's shared connections
-        self._borrow: Callable[[float], AbstractAsyncContextManager[Any]] | None = borrow
         self.heartbeat = Heartbeat(
             config=config,
             owner=self.owner,
@@ -200,23 +190,31 @@ class Scheduler:
                     if limit == 0:
                         await self._take_cancels(conn)  # every slot busy: a cancel may be for one
                         continue
-                    # Behind a backlog with two batches' worth of slots free, a second claim
-                    # runs beside this one on a shared connection: one claim at a time is a
-                    # few milliseconds per WORKER_BATCH rows, slower than slots free up.
-                    extra = self._second_claim_size(limit, backlog=backlog)
-                    beside = (
-                        asyncio.get_running_loop().create_task(self._claim_shared(extra))
-                        if extra
-                        else None
+                    claim_started = time.perf_counter()
+                    dispatches = await run_async(
+                        conn,
+                        executions_claim(
+                            owner=self.owner,
+                            limit=limit,
+                            lease_seconds=self.config.lease_seconds,
+                            outage=self._outage_within_lease(),
+                            fairness=self.config.fairness,
+                        ),
                     )
-                    try:
-                        claimed = await self._claim_and_hand(conn, limit)
-                    finally:
-                        if beside is not None:
-                            await beside
+                    self.metrics.claim_done(
+                        claimed=len(dispatches), seconds=time.perf_counter() - claim_started
+                    )
+                    if taken := sum(1 for dispatch in dispatches if dispatch.taken_over):
+                        self.metrics.taken_over(taken)
                     await self.database.reached("claim")
                     reconnect_wait = RECONNECT_FIRST_SECONDS
-                    backlog = claimed == limit
+                    for dispatch in dispatches:
+                        if dispatch.poisoned(self.config.max_reclaims):
+                            if await poison_settle(conn, dispatch) is not None:
+                                self.metrics.reclaims_exhausted()
+                        else:
+                            self._hand_to_slot(dispatch)
+                    backlog = len(dispatches) == limit
                     if not backlog:
                         await self._wait_for_work(conn)
                 except psycopg.OperationalError as exc:
@@ -236,63 +234,6 @@ class Scheduler:
         finally:
             if conn is not None:
                 await conn.close()
-
-    async def _claim_and_hand(
-        self, conn: psycopg.AsyncConnection, limit: int, *, beside: bool = False
-    ) -> int:
-        """One claim of at most `limit` rows on `conn` (the claiming connection, or a shared
-        one `beside` it); each row is settled (the poison cap) or handed to a slot at once.
-        Returns how many rows it claimed."""
-        claim_started = time.perf_counter()
-        claim = executions_claim_beside if beside else executions_claim
-        dispatches = await run_async(
-            conn,
-            claim(
-                owner=self.owner,
-                limit=limit,
-                lease_seconds=self.config.lease_seconds,
-                outage=self._outage_within_lease(),
-                fairness=self.config.fairness,
-            ),
-        )
-        if beside:
-            claim_committed(dispatches)
-        self.metrics.claim_done(
-            claimed=len(dispatches), seconds=time.perf_counter() - claim_started
-        )
-        if taken := sum(1 for dispatch in dispatches if dispatch.taken_over):
-            self.metrics.taken_over(taken)
-        for dispatch in dispatches:
-            if dispatch.poisoned(self.config.max_reclaims):
-                if await poison_settle(conn, dispatch) is not None:
-                    self.metrics.reclaims_exhausted()
-            else:
-                self._hand_to_slot(dispatch)
-        return len(dispatches)
-
-    def _second_claim_size(self, limit: int, *, backlog: bool) -> int:
-        """Rows for a claim beside the one of `limit` rows: a full WORKER_BATCH when the last
-        claim was full and the slots still free after this one hold a whole batch; else 0."""
-        config = self.config
-        if self._borrow is None or not backlog or limit < config.batch:
-            return 0
-        free = config.concurrency - self.slots.in_use - limit
-        return config.batch if free >= config.batch else 0
-
-    async def _claim_shared(self, limit: int) -> int:
-        """A claim on one of the runtime's shared connections, if one is free at once; 0 rows
-        when none is, or when the claim fails (the claiming connection's next claim finds the
-        same work: nothing was handed out)."""
-        if self._borrow is None:
-            return 0
-        try:
-            async with self._borrow(SHARED_CLAIM_BORROW_SECONDS) as conn:
-                claimed = await self._claim_and_hand(conn, limit, beside=True)
-        except psycopg.Error as exc:
-            logger.debug("second claim skipped", extra={"owner": self.owner, "detail": str(exc)})
-            return 0
-        self.claimed_beside += claimed
-        return claimed
 
     def _outage_too_long(self) -> bool:
         """WORKER_DB_OUTAGE_EXIT_SECONDS has passed in this outage: stop so an orchestrator

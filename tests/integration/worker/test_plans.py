@@ -79,29 +79,6 @@ def test_claim__walks_the_claim_index_in_order_without_a_sort(conn, runtime_dsn,
     assert any(n["Index Name"] == "execution_claim_idx" for n in scans)
 
 
-def test_claim_beside__on_a_shared_connection_plans_as_on_the_claiming_one(
-    conn, runtime_dsn, stale_backlog
-):
-    # A shared connection has the worker's settings but not the claiming connection's: the
-    # claim made beside the claiming one sets those for its own transaction, before planning.
-    with psycopg.connect(runtime_dsn, autocommit=True) as shared:
-        _worker_session(shared)
-        with shared.transaction():
-            shared.execute(sql.CLAIM_PLANNING)
-            nodes = _plan(
-                shared,
-                sql.CLAIM_EXECUTIONS,
-                {"owner": "worker-b", "limit": 10, "lease_seconds": 60, "outage": False},
-            )
-        settings = shared.execute(
-            "SELECT current_setting('enable_sort'), current_setting('jit')"
-        ).fetchone()
-    assert "Sort" not in {node["Node Type"] for node in nodes}
-    scans = [n for n in nodes if n.get("Relation Name") == "execution" and "Index Name" in n]
-    assert any(n["Index Name"] == "execution_claim_idx" for n in scans)
-    assert settings == ("on", "on")  # the shared connection's own statements keep theirs
-
-
 @pytest.mark.parametrize(
     ("statement", "fields"),
     [

@@ -54,23 +54,6 @@ def test_scheduler__claims_only_free_capacity(conn, make_flow, runtime_dsn):
         assert sched.claimed == 5
 
 
-def test_scheduler__claims_beside_its_connection_behind_a_backlog(conn, make_flow, runtime_dsn):
-    # One claim at a time takes WORKER_BATCH rows per round trip; behind a backlog with two
-    # batches of slots free, a second claim runs on a shared connection, within free capacity.
-    gate = GateAdapter()
-    flow_id = make_flow([action("a", "G")])
-    ids = [enqueue(conn, flow_id).execution_id for _ in range(16)]
-    config = dataclasses.replace(FAST, concurrency=12, batch=2)
-
-    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
-        wait_until(lambda: len(gate.calls) == 12, what="every slot inside the adapter")
-        assert sorted(statuses(conn, ids)) == ["PENDING"] * 4 + ["RUNNING"] * 12
-        assert sched.claimed == 12 and sched.claimed_beside > 0
-        gate.gate.set()
-        wait_until(lambda: statuses(conn, ids) == ["SUCCEEDED"] * 16, what="all sixteen done")
-        assert sched.claimed == 16
-
-
 def test_scheduler__wakes_on_notify_long_before_the_poll(conn, make_flow, runtime_dsn):
     config = dataclasses.replace(FAST, poll_ms=600_000)  # a poll would take ten minutes
     flow_id = make_flow([action("a", "NO_OP")])
