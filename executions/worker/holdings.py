@@ -30,9 +30,24 @@ class Holding:
     lost: bool = False
     deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)
     abandoned: bool = False  # stuck past its deadline: lease left to expire, slot given back
+    # Its slot counted free while only its final commit is in flight (`release_slot`); it is
+    # still held, so its lease is renewed until that commit lands.
+    slot_released: bool = False
+    slots: "Slots | None" = field(default=None, repr=False)  # the slots it was taken from
 
     def set_deadline(self, seconds: float) -> None:
         self.deadline_at = time.monotonic() + seconds
+
+    def release_slot(self) -> None:
+        """Its run has submitted its final commit: the slot may take its next execution while
+        that commit flushes (the run still holds the lease, renewed, until it lands)."""
+        if self.slots is not None:
+            self.slots.release(self)
+
+    def retake_slot(self) -> None:
+        """The final commit did not land and the run goes on: count its slot busy again."""
+        if self.slots is not None:
+            self.slots.retake(self)
 
 
 class Slots:
@@ -45,6 +60,7 @@ class Slots:
         self.in_use = 0
         self.wake_at = 0  # set by the one who waits
         self._freed: asyncio.Event | None = None
+        self._empty: asyncio.Event | None = None  # set when nothing is held (the drain)
         self._lock = threading.Lock()  # the dict only, for readers on other threads
         self._by_execution: dict[uuid.UUID, Holding] = {}
 
@@ -71,6 +87,27 @@ class Slots:
         except TimeoutError:
             pass
 
+    @property
+    def held(self) -> int:
+        """Executions held, their final commit in flight included (slots released early)."""
+        return len(self._by_execution)
+
+    async def wait_unheld(self, *, timeout: float) -> None:
+        """Return once nothing is held (every run ended or given back), or after `timeout`."""
+        if not self._by_execution:
+            return
+        if self._empty is None:
+            self._empty = asyncio.Event()
+        self._empty.clear()
+        try:
+            await asyncio.wait_for(self._empty.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def _unheld(self) -> None:
+        if self._empty is not None and not self._by_execution:
+            self._empty.set()
+
     def _released(self) -> None:
         if self._freed is not None and self.in_use <= self.wake_at:
             self._freed.set()
@@ -82,7 +119,7 @@ class Slots:
         fence means the database lost the earlier claim (a crash before that asynchronous
         commit was flushed: sql.CLAIM_EXECUTIONS) and gave the same token again: the earlier
         holder is stopped, so one fence never has two runs."""
-        holding = Holding(dispatch)
+        holding = Holding(dispatch, slots=self)
         with self._lock:
             earlier = self._by_execution.get(dispatch.execution_id)
             self._by_execution[dispatch.execution_id] = holding
@@ -100,8 +137,27 @@ class Slots:
         with self._lock:
             if self._by_execution.get(execution_id) is holding:
                 del self._by_execution[execution_id]
+        self._unheld()
+        if not holding.slot_released:
+            holding.slot_released = True
+            self.in_use -= 1
+            self._released()
+
+    def release(self, holding: Holding) -> None:
+        """Count the slot of a holder whose final commit is in flight free; it stays held."""
+        if holding.slot_released or holding.abandoned:
+            return
+        holding.slot_released = True
         self.in_use -= 1
         self._released()
+
+    def retake(self, holding: Holding) -> None:
+        """Count a released slot busy again (its run goes on after a refused final commit);
+        `in_use` may pass the concurrency for as long: the claim loop then claims nothing."""
+        if not holding.slot_released or holding.abandoned or not self.holds(holding):
+            return
+        holding.slot_released = False
+        self.in_use += 1
 
     def find(self, execution_id: uuid.UUID) -> Holding | None:
         """The holder of this execution here, if any."""
@@ -120,7 +176,9 @@ class Slots:
                 return False
             del self._by_execution[execution_id]
         holding.lost = holding.abandoned = True
-        self.in_use -= 1
+        self._unheld()
+        if not holding.slot_released:
+            self.in_use -= 1
         if self._freed is not None:  # a slot given back always wakes the waiter
             self._freed.set()
         return True

@@ -371,12 +371,16 @@ class _Run:
         if isinstance(item, Decision):
             raise RunEnded(item)
         self.check_not_cancelled("finalize")
+        # Nothing but the final commit is left: the slot takes its next execution while it
+        # flushes; the run still holds the lease (renewed) and its fence until it lands.
+        self.holding.release_slot()
         # A final commit that fails (its retries used) raises: RUNNING and the checkpoints stay
         # for recovery by lease, which reuses every SUCCEEDED one.
         final = await self.write(
             "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.db, item)
         )
         if final is None:
+            self.holding.retake_slot()  # the run goes on (its refusal, perhaps compensation)
             refused = await on(self.db, finalize_refusal(item=item))  # raises if superseded
             raise RunEnded(
                 recovery.finalize_refused(

@@ -8,6 +8,9 @@ Invariants:
   local backlog while its lease ticks away. Each is one `Dispatch` (executions/claims.py), held
   in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps it
   and the holding is the request to allocate;
+- a slot is free again once its run has submitted its final commit (`Holding.release_slot`):
+  the run still holds the execution, its lease renewed and its commit fenced, until the commit
+  lands, and the drain waits for it; a refused final commit counts the slot busy again;
 - idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
   WORKER_POLL_MS (due retries, expired leases, lost notifications);
 - the same connection LISTENs for webhook announcements (NOTIFY_WEBHOOKS, from writers other
@@ -429,13 +432,15 @@ class Scheduler:
 
     async def _shutdown(self, heartbeat: asyncio.Task[None]) -> None:
         deadline = time.monotonic() + self.config.drain_seconds
-        logger.info("worker draining", extra={"owner": self.owner, "running": self.busy})
+        logger.info("worker draining", extra={"owner": self.owner, "running": self.slots.held})
         slots = self.slots
-        while slots.in_use and not self._end_drain.is_set():
+        # Held, not in use: a run whose final commit is in flight has released its slot, and
+        # is drained all the same.
+        while slots.held and not self._end_drain.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            await slots.wait_free(at_most=0, timeout=min(remaining, WAKE_CHECK_SECONDS))
+            await slots.wait_unheld(timeout=min(remaining, WAKE_CHECK_SECONDS))
         abandoned = self.occupants()
         for holding in abandoned:
             holding.cancelled.set()
@@ -444,8 +449,8 @@ class Scheduler:
             logger.warning("execution abandoned at shutdown", extra=holding.dispatch.log_extra)
         self._stop_heartbeat.set()
         grace = time.monotonic() + STOP_GRACE_SECONDS
-        while slots.in_use and time.monotonic() < grace:
-            await slots.wait_free(at_most=0, timeout=max(0.0, grace - time.monotonic()))
+        while slots.held and time.monotonic() < grace:
+            await slots.wait_unheld(timeout=max(0.0, grace - time.monotonic()))
         runs = list(self._runs.values())
         for task in runs:  # signalled and still running: abandoned, lease and checkpoints kept
             task.cancel()

@@ -82,3 +82,49 @@ def test_free__wakes_a_real_waiter_when_enough_slots_are_free():
         return seen
 
     assert asyncio.run(scenario()) == [4, 1]
+
+
+def test_release_slot__frees_the_slot_and_keeps_the_execution_held():
+    # Its final commit in flight: the slot takes a next execution, the lease is still renewed.
+    held, holdings = _held(2)
+    held.wake_at = 1
+    holdings[0].release_slot()
+    assert held.busy == 1 and held._freed.notified == 1
+    assert held.holds(holdings[0]) and held.held == 2
+    holdings[0].release_slot()  # once only
+    assert held.busy == 1
+
+    held.free(holdings[0])  # the final commit landed
+    assert held.busy == 1 and held.held == 1 and not held.holds(holdings[0])
+
+
+def test_retake_slot__counts_a_released_slot_busy_again():
+    # A refused final commit: the run goes on, its slot counted busy again until it ends.
+    held, holdings = _held(1)
+    holdings[0].release_slot()
+    holdings[0].retake_slot()
+    assert held.busy == 1
+    held.free(holdings[0])
+    assert held.busy == 0 and held.held == 0
+
+
+def test_give_back__of_a_released_slot_frees_nothing_twice():
+    held, holdings = _held(2)
+    holdings[0].release_slot()
+    assert held.give_back(holdings[0])
+    assert held.busy == 1 and held.held == 1
+    holdings[0].retake_slot()  # given back: nothing to retake
+    assert held.busy == 1
+
+
+def test_wait_unheld__waits_for_a_released_slot_s_final_commit():
+    async def scenario() -> tuple[bool, bool]:
+        held, holdings = _held(1)
+        holdings[0].release_slot()
+        await held.wait_unheld(timeout=0.01)  # nothing in use, but still held
+        still_held = held.held == 1
+        asyncio.get_running_loop().call_later(0.01, held.free, holdings[0])
+        await held.wait_unheld(timeout=5)
+        return still_held, held.held == 0
+
+    assert asyncio.run(scenario()) == (True, True)
