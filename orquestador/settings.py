@@ -123,7 +123,7 @@ USING_MIGRATION_ROLE = bool(MIGRATION_DATABASE_URL) and _command in MIGRATION_CO
 DATABASES = {
     "default": env.db_url_config(MIGRATION_DATABASE_URL if USING_MIGRATION_ROLE else DATABASE_URL),
 }
-# Django's, with a cheaper health check and the fixed statements bound and prepared by the server
+# Django's, with the fixed statements bound and prepared by the server
 # (orquestador/postgresql/base.py).
 DATABASES["default"]["ENGINE"] = "orquestador.postgresql"
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)  # seconds
