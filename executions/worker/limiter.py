@@ -22,6 +22,7 @@ parked until a time (a rate's reserved turn, a pause's end) wake its claim loop 
 """
 
 import asyncio
+import contextlib
 import datetime
 import heapq
 import logging
@@ -228,11 +229,14 @@ async def leased(db: Database, route: Route, *, owner: str) -> bool:
     return LEASES.take(route.key)
 
 
-# One take per route at a time from this process, by route: takes wait for the route's row lock
-# in turn anyway, and a burst of them (a worker's start) must not hold every shared write
-# connection while they wait, or the RUNNING checkpoints of the calls they granted wait behind
-# them and reach the provider in a bunch, above its rate.
+# One take at a time from this process on a route with a rate: a burst of takes (a worker's start)
+# must not hold every shared write connection while they wait for the route's row lock, or the
+# RUNNING checkpoints of the calls they granted wait behind them and reach the provider in a
+# bunch, above its rate. Not on a route limited by max_in_flight alone: its held-back calls must
+# park at once, since until parked they are due work ahead of every other route's in the claim's
+# order (taken one at a time, an unlimited route's pickup p99 beside such a backlog was 6 s).
 _TAKING: dict[str, asyncio.Lock] = {}
+_NO_WAIT = contextlib.nullcontext()
 
 
 def handed(run: Any, call: Any) -> Taken | None:
@@ -260,9 +264,9 @@ async def place_take(
     """A place for this call, or the run stops with its execution parked (`RunSuspended`,
     status PENDING); a holder that no longer holds the execution gets ExecutionSuperseded."""
     route = binding.route
-    taking = _TAKING.get(route.key)
-    if taking is None:
-        taking = _TAKING[route.key] = asyncio.Lock()
+    taking: contextlib.AbstractAsyncContextManager[Any] = _NO_WAIT
+    if route.limits is not None and route.limits.rate_count is not None:
+        taking = _TAKING.setdefault(route.key, asyncio.Lock())
     try:
         async with taking:
             taken = await on(
