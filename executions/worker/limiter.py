@@ -18,13 +18,12 @@ Invariants:
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`). The turns of the executions this process
 parked until a time (a rate's reserved turn, a pause's end) wake its claim loop then
-(`ParkedTurns`), not at its next poll.
+(`turns.TURNS`), not at its next poll.
 """
 
 import asyncio
 import contextlib
 import datetime
-import heapq
 import logging
 import threading
 import time
@@ -54,6 +53,7 @@ from .groupcommit import Database, on
 from .leasedplaces import LEASES
 from .metrics import WorkerMetrics
 from .stops import RunSuspended
+from .turns import TURNS
 from .wire import RunOutcome
 
 logger = logging.getLogger("executions.worker")
@@ -88,40 +88,6 @@ class RoutePauses:
 
 
 PAUSES = RoutePauses()  # this process's: read by every run, refreshed by the sweep
-
-# seconds after a parked turn's time that the claim loop claims for it: the database's clock
-# decides when the execution is due, and a claim a little early would find nothing.
-TURN_LAG_SECONDS = 0.002
-
-
-class ParkedTurns:
-    """When the executions this process parked until a time become due (thread-safe): the claim
-    loop claims then. Left to the poll (WORKER_POLL_MS), a rate's turns, spaced W/N apart, came
-    back in bunches at each poll and the route ran well below its rate."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._due: list[float] = []  # epoch seconds, a heap
-
-    def note(self, until: datetime.datetime) -> None:
-        with self._lock:
-            heapq.heappush(self._due, until.timestamp() + TURN_LAG_SECONDS)
-
-    def wait(self, longest: float) -> float:
-        """Seconds the idle claim loop may wait, at most `longest`, before a claim for a turn;
-        0 when turns came since the last look (one claim serves them all)."""
-        now = time.time()
-        with self._lock:
-            came = False
-            while self._due and self._due[0] <= now:
-                heapq.heappop(self._due)
-                came = True
-            if came:
-                return 0.0
-            return min(longest, self._due[0] - now) if self._due else longest
-
-
-TURNS = ParkedTurns()  # this process's: noted by the runs a take parks, read by the claim loop
 
 
 @dataclass(frozen=True)
@@ -266,7 +232,7 @@ async def place_take(
     route = binding.route
     taking: contextlib.AbstractAsyncContextManager[Any] = _NO_WAIT
     if route.limits is not None and route.limits.rate_count is not None:
-        taking = _TAKING.setdefault(route.key, asyncio.Lock())
+        taking = _TAKING.get(route.key) or _TAKING.setdefault(route.key, asyncio.Lock())
     try:
         async with taking:
             taken = await on(

@@ -64,11 +64,12 @@ from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .heartbeat import Heartbeat
 from .holdings import Holding, Slots
-from .limiter import TURNS, Handoff
+from .limiter import Handoff
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
 from .runtime import WorkerRuntime, dispatch_once
+from .turns import TURNS
 from .wire import ExecutionPackage
 from .writeretry import signal_wait
 
@@ -287,7 +288,7 @@ class Scheduler:
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS or when a turn this process
-        parked comes (limiter.TURNS), or when told to stop."""
+        parked comes (turns.TURNS), or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
         notifier = self.connections.notifier(conn)
         self.idle.set()
