@@ -38,6 +38,12 @@ class _Lease:
     in_use: int = 0
     starts: deque[float] = field(default_factory=deque)
 
+    def started_in_window(self, now: float) -> int:
+        """Starts within the window ending at `now` (older ones forgotten)."""
+        while self.starts and self.starts[0] <= now - self.window:
+            self.starts.popleft()
+        return len(self.starts)
+
 
 class RouteLeases:
     """This process's leases, by route."""
@@ -79,9 +85,7 @@ class RouteLeases:
             if lease.places and lease.in_use >= lease.places:
                 return False
             if lease.share:
-                while lease.starts and lease.starts[0] <= now - lease.window:
-                    lease.starts.popleft()
-                if len(lease.starts) >= lease.share:
+                if lease.started_in_window(now) >= lease.share:
                     return False
                 lease.starts.append(now)
             lease.in_use += 1
@@ -132,11 +136,9 @@ class RouteLeases:
         with self._lock:
             ids, in_use, starts = [], [], []
             for lease in self._leases.values():
-                while lease.starts and lease.starts[0] <= now - lease.window:
-                    lease.starts.popleft()
                 ids.append(lease.call_id)
                 in_use.append(lease.in_use)
-                starts.append(len(lease.starts))
+                starts.append(lease.started_in_window(now))
         return ids, in_use, starts, now
 
     def renewed(self, renewed: set[int], at: float) -> None:
