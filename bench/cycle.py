@@ -17,7 +17,6 @@ import argparse
 import itertools
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.worker import PYTHON, SLOW_INTEGRATIONS, Bench  # noqa: E402
+from bench.worker import Bench  # noqa: E402
 
 # (label, from mark, to mark) in cycle order; a hop missing either mark is skipped.
 HOPS = [
@@ -119,15 +118,7 @@ def main(argv: list[str]) -> int:
         bench = Bench(argparse.Namespace(concurrency=args.concurrency, log_level="WARNING"), base)
         bench.start_cluster()
         stack.callback(bench.stop_cluster)
-        provider = subprocess.Popen(
-            [PYTHON, str(ROOT / "bench" / "provider.py"), str(args.delay)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        stack.callback(bench._stop, provider)
-        port = int(provider.stdout.readline())
-        integrations = base / "integrations.toml"
-        integrations.write_text(SLOW_INTEGRATIONS.format(port=port))
+        _, integrations = bench.slow_route(stack, args.delay)
         for index in range(args.rounds):
             for tree in trees if index % 2 == 0 else trees[::-1]:
                 out = base / "cycle.json"

@@ -726,18 +726,24 @@ class Bench:
             print(f"  {label} at {concurrency}: {exc}", flush=True)
             return {"concurrency": concurrency, "error": str(exc)}
 
+    def slow_route(self, stack: ExitStack, delay: float) -> tuple[int, Path]:
+        """bench/provider.py answering after `delay`, stopped with `stack`: its port, and an
+        INTEGRATIONS_FILE routing the slow flow's call to it."""
+        provider = subprocess.Popen(
+            [PYTHON, str(ROOT / "bench" / "provider.py"), str(delay)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        stack.callback(self._stop, provider)
+        port = int(provider.stdout.readline())
+        integrations = self.base / "integrations.toml"
+        integrations.write_text(SLOW_INTEGRATIONS.format(port=port))
+        return port, integrations
+
     def slow_provider(self, concurrencies: list[int], calls: int, delay: float) -> dict:
         with ExitStack() as stack:
-            provider = subprocess.Popen(
-                [PYTHON, str(ROOT / "bench" / "provider.py"), str(delay)],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            stack.callback(self._stop, provider)
-            port = int(provider.stdout.readline())
+            port, integrations = self.slow_route(stack, delay)
             url = f"http://127.0.0.1:{port}/slow"
-            integrations = self.base / "integrations.toml"
-            integrations.write_text(SLOW_INTEGRATIONS.format(port=port))
             env = {"INTEGRATIONS_FILE": str(integrations), "SIMULATION_MODE": "false"}
             # The same call declared an IDEMPOTENT_WRITE: its RUNNING checkpoint is committed
             # before the call and its SUCCEEDED one on its own after it (a read's is neither).
