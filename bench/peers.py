@@ -240,14 +240,9 @@ class Peers:
             return {"max_concurrent_tasks": concurrency, "error": str(exc)}
 
     def _provider(self, stack: ExitStack, delay: float) -> str:
-        """bench/provider.py started for this section; its URL."""
-        provider = subprocess.Popen(
-            [PYTHON, str(ROOT / "bench" / "provider.py"), str(delay)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        stack.callback(self.bench._stop, provider)
-        return f"http://127.0.0.1:{int(provider.stdout.readline())}/slow"
+        """The slow provider the worker's section calls, started for this one; its URL."""
+        port, _ = self.bench.slow_route(stack, delay)
+        return f"http://127.0.0.1:{port}/slow"
 
     def http_async(self, concurrencies: list[int], calls: int, delay: float) -> dict:
         report: dict = {"provider_delay_seconds": delay, "runs": []}

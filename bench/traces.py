@@ -59,7 +59,6 @@ def run(
     concurrency: int,
     calls: int,
     delay: float,
-    integrations: str,
 ) -> dict:
     """Both pairs of runs, with the sink's count of what was exported."""
     with ExitStack() as stack:
@@ -68,15 +67,7 @@ def run(
         )
         stack.callback(bench._stop, sink)
         sink_url = f"http://127.0.0.1:{int(sink.stdout.readline())}"
-        provider = subprocess.Popen(
-            [python, str(root / "bench" / "provider.py"), str(delay)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        stack.callback(bench._stop, provider)
-        port = int(provider.stdout.readline())
-        path = bench.base / "integrations-traces.toml"
-        path.write_text(integrations.format(port=port))
+        _, path = bench.slow_route(stack, delay)
         slow_env = {"INTEGRATIONS_FILE": str(path), "SIMULATION_MODE": "false"}
         n_slow = max(calls, concurrency * 10)
 

@@ -1011,7 +1011,6 @@ class Bench:
                 concurrency=args.slow_concurrency[0],
                 calls=args.slow_calls,
                 delay=args.slow_delay,
-                integrations=SLOW_INTEGRATIONS,
             )
         if "api" in wanted:
             print("API through gunicorn, beside the web ceiling:", flush=True)
