@@ -9,10 +9,14 @@ not counted (route_call_live).
 """
 
 # Take a call of a limited route for a holder, or park the holder (PENDING until `wait_until`;
-# NULL: until a call in flight ends): one statement per limited call, fenced inside.
-# Locks: the route's route_limit row, then the holder's execution row (FOR NO KEY UPDATE).
+# NULL: until a call in flight ends): one statement per limited call, fenced inside. A park for
+# a place or a pause of a holder that has run no action parks its peers too (route_park_peers,
+# migration 0022): the due executions of its flow and transition that have run none either.
+# Locks: the route's route_limit row, then the holder's execution row (FOR NO KEY UPDATE); the
+# peers' execution rows (FOR NO KEY UPDATE SKIP LOCKED).
 # Index: route_limit_pkey; execution_pkey; route_call_open_idx (only when full by the counter);
-# route_park_pkey.
+# route_park_pkey; for the peers, execution_claim_idx (the first due rows in claim order) and
+# action_execution_action_uniq.
 ROUTE_CALL_TAKE = """
 SELECT call_id, wait_until, fenced
   FROM route_call_take(%(route)s, %(execution_id)s, %(request_id)s, %(token)s, %(owner)s,

@@ -51,7 +51,6 @@ class RouteLeases:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
-        self._asking: set[str] = set()
         self._refused: dict[str, float] = {}
         self.slots = 0  # 0: not configured, nothing is leased
         self.hold_seconds = 0.0
@@ -99,23 +98,20 @@ class RouteLeases:
                 lease.in_use -= 1
 
     def ask(self, route: str) -> bool:
-        """Whether to ask the limiter for a lease on `route` now (one asker at a time)."""
+        """Whether to ask the limiter for a lease on `route` now: none held, none refused
+        lately (one asker at a time is the caller's: limiter.leased)."""
         now = time.monotonic()
         with self._lock:
             lease = self._leases.get(route)
             if lease is not None and lease.held_until > now:
                 return False
-            if route in self._asking or self._refused.get(route, 0.0) > now:
-                return False
-            self._asking.add(route)
-            return True
+            return self._refused.get(route, 0.0) <= now
 
     def answer(
         self, route: str, call_id: int | None, *, places: int, share: int, window: float
     ) -> None:
         """What the limiter answered `ask`: the lease's id, or None (refused: ask later)."""
         with self._lock:
-            self._asking.discard(route)
             if call_id is None:
                 self._refused[route] = time.monotonic() + RETRY_SECONDS
                 return

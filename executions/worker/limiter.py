@@ -150,8 +150,8 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
     return attempt, result
 
 
-# The lease asked for now, by route, on this process's loop: the runs that find one asked for
-# wait for its answer instead of each taking per call meanwhile.
+# The lease asked for now, by route, on this process's loop (only its runs ask): the runs that
+# find one asked for wait for its answer instead of each taking per call meanwhile.
 _ASKING: dict[str, asyncio.Event] = {}
 
 
@@ -165,12 +165,12 @@ async def leased(db: Database, route: Route, *, owner: str) -> bool:
     terms = LEASES.terms(route)
     if terms is None:
         return False
-    if not LEASES.ask(route.key):
-        asking = _ASKING.get(route.key)
-        if asking is None:
-            return False
+    asking = _ASKING.get(route.key)
+    if asking is not None:
         await asking.wait()  # another run of this process is asking: its answer serves all
         return LEASES.take(route.key)
+    if not LEASES.ask(route.key):
+        return False
     places, share = terms
     call_id = None
     asking = _ASKING[route.key] = asyncio.Event()

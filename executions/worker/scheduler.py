@@ -57,14 +57,14 @@ import psycopg
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
-from ..claims import Dispatch, execution_claim_passed, executions_claim
+from ..claims import Dispatch, executions_claim
 from ..leases import lease_owner_name
-from ..steps import Plan, run_async
+from ..steps import run_async
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
+from .handing import Handing
 from .heartbeat import Heartbeat
 from .holdings import Holding, Slots
-from .limiter import Handoff
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
@@ -137,14 +137,20 @@ class Scheduler:
         # another writer announces webhook deliveries (its `notified`).
         self.after_run: Callable[[], None] | None = None
         self.webhooks_notified: Callable[[], None] | None = None
-        # Slots kept for executions a route's place is being passed to (limiter.Handoff):
-        # the claim loop leaves them free.
-        self.handing = 0
+        # Slots kept for executions a route's place is being passed to (handing.py): the claim
+        # loop leaves them free.
+        self.handing = Handing(
+            config=config,
+            owner=self.owner,
+            slots=self.slots,
+            metrics=self.metrics,
+            stopping=self._stop_claiming,
+            outage=self._outage_within_lease,
+            hand_to_slot=self._hand_to_slot,
+        )
         hand_off_to = getattr(runtime, "hand_off_to", None)
         if hand_off_to is not None:
-            hand_off_to(
-                Handoff(room=self._handoff_room, claim=self._handoff_claim, done=self._handoff_done)
-            )
+            hand_off_to(self.handing.handoff())
 
     # -- control ---------------------------------------------------------------------------
 
@@ -284,7 +290,7 @@ class Scheduler:
             await slots.wait_free(at_most=config.concurrency - target, timeout=REFILL_WAIT_SECONDS)
         if self._stop_claiming.is_set():
             return 0
-        return max(0, min(config.batch, config.concurrency - slots.in_use - self.handing))
+        return max(0, min(config.batch, config.concurrency - slots.in_use - self.handing.kept))
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS or when a turn this process
@@ -358,36 +364,6 @@ class Scheduler:
             )
         task = asyncio.get_running_loop().create_task(self._run(holding))
         self._runs[holding] = task
-
-    # -- places passed on at a call's end (limiter.Handoff) ---------------------------------
-
-    def _handoff_room(self) -> bool:
-        """Keep a slot for an execution a place may be passed to; False when none is free."""
-        if self._stop_claiming.is_set():
-            return False
-        if self.slots.in_use + self.handing >= self.config.concurrency:
-            return False
-        self.handing += 1
-        return True
-
-    def _handoff_claim(self, route: str, call_id: int) -> Plan[list[Dispatch]]:
-        """The end of call `call_id` of `route` that claims, for this process, the execution
-        parked for its place, with the place (sql.CLAIM_PASSED)."""
-        return execution_claim_passed(
-            owner=self.owner,
-            route=route,
-            call_id=call_id,
-            lease_seconds=self.config.lease_seconds,
-            outage=self._outage_within_lease(),
-        )
-
-    def _handoff_done(self, dispatches: list[Dispatch], seconds: float) -> None:
-        """Run what the end claimed in the slot kept for it; the kept slot is free again."""
-        if dispatches:  # a claim like the loop's (an end that claimed nothing is not one)
-            self.metrics.claim_done(claimed=len(dispatches), seconds=seconds)
-        for dispatch in dispatches:
-            self._hand_to_slot(dispatch)
-        self.handing -= 1
 
     # -- running ---------------------------------------------------------------------------
 

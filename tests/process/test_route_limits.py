@@ -132,6 +132,84 @@ def test_rate_limit__never_exceeded_in_any_sliding_second(process_env, runtime_c
         assert attempts(runtime_conn, ids) == {1}
 
 
+BURST = 4000  # executions accepted at once on a full route
+PICKUPS = 5  # the unlimited route's executions accepted one after another beside it
+# The burst, in one transaction, announced (as an import or a batch job would send it).
+_BURST = """
+WITH r AS (
+    INSERT INTO request (id, flow_id, owner, scope, data, state, revision, version)
+    SELECT gen_random_uuid(), %(flow_id)s, 'alice', 'acme', '{}', 'DRAFT', 2, 2
+      FROM generate_series(1, %(n)s)
+    RETURNING id
+),
+x AS (
+    INSERT INTO execution (id, request_id, flow_id, transition_id, accepted_revision,
+                           actor_snapshot)
+    SELECT gen_random_uuid(), r.id, %(flow_id)s, 'go', 2, '{}' FROM r
+    RETURNING id, request_id
+),
+b AS (UPDATE request AS q SET blocked_by_id = x.id FROM x WHERE q.id = x.request_id)
+SELECT pg_notify('orquestador_executions', 'burst')
+"""
+
+
+def test_unlimited_route__picked_up_promptly_beside_a_burst_on_a_full_route(
+    process_env, runtime_conn, tmp_path
+):
+    """Until parked, a burst held back by a full route is due work older than an unlimited
+    route's; a full route's take parks the burst's due executions with it (docs/adr/0022), so
+    the unlimited route's executions are not claimed behind thousands that would only park
+    one by one (about 1.4 s of pickup beside 3,000 of them, 4 workers x 50)."""
+    with MeteredProvider(delay=0.2) as limited, MeteredProvider(delay=0.0) as free:
+        path = integrations(tmp_path, limited, "max_in_flight = 2\n")
+        with open(path, "a") as routes:
+            routes.write(
+                '\n[contracts."free.call@1"]\neffect = "READ_ONLY"\nmax_attempts = 3\n'
+                'timeout_seconds = 1\n\n[routes."free.call@1"]\nadapter = "http.json"\n'
+                f'url = "{free.url()}"\nmethod = "POST"\n'
+            )
+        env = {**process_env, "INTEGRATIONS_FILE": path}
+        burst_flow = create_flow(runtime_conn, flow_definition([action("call", "metered.call")]))
+        free_flow = create_flow(
+            runtime_conn, flow_definition([action("call", "free.call")], key="free-flow")
+        )
+        with (
+            WorkerProcess(env, tmp_path / "a.log", WORKER_CONCURRENCY="20", WORKER_BATCH="20"),
+            WorkerProcess(env, tmp_path / "b.log", WORKER_CONCURRENCY="20", WORKER_BATCH="20"),
+        ):
+            warm = accept(runtime_conn, 1, free_flow)  # both workers up and claiming
+            wait_until(
+                lambda: all_succeeded(runtime_conn, warm),
+                timeout=RUN_TIMEOUT,
+                what="the first unlimited execution",
+            )
+            runtime_conn.execute(_BURST, {"flow_id": burst_flow, "n": BURST})
+            wait_until(
+                lambda: runtime_conn.execute("SELECT count(*) FROM route_park").fetchone()[0],
+                timeout=RUN_TIMEOUT,
+                what="the burst to fill the route and park",
+            )
+            pickups = []
+            for n in range(PICKUPS):
+                accepted = time.monotonic()
+                accept(runtime_conn, 1, free_flow)
+                wait_until(
+                    lambda n=n: len(free.answered()) >= n + 2,
+                    timeout=RUN_TIMEOUT,
+                    what="the unlimited route's call",
+                )
+                pickups.append(free.answered()[n + 1][0] - accepted)
+            parked = runtime_conn.execute(
+                "SELECT count(*) FROM route_park WHERE until IS NULL"
+            ).fetchone()[0]
+
+        # Generous for a loaded machine: claimed behind the burst, the first ones waited for
+        # thousands of takes that each parked one execution.
+        assert max(pickups) < 1.0, pickups
+        assert limited.most <= 2
+        assert parked > BURST / 2  # the burst waits parked, not due ahead of other work
+
+
 def test_sigkill__the_dead_workers_places_come_back_within_one_lease(
     process_env, runtime_conn, tmp_path
 ):

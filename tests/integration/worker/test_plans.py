@@ -509,3 +509,91 @@ def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
                 assert top["Actual Rows"] == 9  # 5 asked, 4 more for the locks' SKIP LOCKED
         finally:
             owner.execute("TRUNCATE route_park")
+
+
+# Finished history: n executions of one request each, each with its checkpoint and the park it
+# left (parks of executions that moved on stay until purgehistory).
+_FINISHED_WITH_PARKS = """
+WITH r AS (
+    INSERT INTO request (id, flow_id, owner, scope, data, state, revision, version)
+    SELECT gen_random_uuid(), %(flow_id)s, 'alice', 'tenant-h', '{}', 'DONE', 3, 3
+      FROM generate_series(1, %(n)s)
+    RETURNING id
+),
+x AS (
+    INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_revision,
+                           attempts, fencing_token, actor_snapshot, finished_at)
+    SELECT gen_random_uuid(), r.id, %(flow_id)s, 'go', 'SUCCEEDED', 2, 1, 1, '{}',
+           clock_timestamp()
+      FROM r
+    RETURNING id
+),
+c AS (
+    INSERT INTO action_execution (execution_id, action_id, sequence, capability,
+                                  capability_version, effect, status, input_hash, external_key,
+                                  attempt, fencing_token)
+    SELECT x.id, 'a', 0, 'NO_OP', 1, 'READ_ONLY', 'SUCCEEDED', 'h', x.id::text || ':a', 1, 1
+      FROM x
+)
+INSERT INTO route_park (execution_id, route, action_id, fencing_token, until, parked_at, scope)
+SELECT x.id, 'p.lim@1', 'a', 0, NULL, clock_timestamp(), 'tenant-h' FROM x
+"""
+PEERS_HISTORY = 5_000  # finished executions, and then due ones
+_PEERS_INDEXES = {
+    "execution_claim_idx",
+    "execution_pkey",
+    "action_execution_action_uniq",
+    "route_park_pkey",
+}
+
+
+def test_park_peers__read_a_bounded_number_of_rows_whatever_the_backlog(
+    conn, make_flow, runtime_dsn, migration_dsn
+):
+    """The peers a full route's take parks beside its own (route_park_peers, migration 0022)
+    against a backlog of 5,000 due executions of its flow after as much finished history (each
+    with a checkpoint and a park left), with statistics of empty tables and again with fresh
+    ones: no table scanned whole, the due rows read from execution_claim_idx in claim order, at
+    most PEERS_AHEAD of them, each peer's checkpoints and park looked up by key."""
+    peers = importlib.import_module("executions.migrations.0022_route_park_peers")
+    statement = (
+        peers.PEERS_QUERY.replace("p_parked_at", "%(parked_at)s::timestamptz")
+        .replace("p_flow", "%(flow)s::bigint")
+        .replace("p_transition", "%(transition)s")
+    )
+    flow_id = make_flow([action("a", "NO_OP")])
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute("ANALYZE request, execution, action_execution, route_park")
+        owner.execute(_FINISHED_WITH_PARKS, {"flow_id": flow_id, "n": PEERS_HISTORY})
+        owner.execute(
+            _TENANT_BACKLOG, {"flow_id": flow_id, "scope": "tenant-a", "n": PEERS_HISTORY}
+        )
+        params = {
+            "parked_at": datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1),
+            "flow": flow_id,
+            "transition": "go",
+        }
+        for statistics in ("of empty tables", "fresh"):
+            if statistics == "fresh":
+                owner.execute("ANALYZE request, execution, action_execution, route_park")
+            with psycopg.connect(runtime_dsn, autocommit=True) as taker:
+                _worker_session(taker)
+                taker.execute("SET enable_sort = off")  # as route_park_peers runs
+                nodes = _generic_plan(taker, statement, params, analyse=True)
+            whole = [n for n in nodes if n["Node Type"] == "Seq Scan"]
+            assert whole == [], (statistics, [n.get("Relation Name") for n in whole])
+            indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+            assert indexes <= _PEERS_INDEXES, indexes
+            assert "execution_claim_idx" in indexes, indexes
+            assert not [n for n in nodes if n["Node Type"] == "Sort"], statistics
+            read = sum(
+                (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+                for n in nodes
+                if n.get("Relation Name") == "execution" and "Index Name" in n
+            )
+            assert read <= 2 * peers.PEERS_AHEAD + 10, [
+                (n["Node Type"], n.get("Index Name"), n["Actual Rows"], n["Actual Loops"])
+                for n in nodes
+            ]
+            (rows,) = [n for n in nodes if n["Node Type"] == "LockRows"]
+            assert rows["Actual Rows"] == peers.PEERS_AHEAD

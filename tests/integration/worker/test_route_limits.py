@@ -270,6 +270,82 @@ def test_tenant_order__the_handoff_and_the_wake_take_the_lowest_rank_within_its_
     assert parked_row(conn, a2.execution_id) == ("a", ROUTE, None)  # still waits
 
 
+_PARK_STATE = """
+SELECT e.status, e.next_attempt_at > clock_timestamp() + interval '5 minutes', e.attempts,
+       e.fencing_token, p.action_id, p.route, p.until, p.fencing_token = e.fencing_token
+  FROM execution AS e LEFT JOIN route_park AS p ON p.execution_id = e.id
+ WHERE e.id = %s
+"""
+
+
+def test_take__full__parks_the_due_fresh_executions_of_its_flow_beside_it_in_one_statement(
+    conn, make_flow, runtime_dsn
+):
+    """Until parked, a held-back backlog is due work older than any other route's: the take
+    that parks one parks the others of its flow and transition too (migration 0022), with no
+    attempt and no token spent, so the next claim takes the other route's work at once."""
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow, other_flow = make_flow([action("a", "p.lim")]), make_flow([action("b", "NO_OP")])
+    holder_accepted = enqueue(conn, flow)
+    backlog = [enqueue(conn, flow).execution_id for _ in range(5)]
+    other = enqueue(conn, other_flow).execution_id
+    (holder,) = claim(conn, "w0", lease_seconds=30)
+    assert holder.execution_id == holder_accepted.execution_id
+    first = _take(conn, holder, route)
+    assert first.granted
+    (held_back,) = claim(conn, "w1", lease_seconds=30)
+    assert held_back.execution_id == backlog[0]
+
+    assert not _take(conn, held_back, route).granted
+
+    for execution_id in backlog:
+        status, not_due, attempts, token, *park, matches = conn.execute(
+            _PARK_STATE, [execution_id]
+        ).fetchone()
+        assert (status, not_due, park, matches) == ("PENDING", True, ["a", ROUTE, None], True)
+        if execution_id != held_back.execution_id:  # never claimed: nothing spent
+            assert (attempts, token) == (0, 0)
+    (claimed,) = claim(conn, "w2", lease_seconds=30)  # the other route's, at once
+    assert claimed.execution_id == other
+    assert claim(conn, "w2", lease_seconds=30) == []
+    # The place goes to them in claim order, the one the take parked first.
+    passed = run_sync(
+        conn,
+        execution_claim_passed(owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30),
+    )
+    assert [d.execution_id for d in passed] == [backlog[0]]
+    passed = run_sync(
+        conn,
+        execution_claim_passed(
+            owner="w0", route=ROUTE, call_id=passed[0].place.call_id, lease_seconds=30
+        ),
+    )
+    assert [d.execution_id for d in passed] == [backlog[1]]
+    assert _in_flight(conn) == 1
+
+
+def test_take__paused__parks_the_due_fresh_executions_of_its_flow_until_the_pause_ends(
+    conn, make_flow, runtime_dsn
+):
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=5))
+    route = reg.resolve("p.lim", 1).route
+    flow, other_flow = make_flow([action("a", "p.lim")]), make_flow([action("x", "NO_OP")])
+    backlog = [enqueue(conn, flow).execution_id for _ in range(3)]
+    elsewhere = enqueue(conn, other_flow).execution_id
+    until = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    route_operator_pause(route=ROUTE, until=until, actor="admin:ops", reason="incident")
+    (held_back,) = claim(conn, "w1", lease_seconds=30)
+
+    assert not _take(conn, held_back, route).granted
+
+    for execution_id in backlog:
+        assert parked_row(conn, execution_id) == ("a", ROUTE, until)
+        assert execution_row(conn, execution_id)["next_attempt_at"] == until
+    assert parked_row(conn, elsewhere) is None
+    assert route_operator_pause(route=ROUTE, until=None, actor="admin:ops", reason="over") == 3
+
+
 def test_handoff__nothing_parked__the_call_ends_and_nothing_is_claimed(
     conn, make_flow, runtime_dsn
 ):
