@@ -19,17 +19,17 @@ Invariants:
   and a poll every POLL_SECONDS for the rest (other runworkers' runs, a lost notification, a
   worker that cannot LISTEN). Wake-ups close together share one claim (CLAIM_SPACING_SECONDS);
 - results of concurrent attempts share one statement (executions/worker/groupcommit.py);
-- stopping: a claim still waiting for a connection (the database may be gone) is dropped at
-  once, and attempts in flight get STOP_GRACE_SECONDS, so the worker's exit waits on neither.
+- no wake-up per event: an attempt's end wakes the loop only when it frees the one slot a full
+  loop waits for; every wait is on events (a poke, a free slot, `stop`) or the poll's deadline;
+- stopping (`stop`, from any thread): a claim still waiting for a connection (the database may
+  be gone) is dropped at once, and attempts in flight get STOP_GRACE_SECONDS, so the worker's
+  exit waits on neither.
 """
 
 import asyncio
 import contextlib
-import datetime
-import json
 import logging
 import random
-import threading
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
@@ -37,7 +37,6 @@ from typing import Any, TypeVar
 
 import aiohttp
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
@@ -50,7 +49,7 @@ from .signing import signature_header
 
 logger = logging.getLogger("executions.webhooks")
 
-WAKE_CHECK_SECONDS = 0.25  # seconds: longest a wait goes without checking for shutdown
+CANCEL_WAIT_SECONDS = 0.25  # seconds a claim given up at stop gets to end its cancellation
 ERROR_BACKOFF_SECONDS = 1.0  # seconds after a database error before claiming again
 CLAIM_SPACING_SECONDS = 0.02  # seconds between claims that found less than they asked for
 STOP_GRACE_SECONDS = 2.0  # seconds in-flight attempts get at shutdown (then: due again later)
@@ -58,7 +57,7 @@ STOP_GRACE_SECONDS = 2.0  # seconds in-flight attempts get at shutdown (then: du
 Value = TypeVar("Value")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """One claimed delivery, as WEBHOOK_DELIVERIES_CLAIM returns it."""
 
@@ -66,9 +65,7 @@ class Claimed:
     claim_token: int
     attempts: int
     event_id: Any
-    type: str
-    created_at: datetime.datetime
-    data: Any
+    body: str  # the event as JSON: {id, type, createdAt, data}, the same for every attempt
     url: str
     secret: str
     previous_secret: str | None
@@ -99,12 +96,8 @@ def deliveries_claim(*, limit: int, hold_seconds: float) -> Plan[list[Claimed]]:
 
 
 def _claim(limit: int, hold_seconds: float) -> Steps[list[Claimed]]:
-    rows = yield Query(
-        sql.WEBHOOK_DELIVERIES_CLAIM,
-        {"limit": limit, "hold_seconds": hold_seconds},
-        row_factory=dict_row,
-    )
-    return [Claimed(**row) for row in rows]
+    rows = yield Query(sql.WEBHOOK_DELIVERIES_CLAIM, {"limit": limit, "hold_seconds": hold_seconds})
+    return [Claimed(*row) for row in rows]
 
 
 def deliveries_record(*, results: Sequence[Result], max_age_seconds: float) -> Plan[dict[int, str]]:
@@ -116,7 +109,11 @@ def deliveries_record(*, results: Sequence[Result], max_age_seconds: float) -> P
 def _record(results: Sequence[Result], max_age_seconds: float) -> Steps[dict[int, str]]:
     rows = yield Query(
         sql.WEBHOOK_DELIVERIES_RECORD,
-        {"items": Jsonb([r.row() for r in results]), "max_age_seconds": max_age_seconds},
+        {
+            # In id order: the statement locks the deliveries in the order of its items.
+            "items": Jsonb([r.row() for r in sorted(results, key=lambda r: r.id)]),
+            "max_age_seconds": max_age_seconds,
+        },
     )
     return {row[0]: row[1] for row in rows}
 
@@ -124,13 +121,6 @@ def _record(results: Sequence[Result], max_age_seconds: float) -> Steps[dict[int
 def _subscribed() -> Steps[bool]:
     row = yield Query(sql.WEBHOOK_SUBSCRIBED, fetch="one")
     return bool(row and row[0])
-
-
-def event_body(claimed: Claimed) -> bytes:
-    """The body every attempt of this event sends: {id, type, createdAt, data}."""
-    created = claimed.created_at.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
-    event = {"id": str(claimed.event_id), "type": claimed.type, "createdAt": created}
-    return json.dumps({**event, "data": claimed.data}, separators=(",", ":")).encode()
 
 
 def retry_delay(*, attempts: int, base_seconds: float, rng: random.Random) -> float:
@@ -173,7 +163,9 @@ class WebhookDeliverer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._due = False  # a poke, or a full claim: claim at the next chance
         self.subscribed = False  # whether any subscription exists, as of the last poll
-        self._changed: asyncio.Event | None = None  # a poke, or a slot came free
+        self._changed: asyncio.Event | None = None  # a poke, a slot came free, or a stop
+        self._stopping: asyncio.Event | None = None  # set by `stop`, on the loop's thread
+        self._stop_requested = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poll_at = 0.0  # monotonic time of the next poll (the first: at once)
 
@@ -192,25 +184,42 @@ class WebhookDeliverer:
         self.subscribed = True
         self.poke()
 
-    async def run(self, stop: threading.Event) -> None:
-        self._loop = asyncio.get_running_loop()
+    def stop(self) -> None:
+        """Stop `run` (from any thread): a claim still waiting for a connection is dropped at
+        once, attempts in flight get STOP_GRACE_SECONDS."""
+        self._stop_requested = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop_now)
+
+    def _stop_now(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._changed is not None:
+            self._changed.set()
+
+    async def run(self) -> None:
+        """Until `stop` is called."""
         self._changed = asyncio.Event()
+        self._stopping = stopping = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if self._stop_requested:  # stopped before it started
+            stopping.set()
         try:
-            while not stop.is_set():
-                polled = await self._wait(stop)
-                if stop.is_set():
+            while not stopping.is_set():
+                polled = await self._wait()
+                if stopping.is_set():
                     break
                 self._due = False
                 try:
                     if polled:
-                        self.subscribed = await _unless_stopped(
-                            stop, on(self.borrow, Plan(_subscribed()))
+                        self.subscribed = await self._unless_stopped(
+                            on(self.borrow, Plan(_subscribed()))
                         )
                     if not self.subscribed:
                         continue
                     limit = min(CLAIM_BATCH, self.concurrency - len(self._tasks))
-                    claimed = await _unless_stopped(
-                        stop,
+                    claimed = await self._unless_stopped(
                         on(
                             self.borrow,
                             deliveries_claim(limit=limit, hold_seconds=self.config.hold_seconds),
@@ -220,7 +229,7 @@ class WebhookDeliverer:
                     break
                 except (psycopg.Error, PoolTimeout) as exc:
                     logger.warning("webhook claim failed", extra={"detail": str(exc)[:200]})
-                    await _wait_stop(stop, ERROR_BACKOFF_SECONDS)
+                    await self._sleep(ERROR_BACKOFF_SECONDS)
                     continue
                 self.claims += 1
                 for item in claimed:
@@ -231,22 +240,24 @@ class WebhookDeliverer:
                     self._due = True  # a full claim: more is probably due
                 else:
                     # Pokes close together share one claim: at most one per CLAIM_SPACING.
-                    await _wait_stop(stop, CLAIM_SPACING_SECONDS)
+                    await self._sleep(CLAIM_SPACING_SECONDS)
         finally:
             await self._shutdown()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if self._changed is not None:
+        # Only the slot that ends a full house wakes the loop: it waits for room then, and for
+        # nothing an attempt's end changes otherwise (no wake-up per delivered event).
+        if self._changed is not None and len(self._tasks) == self.concurrency - 1:
             self._changed.set()
 
-    async def _wait(self, stop: threading.Event) -> bool:
+    async def _wait(self) -> bool:
         """Until there is room for another attempt and something may be due (a poke, a full
-        claim before, or the poll's time: then True)."""
-        changed = self._changed
-        if changed is None:  # run() sets it before its first wait
+        claim before, or the poll's time: then True), or `stop`. Woken by events only."""
+        changed, stopping = self._changed, self._stopping
+        if changed is None or stopping is None:  # run() sets them before its first wait
             return True
-        while not stop.is_set():
+        while not stopping.is_set():
             room = len(self._tasks) < self.concurrency
             now = time.monotonic()
             if room and now >= self._poll_at:
@@ -254,16 +265,47 @@ class WebhookDeliverer:
                 return True
             if room and self._due:
                 return False
-            deadline = self._poll_at
             changed.clear()
-            wait = min(WAKE_CHECK_SECONDS, deadline - now) if room else WAKE_CHECK_SECONDS
+            if not room:  # a slot coming free sets `changed`
+                await changed.wait()
+                continue
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(wait, 0.001)):
+                async with asyncio.timeout(max(self._poll_at - now, 0.001)):
                     await changed.wait()
         return False
 
+    async def _sleep(self, seconds: float) -> None:
+        """`seconds`, or until `stop`."""
+        if self._stopping is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    async def _unless_stopped(self, step: Coroutine[Any, Any, Value]) -> Value:
+        """`step`'s result, unless `stop` comes first: then it is cancelled and `_Stopped`
+        raised. A claim waiting for a shared connection (the database may be gone) never holds
+        up the worker's exit; one cancelled after it committed leaves its deliveries PENDING
+        under their hold, sent again once it passes (at least once)."""
+        stopping = self._stopping
+        task = asyncio.ensure_future(step)
+        if stopping is None:
+            return await task
+        stopped = asyncio.ensure_future(stopping.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        task.add_done_callback(_dropped)
+        # Bounded: a statement's cancel request may meet no server (psycopg tries for 5 s).
+        await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
+        raise _Stopped
+
     async def _deliver(self, claimed: Claimed) -> None:
-        body = event_body(claimed)
+        body = claimed.body.encode()
         secrets = [claimed.secret, *([claimed.previous_secret] if claimed.previous_secret else [])]
         headers = {
             "Orquestador-Event-Id": str(claimed.event_id),
@@ -315,30 +357,7 @@ class _Stopped(Exception):
     """The loop was told to stop while a statement of its own waited (its claim is dropped)."""
 
 
-async def _unless_stopped(stop: threading.Event, step: Coroutine[Any, Any, Value]) -> Value:
-    """`step`'s result, unless `stop` is set first: then it is cancelled and `_Stopped` raised.
-    A claim waiting for a shared connection (the database may be gone) never holds up the
-    worker's exit; one cancelled after it committed leaves its deliveries PENDING under their
-    hold, sent again once it passes (at least once)."""
-    task = asyncio.ensure_future(step)
-    while not task.done():
-        if stop.is_set():
-            task.cancel()
-            task.add_done_callback(_dropped)
-            # Bounded: a statement's cancel request may meet no server (psycopg tries for 5 s).
-            await asyncio.wait({task}, timeout=WAKE_CHECK_SECONDS)
-            raise _Stopped
-        await asyncio.wait({task}, timeout=WAKE_CHECK_SECONDS)
-    return task.result()
-
-
 def _dropped(task: asyncio.Future[Any]) -> None:
     """A step given up at stop: its outcome, whatever it is, is not wanted."""
     if not task.cancelled():
         task.exception()
-
-
-async def _wait_stop(stop: threading.Event, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not stop.is_set() and time.monotonic() < deadline:
-        await asyncio.sleep(min(WAKE_CHECK_SECONDS, deadline - time.monotonic()))

@@ -4,7 +4,6 @@ stopped (in-flight attempts given a grace period) when the scheduler returns."""
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator
 
 from ..worker.runtime import LocalWorkerRuntime
@@ -25,12 +24,11 @@ async def webhook_delivery(
         borrow=lambda: runtime.borrow(timeout=BORROW_TIMEOUT_SECONDS),
         config=webhook_config(),
     )
-    stop = threading.Event()
     scheduler.after_run = deliverer.poke
     scheduler.webhooks_notified = deliverer.notified
-    task = asyncio.get_running_loop().create_task(deliverer.run(stop), name="webhook-delivery")
+    task = asyncio.get_running_loop().create_task(deliverer.run(), name="webhook-delivery")
     try:
         yield deliverer
     finally:
-        stop.set()
+        deliverer.stop()
         await task

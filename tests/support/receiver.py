@@ -99,7 +99,6 @@ def delivering(
 ) -> Iterator[WebhookDeliverer]:
     """The delivery loop running on a loop in a thread, on two pooled runtime-role
     connections, until the block ends."""
-    stop = threading.Event()
     box: dict[str, Any] = {}
     started = threading.Event()
 
@@ -113,7 +112,7 @@ def delivering(
             box["deliverer"] = deliverer
             box["loop"] = asyncio.get_running_loop()
             started.set()
-            await deliverer.run(stop)
+            await deliverer.run()
 
     def target() -> None:
         try:
@@ -130,7 +129,8 @@ def delivering(
     try:
         yield box["deliverer"]
     finally:
-        stop.set()
+        if "deliverer" in box:
+            box["deliverer"].stop()
         thread.join(15)
         if "error" in box:
             raise box["error"]

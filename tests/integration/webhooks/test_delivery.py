@@ -6,7 +6,6 @@ import asyncio
 import datetime
 import random
 import socket
-import threading
 import time
 from typing import Any
 
@@ -341,11 +340,10 @@ def test_delivery__stops_at_once_while_its_claim_waits_for_a_connection():
 
         try:
             deliverer = WebhookDeliverer(borrow=borrow, config=TEST_CONFIG)
-            stop = threading.Event()
-            task = asyncio.create_task(deliverer.run(stop))
+            task = asyncio.create_task(deliverer.run())
             async with asyncio.timeout(5):
                 await borrowing.wait()
-            stop.set()
+            deliverer.stop()
             started = time.monotonic()
             async with asyncio.timeout(5):
                 await task

@@ -1,0 +1,102 @@
+"""Plans of the delivery loop's claim and results: key lookups and index walks whatever the
+statistics (docs/adr/0009). The outbox tables are analysed while empty, then hold hundreds of
+settled deliveries and a few due ones; with a worker connection's session settings, neither
+statement reads a delivery, an event or a subscription but through an index condition."""
+
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from executions import sql
+from executions.worker.pooling import PoolingConfig
+
+from .conftest import end, subscribe
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SETTLED = 300  # delivered after the tables were analysed
+DUE = 20
+
+TABLES = ("webhook_delivery", "webhook_event", "webhook_subscription")
+
+
+def _nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def _plan(conn: psycopg.Connection, statement: str, params: dict) -> list[dict]:
+    (row,) = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
+    document = row if isinstance(row, list) else json.loads(row)
+    return list(_nodes(document[0]["Plan"]))
+
+
+@pytest.fixture
+def stale_outbox(runtime_conn, migration_dsn, accepted):
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute("ANALYZE webhook_delivery, webhook_event, webhook_subscription")
+    subscribe("https://hooks.example.com/a")
+    for _ in range(SETTLED + DUE):
+        end(runtime_conn, accepted(), "SUCCEEDED")
+    runtime_conn.execute(
+        "UPDATE webhook_delivery SET status = 'DELIVERED' WHERE id IN"
+        " (SELECT id FROM webhook_delivery ORDER BY id LIMIT %s)",
+        [SETTLED],
+    )
+    return runtime_conn
+
+
+def _assert_by_index_conditions(nodes: list[dict]) -> None:
+    for node in nodes:
+        relation = node.get("Relation Name")
+        if relation not in TABLES:
+            continue
+        kind = node["Node Type"]
+        assert kind in ("Index Scan", "Index Only Scan", "Bitmap Heap Scan", "ModifyTable"), node
+        if kind in ("Index Scan", "Index Only Scan"):
+            # A lookup or a bounded walk (the due index, up to the statement's start), never a
+            # walk of a whole index.
+            assert "Index Cond" in node, node
+    bitmap_indexes = [n for n in nodes if n["Node Type"] == "Bitmap Index Scan"]
+    assert all("Index Cond" in n for n in bitmap_indexes), bitmap_indexes
+
+
+def test_claim__reads_every_event_and_subscription_by_its_key(stale_outbox, runtime_dsn):
+    with psycopg.connect(runtime_dsn, autocommit=True) as worker:
+        for statement in PoolingConfig().session_statements(claims=False):
+            worker.execute(statement)
+        nodes = _plan(worker, sql.WEBHOOK_DELIVERIES_CLAIM, {"limit": 50, "hold_seconds": 15.0})
+    _assert_by_index_conditions(nodes)
+    events = [n for n in nodes if n.get("Relation Name") == "webhook_event"]
+    assert events and all(n.get("Index Name") == "webhook_event_pkey" for n in events)
+
+
+def test_record__looks_up_each_delivery_by_its_key(stale_outbox, runtime_dsn):
+    ids = [
+        row[0]
+        for row in stale_outbox.execute(
+            "SELECT id FROM webhook_delivery WHERE status = 'PENDING' ORDER BY id"
+        ).fetchall()
+    ]
+    items = [
+        {"id": i, "token": 1, "delivered": True, "code": 200, "error": None, "body": "ok"}
+        | {"delay": 0.0}
+        for i in ids
+    ]
+    with psycopg.connect(runtime_dsn, autocommit=True) as worker:
+        for statement in PoolingConfig().session_statements(claims=False):
+            worker.execute(statement)
+        nodes = _plan(
+            worker,
+            sql.WEBHOOK_DELIVERIES_RECORD,
+            {"items": Jsonb(items), "max_age_seconds": 3600.0},
+        )
+    _assert_by_index_conditions(nodes)
+    deliveries = [
+        n for n in nodes if n.get("Relation Name") == "webhook_delivery" and "Index Name" in n
+    ]
+    assert deliveries and all(n["Index Name"] == "webhook_delivery_pkey" for n in deliveries)
