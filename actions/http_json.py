@@ -43,6 +43,8 @@ METHODS = ("POST", "PUT", "PATCH")
 OFF_LOOP_JSON_BYTES = 16 * 1024  # bytes of an answer from which it is parsed in a thread (ADR 16)
 
 logger = logging.getLogger(__name__)
+# Built once: json.dumps with a non-default option builds an encoder per call.
+_encode_body = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def parse_json_object(body: bytes) -> dict[str, Any] | None:
@@ -91,7 +93,7 @@ class HttpJsonAdapter:
             return outcomes.permanent(
                 f"{exc}; nothing was sent", code=errors.INTEGRATION_UNAVAILABLE
             )
-        body = json.dumps(ctx.input, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        body = _encode_body(ctx.input).encode("utf-8")
         try:
             reply = await exchange(
                 method=options["method"],

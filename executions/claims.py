@@ -25,9 +25,11 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
+# Django's: no lock taken on first access, as functools' takes one before Python 3.12 (three
+# per execution, on the worker's hot path).
+from django.utils.functional import cached_property
 from psycopg.rows import kwargs_row, scalar_row
 
 from orquestador.tracing import trace_id_of

@@ -2,9 +2,10 @@
 `trace_id` and `span_id` of the current span when tracing is on (orquestador/tracing.py).
 
 Formatting is on the worker's hot path at the default level (a few lines per execution), so the
-encoder is built once and the timestamp's seconds are formatted once per second; in the worker
-(`lean_records`) each record is also made lean: nothing gathered that no line carries, and the
-formatter finds the event's context without walking every standard attribute."""
+encoder is built once, the timestamp's seconds are formatted once per second and a record's
+event context (its attributes past a LogRecord's own) is found by the names it has, once per
+set of names; in the worker (`lean_records`) each record is also made lean: nothing gathered
+that no line carries."""
 
 import functools
 import json
@@ -18,33 +19,31 @@ from . import tracing
 
 # Attributes every LogRecord has; anything else passed through `extra=` is event context.
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
-# What json.dumps(line, default=str, separators=(",", ":")) does, without its Python layers:
-# the C encoder made for each line as JSONEncoder.encode makes it (with its own markers, so a
-# circular value fails as it did), minus encode's and iterencode's frames.
+# What json.dumps(line, default=str, separators=(",", ":")) does, without its Python layers: one
+# C encoder made once, without the markers of a circular check (a circular value recurses to a
+# RecursionError, and is then encoded again by json.dumps's own layers, which fail it as before).
 _c_encoder = json.encoder.c_make_encoder  # type: ignore[attr-defined]
-_encode_text = json.encoder.encode_basestring_ascii
+_encode_fast = (
+    None
+    if _c_encoder is None  # an interpreter without the C accelerator
+    else _c_encoder(
+        None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+)
 _encode_slow = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
-
-def _encode(line: dict[str, Any]) -> str:
-    if _c_encoder is None:  # an interpreter without the C accelerator
-        return _encode_slow(line)
-    return "".join(_c_encoder({}, str, _encode_text, None, ":", ",", False, False, True)(line, 0))
-
-
-# The extras of lean records by the names they come with (a log call site passes the same names
-# each time): which of them are event context. Bounded; cleared whole when full.
+# Which attributes of a record are event context, by the names the record has (a log call site
+# passes the same extras each time, so its records have the same names in the same order).
+# Bounded; cleared whole when full.
 _EXTRAS_CACHE_SIZE = 1024
 _extras_kept: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def _kept(names: tuple[str, ...]) -> tuple[str, ...]:
-    kept = _extras_kept.get(names)
-    if kept is None:
-        kept = tuple(n for n in names if n not in _STANDARD and not n.startswith("_"))
-        if len(_extras_kept) >= _EXTRAS_CACHE_SIZE:
-            _extras_kept.clear()
-        _extras_kept[names] = kept
+    kept = tuple(n for n in names if n not in _STANDARD and not n.startswith("_"))
+    if len(_extras_kept) >= _EXTRAS_CACHE_SIZE:
+        _extras_kept.clear()
+    _extras_kept[names] = kept
     return kept
 
 
@@ -55,41 +54,40 @@ class JsonFormatter(logging.Formatter):
     _second: tuple[int, str] = (-1, "")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {
-            "ts": f"{self._seconds(record.created)}.{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "event": record.getMessage(),
-            **tracing.log_fields(),  # the record's own trace_id (its execution's) comes after
-        }
-        attributes = record.__dict__
-        if type(record) is _LeanRecord:
-            # Its standard attributes come first, in a known number: what follows them is the
-            # `extra=` fields (and `message`, `asctime` if another formatter set them).
-            if len(attributes) > _LEAN_SIZE:
-                tail = dict(list(attributes.items())[_LEAN_SIZE:])
-                names = tuple(tail)
-                kept = _kept(names)
-                if kept == names:
-                    line.update(tail)
-                else:
-                    line.update((name, tail[name]) for name in kept)
-        else:
-            for key, value in attributes.items():
-                if key not in _STANDARD and not key.startswith("_"):
-                    line[key] = value
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
-        return _encode(line)
-
-    def _seconds(self, created: float) -> str:
-        """`created` to the second, as UTC text; formatted once per second."""
-        second = int(created)
+        # Lines are made on the worker's hot path: the steps are inline, not calls.
+        second = int(record.created)
         cached = self._second
-        if cached[0] != second:
+        if cached[0] != second:  # the seconds' text, formatted once per second
             text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             cached = self._second = (second, text)
-        return cached[1]
+        message = record.msg
+        if record.args or type(message) is not str:
+            message = record.getMessage()
+        line = {
+            "ts": f"{cached[1]}.{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "event": message,
+        }
+        fields = tracing.log_fields()  # the record's own trace_id (its execution's) comes after
+        if fields:
+            line.update(fields)
+        # Every record alike, lean or not: the attributes that are not a LogRecord's own.
+        attributes = record.__dict__
+        names = tuple(attributes)
+        kept = _extras_kept.get(names)
+        if kept is None:
+            kept = _kept(names)
+        for name in kept:
+            line[name] = attributes[name]
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        if _encode_fast is None:
+            return _encode_slow(line)
+        try:
+            return "".join(_encode_fast(line, 0))
+        except RecursionError:  # a circular value (or a deep stack): as json.dumps has it
+            return _encode_slow(line)
 
 
 @functools.lru_cache(maxsize=256)
@@ -145,16 +143,23 @@ class _LeanRecord(logging.LogRecord):
         self.process = None
 
 
-_LEAN_SIZE = len(vars(_LeanRecord("", logging.INFO, "", 0, "", (), None)))
-
-
 class LineHandler(logging.StreamHandler):
-    """A StreamHandler that writes and flushes each line under the lock `handle` already holds:
-    the same line and the same single write, without `flush` taking that lock once more."""
+    """A StreamHandler that writes and flushes each line in one write, under its lock: the same
+    line and the same single write, without `flush` taking that lock once more, and, on a
+    handler without filters, without the frames of `Handler.handle` around it (filter, acquire,
+    emit, format, release: a few lines per execution at INFO)."""
+
+    def handle(self, record: logging.LogRecord) -> Any:
+        if self.filters:
+            return super().handle(record)
+        with self.lock:  # type: ignore[union-attr]  # made by createLock, never None
+            self.emit(record)
+        return True
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            line = self.format(record)
+            formatter = self.formatter
+            line = formatter.format(record) if formatter is not None else self.format(record)
             stream = self.stream
             stream.write(line + self.terminator)
             stream.flush()

@@ -153,3 +153,37 @@ def test_line_handler__one_write_per_line_and_a_failure_handled():
     assert [json.loads(w)["token"] for w in stream.writes] == [1, 2]
     assert all(w.endswith("}\n") for w in stream.writes)
     assert handled == [failing]
+
+
+def test_format__a_circular_value_fails_as_json_dumps_does():
+    formatter = jsonlog.JsonFormatter()
+    loop: dict = {}
+    loop["self"] = loop
+
+    with pytest.raises(ValueError, match="Circular reference"):
+        formatter.format(_record(created=1_796_174_453.0, where=loop))
+    # The encoder is not left half-way: the next line is whole.
+    assert json.loads(formatter.format(_record(created=1_796_174_453.0, token=3)))["token"] == 3
+
+
+def test_format__records_of_other_names_each_keep_their_own_extras():
+    formatter = jsonlog.JsonFormatter()
+    first = json.loads(formatter.format(_record(created=1_796_174_453.0, token=1, attempt=2)))
+    second = json.loads(formatter.format(_record(created=1_796_174_453.0, attempt=3)))
+    made = logging.makeLogRecord({"msg": "m", "created": 1_796_174_453.0, "msecs": 0.0, "k": 1})
+
+    assert (first["token"], first["attempt"]) == (1, 2)
+    assert "token" not in second and second["attempt"] == 3
+    assert json.loads(formatter.format(made))["k"] == 1
+
+
+def test_line_handler__a_filter_still_decides():
+    stream = io.StringIO()
+    handler = jsonlog.LineHandler(stream)
+    handler.setFormatter(jsonlog.JsonFormatter())
+    handler.addFilter(lambda record: getattr(record, "token", None) != 2)
+
+    for token in (1, 2, 3):
+        handler.handle(_record(created=1_796_174_453.5, token=token))
+
+    assert [json.loads(line)["token"] for line in stream.getvalue().splitlines()] == [1, 3]
