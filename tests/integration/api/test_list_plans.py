@@ -216,9 +216,9 @@ def test_time_filter__a_page_past_the_recent_rows_reads_the_index_not_the_tenant
     api, filled, path, query, index
 ):
     """Ordered by creation and filtered by a later time, with statistics that take the filter
-    to keep half of the tenant (a busy tenant's recent rows): the tenant's 30 rows of the last ten minutes are one page,
-    which must not walk the tenant's 1,000 rows by creation to find there is no 31st (as it
-    did when the filter only followed that walk)."""
+    to keep half of the tenant (a busy tenant's recent rows): the tenant's 30 rows of the last
+    ten minutes are one page, which must not walk the tenant's 1,000 rows by creation to find
+    there is no 31st (as it did when the filter only followed that walk)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM flow WHERE key = 'single'")
         cursor.execute(FILL_BUSY, {"flow": cursor.fetchone()[0], "n": 20_000})
