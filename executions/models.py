@@ -171,7 +171,8 @@ class Request(models.Model):
             ),
             # The list's access paths (GET /api/v1/requests, newest first by created_at, id): the
             # owner's, the tenant's, and the tenant's by state, by flow version, blocked only,
-            # and by last change (docs/api.md#lists).
+            # and by last change, carrying the keyset and the owner so that a page of
+            # updatedAfter picks its ids from the index alone (docs/api.md#lists).
             models.Index(fields=_listed("scope", "owner"), name="request_owner_list_idx"),
             models.Index(fields=_listed("scope"), name="request_tenant_list_idx"),
             models.Index(fields=_listed("scope", "state"), name="request_state_list_idx"),
@@ -181,7 +182,11 @@ class Request(models.Model):
                 name="request_blocked_list_idx",
                 condition=Q(blocked_by__isnull=False),
             ),
-            models.Index(fields=["scope", "updated_at"], name="request_updated_list_idx"),
+            models.Index(
+                fields=["scope", "updated_at", "created_at", "id"],
+                name="request_updated_at_list_idx",
+                include=["owner"],
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(revision__gte=1), name="request_revision_positive"),
@@ -304,7 +309,8 @@ class Execution(models.Model):
             models.Index(fields=["request", "created_at"], name="execution_request_idx"),
             # The list's access paths (GET /api/v1/executions, newest first by created_at, id):
             # the owner's, the tenant's, and the tenant's by status, by error code (failures
-            # only) and by finish time (finished only); by request: execution_request_idx.
+            # only) and by finish time (finished only; with the keyset and the owner, as the
+            # requests' by last change); by request: execution_request_idx.
             models.Index(fields=_listed("scope", "owner"), name="execution_owner_list_idx"),
             models.Index(fields=_listed("scope"), name="execution_tenant_list_idx"),
             models.Index(fields=_listed("scope", "status"), name="execution_status_list_idx"),
@@ -314,8 +320,9 @@ class Execution(models.Model):
                 condition=Q(error_code__isnull=False),
             ),
             models.Index(
-                fields=["scope", "finished_at"],
-                name="execution_finished_list_idx",
+                fields=["scope", "finished_at", "created_at", "id"],
+                name="execution_finished_at_list_idx",
+                include=["owner"],
                 condition=Q(finished_at__isnull=False),
             ),
             models.Index(

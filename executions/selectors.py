@@ -200,7 +200,8 @@ def request_list(
     flowKey, state, blocked, createdAfter, createdBefore, updatedAfter), with their flows.
 
     flowKey is resolved to its versions' ids first (one statement on the small flow table), so
-    the page's own statement walks request_flow_list_idx by equality."""
+    the page's own statement walks request_flow_list_idx by equality. With updatedAfter, the
+    page's ids are picked first (`sql.REQUEST_PAGE_BY_TIME`, see there why)."""
     names, params = _filtered(filters, ("state", "createdAfter", "createdBefore", "updatedAfter"))
     if "blocked" in filters:
         names.append("blocked=true" if filters["blocked"] else "blocked=false")
@@ -217,7 +218,7 @@ def request_list(
             names.append("flowKey=any")
             params["flow_ids"] = flow_ids
     return _page(
-        sql.REQUEST_PAGE,
+        sql.REQUEST_PAGE_BY_TIME if "updatedAfter" in names else sql.REQUEST_PAGE,
         sql.REQUEST_PAGE_FILTERS,
         names,
         params,
@@ -234,7 +235,8 @@ def execution_list(
 ) -> Page[ExecutionRow]:
     """A page of the executions `principal` may read, matching `filters` (the query's names:
     status, requestId, transitionId, errorCode, createdAfter, createdBefore, finishedAfter), by
-    the access copies each execution carries (`access.executions_listable`)."""
+    the access copies each execution carries (`access.executions_listable`); with
+    finishedAfter, its ids picked first as a request list's with updatedAfter."""
     names, params = _filtered(
         filters,
         (
@@ -248,7 +250,7 @@ def execution_list(
         ),
     )
     return _page(
-        sql.EXECUTION_PAGE,
+        sql.EXECUTION_PAGE_BY_TIME if "finishedAfter" in names else sql.EXECUTION_PAGE,
         sql.EXECUTION_PAGE_FILTERS,
         names,
         params,

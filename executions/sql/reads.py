@@ -56,6 +56,28 @@ SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_i
  ORDER BY r.created_at DESC, r.id DESC
  LIMIT %(limit)s
 """
+# The same page when it is filtered by a later time (updatedAfter): its ids picked first, from
+# request_updated_at_list_idx alone (an index-only scan of the rows the filter keeps, sorted),
+# then their rows read by id. Ordered by creation and filtered by the last change, the plain
+# page walked the tenant's creation index past every row the filter drops: a tenant's whole
+# history on the page after the last recent row, and the planner cannot tell, since it takes
+# the two times as independent. Here the walk is only the index's and cheap, so the planner
+# takes it whenever the filter is selective, and walks the creation index (as REQUEST_PAGE)
+# when it is not.
+# Locks: nothing.
+# Index: request_updated_at_list_idx (or the list's own for the other filters), then
+# request_pkey and flow_pkey; pinned by tests/integration/api/test_list_plans.py.
+REQUEST_PAGE_BY_TIME = """
+SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
+       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
+  FROM (SELECT r.id FROM request AS r
+         WHERE {conditions}
+         ORDER BY r.created_at DESC, r.id DESC
+         LIMIT %(limit)s) AS page
+  JOIN request AS r ON r.id = page.id
+  JOIN flow AS f ON f.id = r.flow_id
+ ORDER BY r.created_at DESC, r.id DESC
+"""
 REQUEST_PAGE_FILTERS = {
     # One version is an equality, so the index is walked in order; several are an IN list.
     "flowKey=one": "r.flow_id = %(flow_id)s",
@@ -85,6 +107,23 @@ SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
  WHERE {conditions}
  ORDER BY e.created_at DESC, e.id DESC
  LIMIT %(limit)s
+"""
+# The same page when it is filtered by a later time (finishedAfter), as REQUEST_PAGE_BY_TIME:
+# its ids from execution_finished_at_list_idx alone, then its rows by id.
+# Locks: nothing.
+# Index: execution_finished_at_list_idx (or the list's own for the other filters), then
+# execution_pkey; pinned by tests/integration/api/test_list_plans.py.
+EXECUTION_PAGE_BY_TIME = """
+SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
+       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
+       e.error_code,
+       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
+  FROM (SELECT e.id FROM execution AS e
+         WHERE {conditions}
+         ORDER BY e.created_at DESC, e.id DESC
+         LIMIT %(limit)s) AS page
+  JOIN execution AS e ON e.id = page.id
+ ORDER BY e.created_at DESC, e.id DESC
 """
 EXECUTION_PAGE_FILTERS = {
     "status": "e.status = %(status)s",
