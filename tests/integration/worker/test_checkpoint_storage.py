@@ -12,7 +12,7 @@ INSERT INTO action_execution (execution_id, action_id, sequence, capability, cap
                               effect, status, input_hash, external_key, attempt, fencing_token,
                               started_at)
 VALUES (%(execution_id)s, %(action_id)s, %(sequence)s, 'NO_OP', 1, 'READ_ONLY', 'RUNNING',
-        repeat('0', 64), %(execution_id)s || ':' || %(action_id)s, 1, 1, clock_timestamp())
+        repeat('0', 64), %(external_key)s, 1, 1, clock_timestamp())
 RETURNING (ctid::text::point)[0]::integer
 """
 # Its success as CHECKPOINT_SUCCEED writes it: status, output and finished_at.
@@ -31,7 +31,9 @@ def test_checkpoint_success__is_a_hot_update_on_a_page_filled_by_inserts(conn, m
     with conn.transaction(force_rollback=True):
         # Fill the page of the first checkpoint as inserts fill it: until a row goes elsewhere.
         def insert(sequence: int) -> int:
-            row = {**ids, "action_id": f"a{sequence}", "sequence": sequence}
+            action_id = f"a{sequence}"
+            key = f"{accepted.execution_id}:{action_id}"
+            row = {**ids, "action_id": action_id, "sequence": sequence, "external_key": key}
             return conn.execute(INSERT_RUNNING, row).fetchone()[0]
 
         first = insert(0)
