@@ -1,4 +1,4 @@
-"""Checkpoint rows keep room on their page for their next version (migration 0022)."""
+"""Checkpoint rows keep room on their page for their next version (migration 0024)."""
 
 import pytest
 

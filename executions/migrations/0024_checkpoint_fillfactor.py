@@ -14,7 +14,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("executions", "0021_route_park_tenant"),
+        ("executions", "0023_list_time_filters_keyed"),
     ]
 
     operations = [

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("executions", "0021_route_park_tenant"),
+        ("executions", "0022_route_park_peers"),
     ]
 
     operations = [
