@@ -257,7 +257,7 @@ def _literal(host: str) -> bool:
     return True
 
 
-def _sockaddr(answer: Any) -> Any:
+def _sockaddr(answer: dict[str, Any]) -> Any:
     if answer["family"] == socket.AF_INET6:
         return (answer["host"], answer["port"], 0, 0)
     return (answer["host"], answer["port"])
