@@ -8,7 +8,6 @@ calls), planned with EXPLAIN after ANALYZE.
 
 import json
 import re
-from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
@@ -16,6 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from executions.flows.publication import flow_publish
+from tests.support.plans import plan_nodes
 
 from .conftest import caller, flow_definition
 
@@ -87,12 +87,6 @@ PAGE_TABLE = re.compile(r"\bFROM (request|execution) AS\b")
 OWNER_INDEXES = {"request": "request_owner_list_idx", "execution": "execution_owner_list_idx"}
 
 
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 @pytest.fixture
 def filled(db) -> str:
     """The tables filled and analysed; returns a request id of tenant t0's owner o0."""
@@ -142,7 +136,7 @@ def _scans(who, path: str, query: dict) -> list[dict]:
     plan = document if isinstance(document, list) else json.loads(document)
     return [
         node
-        for node in _nodes(plan[0]["Plan"])
+        for node in plan_nodes(plan[0]["Plan"])
         if node.get("Relation Name") in ("request", "execution") or "Index Name" in node
     ]
 
@@ -234,7 +228,9 @@ def test_time_filter__a_page_past_the_recent_rows_reads_the_index_not_the_tenant
     rows = plan["Actual Rows"]
     assert 25 <= rows <= 30, rows  # the fill's clock is not the test's
     # Its ids from its own index alone, then the rows by id; never a walk by creation.
-    scans = {node["Index Name"]: node["Node Type"] for node in _nodes(plan) if "Index Name" in node}
+    scans = {
+        node["Index Name"]: node["Node Type"] for node in plan_nodes(plan) if "Index Name" in node
+    }
     assert scans.pop(index, None) == "Index Only Scan", scans
     assert set(scans) <= {"request_pkey", "execution_pkey", "flow_pkey"}, scans
     # The index's pages and one lookup per row kept, not one per row of the tenant's 1,000.

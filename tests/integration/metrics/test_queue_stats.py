@@ -9,6 +9,7 @@ from executions import sql
 from executions.queuestats import QueueStats, queue_stats
 from executions.webhooks.models import WebhookSubscription
 from executions.webhooks.signing import secret_new
+from tests.support.plans import plan_nodes
 from tests.support.worker import action, claim, create_flow, enqueue, flow_definition
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,12 +81,6 @@ def test_queue_stats__run_in_a_read_only_transaction_with_a_statement_timeout(co
 # ------------------------------------------------------------------------------
 # Plans: partial indexes only, never the finished history
 # ------------------------------------------------------------------------------
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 @pytest.fixture
 def long_history(migration_dsn, conn):
     """20,000 finished executions beside a little live work, analysed as a real table would be."""
@@ -122,7 +117,7 @@ def test_metrics_statements__walk_their_partial_index_never_the_history(
     conn, long_history, statement, index
 ):
     (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + getattr(sql, statement)).fetchone()[0]
-    nodes = list(_nodes(plan["Plan"]))
+    nodes = list(plan_nodes(plan["Plan"]))
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
     assert index in {n.get("Index Name") for n in nodes}, nodes
 

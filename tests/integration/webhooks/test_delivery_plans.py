@@ -3,15 +3,13 @@ statistics (docs/adr/0009). The outbox tables are analysed while empty, then hol
 settled deliveries and a few due ones; with a worker connection's session settings, neither
 statement reads a delivery, an event or a subscription but through an index condition."""
 
-import json
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
 from executions import sql
 from executions.worker.pooling import PoolingConfig
+from tests.support.plans import planned
 
 from .conftest import end, subscribe
 
@@ -21,18 +19,6 @@ SETTLED = 300  # delivered after the tables were analysed
 DUE = 20
 
 TABLES = ("webhook_delivery", "webhook_event", "webhook_subscription")
-
-
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _plan(conn: psycopg.Connection, statement: str, params: dict) -> list[dict]:
-    (row,) = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
-    document = row if isinstance(row, list) else json.loads(row)
-    return list(_nodes(document[0]["Plan"]))
 
 
 @pytest.fixture
@@ -69,7 +55,7 @@ def test_claim__reads_every_event_and_subscription_by_its_key(stale_outbox, runt
     with psycopg.connect(runtime_dsn, autocommit=True) as worker:
         for statement in PoolingConfig().session_statements(claims=False):
             worker.execute(statement)
-        nodes = _plan(worker, sql.WEBHOOK_DELIVERIES_CLAIM, {"limit": 50, "hold_seconds": 15.0})
+        nodes = planned(worker, sql.WEBHOOK_DELIVERIES_CLAIM, {"limit": 50, "hold_seconds": 15.0})
     _assert_by_index_conditions(nodes)
     events = [n for n in nodes if n.get("Relation Name") == "webhook_event"]
     assert events and all(n.get("Index Name") == "webhook_event_pkey" for n in events)
@@ -90,7 +76,7 @@ def test_record__looks_up_each_delivery_by_its_key(stale_outbox, runtime_dsn):
     with psycopg.connect(runtime_dsn, autocommit=True) as worker:
         for statement in PoolingConfig().session_statements(claims=False):
             worker.execute(statement)
-        nodes = _plan(
+        nodes = planned(
             worker,
             sql.WEBHOOK_DELIVERIES_RECORD,
             {"items": Jsonb(items), "max_age_seconds": 3600.0},

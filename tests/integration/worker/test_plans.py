@@ -17,7 +17,6 @@ import importlib
 import json
 import pkgutil
 import re
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -26,6 +25,7 @@ from psycopg.types.json import Jsonb
 
 from executions import sql
 from executions.worker.pooling import PoolingConfig
+from tests.support.plans import plan_nodes, planned
 from tests.support.worker import action, claim, enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,23 +34,10 @@ BACKLOG = 150  # executions accepted after the tables were analysed
 RUNNING = 100  # of which claimed
 
 
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def _worker_session(conn: psycopg.Connection, *, claims: bool = False) -> None:
     """The session settings a worker's connection runs first (a direct one, no pooler)."""
     for statement in PoolingConfig().session_statements(claims=claims):
         conn.execute(statement)
-
-
-def _plan(conn: psycopg.Connection, statement: str, params: dict) -> list[dict]:
-    """The plan's nodes, without running the statement (EXPLAIN only plans it)."""
-    (row,) = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
-    document = row if isinstance(row, list) else json.loads(row)
-    return list(_nodes(document[0]["Plan"]))
 
 
 @pytest.fixture
@@ -68,7 +55,7 @@ def stale_backlog(conn, make_flow, migration_dsn):
 def test_claim__walks_the_claim_index_in_order_without_a_sort(conn, runtime_dsn, stale_backlog):
     with psycopg.connect(runtime_dsn, autocommit=True) as claimer:
         _worker_session(claimer, claims=True)
-        nodes = _plan(
+        nodes = planned(
             claimer,
             sql.CLAIM_EXECUTIONS,
             {"owner": "worker-b", "limit": 10, "lease_seconds": 60, "outage": False},
@@ -113,7 +100,7 @@ def test_checkpoint_write__looks_up_each_holder_by_its_execution_id(
         for found in stale_backlog[:3]
     ]
     _worker_session(conn)
-    nodes = _plan(conn, statement, {"items": Jsonb(items), "synchronous_commit": "on"})
+    nodes = planned(conn, statement, {"items": Jsonb(items), "synchronous_commit": "on"})
     # One lookup per item, keyed by that item's execution id (a primary-key lookup on a table
     # of any size; a tiny one may be read whole), never a join against every live execution.
     on_execution = [n for n in nodes if n.get("Relation Name") == "execution"]
@@ -196,7 +183,7 @@ def _generic_plan(
     finally:
         conn.execute("DEALLOCATE fenced")
     document = row if isinstance(row, list) else json.loads(row)
-    return list(_nodes(document[0]["Plan"]))
+    return list(plan_nodes(document[0]["Plan"]))
 
 
 def _fence(found) -> dict:
