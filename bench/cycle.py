@@ -18,7 +18,6 @@ import itertools
 import json
 import statistics
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -108,16 +107,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--delay", type=float, default=0.1)
     args = parser.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
-    (ROOT / ".local").mkdir(exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="cycle.", dir=ROOT / ".local") as tmp,
-        ExitStack() as stack,
-    ):
-        base = Path(tmp)
-        base.chmod(0o755)  # the server's OS user must reach the cluster inside
-        bench = Bench(argparse.Namespace(concurrency=args.concurrency, log_level="WARNING"), base)
-        bench.start_cluster()
-        stack.callback(bench.stop_cluster)
+    with ExitStack() as stack:
+        bench = Bench.scratch(stack, "cycle.", concurrency=args.concurrency, log_level="WARNING")
+        base = bench.base
         _, integrations = bench.slow_route(stack, args.delay)
         for index in range(args.rounds):
             for tree in trees if index % 2 == 0 else trees[::-1]:

@@ -21,7 +21,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -222,16 +221,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--waldump", action="store_true")
     parser.add_argument("--setup", default="")
     args = parser.parse_args(argv)
-    (ROOT / ".local").mkdir(exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="pgcost.", dir=ROOT / ".local") as tmp,
-        ExitStack() as stack,
-    ):
-        base = Path(tmp)
-        base.chmod(0o755)  # the server's OS user must reach the cluster inside
-        bench = Cost(argparse.Namespace(concurrency=args.concurrency, log_level="WARNING"), base)
-        bench.start_cluster()
-        stack.callback(bench.stop_cluster)
+    with ExitStack() as stack:
+        bench = Cost.scratch(stack, "pgcost.", concurrency=args.concurrency, log_level="WARNING")
+        base = bench.base
         bench.start_statistics(not args.no_statements)
         stack.callback(bench.super.close)
         if args.setup:

@@ -85,6 +85,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Self
 
 import psycopg
 from psycopg import sql as pgsql
@@ -235,6 +236,22 @@ class Bench:
         self.base = base
         self.report: dict = {"settings": vars(args).copy()}
         self.peers = Peers(self)
+
+    @classmethod
+    def scratch(
+        cls, stack: ExitStack, prefix: str, *, concurrency: int, log_level: str = "WARNING"
+    ) -> Self:
+        """A bench on a throwaway cluster of its own under .local, stopped and removed with
+        `stack`: the way the one-section tools (bench/cycle.py, workercpu.py, pgcost.py) start."""
+        (ROOT / ".local").mkdir(exist_ok=True)
+        base = Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix, dir=ROOT / ".local"))
+        )
+        base.chmod(0o755)  # the server's OS user must reach the cluster inside
+        bench = cls(argparse.Namespace(concurrency=concurrency, log_level=log_level), base)
+        bench.start_cluster()
+        stack.callback(bench.stop_cluster)
+        return bench
 
     # -- the cluster ------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ import argparse
 import pstats
 import statistics
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -41,16 +40,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
     levels = args.levels.split(",")
-    (ROOT / ".local").mkdir(exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="workercpu.", dir=ROOT / ".local") as tmp,
-        ExitStack() as stack,
-    ):
-        base = Path(tmp)
-        base.chmod(0o755)  # the server's OS user must reach the cluster inside
-        bench = Bench(argparse.Namespace(concurrency=args.concurrency, log_level=levels[0]), base)
-        bench.start_cluster()
-        stack.callback(bench.stop_cluster)
+    with ExitStack() as stack:
+        bench = Bench.scratch(
+            stack, "workercpu.", concurrency=args.concurrency, log_level=levels[0]
+        )
+        base = bench.base
         _, integrations = bench.slow_route(stack, args.delay)
         env = {"INTEGRATIONS_FILE": str(integrations), "SIMULATION_MODE": "false"}
 
