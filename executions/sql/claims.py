@@ -34,8 +34,8 @@ LISTEN_WORK = "LISTEN orquestador_executions"
 # dispatch principal, durability, the plan): docs/adr/0001, "How the statement does it".
 # Locks: each claimed execution row, FOR UPDATE SKIP LOCKED; KEY SHARE on a takeover's request
 # and execution rows (the audit's foreign keys).
-# Index: execution_claim_idx, walked in order; execution_pkey; request_pkey;
-# action_execution_action_uniq.
+# Index: execution_claim_idx, walked in order; none for the claimed rows (a TID scan of the
+# versions `due` locked); request_pkey, one ordered descent per row; action_execution_action_uniq.
 _CLAIM = """
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT t.now_at, t.now_at + make_interval(secs => %(lease_seconds)s::double precision)
@@ -71,7 +71,8 @@ UPDATE execution AS e
                THEN e.reclaims
            ELSE e.reclaims + 1
        END
- WHERE e.id = ANY (ARRAY(SELECT due.id FROM due))
+ -- By the versions due locked, a TID scan whatever the statistics (docs/adr/0009).
+ WHERE e.ctid = ANY (ARRAY(SELECT due.row_ctid FROM due))
 RETURNING e.id, e.request_id, e.flow_id, e.transition_id, e.attempts, e.fencing_token,
           e.dispatch_principal, e.accepted_revision,
           e.trace_context,
@@ -107,12 +108,17 @@ SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_tok
        c.compensation_cause
   FROM claimed AS c
   JOIN due ON due.id = c.id
+ -- The first request_pkey entry at or after the id: with sorts off, no other index can give
+ -- that order whatever the statistics (docs/adr/0009); an equality alone let one planned on
+ -- empty tables walk a list index whole per row.
  CROSS JOIN LATERAL (
-           SELECT r.data, r.state, r.revision, r.version, r.owner, r.scope
+           SELECT r.id, r.data, r.state, r.revision, r.version, r.owner, r.scope
              FROM request AS r
-            WHERE r.id = c.request_id
-           OFFSET 0
+            WHERE r.id >= c.request_id
+            ORDER BY r.id
+            LIMIT 1
        ) AS r
+ WHERE r.id = c.request_id
 """
 CLAIM_EXECUTIONS = _CLAIM.replace("{due}", ORDERS["queue"])  # WORKER_FAIRNESS=queue, the default
 
@@ -142,7 +148,7 @@ CLAIM_PASSED = _CLAIM.replace(
     SELECT * FROM route_call_handoff(%(route)s, %(call_id)s)
 ),
 due AS (
-    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+    SELECT e.id, e.ctid AS row_ctid, e.status AS was_status, e.lease_owner AS was_owner,
            e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
       FROM execution AS e
      WHERE e.id = (SELECT passed.execution_id FROM passed)

@@ -6,11 +6,11 @@ plus the executions of its tenant held under a live lease right now plus its ten
 executions ahead of it, so every tenant's first turn comes before any tenant's second, across
 claims and workers alike, computed from the rows at each claim (nothing else is kept).
 
-Each order is a fragment that ends in a CTE named `due` (id, was_status, was_owner, was_token,
-was_expires_at: the rows locked FOR UPDATE SKIP LOCKED), read from `clock` (now_at) and
-`%(limit)s`; the claim (executions/sql/claims.py) is composed of either. A statement that wakes
-parked executions in the same order composes ORDERS["tenant"] the same way, with a `clock`
-of its own.
+Each order is a fragment that ends in a CTE named `due` (id, row_ctid, was_status, was_owner,
+was_token, was_expires_at: the rows locked FOR UPDATE SKIP LOCKED, row_ctid the version locked),
+read from `clock` (now_at) and `%(limit)s`; the claim (executions/sql/claims.py) is composed of
+either. A statement that wakes parked executions in the same order composes ORDERS["tenant"] the
+same way, with a `clock` of its own.
 """
 
 # The statuses of execution_claim_idx and execution_fair_idx (their partial predicate).
@@ -25,7 +25,7 @@ _TENANT_DUE = """e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
 
 # Queue order: one walk of execution_claim_idx, oldest first, stopping after %(limit)s rows.
 _QUEUE_ORDER = """due AS (
-    SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+    SELECT e.id, e.ctid AS row_ctid, e.status AS was_status, e.lease_owner AS was_owner,
            e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
       FROM execution AS e
      WHERE e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')
@@ -105,10 +105,10 @@ quotas AS (
       JOIN firsts AS f ON f.scope = q.scope
 ),
 due AS (
-    SELECT d.id, d.was_status, d.was_owner, d.was_token, d.was_expires_at
+    SELECT d.id, d.row_ctid, d.was_status, d.was_owner, d.was_token, d.was_expires_at
       FROM quotas AS f
      CROSS JOIN LATERAL (
-           SELECT e.id, e.status AS was_status, e.lease_owner AS was_owner,
+           SELECT e.id, e.ctid AS row_ctid, e.status AS was_status, e.lease_owner AS was_owner,
                   e.fencing_token AS was_token, e.lease_expires_at AS was_expires_at
              FROM execution AS e
             WHERE {tenant_due}
