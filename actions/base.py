@@ -105,22 +105,29 @@ class StopSignal:
     waiting on a slow provider is woken at once (actions/watchdog.py cancels it) instead of
     noticing only after the provider answers."""
 
-    __slots__ = ("_callbacks", "_event", "_lock")
+    __slots__ = ("_callbacks", "_event", "_lock", "_set")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # A flag, read without the lock (one attribute read is atomic); the threading.Event a
+        # blocking waiter needs is made only for one: each run has a signal, and is asked
+        # whether it is set a few times per action.
+        self._set = False
+        self._event: threading.Event | None = None
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     def set(self) -> None:
         with self._lock:
-            self._event.set()
+            self._set = True
+            event = self._event
             callbacks, self._callbacks = self._callbacks, []
+        if event is not None:
+            event.set()
         for callback in callbacks:
             callback()
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until this is set or `timeout` seconds pass; return whether it is set."""
@@ -145,13 +152,19 @@ class StopSignal:
 
     def wait_blocking(self, timeout: float | None = None) -> bool:
         """`wait` for a thread that runs no event loop."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._set:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback` once when this is set (at once if it already is), in the thread that
         sets it; return what unregisters it."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._set:
                 self._callbacks.append(callback)
                 return lambda: self._forget(callback)
         callback()

@@ -62,7 +62,9 @@ class Slots:
         self._freed: asyncio.Event | None = None
         self._empty: asyncio.Event | None = None  # set when nothing is held (the drain)
         self._lock = threading.Lock()  # the dict only, for readers on other threads
-        self._by_execution: dict[uuid.UUID, Holding] = {}
+        # Keyed by the fence's id text: a str keeps its hash, a UUID's is computed in Python on
+        # every lookup, and a run looks itself up several times.
+        self._by_execution: dict[str, Holding] = {}
 
     @property
     def busy(self) -> int:
@@ -121,8 +123,8 @@ class Slots:
         holder is stopped, so one fence never has two runs."""
         holding = Holding(dispatch, slots=self)
         with self._lock:
-            earlier = self._by_execution.get(dispatch.execution_id)
-            self._by_execution[dispatch.execution_id] = holding
+            earlier = self._by_execution.get(dispatch.fence.execution_text)
+            self._by_execution[dispatch.fence.execution_text] = holding
         self.in_use += 1
         if earlier is not None and earlier.dispatch.fence == dispatch.fence:
             earlier.lost = True
@@ -133,7 +135,7 @@ class Slots:
         """Free the slot; stop renewing, unless the execution is held again under a new token."""
         if holding.abandoned:
             return  # its slot was given back when it passed its deadline
-        execution_id = holding.dispatch.execution_id
+        execution_id = holding.dispatch.fence.execution_text
         with self._lock:
             if self._by_execution.get(execution_id) is holding:
                 del self._by_execution[execution_id]
@@ -161,16 +163,16 @@ class Slots:
 
     def find(self, execution_id: uuid.UUID) -> Holding | None:
         """The holder of this execution here, if any."""
-        return self._by_execution.get(execution_id)
+        return self._by_execution.get(str(execution_id))
 
     def holds(self, holding: Holding) -> bool:
         """Whether this very holder is still held (not finished, not given back)."""
-        return self._by_execution.get(holding.dispatch.execution_id) is holding
+        return self._by_execution.get(holding.dispatch.fence.execution_text) is holding
 
     def give_back(self, holding: Holding) -> bool:
         """A stuck holder: stop holding it and free its slot now, before its run returns.
         False when it was no longer held (finished, or given back already)."""
-        execution_id = holding.dispatch.execution_id
+        execution_id = holding.dispatch.fence.execution_text
         with self._lock:
             if self._by_execution.get(execution_id) is not holding or holding.abandoned:
                 return False

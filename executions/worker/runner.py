@@ -22,7 +22,8 @@ One module past 400 lines because a run is one object read top to bottom; what h
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -80,13 +81,22 @@ class RunnerDeps:
 
 @dataclass(frozen=True)
 class _Call:
-    """One attempt of one action; its attempt number and log fields once `_Run.start` ran."""
+    """One attempt of one action; its attempt number once `_Run.start` ran."""
 
     start: StartItem
     binding: Binding
     action_input: dict[str, Any]
+    dispatch: Dispatch
     attempt: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def extra(self) -> dict[str, Any]:
+        """Its log fields, built when first wanted: below INFO a call that goes well wants none."""
+        return {
+            **self.dispatch.log_extra,
+            "action_id": self.start.action_id,
+            "action_attempt": self.attempt,
+        }
 
 
 class _Of(property, Generic[Value]):
@@ -250,7 +260,7 @@ class _Run:
             input_hash=input_hash,
             previous_attempt=decision.previous_attempt,
         )
-        return _Call(start, binding, action_input)
+        return _Call(start, binding, action_input, self.dispatch)
 
     async def start(self, call: _Call) -> _Call:
         """Commit the attempt's RUNNING checkpoint, reads included, before the adapter runs."""
@@ -261,13 +271,16 @@ class _Run:
             lambda: self.deps.writes.starts.submit(self.db, call.start),
             step=f"start {action_id}",
         )
-        extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
-        logger.info("action started", extra={**extra, "capability": call.binding.contract.key})
         # Built directly: dataclasses.replace walks the fields in Python on every call.
-        return _Call(call.start, call.binding, call.action_input, attempt, extra)
+        started = _Call(call.start, call.binding, call.action_input, call.dispatch, attempt)
+        if logger.isEnabledFor(logging.INFO):  # no log fields built per call for a level off
+            capability = call.binding.contract.key
+            logger.info("action started", extra={**started.extra, "capability": capability})
+        return started
 
-    async def call(self, call: _Call, snapshot: Snapshot) -> ActionResult:
-        """Call the adapter, no transaction open (executions/worker/calls.py)."""
+    def call(self, call: _Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
+        """The adapter's call, to await, no transaction open (executions/worker/calls.py); not a
+        coroutine of its own, one frame less on each wake-up of the call."""
         action_id = call.start.action_id
         ctx = ActionContext(
             input=call.action_input,
@@ -281,8 +294,8 @@ class _Run:
             cancelled=self.cancelled,
             principal=self.principal,
         )
-        called = adapter_call(call.binding, ctx, call.extra)
-        return await traced_call(call.binding, call.attempt, called)
+        called = adapter_call(call.binding, ctx, lambda: call.extra)
+        return traced_call(call.binding, call.attempt, called)
 
     async def settle(self, call: _Call, result: ActionResult) -> dict[str, Any]:
         """Apply the call's result: suspend on an asynchronous ACCEPTED, end the run as the
@@ -322,7 +335,8 @@ class _Run:
             lambda: self.deps.writes.successes.submit(self.db, success),
             step=f"save {action_id}",
         )
-        logger.info("action succeeded", extra=call.extra)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("action succeeded", extra=call.extra)
         return output
 
     async def write(
@@ -392,21 +406,22 @@ class _Run:
             target_state=item.target_state,
             outcome=item.result["outcome"],
         )
-        logger.info(
-            "execution completed",
-            extra={
-                **self.log_extra,
-                "status": outcome.status,
-                "target_state": outcome.target_state,
-                "outcome": outcome.outcome,
-            },
-        )
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "execution completed",
+                extra={
+                    **self.log_extra,
+                    "status": outcome.status,
+                    "target_state": outcome.target_state,
+                    "outcome": outcome.outcome,
+                },
+            )
         return outcome
 
 
-async def execution_run(
+def execution_run(
     dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
-) -> RunOutcome:
+) -> Awaitable[RunOutcome]:
     """Run one claimed execution to its next resting state, as the holder of `dispatch`.
 
     `holding` is the slot's hold on it: its stop signal, and where the run reports, once, before
@@ -419,7 +434,8 @@ async def execution_run(
     place.
     """
     run = _Run(dispatch, holding=holding, db=db, deps=deps).run
-    return await traced_run(dispatch, run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot))
+    # Handed back, not awaited here: one frame less between the loop and the run.
+    return traced_run(dispatch, run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot))
 
 
 __all__ = ["RunnerDeps", "execution_run"]

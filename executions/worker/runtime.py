@@ -174,13 +174,13 @@ class Reservations:
     finds its holder, by the same rules whatever runs the execution."""
 
     def __init__(self) -> None:
-        self._reservations: dict[uuid.UUID, Reservation] = {}
+        self._reservations: dict[str, Reservation] = {}  # by id text (holdings.py says why)
         self._reservations_lock = threading.Lock()
 
     async def allocate(self, holding: Holding) -> Reservation:
         reservation = Reservation(holding)
         with self._reservations_lock:
-            self._reservations[holding.dispatch.execution_id] = reservation
+            self._reservations[holding.dispatch.fence.execution_text] = reservation
         return reservation
 
     @staticmethod
@@ -191,7 +191,7 @@ class Reservations:
             raise ExecutionSuperseded(fence.execution_id, step="execute", token=fence.token)
 
     async def release(self, reservation: Reservation) -> None:
-        execution_id = reservation.holding.dispatch.execution_id
+        execution_id = reservation.holding.dispatch.fence.execution_text
         with self._reservations_lock:
             if self._reservations.get(execution_id) is reservation:
                 del self._reservations[execution_id]
@@ -207,7 +207,7 @@ class Reservations:
         except ValueError:
             return False
         with self._reservations_lock:
-            reservation = self._reservations.get(key)
+            reservation = self._reservations.get(str(key))
         if reservation is None:
             return False
         dispatch = reservation.holding.dispatch

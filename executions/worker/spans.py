@@ -7,7 +7,9 @@ too), `attempt <capability@version>` for each adapter call (the aiohttp client's
 sends `traceparent` to the provider), and `write <STATEMENT>` for each fenced write of the run's
 hot path (EXECUTION_FINALIZE is the final commit), with psycopg's statement spans under them.
 
-Each helper awaits what it is given; with tracing off it does only that, after one test.
+With tracing off each helper hands back what it is given, after one test: no coroutine of
+its own, so none to make and none to pass through each time the run wakes up (a run wakes
+about five times, through every frame between the loop and where it waits).
 """
 
 from collections.abc import Awaitable, Callable
@@ -30,10 +32,12 @@ _SETTLED = (Outcome.SUCCEEDED, Outcome.ACCEPTED)
 _ENDED_BADLY = (ExecutionStatus.FAILED, ExecutionStatus.RECONCILIATION_REQUIRED)
 
 
-async def traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> RunOutcome:
-    """Await `run`, the dispatch's run, inside its `execution run` span."""
-    if not tracing.active():
-        return await run
+def traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> Awaitable[RunOutcome]:
+    """`run`, the dispatch's run, awaited inside its `execution run` span."""
+    return _traced_run(dispatch, run) if tracing.active() else run
+
+
+async def _traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> RunOutcome:
     fence = dispatch.fence
     attributes = {
         "orquestador.execution.id": fence.execution_text,
@@ -56,10 +60,12 @@ async def traced_run(dispatch: Dispatch, run: Awaitable[RunOutcome]) -> RunOutco
         return outcome
 
 
-async def traced_action(action: dict[str, Any], step: Awaitable[Result]) -> Result:
-    """Await `step`, one action of the run (a wait included), inside its `action <id>` span."""
-    if not tracing.active():
-        return await step
+def traced_action(action: dict[str, Any], step: Awaitable[Result]) -> Awaitable[Result]:
+    """`step`, one action of the run (a wait included), awaited inside its `action <id>` span."""
+    return _traced_action(action, step) if tracing.active() else step
+
+
+async def _traced_action(action: dict[str, Any], step: Awaitable[Result]) -> Result:
     attributes = {
         "orquestador.action.id": action["id"],
         "orquestador.action.kind": "wait" if "wait" in action else "call",
@@ -82,13 +88,17 @@ async def traced_action(action: dict[str, Any], step: Awaitable[Result]) -> Resu
             raise
 
 
-async def traced_call(
+def traced_call(
+    binding: Binding, attempt: int, call: Awaitable[ActionResult]
+) -> Awaitable[ActionResult]:
+    """`call`, one adapter call, awaited inside its `attempt <capability@version>` span; the
+    span records the outcome and, for one that did not settle, its error code as the status."""
+    return _traced_call(binding, attempt, call) if tracing.active() else call
+
+
+async def _traced_call(
     binding: Binding, attempt: int, call: Awaitable[ActionResult]
 ) -> ActionResult:
-    """Await `call`, one adapter call, inside its `attempt <capability@version>` span; the span
-    records the outcome and, for one that did not settle, its error code as the status."""
-    if not tracing.active():
-        return await call
     key = binding.contract.key
     attributes = {"orquestador.capability": key, "orquestador.action.attempt": attempt}
     with tracing.span(f"attempt {key}", attributes=attributes) as span:

@@ -46,6 +46,35 @@ def test_wait__already_set__returns_at_once():
     assert signal.wait_blocking(timeout=60) is True
 
 
+def test_wait_blocking__woken_at_once_when_set_while_a_thread_waits():
+    # The event a blocking waiter waits on is made for it: one set after it began still wakes it.
+    signal = StopSignal()
+    result: list[tuple[bool, float]] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        result.append((signal.wait_blocking(timeout=60), time.monotonic() - started))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    deadline = time.monotonic() + DEADLINE
+    while signal._event is None:  # the waiter is in: its event is made
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    signal.set()
+    waiter.join(DEADLINE)
+
+    assert result and result[0][0] is True and result[0][1] < DEADLINE
+    assert signal.wait_blocking(timeout=0) is True  # set stays set, without waiting
+
+
+def test_wait_blocking__times_out_unset():
+    signal = StopSignal()
+
+    assert signal.wait_blocking(timeout=0.01) is False
+    assert not signal.is_set()
+
+
 def test_wait__on_two_loops_at_once__both_woken():
     signal = StopSignal()
     results: list[bool] = []

@@ -136,9 +136,9 @@ def test_adapter_call__counts_and_times_each_call_by_capability_and_outcome():
     ok, raising = binding("dash.ok", _Succeeds()), binding("dash.raises", _Raises())
     before_ok = CALLS.value("dash.ok@3", "SUCCEEDED")
     before_unknown = CALLS.value("dash.raises@3", "UNKNOWN")
-    assert asyncio.run(adapter_call(ok, context(), {})).outcome == Outcome.SUCCEEDED
-    assert asyncio.run(adapter_call(ok, context(), {})).outcome == Outcome.SUCCEEDED
-    assert asyncio.run(adapter_call(raising, context(), {})).outcome == Outcome.UNKNOWN
+    assert asyncio.run(adapter_call(ok, context(), dict)).outcome == Outcome.SUCCEEDED
+    assert asyncio.run(adapter_call(ok, context(), dict)).outcome == Outcome.SUCCEEDED
+    assert asyncio.run(adapter_call(raising, context(), dict)).outcome == Outcome.UNKNOWN
     assert CALLS.value("dash.ok@3", "SUCCEEDED") == before_ok + 2
     assert CALLS.value("dash.raises@3", "UNKNOWN") == before_unknown + 1
     found = scrape(WorkerMetrics().text())  # the worker serves them with its own
@@ -168,7 +168,7 @@ def test_dashboard_and_rules__name_only_metrics_the_processes_export(client: Cli
     web = client.get("/metrics")
     assert web.status_code == 200
     # A worker that has called an adapter exports the call families too.
-    asyncio.run(adapter_call(binding("dash.any", _Succeeds()), context(), {}))
+    asyncio.run(adapter_call(binding("dash.any", _Succeeds()), context(), dict))
     worker = WorkerMetrics()
     worker.track_slots(slots=2, busy=lambda: 0)  # as the scheduler does at start
     exported = exported_series(web.content.decode(), worker.text())
