@@ -385,6 +385,7 @@ def test_claim__after_statistics_of_an_empty_queue_scans_no_table_whole(
 
 
 FAIR_BACKLOG = 20_000  # one tenant's due executions, accepted after the tables were analysed
+FAIR_HELD = 1_000  # of them, held: more than the claim counts (fairness.HELD_COUNTED)
 
 # n accepted executions of one tenant (the trigger copies each request's scope).
 _TENANT_BACKLOG = """
@@ -409,17 +410,18 @@ _TENANT_CLAIM_INDEXES = {
 def test_tenant_claim__reads_a_bounded_number_of_rows_whatever_the_backlog(
     conn, make_flow, runtime_dsn, migration_dsn
 ):
-    """WORKER_FAIRNESS=tenant's claim against one tenant's backlog of 20,000 (50 of them held)
+    """WORKER_FAIRNESS=tenant's claim against one tenant's backlog of 20,000 (1,000 of them held)
     beside two small tenants, with statistics of an empty queue and again with fresh ones: no
     table is scanned whole, only its own indexes and the primary keys are touched, and it reads
-    tens of index entries, not the backlog (one descent per tenant, each tenant's first rows,
-    its held ones)."""
+    a bounded number of index entries, not the backlog nor every held execution (one descent
+    per tenant, each tenant's first rows, its held ones up to HELD_COUNTED)."""
     flow_id = make_flow([action("a", "NO_OP")])
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
         owner.execute("ANALYZE request, execution, action_execution, audit_event")
         for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
             owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
-        assert len(claim(conn, "worker-a", limit=50, lease_seconds=60)) == 50  # tenant-a's
+        held = claim(conn, "worker-a", limit=FAIR_HELD, lease_seconds=60)
+        assert len(held) == FAIR_HELD  # tenant-a's
         for statistics in ("of an empty queue", "fresh"):
             if statistics == "fresh":
                 owner.execute("ANALYZE request, execution")
