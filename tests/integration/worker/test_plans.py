@@ -463,17 +463,19 @@ _TENANT_WAKE_INDEXES = {"route_park_tenant_idx", "execution_held_idx", "executio
 def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
     conn, make_flow, runtime_dsn, migration_dsn
 ):
-    """WORKER_FAIRNESS=tenant's order of parked executions (route_park_tenant_order, migration
-    0021) against one tenant's 20,000 parks beside two small tenants, with statistics of empty
-    tables and again with fresh ones: no table scanned whole, route_park_tenant_idx skips from
-    tenant to tenant and reads each one's first parks, not the backlog."""
-    order = importlib.import_module("executions.migrations.0021_route_park_tenant").ORDER_QUERY
-    statement = order.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
+    """WORKER_FAIRNESS=tenant's order of parked executions (route_park_tenant_order, migrations
+    0021 and 0025) against one tenant's 19,000 parks and 1,000 held beside two small tenants,
+    with statistics of empty tables and again with fresh ones: no table scanned whole,
+    route_park_tenant_idx skips from tenant to tenant and reads each one's first parks, not the
+    backlog, and the held are counted up to HELD_COUNTED."""
+    wake = importlib.import_module("executions.migrations.0025_route_park_held_counted")
+    statement = wake.ORDER_QUERY.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
     flow_id = make_flow([action("a", "NO_OP")])
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
         owner.execute("ANALYZE request, execution, route_park")
         for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
             owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
+        assert len(claim(conn, "worker-a", limit=FAIR_HELD, lease_seconds=60)) == FAIR_HELD
         owner.execute(_PARKS, {"scopes": ["tenant-a", "tenant-b", "tenant-c"]})
         try:
             for statistics in ("of empty tables", "fresh"):
@@ -494,6 +496,12 @@ def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
                     if n.get("Relation Name") == "route_park"
                 )
                 assert read < 100, read
+                counted = sum(
+                    n["Actual Rows"] * n["Actual Loops"]
+                    for n in nodes
+                    if n.get("Index Name") == "execution_held_idx"
+                )
+                assert counted <= wake.HELD_COUNTED, counted  # tenant-a's, not all it holds
                 (top,) = [n for n in nodes if n["Node Type"] == "Limit"][:1]
                 assert top["Actual Rows"] == 9  # 5 asked, 4 more for the locks' SKIP LOCKED
         finally:
