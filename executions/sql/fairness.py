@@ -1,4 +1,4 @@
-"""The order in which due work is taken: `WORKER_FAIRNESS` (docs/adr/0017).
+"""The order in which due work is taken: `WORKER_FAIRNESS` (docs/adr/0019).
 
 `queue` (the default) takes due executions oldest first, in one walk of execution_claim_idx.
 `tenant` takes them by their rank within their tenant, then by age: an execution's rank is one
@@ -15,6 +15,12 @@ same way, with a `clock` of its own.
 
 # The statuses of execution_claim_idx and execution_fair_idx (their partial predicate).
 _CLAIMABLE = "e.status IN ('PENDING', 'RETRY_WAIT', 'RUNNING', 'SUSPENDED')"
+
+# A tenant's held executions are counted up to this many (docs/adr/0019, "Held counts capped"):
+# a count reads each held row's heap tuple too (its index entry cannot say it is still live), so
+# counting all made a claim's cost grow with what one tenant holds. Tenants that hold at least
+# this many are ranked as holding this many: turn by turn among themselves, after the others.
+HELD_COUNTED = 100
 
 # Tenant f's due rows, from its head (f's key) to now: its entries of execution_fair_idx between
 # two row comparisons (a RUNNING row's next_attempt_at is its lease's end: an expired lease is due).
@@ -35,13 +41,14 @@ _QUEUE_ORDER = """due AS (
        FOR UPDATE SKIP LOCKED
 )"""
 
-# Tenant order, in five steps (cost: docs/adr/0017). Every walk of execution_fair_idx is
+# Tenant order, in five steps (cost: docs/adr/0019). Every walk of execution_fair_idx is
 # bounded by row comparisons on its columns and ordered by all of them, scope first: no other
 # index can give that order (a `scope =` would let execution_claim_idx, filtered, look as good).
 # - tenants: each tenant with live work once, with its first entry, skipping from one tenant
 #   to the next (one descent per tenant, however deep its backlog);
 # - heads: the tenants whose first entry is due (it is then their oldest due execution), with
-#   how many executions each holds now (execution_held_idx: only RUNNING rows are in it);
+#   how many executions each holds now, up to HELD_COUNTED (execution_held_idx: only RUNNING
+#   rows are in it);
 # - firsts: the %(limit)s tenants whose heads come first; no other tenant can have a row in
 #   this claim, since %(limit)s heads precede all of its rows;
 # - ranked, quotas: their first %(limit)s due rows each, ranked, and how many of the first
@@ -68,9 +75,11 @@ _TENANT_ORDER = """tenants AS (
 heads AS (
     SELECT t.scope, t.next_attempt_at, t.created_at, t.id,
            (SELECT count(*)
-              FROM execution AS r
-             WHERE r.scope = t.scope AND r.status = 'RUNNING'
-               AND r.lease_expires_at > (SELECT now_at FROM clock)) AS held
+              FROM (SELECT 1
+                      FROM execution AS r
+                     WHERE r.scope = t.scope AND r.status = 'RUNNING'
+                       AND r.lease_expires_at > (SELECT now_at FROM clock)
+                     LIMIT {held_counted}) AS r) AS held
       FROM tenants AS t
      WHERE t.next_attempt_at <= (SELECT now_at FROM clock)
 ),
@@ -116,7 +125,12 @@ due AS (
             LIMIT f.quota
               FOR UPDATE SKIP LOCKED
            ) AS d
-)""".replace("{tenant_due}", _TENANT_DUE).replace("{claimable}", _CLAIMABLE)
+)"""
+_TENANT_ORDER = (
+    _TENANT_ORDER.replace("{tenant_due}", _TENANT_DUE)
+    .replace("{claimable}", _CLAIMABLE)
+    .replace("{held_counted}", str(HELD_COUNTED))
+)
 
 # WORKER_FAIRNESS values, each with the fragment that orders its claim.
 ORDERS = {"queue": _QUEUE_ORDER, "tenant": _TENANT_ORDER}

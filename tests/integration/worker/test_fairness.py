@@ -9,6 +9,7 @@ locked for that tenant's next ones.
 import psycopg
 import pytest
 
+from executions.sql.fairness import HELD_COUNTED
 from tests.support.worker import action, claim, enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,6 +55,17 @@ def test_tenant_order__a_backlog_held_in_flight_never_delays_a_new_tenant(conn, 
         assert _ids(claim(conn, "w", limit=1)) == {backlog[10]}
     assert _ids(claim(conn, "w", limit=1, fairness="tenant")) == set(late)
     assert _ids(claim(conn, "w", limit=1, fairness="tenant")) == {backlog[10]}
+
+
+def test_tenant_order__counts_held_executions_up_to_a_cap(conn, flow_id):
+    cap = HELD_COUNTED
+    a = _accept(conn, flow_id, "tenant-a", cap + 20)
+    assert len(claim(conn, "w", limit=cap + 10)) == cap + 10  # tenant-a holds cap + 10
+    b = _accept(conn, flow_id, "tenant-b", cap + 1)
+    # tenant-a counts as holding cap: tenant-b's first cap turns come before its next one.
+    assert _ids(claim(conn, "w", limit=cap, fairness="tenant")) == set(b[:cap])
+    # Both hold cap or more now: equal ranks, so age decides (a full count would pick b[cap]).
+    assert _ids(claim(conn, "w", limit=1, fairness="tenant")) == {a[cap + 10]}
 
 
 def test_tenant_order__counts_due_retries_and_expired_leases_among_due_work(conn, flow_id):

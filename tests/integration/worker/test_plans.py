@@ -435,6 +435,7 @@ def test_claim__planned_on_empty_tables_reads_only_what_it_claims_from_a_backlog
 
 
 FAIR_BACKLOG = 20_000  # one tenant's due executions, accepted after the tables were analysed
+FAIR_HELD = 1_000  # of them, held: more than the claim counts (fairness.HELD_COUNTED)
 
 # n accepted executions of one tenant (the trigger copies each request's scope).
 _TENANT_BACKLOG = """
@@ -459,17 +460,18 @@ _TENANT_CLAIM_INDEXES = {
 def test_tenant_claim__reads_a_bounded_number_of_rows_whatever_the_backlog(
     conn, make_flow, runtime_dsn, migration_dsn
 ):
-    """WORKER_FAIRNESS=tenant's claim against one tenant's backlog of 20,000 (50 of them held)
+    """WORKER_FAIRNESS=tenant's claim against one tenant's backlog of 20,000 (1,000 of them held)
     beside two small tenants, with statistics of an empty queue and again with fresh ones: no
     table is scanned whole, only its own indexes and the primary keys are touched, and it reads
-    tens of index entries, not the backlog (one descent per tenant, each tenant's first rows,
-    its held ones)."""
+    a bounded number of index entries, not the backlog nor every held execution (one descent
+    per tenant, each tenant's first rows, its held ones up to HELD_COUNTED)."""
     flow_id = make_flow([action("a", "NO_OP")])
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
         owner.execute("ANALYZE request, execution, action_execution, audit_event")
         for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
             owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
-        assert len(claim(conn, "worker-a", limit=50, lease_seconds=60)) == 50  # tenant-a's
+        held = claim(conn, "worker-a", limit=FAIR_HELD, lease_seconds=60)
+        assert len(held) == FAIR_HELD  # tenant-a's
         for statistics in ("of an empty queue", "fresh"):
             if statistics == "fresh":
                 owner.execute("ANALYZE request, execution")
@@ -511,17 +513,19 @@ _TENANT_WAKE_INDEXES = {"route_park_tenant_idx", "execution_held_idx", "executio
 def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
     conn, make_flow, runtime_dsn, migration_dsn
 ):
-    """WORKER_FAIRNESS=tenant's order of parked executions (route_park_tenant_order, migration
-    0021) against one tenant's 20,000 parks beside two small tenants, with statistics of empty
-    tables and again with fresh ones: no table scanned whole, route_park_tenant_idx skips from
-    tenant to tenant and reads each one's first parks, not the backlog."""
-    order = importlib.import_module("executions.migrations.0021_route_park_tenant").ORDER_QUERY
-    statement = order.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
+    """WORKER_FAIRNESS=tenant's order of parked executions (route_park_tenant_order, migrations
+    0021 and 0025) against one tenant's 19,000 parks and 1,000 held beside two small tenants,
+    with statistics of empty tables and again with fresh ones: no table scanned whole,
+    route_park_tenant_idx skips from tenant to tenant and reads each one's first parks, not the
+    backlog, and the held are counted up to HELD_COUNTED."""
+    wake = importlib.import_module("executions.migrations.0025_route_park_held_counted")
+    statement = wake.ORDER_QUERY.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
     flow_id = make_flow([action("a", "NO_OP")])
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
         owner.execute("ANALYZE request, execution, route_park")
         for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
             owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
+        assert len(claim(conn, "worker-a", limit=FAIR_HELD, lease_seconds=60)) == FAIR_HELD
         owner.execute(_PARKS, {"scopes": ["tenant-a", "tenant-b", "tenant-c"]})
         try:
             for statistics in ("of empty tables", "fresh"):
@@ -542,6 +546,12 @@ def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
                     if n.get("Relation Name") == "route_park"
                 )
                 assert read < 100, read
+                counted = sum(
+                    n["Actual Rows"] * n["Actual Loops"]
+                    for n in nodes
+                    if n.get("Index Name") == "execution_held_idx"
+                )
+                assert counted <= wake.HELD_COUNTED, counted  # tenant-a's, not all it holds
                 (top,) = [n for n in nodes if n["Node Type"] == "Limit"][:1]
                 assert top["Actual Rows"] == 9  # 5 asked, 4 more for the locks' SKIP LOCKED
         finally:
