@@ -24,12 +24,12 @@ from .compensation import (
     RECONCILE_COMPENSATE,
 )
 from .fence import (
-    CLAIM_JIT,
     CLAIM_SESSION,
     CLAIM_SORTS,
     FENCE,
     FENCES,
     OPERATOR_GUARDED,
+    WORKER_JIT,
     WORKER_SCANS,
     WORKER_SESSION,
 )
@@ -152,7 +152,6 @@ __all__ = [
     "CHECKPOINT_SUCCEED",
     "CLAIM_EXECUTIONS",
     "CLAIM_EXECUTIONS_BY_TENANT",
-    "CLAIM_JIT",
     "CLAIM_PASSED",
     "CLAIM_SESSION",
     "CLAIM_SORTS",
@@ -245,6 +244,7 @@ __all__ = [
     "WEBHOOK_DELIVERY_REDELIVER",
     "WEBHOOK_PING",
     "WEBHOOK_SUBSCRIBED",
+    "WORKER_JIT",
     "WORKER_SCANS",
     "WORKER_SEEN",
     "WORKER_SESSION",

@@ -87,6 +87,15 @@ WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"
 WORKER_SCANS = "SET enable_seqscan = off"
 
 
+# With it, on every worker connection: no JIT. The cost a disabled scan or sort adds (1e10)
+# is far above jit_above_cost, so a statement that still scans or sorts (route_limit's pauses,
+# read by every sweep; the claim's few small sorts) would compile at every execution: hundreds
+# of milliseconds of server CPU each (docs/adr/0009).
+# Locks: nothing.
+# Index: none.
+WORKER_JIT = "SET jit = off"
+
+
 # Once more on the claiming connection: no sort node, so the claim always walks its index
 # in claim order (docs/adr/0009).
 # Locks: nothing.
@@ -95,10 +104,7 @@ CLAIM_SESSION = "SET enable_sort = off"
 
 
 # With it, on the claiming connection: no incremental sort either, so WORKER_FAIRNESS=tenant's
-# claim walks execution_fair_idx in its own order rather than another index by scope, sorted;
-# and no JIT, which the cost enable_sort adds to that claim's few small sorts would otherwise
-# bring on at every claim (seconds of compilation each): docs/adr/0017.
+# claim walks execution_fair_idx in its own order rather than another index by scope, sorted.
 # Locks: nothing.
 # Index: none.
 CLAIM_SORTS = "SET enable_incremental_sort = off"
-CLAIM_JIT = "SET jit = off"

@@ -55,8 +55,8 @@ class PoolingConfig:
         pooler, where a SET would stay on a server session that another client gets next."""
         if self.transaction_pooled:
             return ()
-        worker = (sql.WORKER_SESSION, sql.WORKER_SCANS)
-        return (*worker, sql.CLAIM_SESSION, sql.CLAIM_SORTS, sql.CLAIM_JIT) if claims else worker
+        worker = (sql.WORKER_SESSION, sql.WORKER_SCANS, sql.WORKER_JIT)
+        return (*worker, sql.CLAIM_SESSION, sql.CLAIM_SORTS) if claims else worker
 
 
 def _endpoint(url: str, name: str) -> dict[str, str]:
