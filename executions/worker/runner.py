@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome, StopSignal
 from actions.registry import IntegrationUnavailable
-from orquestador import errors
+from orquestador import errors, jsonlog
 from orquestador.workerconfig import WorkerConfig
 
 from ..checkpoints import StartItem, SucceedItem, external_key
@@ -262,7 +262,7 @@ class _Run:
             step=f"start {action_id}",
         )
         extra = {**self.log_extra, "action_id": action_id, "action_attempt": attempt}
-        logger.info("action started", extra={**extra, "capability": call.binding.contract.key})
+        jsonlog.info(logger, "action started", {**extra, "capability": call.binding.contract.key})
         # Built directly: dataclasses.replace walks the fields in Python on every call.
         return _Call(call.start, call.binding, call.action_input, attempt, extra)
 
@@ -322,7 +322,7 @@ class _Run:
             lambda: self.deps.writes.successes.submit(self.db, success),
             step=f"save {action_id}",
         )
-        logger.info("action succeeded", extra=call.extra)
+        jsonlog.info(logger, "action succeeded", call.extra)
         return output
 
     async def write(
@@ -392,9 +392,10 @@ class _Run:
             target_state=item.target_state,
             outcome=item.result["outcome"],
         )
-        logger.info(
+        jsonlog.info(
+            logger,
             "execution completed",
-            extra={
+            {
                 **self.log_extra,
                 "status": outcome.status,
                 "target_state": outcome.target_state,
