@@ -5,7 +5,8 @@ Formatting is on the worker's hot path at the default level (a few lines per exe
 encoder is built once, the timestamp's seconds are formatted once per second and a record's
 event context (its attributes past a LogRecord's own) is found by the names it has, once per
 set of names; in the worker (`lean_records`) each record is also made lean: nothing gathered
-that no line carries."""
+that no line carries. The lines of every execution skip the record altogether (`info`), and
+`LineHandler` writes a loop iteration's lines in one write (docs/adr/0023)."""
 
 import asyncio
 import functools
@@ -273,8 +274,8 @@ def info(logger: logging.Logger, message: str, extra: Mapping[str, Any]) -> None
     if handler is None:
         logger.info(message, extra=extra)
         return
-    line = handler.formatter.line(time.time(), "INFO", logger.name, message, extra)  # type: ignore[union-attr]
-    handler.line(line)
+    formatter: JsonFormatter = handler.formatter  # type: ignore[assignment]  # checked as one
+    handler.line(formatter.line(time.time(), "INFO", logger.name, message, extra))
 
 
 def _sole_line_handler(logger: logging.Logger) -> "LineHandler | None":
