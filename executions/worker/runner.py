@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from actions.base import ActionContext, ActionResult, Binding, Outcome, StopSignal
 from actions.registry import IntegrationUnavailable
-from orquestador import errors
+from orquestador import errors, jsonlog
 from orquestador.workerconfig import WorkerConfig
 
 from ..checkpoints import StartItem, SucceedItem, external_key
@@ -275,7 +275,7 @@ class _Run:
         started = _Call(call.start, call.binding, call.action_input, call.dispatch, attempt)
         if logger.isEnabledFor(logging.INFO):  # no log fields built per call for a level off
             capability = call.binding.contract.key
-            logger.info("action started", extra={**started.extra, "capability": capability})
+            jsonlog.info(logger, "action started", {**started.extra, "capability": capability})
         return started
 
     def call(self, call: _Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
@@ -336,7 +336,7 @@ class _Run:
             step=f"save {action_id}",
         )
         if logger.isEnabledFor(logging.INFO):
-            logger.info("action succeeded", extra=call.extra)
+            jsonlog.info(logger, "action succeeded", call.extra)
         return output
 
     async def write(
@@ -407,9 +407,10 @@ class _Run:
             outcome=item.result["outcome"],
         )
         if logger.isEnabledFor(logging.INFO):
-            logger.info(
+            jsonlog.info(
+                logger,
                 "execution completed",
-                extra={
+                {
                     **self.log_extra,
                     "status": outcome.status,
                     "target_state": outcome.target_state,

@@ -54,6 +54,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from orquestador import jsonlog
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
@@ -358,10 +359,8 @@ class Scheduler:
         holding = self.slots.take(dispatch)
         self.claimed += 1
         if logger.isEnabledFor(logging.INFO):  # no log fields built per claim for a level off
-            logger.info(
-                "execution taken over" if dispatch.taken_over else "execution claimed",
-                extra=dispatch.log_extra,
-            )
+            event = "execution taken over" if dispatch.taken_over else "execution claimed"
+            jsonlog.info(logger, event, dispatch.log_extra)
         task = asyncio.get_running_loop().create_task(self._run(holding))
         self._runs[holding] = task
 

@@ -1,9 +1,11 @@
 """One JSON object per log line (orquestador/jsonlog.py)."""
 
+import asyncio
 import io
 import json
 import logging
 import sys
+import threading
 import uuid
 
 import pytest
@@ -187,3 +189,129 @@ def test_line_handler__a_filter_still_decides():
         handler.handle(_record(created=1_796_174_453.5, token=token))
 
     assert [json.loads(line)["token"] for line in stream.getvalue().splitlines()] == [1, 3]
+
+
+class _Writes(io.StringIO):
+    """A stream that keeps each write as it came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return super().write(text)
+
+
+def _line_handler() -> tuple[jsonlog.LineHandler, _Writes]:
+    stream = _Writes()
+    handler = jsonlog.LineHandler(stream)
+    handler.setFormatter(jsonlog.JsonFormatter())
+    return handler, stream
+
+
+def test_line_handler__lines_on_a_loop_written_whole_in_order_once_per_iteration():
+    handler, stream = _line_handler()
+    seen: list[list[str]] = []
+
+    async def logs() -> None:
+        for token in (1, 2, 3):
+            handler.handle(_record(created=1_796_174_453.5, token=token))
+        seen.append(list(stream.writes))  # nothing written within the iteration
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the iteration after: its flush has run
+        seen.append(list(stream.writes))
+        handler.handle(_record(created=1_796_174_453.6, token=4))
+
+    asyncio.run(logs())
+
+    assert seen[0] == []
+    assert len(seen[1]) == 1  # the iteration's lines in one write
+    assert [json.loads(line)["token"] for line in seen[1][0].splitlines()] == [1, 2, 3]
+    assert seen[1][0].endswith("}\n")
+    # The last line, logged as the loop ended, was flushed by a later iteration of its teardown.
+    assert [json.loads(line)["token"] for line in stream.getvalue().splitlines()] == [1, 2, 3, 4]
+
+
+def test_line_handler__a_line_off_the_loop_comes_after_those_buffered_and_flush_writes_them():
+    handler, stream = _line_handler()
+    done = threading.Event()
+
+    async def logs() -> None:
+        handler.handle(_record(created=1_796_174_453.5, token=1))
+        # Another thread's line, while the loop's is still buffered.
+        thread = threading.Thread(
+            target=lambda: (handler.handle(_record(created=1_796_174_453.6, token=2)), done.set())
+        )
+        thread.start()
+        thread.join()
+        handler.handle(_record(created=1_796_174_453.7, token=3))
+        handler.flush()  # as the logging module's shutdown does: what is buffered, now
+        assert [json.loads(x)["token"] for x in stream.getvalue().splitlines()] == [1, 2, 3]
+
+    asyncio.run(logs())
+
+    assert done.is_set()
+    assert [len(w.splitlines()) for w in stream.writes] == [2, 1]
+
+
+@pytest.fixture
+def one_line_handler():
+    """A logger whose lines go to one LineHandler and nowhere else, as the settings have the
+    worker's (pytest's own capture sits on the root logger, so this one does not propagate)."""
+    logger = logging.getLogger("executions.worker.jsonlog-test")
+    handler, stream = _line_handler()
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    yield logger, handler, stream
+    logger.removeHandler(handler)
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+
+
+def test_info__the_line_a_record_makes_without_the_record(one_line_handler, monkeypatch):
+    logger, handler, stream = one_line_handler
+    monkeypatch.setattr(logger, "handlers", [handler])  # the tests' capture handlers off it
+    monkeypatch.setattr(jsonlog.time, "time", lambda: 1_796_174_453.0789)
+    extra = {"execution_id": str(EXECUTION), "token": 1, "attempt": 2}
+    made = []
+    monkeypatch.setattr(logger, "makeRecord", lambda *a, **k: made.append(a))
+
+    jsonlog.info(logger, "action started", extra)
+
+    assert made == []  # no record
+    assert stream.getvalue() == (
+        '{"ts":"2026-12-02T01:20:53.078Z","level":"INFO",'
+        '"logger":"executions.worker.jsonlog-test","event":"action started",'
+        f'"execution_id":"{EXECUTION}","token":1,"attempt":2}}\n'
+    )
+    # The line a record of the same makes.
+    record = _record("action started", created=1_796_174_453.0789, **extra)
+    record.name = logger.name
+    assert stream.getvalue() == jsonlog.JsonFormatter().format(record) + "\n"
+
+
+def test_info__another_handler_gets_the_record_and_the_line_is_unchanged(one_line_handler):
+    logger, _, stream = one_line_handler
+    captured: list[logging.LogRecord] = []
+    capture = logging.Handler()
+    capture.emit = captured.append  # type: ignore[method-assign]
+    logger.addHandler(capture)
+    try:
+        jsonlog.info(logger, "action succeeded", {"execution_id": str(EXECUTION), "token": 1})
+    finally:
+        logger.removeHandler(capture)
+    logger.setLevel(logging.WARNING)
+    try:
+        jsonlog.info(logger, "execution claimed", {"token": 2})  # a level off: no line
+    finally:
+        logger.setLevel(logging.NOTSET)
+
+    assert [(r.getMessage(), r.token) for r in captured] == [("action succeeded", 1)]
+    line = json.loads(stream.getvalue())
+    assert (line["event"], line["token"], line["execution_id"]) == (
+        "action succeeded",
+        1,
+        str(EXECUTION),
+    )
