@@ -18,7 +18,6 @@ The statements are executions/sql/limits.py's; the worker's side is executions/w
 
 import datetime
 import json
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -326,10 +325,11 @@ def route_stats(cursor: Any) -> list[RouteStats]:
     return found
 
 
-def throttled_each(executions: Iterable[Any]) -> dict[uuid.UUID, dict[str, Any]]:
+def throttled_each(executions: Iterable[Any]) -> dict[str, dict[str, Any]]:
     """`throttled` ({actionId, capability, until}) of each PENDING execution parked by a limit,
-    by id, in one statement; none at all when no execution can be parked: only one claimed
-    before (attempts > 0) can, so an acceptance's answer costs no statement."""
+    by id as text (a page's rows have no other), in one statement; none at all when no
+    execution can be parked: only one claimed before (attempts > 0) can, so an acceptance's
+    answer costs no statement."""
     ids = [e.id for e in executions if e.status == "PENDING" and e.attempts > 0]
     if not ids:
         return {}

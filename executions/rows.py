@@ -6,14 +6,14 @@ attribute names, so an acceptance's answer is built by the same code as a read's
 Their times are naive, in UTC (the statements select them `AT TIME ZONE 'UTC'`): psycopg reads a
 plain timestamp in C, where Django's loader of timestamptz wraps psycopg's pure-Python one, and
 `render.moment` writes one in UTC without a zone conversion. Together that was a fifth of a
-page's CPU. An id that is only shown comes as text, as its view writes it (psycopg's UUID and
-its str() cost more than the rest of the row): the request's, and the execution's request's. Of
+page's CPU. Ids come as text, as their views write them: psycopg's UUID (built by uuid.UUID's
+pure-Python constructor), its str() and its hash as a page's key cost more than the rest of the
+row. Of
 an execution's result only its outcome and target state, the texts its view shows, not the JSON
 to decode.
 """
 
 import datetime
-import uuid
 from typing import Any, NamedTuple
 
 
@@ -35,7 +35,7 @@ class RequestRow(NamedTuple):
 
 
 class ExecutionRow(NamedTuple):
-    id: uuid.UUID
+    id: str
     request_id: str
     transition_id: str
     status: str

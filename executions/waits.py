@@ -319,17 +319,16 @@ def waiting_for(execution: Execution | ExecutionRow) -> dict[str, Any] | None:
 
 def waiting_for_each(
     executions: Sequence[Execution | ExecutionRow],
-) -> dict[Any, dict[str, Any] | None]:
-    """`waiting_for` of each execution, by id, in one statement (none when none is SUSPENDED):
-    what a page of executions shows."""
-    suspended = {e.id: e for e in executions if e.status == ExecutionStatus.SUSPENDED}
-    found: dict[Any, dict[str, Any] | None] = {e.id: None for e in executions}
+) -> dict[str, dict[str, Any] | None]:
+    """`waiting_for` of each execution, by id as text (a page's rows have no other), in one
+    statement (none when none is SUSPENDED): what a page of executions shows."""
+    suspended = {str(e.id): e for e in executions if e.status == ExecutionStatus.SUSPENDED}
+    found: dict[str, dict[str, Any] | None] = {str(e.id): None for e in executions}
     if suspended:
         for checkpoint in _waiting_checkpoints(list(suspended)).reverse():
             # The first in sequence wins: later ones in the reversed walk are overwritten.
-            found[checkpoint.execution_id] = _waiting_view(
-                suspended[checkpoint.execution_id], checkpoint
-            )
+            key = str(checkpoint.execution_id)
+            found[key] = _waiting_view(suspended[key], checkpoint)
     return found
 
 

@@ -1,9 +1,8 @@
 """The API's lists: requests and executions, newest first, a page at a time, and an execution's
 steps. Like every view, no business rules: parse the query, open the cursor, call one selector,
-render the page with the cursor of the next one."""
+write the page with the cursor of the next one (as JSON text: pagejson.py)."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from django.utils.timezone import get_current_timezone as current_zone
 from drf_spectacular.utils import OpenApiParameter
@@ -17,7 +16,8 @@ from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
 from .listquery import Param, list_query, openapi_parameters
-from .render import action_view, execution_view, request_view
+from .pagejson import PageRenderer, execution_item, page_body, request_item
+from .render import action_view
 from .serializers import (
     ExecutionActionListSerializer,
     ExecutionPageSerializer,
@@ -56,7 +56,7 @@ def _page(
     list_name: str,
     params: Sequence[Param],
     select: Callable[..., selectors.Page],
-    render: Callable[[list], Any],
+    render: Callable[[list], list[str]],
 ) -> Response:
     principal = caller(request)
     query = list_query(dict(request.query_params.lists()), params)
@@ -71,7 +71,7 @@ def _page(
         after = cursor_make(
             list_name=list_name, principal=principal, filters=query.filters, position=page.last
         )
-    return Response({"results": render(page.rows), "next": after})
+    return Response(page_body(render(page.rows), after))
 
 
 def _list_operation(
@@ -97,9 +97,9 @@ request_list_operation = _list_operation(
 )
 
 
-def _requests(rows: list) -> Any:
+def _requests(rows: list) -> list[str]:
     zone = current_zone()  # read once for the page
-    return [request_view(row, zone) for row in rows]
+    return [request_item(row, zone) for row in rows]
 
 
 def request_list_answer(request: DrfRequest) -> Response:
@@ -113,13 +113,14 @@ def request_list_answer(request: DrfRequest) -> Response:
     )
 
 
-def _executions(rows: list) -> Any:
+def _executions(rows: list) -> list[str]:
     waiting, throttled, zone = waiting_for_each(rows), throttled_each(rows), current_zone()
-    return [execution_view(row, waiting[row.id], zone, throttled.get(row.id)) for row in rows]
+    return [execution_item(row, waiting[row.id], zone, throttled.get(row.id)) for row in rows]
 
 
 class ExecutionCollectionView(ApiView):
     required_permissions = {"GET": READ}
+    renderer_classes = [PageRenderer]
 
     @_list_operation(
         "executions_list",

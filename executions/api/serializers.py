@@ -306,14 +306,14 @@ class ExecutionViewSerializer(serializers.Serializer):
     def get_throttled(self, execution: Execution) -> dict[str, Any] | None:
         # A page passes what each of its executions is throttled on, read in one statement.
         known = self.context.get("throttled")
-        found = (known if known is not None else throttled_each([execution])).get(execution.id)
+        found = (known if known is not None else throttled_each([execution])).get(str(execution.id))
         return None if found is None else ThrottledSerializer(found).data
 
     @extend_schema_field(WaitingForSerializer)
     def get_waitingFor(self, execution: Execution) -> dict[str, Any] | None:
         # A page passes what each of its executions waits for, read in one statement.
         known = self.context.get("waiting")
-        found = known[execution.id] if known is not None else waiting_for(execution)
+        found = known[str(execution.id)] if known is not None else waiting_for(execution)
         return None if found is None else WaitingForSerializer(found).data
 
     def get_outcome(self, execution: Execution) -> str | None:

@@ -35,6 +35,7 @@ from .base import (
     validated,
 )
 from .listviews import request_list_answer, request_list_operation
+from .pagejson import PageRenderer
 from .render import execution_view, request_view
 from .serializers import (
     ExecutionViewSerializer,
@@ -49,6 +50,7 @@ from .serializers import (
 
 class RequestCollectionView(ApiView):
     required_permissions = {"GET": READ, "POST": (REQUESTS_WRITE,)}
+    renderer_classes = [PageRenderer]
 
     @request_list_operation
     def get(self, request: DrfRequest) -> Response:

@@ -232,7 +232,7 @@ SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
 # Locks: nothing.
 # Index: route_park_pkey; execution_pkey.
 THROTTLED_OF = """
-SELECT p.execution_id, p.action_id, p.route, p.until
+SELECT p.execution_id::text, p.action_id, p.route, p.until
   FROM route_park AS p
   JOIN execution AS e ON e.id = p.execution_id
  WHERE p.execution_id = ANY (%(ids)s::uuid[])

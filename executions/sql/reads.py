@@ -5,7 +5,7 @@ Access as executions/access.py states it: the request's tenant, and its owner un
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
 columns are its view's, in the order of executions/rows.py's named rows, times in UTC without a
-zone, ids only shown as text and of an execution's result only the two texts its view shows (see
+zone, ids as text and of an execution's result only the two texts its view shows (see
 there why).
 """
 
@@ -13,7 +13,7 @@ there why).
 # Locks: nothing.
 # Index: execution_pkey, then request_pkey.
 EXECUTION_VIEW = """
-SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
+SELECT e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,
        e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
        e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
@@ -99,7 +99,7 @@ REQUEST_PAGE_FILTERS = {
 # Index: the list's own for its filters (execution_*_list_idx, ADR 15; execution_request_idx for
 # requestId), walked from the position; pinned by tests/integration/api/test_list_plans.py.
 EXECUTION_PAGE = """
-SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
+SELECT e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,
        e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
        e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
@@ -114,7 +114,7 @@ SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
 # Index: execution_finished_at_list_idx (or the list's own for the other filters), then
 # execution_pkey; pinned by tests/integration/api/test_list_plans.py.
 EXECUTION_PAGE_BY_TIME = """
-SELECT e.id, e.request_id::text, e.transition_id, e.status, e.attempts,
+SELECT e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,
        e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
        e.error_code,
        e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'

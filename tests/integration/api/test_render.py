@@ -82,7 +82,7 @@ def test_execution_view__is_the_serializers_for_every_status(alice, request_row,
     # A page's statement for what its executions wait for gives the same.
     page = waiting_for_each([stored])
     same(
-        execution_view(stored, page[stored.id]),
+        execution_view(stored, page[str(stored.id)]),
         ExecutionViewSerializer(stored, context={"waiting": page}).data,
     )
 
@@ -101,7 +101,7 @@ def test_execution_view__shows_what_a_route_limit_holds_back_as_the_serializer_d
     for until in (MOMENT, None):  # None: it waits for a call in flight to end
         throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": until}
         built = execution_view(stored, None, throttled=throttled)
-        context = {"waiting": {stored.id: None}, "throttled": {stored.id: throttled}}
+        context = {"waiting": {str(stored.id): None}, "throttled": {str(stored.id): throttled}}
         same(built, ExecutionViewSerializer(stored, context=context).data)
         assert built["throttled"]["capability"] == "payments.charge@1"
 

@@ -99,7 +99,7 @@ def test_take__max_in_flight_full__parks_without_an_attempt_and_wakes_when_it_en
         assert parked_row(conn, waiting.execution_id) == ("a", ROUTE, None)
         execution = Execution.objects.get(id=waiting.execution_id)
         assert throttled_each([execution]) == {
-            waiting.execution_id: {"actionId": "a", "capability": ROUTE, "until": None}
+            str(waiting.execution_id): {"actionId": "a", "capability": ROUTE, "until": None}
         }
 
         gate.gate.set()
