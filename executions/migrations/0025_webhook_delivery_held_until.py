@@ -1,4 +1,4 @@
-"""A claimed webhook delivery held by a column in no index (docs/adr/0020, "Claims").
+"""A claimed webhook delivery held by a column in no index (docs/adr/0020).
 
 The claim used to push `next_attempt_at`, a column of webhook_delivery_due_idx, past the timeout:
 every claim was an update outside HOT, a new entry in each of the table's five indexes for every

@@ -32,11 +32,12 @@ LISTEN_WEBHOOKS = "LISTEN orquestador_webhooks"
 # another claims it once the hold passes: at least once). The hold is `held_until`, in no index
 # and in no index's predicate, so the claim can be a HOT update (no new index entry; the table
 # keeps room for it, migration 0025); the rows in flight stay in webhook_delivery_due_idx and
-# are read, and skipped, at the head of each claim's walk (at most CONCURRENCY of them). Returns what the attempt needs to send, the
-# event's body already as JSON text ({id, type, createdAt, data}: the same for every attempt).
+# are read, and skipped, at the head of each claim's walk (at most CONCURRENCY of them). Returns
+# what the attempt needs to send, the event's body already as JSON text ({id, type, createdAt,
+# data}: the same for every attempt).
 # The shapes hold whatever the statistics (docs/adr/0009): the due time is compared with the
-# statement's start, stable, so it bounds the walk of webhook_delivery_due_idx (deliveries in
-# flight or retried later are not read); the earlier-delivery probe is a subquery never pulled up
+# statement's start, stable, so it bounds the walk of webhook_delivery_due_idx (deliveries
+# retried later are not read); the earlier-delivery probe is a subquery never pulled up
 # into a join (OFFSET 0), one webhook_delivery_order_idx lookup per candidate, where statistics of
 # an empty outbox walked the whole index per candidate; the rows `due` locked are updated by
 # `id = ANY` of their ids, and each one's event and subscription are read in LATERAL subqueries
@@ -98,11 +99,11 @@ SELECT c.id, c.claim_token, c.attempts, c.event_id, ev.body, s.url, s.secret, s.
 
 
 # Write the results of attempts (%(items)s: id, token, delivered, code, error, body, delay, in id
-# order), each one's hold ended: delivered, or due again after its delay, or FAILED once its retries have run
-# %(max_age_seconds)s since it started; each only by the claim that made it (its token), and only
-# while PENDING. Then each subscription's run of failed attempts: back to 0 on a delivery, one
-# more per failed attempt (a subscription's row is written only when that changes it). Returns
-# (id, status) per written delivery.
+# order), each one's hold ended: delivered, or due again after its delay, or FAILED once its
+# retries have run %(max_age_seconds)s since it started; each only by the claim that made it (its
+# token), and only while PENDING. Then each subscription's run of failed attempts: back to 0 on
+# a delivery, one more per failed attempt (a subscription's row is written only when that changes
+# it). Returns (id, status) per written delivery.
 # Each item's delivery is locked in a LATERAL subquery, never flattened, and updated by
 # `id = ANY` (docs/adr/0009): one primary-key lookup per item whatever the statistics.
 # Locks: the delivery rows (id order), then their subscriptions' rows.
