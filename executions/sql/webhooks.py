@@ -1,6 +1,6 @@
 """Webhooks: the delivery loop's claim and results (executions/webhooks/delivery.py), the
 operator's redelivery, and the purge of settled events. The outbox itself is written by the
-trigger `webhook_outbox_write` (migration 0014), never by these.
+trigger `webhook_outbox_write` (migrations 0017 and 0019), never by these.
 
 Lock order: deliveries (id order), then subscriptions.
 """
@@ -28,12 +28,16 @@ LISTEN_WEBHOOKS = "LISTEN orquestador_webhooks"
 # Claim up to %(limit)s due deliveries, oldest due first, skipping any whose execution has an
 # earlier delivery to the same subscription still PENDING (in order per execution and
 # subscription; a claimed one stays PENDING while in flight, so it holds back the next): one more
-# attempt, a new claim token, and due again after %(hold_seconds)s (if this process dies while
-# sending, another claims it then: at least once). Returns what the attempt needs to send, the
-# event's body already as JSON text ({id, type, createdAt, data}: the same for every attempt).
+# attempt, a new claim token, and held for %(hold_seconds)s (if this process dies while sending,
+# another claims it once the hold passes: at least once). The hold is `held_until`, in no index
+# and in no index's predicate, so the claim can be a HOT update (no new index entry; the table
+# keeps room for it, migration 0025); the rows in flight stay in webhook_delivery_due_idx and
+# are read, and skipped, at the head of each claim's walk (at most CONCURRENCY of them). Returns
+# what the attempt needs to send, the event's body already as JSON text ({id, type, createdAt,
+# data}: the same for every attempt).
 # The shapes hold whatever the statistics (docs/adr/0009): the due time is compared with the
-# statement's start, stable, so it bounds the walk of webhook_delivery_due_idx (deliveries in
-# flight or retried later are not read); the earlier-delivery probe is a subquery never pulled up
+# statement's start, stable, so it bounds the walk of webhook_delivery_due_idx (deliveries
+# retried later are not read); the earlier-delivery probe is a subquery never pulled up
 # into a join (OFFSET 0), one webhook_delivery_order_idx lookup per candidate, where statistics of
 # an empty outbox walked the whole index per candidate; the rows `due` locked are updated by
 # `id = ANY` of their ids, and each one's event and subscription are read in LATERAL subqueries
@@ -49,6 +53,7 @@ WITH due AS (
       FROM webhook_delivery AS d
      WHERE d.status = 'PENDING'
        AND d.next_attempt_at <= statement_timestamp()
+       AND (d.held_until IS NULL OR d.held_until <= statement_timestamp())
        AND NOT EXISTS (
                SELECT 1
                  FROM webhook_delivery AS p
@@ -67,8 +72,8 @@ claimed AS (
        SET attempts = d.attempts + 1,
            claim_token = d.claim_token + 1,
            last_attempt_at = clock_timestamp(),
-           next_attempt_at = clock_timestamp()
-                             + make_interval(secs => %(hold_seconds)s::double precision)
+           held_until = clock_timestamp()
+                        + make_interval(secs => %(hold_seconds)s::double precision)
      WHERE d.id = ANY(ARRAY(SELECT due.id FROM due))
     RETURNING d.id, d.claim_token, d.attempts, d.event_id, d.subscription_id
 )
@@ -94,11 +99,11 @@ SELECT c.id, c.claim_token, c.attempts, c.event_id, ev.body, s.url, s.secret, s.
 
 
 # Write the results of attempts (%(items)s: id, token, delivered, code, error, body, delay, in id
-# order): delivered, or due again after its delay, or FAILED once its retries have run
-# %(max_age_seconds)s since it started; each only by the claim that made it (its token), and only
-# while PENDING. Then each subscription's run of failed attempts: back to 0 on a delivery, one
-# more per failed attempt (a subscription's row is written only when that changes it). Returns
-# (id, status) per written delivery.
+# order), each one's hold ended: delivered, or due again after its delay, or FAILED once its
+# retries have run %(max_age_seconds)s since it started; each only by the claim that made it (its
+# token), and only while PENDING. Then each subscription's run of failed attempts: back to 0 on
+# a delivery, one more per failed attempt (a subscription's row is written only when that changes
+# it). Returns (id, status) per written delivery.
 # Each item's delivery is locked in a LATERAL subquery, never flattened, and updated by
 # `id = ANY` (docs/adr/0009): one primary-key lookup per item whatever the statistics.
 # Locks: the delivery rows (id order), then their subscriptions' rows.
@@ -135,6 +140,7 @@ done AS (
                                  WHEN locked.delivered THEN d.next_attempt_at
                                  ELSE clock_timestamp() + make_interval(secs => locked.delay)
                              END,
+           held_until = NULL,
            delivered_at = CASE WHEN locked.delivered THEN clock_timestamp() END,
            last_response_code = locked.code,
            last_error = left(locked.error, 500),
@@ -162,14 +168,16 @@ SELECT done.id, done.status FROM done
 """
 
 
-# An operator's redelivery (the admin): the delivery is PENDING and due now, its retries run
-# WEBHOOK_MAX_AGE_HOURS from now; its attempts count on. Returns the ids redelivered.
+# An operator's redelivery (the admin): the delivery is PENDING, due now and held by no claim,
+# its retries run WEBHOOK_MAX_AGE_HOURS from now; its attempts count on. Returns the ids
+# redelivered.
 # Locks: those delivery rows.
 # Index: webhook_delivery primary key.
 WEBHOOK_DELIVERY_REDELIVER = """
 UPDATE webhook_delivery AS d
    SET status = 'PENDING',
        next_attempt_at = clock_timestamp(),
+       held_until = NULL,
        retry_from = clock_timestamp(),
        delivered_at = NULL,
        claim_token = d.claim_token + 1

@@ -117,6 +117,9 @@ class WebhookDelivery(models.Model):
     # Bumped by every claim: the result of an attempt is written only by the claim that made it.
     claim_token = models.BigIntegerField(db_default=0)
     next_attempt_at = models.DateTimeField(db_default=Now())
+    # While an attempt is in flight: the moment another claim may take it over. In no index, so a
+    # claim setting it can be a HOT update (sql.WEBHOOK_DELIVERIES_CLAIM).
+    held_until = models.DateTimeField(null=True, blank=True, editable=False)
     # Retries run until this moment plus WEBHOOK_MAX_AGE_HOURS: the event's creation, or the
     # operator's redelivery.
     retry_from = models.DateTimeField(db_default=Now())
