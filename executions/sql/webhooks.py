@@ -31,7 +31,7 @@ LISTEN_WEBHOOKS = "LISTEN orquestador_webhooks"
 # attempt, a new claim token, and held for %(hold_seconds)s (if this process dies while sending,
 # another claims it once the hold passes: at least once). The hold is `held_until`, in no index
 # and in no index's predicate, so the claim can be a HOT update (no new index entry; the table
-# keeps room for it, migration 0025); the rows in flight stay in webhook_delivery_due_idx and
+# keeps room for it, migration 0026); the rows in flight stay in webhook_delivery_due_idx and
 # are read, and skipped, at the head of each claim's walk (at most CONCURRENCY of them). Returns
 # what the attempt needs to send, the event's body already as JSON text ({id, type, createdAt,
 # data}: the same for every attempt).

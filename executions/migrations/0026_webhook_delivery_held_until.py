@@ -12,7 +12,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("executions", "0024_checkpoint_fillfactor"),
+        ("executions", "0025_route_park_held_counted"),
     ]
 
     operations = [
