@@ -8,9 +8,8 @@ plain timestamp in C, where Django's loader of timestamptz wraps psycopg's pure-
 `render.moment` writes one in UTC without a zone conversion. Together that was a fifth of a
 page's CPU. Ids come as text, as their views write them: psycopg's UUID (built by uuid.UUID's
 pure-Python constructor), its str() and its hash as a page's key cost more than the rest of the
-row. Of
-an execution's result only its outcome and target state, the texts its view shows, not the JSON
-to decode.
+row. Of an execution's result only its outcome and target state, the texts its view shows, not
+the JSON to decode.
 """
 
 import datetime
