@@ -41,7 +41,7 @@ from typing import Any, Protocol, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from actions.pools import close_client
+from actions.pools import client, close_client
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
 
@@ -287,6 +287,9 @@ class LocalWorkerRuntime(Reservations):
     async def open(self) -> "LocalWorkerRuntime":
         await self._pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT)
         self._prober_pool.open(wait=False)
+        # The adapters' HTTP session of this loop, made now rather than inside the first call:
+        # loading its certificate bundle costs some 20 ms of CPU (actions/pools.py).
+        client()
         return self
 
     async def close(self, timeout: float = POOL_CLOSE_TIMEOUT) -> None:
