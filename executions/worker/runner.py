@@ -164,14 +164,19 @@ class _Run:
             if snapshot.compensation_cause is not None:  # its compensation began: go on with it
                 return await compensate_resumed(self, transition, snapshot)
             outputs: dict[str, dict[str, Any]] = {}
-            for sequence, action in enumerate(transition.get("actions", [])):
+            actions = transition.get("actions", [])
+            for sequence, action in enumerate(actions):
                 if is_wait(action):
                     step = self.wait(sequence, action, snapshot)
                 else:
-                    step = self.action(sequence, action, snapshot, outputs)
+                    last = sequence == len(actions) - 1
+                    step = self.action(sequence, action, snapshot, outputs, last=last)
                 outputs[action["id"]] = await traced_action(action, step)
             return await self.finish(definition, transition, snapshot, outputs)
         except RunEnded as ended:
+            # Its slot was released after its last call: the run goes on (its ending, perhaps
+            # compensation's calls), so the slot is counted busy again until it ends.
+            self.holding.retake_slot()
             compensated = await compensate_failure(self, ended.decision, transition, snapshot)
             return compensated or await run_end(ended.decision, self.scope)
         except RunSuspended as suspended:
@@ -205,14 +210,17 @@ class _Run:
         action: dict[str, Any],
         snapshot: Snapshot,
         outputs: dict[str, dict[str, Any]],
+        *,
+        last: bool = False,
     ) -> dict[str, Any]:
-        """Call one action (or reuse its checkpoint) and commit its output."""
+        """Call one action (or reuse its checkpoint) and commit its output; `last`: the run's
+        last action, after which only writes are left."""
         prepared = await self.prepare(sequence, action, snapshot, outputs)
         if isinstance(prepared, dict):  # reused from its SUCCEEDED checkpoint
             return prepared
         # A limited route's call takes its place first (executions/worker/limiter.py).
         attempt, result = await limiter.limited_call(self, prepared, snapshot)
-        return await self.settle(attempt, result)
+        return await self.settle(attempt, result, last=last)
 
     # The parameters of action(), whose first step this is: a signature repeats, not logic.
     async def prepare(
@@ -297,9 +305,12 @@ class _Run:
         called = adapter_call(call.binding, ctx, lambda: call.extra)
         return traced_call(call.binding, call.attempt, called)
 
-    async def settle(self, call: _Call, result: ActionResult) -> dict[str, Any]:
+    async def settle(
+        self, call: _Call, result: ActionResult, *, last: bool = False
+    ) -> dict[str, Any]:
         """Apply the call's result: suspend on an asynchronous ACCEPTED, end the run as the
-        recovery table says, or commit SUCCEEDED and return the output."""
+        recovery table says, or commit SUCCEEDED and return the output. After the run's `last`
+        call only writes are left: its slot takes the next execution from the save on."""
         action_id, binding = call.start.action_id, call.binding
         contract = binding.contract
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
@@ -330,6 +341,10 @@ class _Run:
         stop_unless_proceeding(decision)
         output = decision.output or {}
         success = SucceedItem(self.fence, action_id, call.attempt, output, binding.effect)
+        if last:
+            # Nothing but this save, the evaluation and the final commit is left: the slot takes
+            # its next execution meanwhile; the run still holds the lease (renewed) and its fence.
+            self.holding.release_slot()
         await self.write(
             "CHECKPOINT_SUCCEED",
             lambda: self.deps.writes.successes.submit(self.db, success),
@@ -385,7 +400,8 @@ class _Run:
         if isinstance(item, Decision):
             raise RunEnded(item)
         self.check_not_cancelled("finalize")
-        # Nothing but the final commit is left: the slot takes its next execution while it
+        # Nothing but the final commit is left (a run whose last action was a call released its
+        # slot at that call's save already): the slot takes its next execution while it
         # flushes; the run still holds the lease (renewed) and its fence until it lands.
         self.holding.release_slot()
         # A final commit that fails (its retries used) raises: RUNNING and the checkpoints stay
