@@ -30,8 +30,8 @@ class Holding:
     lost: bool = False
     deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)
     abandoned: bool = False  # stuck past its deadline: lease left to expire, slot given back
-    # Its slot counted free while only its final commit is in flight (`release_slot`); it is
-    # still held, so its lease is renewed until that commit lands.
+    # Its slot counted free while only its run's writes are left (`release_slot`: after its
+    # last call); it is still held, so its lease is renewed until its final commit lands.
     slot_released: bool = False
     slots: "Slots | None" = field(default=None, repr=False)  # the slots it was taken from
 
@@ -39,13 +39,15 @@ class Holding:
         self.deadline_at = time.monotonic() + seconds
 
     def release_slot(self) -> None:
-        """Its run has submitted its final commit: the slot may take its next execution while
-        that commit flushes (the run still holds the lease, renewed, until it lands)."""
+        """Its run has only writes left (its last call answered): the slot may take its next
+        execution meanwhile (the run still holds the lease, renewed, until its final commit
+        lands)."""
         if self.slots is not None:
             self.slots.release(self)
 
     def retake_slot(self) -> None:
-        """The final commit did not land and the run goes on: count its slot busy again."""
+        """The run goes on after its slot was released (a refused final commit, a failed
+        evaluation): count its slot busy again."""
         if self.slots is not None:
             self.slots.retake(self)
 

@@ -8,9 +8,10 @@ Invariants:
   local backlog while its lease ticks away. Each is one `Dispatch` (executions/claims.py), held
   in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps it
   and the holding is the request to allocate;
-- a slot is free again once its run has submitted its final commit (`Holding.release_slot`):
-  the run still holds the execution, its lease renewed and its commit fenced, until the commit
-  lands, and the drain waits for it; a refused final commit counts the slot busy again;
+- a slot is free again once its run's last call has answered (`Holding.release_slot`, at the
+  submission of that call's save): the run still holds the execution, its lease renewed and
+  its writes fenced, until its final commit lands, and the drain waits for it; a run that goes
+  on after a decision (a refused final commit, a failed evaluation) counts the slot busy again;
 - idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
   WORKER_POLL_MS (due retries, expired leases, lost notifications);
 - the same connection LISTENs for webhook announcements (NOTIFY_WEBHOOKS, from writers other

@@ -135,9 +135,9 @@ def test_crash_point__recovery_by_another_process_follows_spec(
             provider.plan(route, slow(30))  # held until the worker is killed
     else:
         doomed_env |= {faultpoints.POINT_ENV: point, faultpoints.ACTION_ENV: "target"}
-        # A slot is free once its final commit is submitted (docs/adr/0014), before a final
-        # point kills the process: a worker that got there before another had claimed could
-        # take a second execution and die holding it. Each first call held for a second lets
+        # A slot is free once its last call has answered (docs/adr/0014), before a save or
+        # final point kills the process: a worker that got there before another had claimed
+        # could take a second execution and die holding it. Each first call held for a second lets
         # all three be claimed first, one per worker.
         for route in EFFECTS.values():
             provider.plan(route, slow(1))

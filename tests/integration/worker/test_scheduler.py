@@ -56,6 +56,92 @@ def test_scheduler__claims_only_free_capacity(conn, make_flow, runtime_dsn):
         assert sched.claimed == 5
 
 
+# The grouped save, waiting on a row lock (its text names the status it writes).
+SAVE_WAITING = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Lock' AND query LIKE '%status = ''SUCCEEDED''%'
+"""
+LOCK_WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+
+
+def _save_held(conn, runtime_dsn, execution_id, gate):
+    """Open `gate` with the execution's row locked, and return the locking connection once the
+    call's save waits on that lock (the caller ends the lock)."""
+    locker = psycopg.connect(runtime_dsn)
+    locker.execute("SELECT 1 FROM execution WHERE id = %s FOR UPDATE", [execution_id])
+    gate.gate.set()
+    wait_until(lambda: conn.execute(SAVE_WAITING).fetchone()[0] == 1, what="the save to wait")
+    return locker
+
+
+def test_scheduler__a_slot_is_free_once_the_last_call_answered(conn, make_flow, runtime_dsn):
+    # After its last call only writes are left: the slot takes its next execution while the
+    # save and the final commit go; the execution stays held (its lease renewed) until then.
+    gate = GateAdapter()
+    execution_id = enqueue(conn, make_flow([action("a", "G")])).execution_id
+    config = dataclasses.replace(FAST, concurrency=1)
+
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
+        wait_until(lambda: len(gate.calls) == 1, what="the call inside the adapter")
+        locker = _save_held(conn, runtime_dsn, execution_id, gate)
+        with locker:
+            assert (sched.busy, sched.slots.held) == (0, 1)
+            assert checkpoint_rows(conn, execution_id)["a"]["status"] == "RUNNING"
+            locker.rollback()
+        wait_until(lambda: status_of(conn, execution_id) == "SUCCEEDED", what="its final commit")
+        wait_until(lambda: sched.slots.held == 0, what="the execution no longer held")
+
+
+def test_scheduler__a_slot_stays_busy_through_a_save_with_a_call_after_it(
+    conn, make_flow, runtime_dsn
+):
+    # The save of an action that is not the last: the next call still needs the slot.
+    gate = GateAdapter()
+    flow_id = make_flow([action("a", "G"), action("b", "NO_OP")])
+    execution_id = enqueue(conn, flow_id).execution_id
+    config = dataclasses.replace(FAST, concurrency=1)
+
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
+        wait_until(lambda: len(gate.calls) == 1, what="the call inside the adapter")
+        locker = _save_held(conn, runtime_dsn, execution_id, gate)
+        with locker:
+            assert (sched.busy, sched.slots.held) == (1, 1)
+            locker.rollback()
+        wait_until(lambda: status_of(conn, execution_id) == "SUCCEEDED", what="its final commit")
+        assert checkpoint_rows(conn, execution_id)["b"]["status"] == "SUCCEEDED"
+
+
+def test_scheduler__a_run_ended_after_its_last_save_counts_its_slot_busy_again(
+    conn, make_flow, runtime_dsn
+):
+    # The slot was released at the last save; the evaluation then fails the run (the updated
+    # data breaks the flow's dataSchema), and while its failure is written the slot is busy.
+    gate = GateAdapter()
+    flow_id = make_flow(
+        [action("a", "G")],
+        data_schema={"type": "object", "properties": {"done": {"type": "string"}}},
+    )
+    accepted = enqueue(conn, flow_id)
+    config = dataclasses.replace(FAST, concurrency=1)
+
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as sched:
+        wait_until(lambda: len(gate.calls) == 1, what="the call inside the adapter")
+        with psycopg.connect(runtime_dsn) as locker:
+            locker.execute("SELECT 1 FROM request WHERE id = %s FOR UPDATE", [accepted.request_id])
+            gate.gate.set()
+            wait_until(
+                lambda: (
+                    checkpoint_rows(conn, accepted.execution_id)["a"]["status"] == "SUCCEEDED"
+                    and conn.execute(LOCK_WAITING).fetchone()[0] == 1
+                ),
+                what="the failure to wait on the request's lock",
+            )
+            assert (sched.busy, sched.slots.held) == (1, 1)
+            locker.rollback()
+        wait_until(lambda: status_of(conn, accepted.execution_id) == "FAILED", what="its failure")
+        wait_until(lambda: (sched.busy, sched.slots.held) == (0, 0), what="the slot free")
+
+
 def test_scheduler__wakes_on_notify_long_before_the_poll(conn, make_flow, runtime_dsn):
     config = dataclasses.replace(FAST, poll_ms=600_000)  # a poll would take ten minutes
     flow_id = make_flow([action("a", "NO_OP")])
