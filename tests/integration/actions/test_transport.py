@@ -1,6 +1,7 @@
 """The shared HTTP transport: Retry-After parsing, the sessions' lifetime, the watchdog's timers."""
 
 import asyncio
+import gc
 import threading
 import time
 from datetime import UTC, datetime
@@ -88,6 +89,37 @@ def test_watchdog__no_thread_for_any_call__finished_deadlines_leave_no_timer(pro
 
     assert _client_threads() == threads
     assert armed == []  # 300 calls ended, every 600-second deadline disarmed
+
+
+def test_watchdog__a_call_watching_a_stop_signal_leaves_no_reference_cycle(provider):
+    # Each call of a run watches its stop signal; what the watchdog leaves must be freed by
+    # reference counting alone, or every call's watchdog, task and signal wait for the cyclic
+    # collector (a young collection every few executions of a busy worker).
+    async def calls():
+        for _ in range(20):
+            await transport.exchange(
+                method="GET",
+                url=provider.url("/ping"),
+                headers={},
+                body=None,
+                deadline=transport.Deadline.after(2),
+                connect_timeout=2,
+                max_bytes=1024,
+                want_body=lambda status: True,
+                cancelled=StopSignal(),
+            )
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run(calls())
+        gc.collect()
+        kept = [o for o in gc.garbage if isinstance(o, Watchdog | StopSignal)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+    assert kept == []
 
 
 def test_exchange__stopped_while_reading_the_body__its_stage_and_status(provider):
