@@ -3,10 +3,12 @@ real PostgreSQL."""
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
+from executions.models import Execution
 from orquestador.dbroles import grant_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -183,3 +185,12 @@ def test_vocabulary_checks__still_refuse_a_value_outside_it():
         ):
             with pytest.raises(Exception, match=constraint), transaction.atomic():
                 cursor.execute(statement)
+
+
+def test_vocabulary_checks__validate_in_python_as_in_postgresql():
+    # Django validates model constraints in forms (the admin) by asking PostgreSQL the
+    # condition: `one_of` must say there what the table says.
+    (check,) = [c for c in Execution._meta.constraints if c.name == "execution_status_valid"]
+    check.validate(Execution, Execution(status="RUNNING"))
+    with pytest.raises(ValidationError, match="execution_status_valid"):
+        check.validate(Execution, Execution(status="RUNNING_LATE"))
