@@ -5,14 +5,20 @@ the same test as `status__in`, which PostgreSQL stores as an array of separate c
 written for CHECK constraints, whose stored expressions PostgreSQL parses again in every
 statement that writes the table: a vocabulary as one constant is a third of the text to parse
 (docs/adr/0024-check-constraints-parsed-per-statement.md). The values are identifiers of a
-vocabulary, so anything an array literal would have to quote is refused.
+vocabulary, so anything an array literal would have to quote (or would read as NULL) is refused.
 """
+
+from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db.models import CharField, Lookup
+
+if TYPE_CHECKING:  # the stubs' names; _AsSqlType exists only there
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
 
 # What an element of an unquoted array literal may hold here (no separators, braces or quotes).
 _PLAIN = re.compile(r"[A-Za-z0-9_.:-]+")
@@ -26,11 +32,12 @@ class OneOf(Lookup):
     def get_prep_lookup(self) -> str:
         listed = isinstance(self.rhs, Iterable) and not isinstance(self.rhs, str)
         values = [str(value) for value in self.rhs] if listed else []
-        if not values or any(not _PLAIN.fullmatch(value) for value in values):
+        # Unquoted, NULL in any case is a null element, not the word.
+        if not values or any(not _PLAIN.fullmatch(v) or v.upper() == "NULL" for v in values):
             raise ValueError(f"one_of takes a non-empty list of plain words, not {self.rhs!r}")
         return "{" + ",".join(values) + "}"
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> _AsSqlType:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs}::text = ANY ({rhs}::text[])", [*lhs_params, *rhs_params]
+        return f"{lhs}::text = ANY ({rhs}::text[])", (*lhs_params, *rhs_params)

@@ -17,7 +17,7 @@ def test_one_of__is_one_array_constant():
     assert "::text = ANY ('{PENDING,RUNNING}'::text[])" in sql
 
 
-@pytest.mark.parametrize("values", [[], ["A,B"], ["{A}"], ['A"'], ["A B"], "PENDING"])
+@pytest.mark.parametrize("values", [[], ["A,B"], ["{A}"], ['A"'], ["A B"], ["null"], "PENDING"])
 def test_one_of__refuses_what_an_array_literal_would_quote(values: object):
     with pytest.raises(ValueError, match="one_of"):
         _sql(Q(status__one_of=values))
