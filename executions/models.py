@@ -25,6 +25,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from . import lookups  # noqa: F401 (registers `one_of`, which the constraints below use)
 from .choices import (
     CLAIMABLE_STATUSES,
     PURGEABLE_STATUSES,
@@ -61,7 +62,8 @@ def _listed(*prefix: str) -> list[str]:
 
 
 def _in(field: str, choices: type[models.TextChoices]) -> Q:
-    return Q(**{f"{field}__in": choices.values})
+    """A CHECK constraint's test of a vocabulary, as one array constant (executions/lookups.py)."""
+    return Q(**{f"{field}__one_of": choices.values})
 
 
 class Flow(models.Model):
@@ -305,7 +307,7 @@ class Execution(models.Model):
                 name="execution_running_has_lease",
             ),
             models.CheckConstraint(
-                condition=~Q(status__in=TERMINAL_STATUSES) | Q(finished_at__isnull=False),
+                condition=~Q(status__one_of=list(TERMINAL_STATUSES)) | Q(finished_at__isnull=False),
                 name="execution_terminal_has_finished_at",
             ),
             models.UniqueConstraint(

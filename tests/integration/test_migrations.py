@@ -3,10 +3,12 @@ real PostgreSQL."""
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
+from executions.models import Execution
 from orquestador.dbroles import grant_runtime
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -143,3 +145,52 @@ def test_claim_index__is_partial_over_live_statuses():
         (definition,) = cursor.fetchone()
     assert "next_attempt_at, created_at, id" in definition
     assert "WHERE" in definition and "PENDING" in definition and "SUCCEEDED" not in definition
+
+
+VOCABULARY_CHECKS = (
+    "execution_status_valid",
+    "execution_terminal_has_finished_at",
+    "audit_type_valid",
+    "action_execution_status_valid",
+    "action_execution_effect_valid",
+    "execution_event_status_valid",
+    "action_attempt_status_valid",
+)
+
+
+def test_vocabulary_checks__are_one_array_constant_each():
+    # PostgreSQL parses a table's CHECK constraints again in every statement that writes it: a
+    # vocabulary stored as a list of constants is three times the text (docs/adr/0024).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname, pg_get_constraintdef(oid), convalidated FROM pg_constraint "
+            "WHERE conname = ANY(%s)",
+            [list(VOCABULARY_CHECKS)],
+        )
+        found = {name: (definition, valid) for name, definition, valid in cursor.fetchall()}
+    assert set(found) == set(VOCABULARY_CHECKS)
+    for name, (definition, valid) in found.items():
+        assert "= ANY ('{" in definition and "ARRAY[" not in definition, (name, definition)
+        assert valid, name
+
+
+def test_vocabulary_checks__still_refuse_a_value_outside_it():
+    _insert_checkpoints(1)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE execution SET status = 'SUCCEEDED', finished_at = now()")
+        for statement, constraint in (
+            ("UPDATE execution SET status = 'RUNNING_LATE'", "execution_status_valid"),
+            ("UPDATE execution SET finished_at = NULL", "execution_terminal_has_finished_at"),
+            ("UPDATE action_execution SET status = 'DONE'", "action_execution_status_valid"),
+        ):
+            with pytest.raises(Exception, match=constraint), transaction.atomic():
+                cursor.execute(statement)
+
+
+def test_vocabulary_checks__validate_in_python_as_in_postgresql():
+    # Django validates model constraints in forms (the admin) by asking PostgreSQL the
+    # condition: `one_of` must say there what the table says.
+    (check,) = [c for c in Execution._meta.constraints if c.name == "execution_status_valid"]
+    check.validate(Execution, Execution(status="RUNNING"))
+    with pytest.raises(ValidationError, match="execution_status_valid"):
+        check.validate(Execution, Execution(status="RUNNING_LATE"))
