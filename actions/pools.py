@@ -48,7 +48,8 @@ _gate: contextvars.ContextVar[Callable[[], Awaitable[None]] | None] = contextvar
 @contextlib.contextmanager
 def start_gate(gate: Callable[[], Awaitable[None]]) -> Iterator[None]:
     """Inside this block, an HTTP call awaits `gate` once its connection is had, just before
-    its request is written (still before the connect timeout, as a request not sent)."""
+    its request is written: still under the connect timeout, and a gate that fails is a
+    request not sent (the transport's "could not connect")."""
     token = _gate.set(gate)
     try:
         yield
@@ -63,8 +64,10 @@ class _Connector(aiohttp.TCPConnector):
         if gate is not None:
             try:
                 await gate()
-            except BaseException:
+            except BaseException as exc:
                 connection.release()  # nothing was written on it: back to the pool
+                if isinstance(exc, Exception):  # a request not sent, as a connection failure
+                    raise aiohttp.ClientConnectionError("the start gate failed") from None
                 raise
         watch_connected()  # the request is written next, without another wait in between
         return connection
