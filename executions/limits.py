@@ -1,11 +1,15 @@
 """Route limits (INTEGRATIONS.md#flow-control, docs/adr/0022): calls of a route in flight and
-started per window, across every worker, kept in PostgreSQL.
+started per window, across every worker, kept in PostgreSQL. Past 400 lines: the worker's and
+the prober's plans and calls, the declarations at start, the operators' pauses and the reads
+(/metrics, the Workers page, `throttled`) of one limiter.
 
 Invariants and transaction boundaries (each plan is one statement, in autocommit):
 - `route_take` (worker, fenced): a limited call gets its place (a route_call row) or its
-  execution is parked: PENDING, lease cleared, due at the window's edge or the pause's end, or
-  later, when a call in flight ends (`route_end` wakes it, the sweep catches what an ending
-  missed). A parked call started no attempt: its RUNNING checkpoint was never written;
+  execution is parked: PENDING, lease cleared, due at its turn or the pause's end, or later,
+  when a call in flight ends (`route_end` wakes it, the sweep catches what an ending missed).
+  A parked call started no attempt: its RUNNING checkpoint was never written;
+- a rate's start is granted for a moment, W/N after the one before (`Taken.at`), which the
+  caller keeps to within `late_seconds`, or takes another (`route_retime`);
 - a place is held under the holder's lease: when its execution moves on, or its lease
   expires (a SIGKILLed worker), it stops counting (the function route_call_live);
 - on a route far above need a worker leases places and a share of the rate in a batch

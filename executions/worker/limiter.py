@@ -1,4 +1,6 @@
-"""A worker's side of the route limits (executions/limits.py, docs/adr/0022).
+"""A worker's side of the route limits (executions/limits.py, docs/adr/0022). Past 400 lines:
+the call inside its limits, its place or lease, its moment, its end and handoff, the provider's
+pauses, and the sweeper thread.
 
 Invariants:
 - an unlimited route costs nothing: no statement, unless this worker knows the route is
@@ -9,9 +11,9 @@ Invariants:
   before its RUNNING checkpoint: a call held back has started no attempt, and its execution is
   parked (PENDING, no lease), so the slot and its task are free at once;
 - a call granted on a route with a rate starts at the moment granted (after its checkpoint),
-  never before, and never later than half the rate's spacing after it: one that would takes a
-  new moment (`Moment`), checked again as its HTTP request is about to be written, so the
-  provider sees the moments' spacing;
+  never before, and never later than three quarters of the rate's spacing after it: one that
+  would takes a new moment (`Moment`), kept again as its HTTP request is about to be written,
+  so the provider sees the moments' spacing;
 - a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
   returns, whatever it returned, which also wakes the oldest execution parked for a place;
   when this process has a free slot, the end is instead this process's claim of that
@@ -21,8 +23,8 @@ Invariants:
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`). The turns of the executions this process
-parked until a time (a rate's reserved turn, a pause's end) wake its claim loop then
-(`turns.TURNS`), not at its next poll.
+parked until a time (a rate's turns, its peers' included; a pause's end) wake its claim loop
+then (`turns.TURNS`), not at its next poll.
 """
 
 import asyncio
