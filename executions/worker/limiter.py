@@ -126,12 +126,16 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
     if not limited(route):
         attempt = await run.start(call)
         result: ActionResult = await run.call(attempt, snapshot)
-    elif await leased(db, route, owner=run.fence.owner):  # far above need: no statement
+    # Far above need: a place of this process's lease, no statement (taken here at once, with
+    # no coroutine: `leased` is awaited only when there is none to take from now).
+    elif (not PAUSES.paused(key := route.key) and LEASES.take(key)) or await leased(
+        db, route, owner=run.fence.owner
+    ):
         try:
             attempt = await run.start(call)
             result = await run.call(attempt, snapshot)
         finally:
-            LEASES.end(route.key)
+            LEASES.end(key)
     else:
         place = handed(run, call) or await place_take(
             db,
