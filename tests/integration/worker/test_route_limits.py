@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import threading
 
+import psycopg
 import pytest
 
 from actions.base import ActionResult, Outcome, RouteLimits
@@ -370,6 +371,55 @@ def test_handoff__the_worker_that_claimed_it_dies__the_place_comes_back_within_a
     assert execution_row(conn, younger.execution_id)["next_attempt_at"] <= datetime.datetime.now(
         datetime.UTC
     )
+
+
+def test_handoff__one_parked_while_the_claim_waited_for_the_route__claimed_not_stranded(
+    conn, make_flow, runtime_dsn
+):
+    """The handoff's claim waits for the route's row lock while another take parks its
+    execution; the function then picks that execution, parked after the claim's statement
+    began. The claim must take it: its park is gone and it is due an hour away, so a claim that
+    took nothing would strand it for that hour (the chaos test's limited route caught one)."""
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(2):
+        enqueue(conn, flow)
+    holder, late = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(2))
+    first = _take(conn, holder, route)
+    assert first.granted
+    claimed: list = []
+    with (
+        psycopg.connect(runtime_dsn, autocommit=True) as taker,
+        psycopg.connect(runtime_dsn, autocommit=True) as ender,
+    ):
+        ending = threading.Thread(
+            target=lambda: claimed.extend(
+                run_sync(
+                    ender,
+                    execution_claim_passed(
+                        owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30
+                    ),
+                )
+            )
+        )
+        with taker.transaction():  # the take parks `late`, holding the route's row lock
+            assert not _take(taker, late, route).granted
+            ending.start()
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    [ender.info.backend_pid],
+                ).fetchone()[0],
+                what="the handoff's claim to wait for the route's row lock",
+            )
+        ending.join(10)  # the take committed: the claim goes on
+        assert not ending.is_alive()
+
+    assert [d.execution_id for d in claimed] == [late.execution_id]
+    row = execution_row(conn, late.execution_id)
+    assert (row["status"], row["lease_owner"]) == ("RUNNING", "w0")
+    assert parked_row(conn, late.execution_id) is None
 
 
 def test_provider_429__pauses_the_route_for_the_next_call(conn, make_flow, runtime_dsn):
