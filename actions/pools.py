@@ -6,7 +6,10 @@ that turns out dropped: the worker decides, with the effect in hand), sets no ti
 own (the transport's watchdog holds every limit) and takes nothing from the environment: no
 proxies, no netrc, no CA overrides; certificates are checked against certifi's bundle, as
 `requests` does. Its connector tells the call's watchdog when the connection is had, which is
-the moment a request may start to reach the provider (watchdog.py).
+the moment a request may start to reach the provider (watchdog.py); a call given a start gate
+(`start_gate`: a rate's moment, executions/worker/limiter.py) awaits it there, before the
+watchdog is told, so nothing that varies from call to call comes between the gate and the
+request's first byte.
 
 Sessions belong to their loop: `close_client()` closes the running loop's, and must be awaited
 before that loop closes (the worker at shutdown, actions/blocking.py after each synchronous
@@ -14,9 +17,12 @@ run, the tests after each test).
 """
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import ssl
 import threading
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -33,9 +39,36 @@ _clients: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 _clients_lock = threading.Lock()  # loops on other threads (the prober's) add theirs too
 
 
+# The current call's start gate, awaited once its connection is had (None: none).
+_gate: contextvars.ContextVar[Callable[[], Awaitable[None]] | None] = contextvars.ContextVar(
+    "actions_start_gate", default=None
+)
+
+
+@contextlib.contextmanager
+def start_gate(gate: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """Inside this block, an HTTP call awaits `gate` once its connection is had, just before
+    its request is written: still under the connect timeout, and a gate that fails is a
+    request not sent (the transport's "could not connect")."""
+    token = _gate.set(gate)
+    try:
+        yield
+    finally:
+        _gate.reset(token)
+
+
 class _Connector(aiohttp.TCPConnector):
     async def connect(self, req: Any, traces: Any, timeout: Any) -> aiohttp.connector.Connection:
         connection = await super().connect(req, traces, timeout)
+        gate = _gate.get()
+        if gate is not None:
+            try:
+                await gate()
+            except BaseException as exc:
+                connection.release()  # nothing was written on it: back to the pool
+                if isinstance(exc, Exception):  # a request not sent, as a connection failure
+                    raise aiohttp.ClientConnectionError("the start gate failed") from None
+                raise
         watch_connected()  # the request is written next, without another wait in between
         return connection
 

@@ -7,11 +7,16 @@ records when each call starts and ends (tests/support/meteredprovider.py, in thi
    first (waiting must spend none), worker CPU per parked execution-second (an upper bound: all
    the workers' CPU, the calls' own included, over the seconds executions spent waiting).
 2. `rate_limit = "50/s"`: the sustained rate, the most starts in any sliding second by the
-   limiter's own record (route_call) and by the provider.
+   limiter's own record (route_call: the moment each start was granted for) and by the
+   provider, and how long after its moment each call reached the provider (matched by its
+   Idempotency-Key; the host's one clock), p50, p99 and the most.
 3. An unlimited route's pickup (acceptance commit -> the provider's call start) at about 20
    acceptances a second, p50 and p99, beside a limited backlog and without it.
 4. Limits far above need against no limits, one runworker at concurrency 100: worker and
-   PostgreSQL CPU per execution with a no-op provider (0 ms) and a 100 ms one.
+   PostgreSQL CPU per execution with a no-op provider (0 ms) and a 100 ms one, in alternated
+   rounds (none, far above, none, ...: --limit-overhead-rounds of --limit-overhead-calls
+   each): each round's ratio, and their median and spread (one short pair cannot tell 5 %
+   from this machine's noise).
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ SELECT count(*) FILTER (WHERE c.attempt > 1),
   LEFT JOIN route_call AS rc ON rc.execution_id = e.id
  WHERE r.scope = %(tag)s
 """
-GRANT_STARTS = "SELECT extract(epoch FROM started_at) FROM route_call WHERE route = %(route)s"
+GRANT_STARTS = """
+SELECT extract(epoch FROM started_at), execution_id::text FROM route_call WHERE route = %(route)s
+"""
 CLEAR = "TRUNCATE route_call, route_park, route_limit, route_event"
 # What a pickup run's backlog leaves unfinished is set aside (cancelled, as the bench's owner),
 # so the next run's "all done" is about its own executions only.
@@ -93,6 +100,17 @@ def _flow(key: str, capability: str) -> dict:
                 },
             }
         ],
+    }
+
+
+def _spread(values: list[float]) -> dict | None:
+    """p50, p99 and the most of sorted `values`, rounded."""
+    if not values:
+        return None
+    return {
+        "p50": round(statistics.median(values), 2),
+        "p99": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2),
+        "max": round(values[-1], 2),
     }
 
 
@@ -146,17 +164,22 @@ class Limits:
                 "SELECT scope FROM request ORDER BY created_at DESC LIMIT 1"
             ).fetchone()[0]
             retried, waited = self.bench.runtime.execute(WAITED, {"tag": tag}).fetchone()
-            grants = [
-                float(row[0])
-                for row in self.bench.runtime.execute(
-                    GRANT_STARTS, {"route": "bench.limited@1"}
-                ).fetchall()
-            ]
+            granted = self.bench.runtime.execute(
+                GRANT_STARTS, {"route": "bench.limited@1"}
+            ).fetchall()
+            grants = [float(at) for at, _ in granted]
+            arrived = {key.split(":")[0]: at for at, key in limited.arrivals}
+            delays = sorted(
+                (arrived[execution] - float(at)) * 1000
+                for at, execution in granted
+                if execution in arrived
+            )
             worker_cpu = result["worker_cpu_ms_per_execution"] * n  # ms, all workers
             result.update(
                 provider_most_in_flight=limited.most,
                 provider_most_starts_per_second=limited.most_started_within(1.0),
                 limiter_most_starts_per_second=most_within(grants, 1.0),
+                provider_after_grant_ms=_spread(delays),
                 attempts_past_first=retried,
                 parked_execution_seconds=round(float(waited), 1),
                 worker_cpu_ms_per_parked_second=round(worker_cpu / max(float(waited), 1e-9), 4),
@@ -206,27 +229,71 @@ class Limits:
         )
         return result
 
-    def _overhead(self, delay: float, n: int, free_flow: int, limited_flow: int) -> dict:
-        runs = {}
-        for name, limits, flow in (("none", "", free_flow), ("far_above", FAR_ABOVE, limited_flow)):
-            with MeteredProvider(delay=delay) as limited, MeteredProvider(delay=delay) as free:
-                env = self._env(limited, free, limits)
-                runs[name] = self.bench.throughput(
-                    1,
-                    n,
-                    f"{name} limits, {delay * 1000:.0f} ms provider",
-                    100,
-                    flow_id=flow,
-                    env=env,
-                )
+    def _overhead(
+        self, delay: float, n: int, rounds: int, free_flow: int, limited_flow: int
+    ) -> dict:
+        runs: dict[str, list[dict]] = {"none": [], "far_above": []}
+        ratios: list[dict] = []
+        keys = ("worker_cpu_ms_per_execution", "postgres_cpu_ms_per_execution")
+        for index in range(rounds):
+            for name, limits, flow in (
+                ("none", "", free_flow),
+                ("far_above", FAR_ABOVE, limited_flow),
+            ):
+                with MeteredProvider(delay=delay) as limited, MeteredProvider(delay=delay) as free:
+                    env = self._env(limited, free, limits)
+                    runs[name].append(
+                        self.bench.throughput(
+                            1,
+                            n,
+                            f"{name} limits, {delay * 1000:.0f} ms provider, round {index + 1}",
+                            100,
+                            flow_id=flow,
+                            env=env,
+                        )
+                    )
+            ratios.append(
+                {
+                    key: round(runs["far_above"][-1][key] / max(runs["none"][-1][key], 1e-9), 3)
+                    for key in keys
+                }
+            )
         ratio = {
-            key: round(runs["far_above"][key] / max(runs["none"][key], 1e-9), 3)
-            for key in ("worker_cpu_ms_per_execution", "postgres_cpu_ms_per_execution")
+            key: {
+                "median": round(statistics.median(r[key] for r in ratios), 3),
+                "rounds": sorted(r[key] for r in ratios),
+            }
+            for key in keys
         }
-        print(f"  limits far above need / none, {delay * 1000:.0f} ms provider: {ratio}")
-        return {"provider_delay_seconds": delay, **runs, "ratio": ratio}
+        medians = {
+            name: {key: round(statistics.median(r[key] for r in found), 3) for key in keys}
+            for name, found in runs.items()
+        }
+        print(
+            f"  limits far above need / none, {delay * 1000:.0f} ms provider, {rounds} rounds: "
+            + "; ".join(
+                f"{key.split('_')[0]} {ratio[key]['median']}x {ratio[key]['rounds']}"
+                for key in keys
+            ),
+            flush=True,
+        )
+        return {
+            "provider_delay_seconds": delay,
+            "rounds": rounds,
+            "runs": runs,
+            "medians": medians,
+            "ratio": ratio,
+        }
 
-    def run(self, *, calls: int, rate_calls: int, pickup_samples: int) -> dict:
+    def run(
+        self,
+        *,
+        calls: int,
+        rate_calls: int,
+        pickup_samples: int,
+        overhead_calls: int,
+        overhead_rounds: int,
+    ) -> dict:
         limited_flow, free_flow = self._flows()
         report = {
             "max_in_flight": self._limited_run(
@@ -242,7 +309,8 @@ class Limits:
                 "pickup beside a limited backlog", pickup_samples, calls, limited_flow, free_flow
             ),
             "overhead": [
-                self._overhead(delay, calls, free_flow, limited_flow) for delay in (0.0, 0.1)
+                self._overhead(delay, overhead_calls, overhead_rounds, free_flow, limited_flow)
+                for delay in (0.0, 0.1)
             ],
         }
         return report
@@ -262,14 +330,18 @@ def summary_lines(report: dict) -> list[str]:
         f"{flight['worker_cpu_ms_per_parked_second']} ms per parked second",
         f'  limits, rate_limit = "50/s": {rate["executions_per_second"]} executions/s, at most '
         f"{rate['limiter_most_starts_per_second']} grants / "
-        f"{rate['provider_most_starts_per_second']} provider starts in a second",
+        f"{rate['provider_most_starts_per_second']} provider starts in a second; at the "
+        f"provider after its moment {rate['provider_after_grant_ms']} ms",
         f"  limits, unlimited route pickup p99: {beside['p99_ms']} ms beside a backlog, "
         f"{alone['p99_ms']} ms alone",
     ]
     for run in found["overhead"]:
+        worker = run["ratio"]["worker_cpu_ms_per_execution"]
+        postgres = run["ratio"]["postgres_cpu_ms_per_execution"]
         lines.append(
             f"  limits far above need / none, {run['provider_delay_seconds'] * 1000:.0f} ms "
-            f"provider: worker CPU {run['ratio']['worker_cpu_ms_per_execution']}x, PostgreSQL "
-            f"{run['ratio']['postgres_cpu_ms_per_execution']}x"
+            f"provider, median of {run['rounds']} alternated rounds: worker CPU "
+            f"{worker['median']}x {worker['rounds']}, PostgreSQL {postgres['median']}x "
+            f"{postgres['rounds']}"
         )
     return lines

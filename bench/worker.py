@@ -1088,6 +1088,8 @@ class Bench:
                 calls=args.limit_calls,
                 rate_calls=args.limit_rate_calls,
                 pickup_samples=args.limit_pickup_samples,
+                overhead_calls=args.limit_overhead_calls,
+                overhead_rounds=args.limit_overhead_rounds,
             )
         if "lists" in wanted:  # last: it leaves a million rows of each in the tables
             print(f"lists ({args.list_rows} requests and executions, 100 tenants):", flush=True)
@@ -1324,6 +1326,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--limit-calls", type=int, default=3_000, help="limits: per run")
     parser.add_argument("--limit-rate-calls", type=int, default=600, help="limits: at 50/s")
     parser.add_argument("--limit-pickup-samples", type=int, default=200, help="limits: pickup")
+    parser.add_argument(
+        "--limit-overhead-calls", type=int, default=6_000, help="limits: per overhead run"
+    )
+    parser.add_argument(
+        "--limit-overhead-rounds", type=int, default=5, help="limits: alternated overhead pairs"
+    )
     parser.add_argument("--log-level", default="WARNING", help="LOG_LEVEL of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the cluster folder")
     parser.add_argument(
@@ -1353,6 +1361,8 @@ def main(argv: list[str]) -> int:
         args.limit_calls = min(args.limit_calls, 400)
         args.limit_rate_calls = min(args.limit_rate_calls, 150)
         args.limit_pickup_samples = min(args.limit_pickup_samples, 40)
+        args.limit_overhead_calls = min(args.limit_overhead_calls, 1_000)
+        args.limit_overhead_rounds = min(args.limit_overhead_rounds, 2)
     args.more_concurrency = [int(c) for c in args.more_concurrency.split(",") if int(c) > 0]
     args.processes = [int(p) for p in args.processes.split(",")]
     args.slow_concurrency = [int(c) for c in args.slow_concurrency.split(",")]

@@ -1,11 +1,15 @@
-"""Route limits (INTEGRATIONS.md#flow-control, docs/adr/0017): calls of a route in flight and
-started per window, across every worker, kept in PostgreSQL.
+"""Route limits (INTEGRATIONS.md#flow-control, docs/adr/0022): calls of a route in flight and
+started per window, across every worker, kept in PostgreSQL. Past 400 lines: the worker's and
+the prober's plans and calls, the declarations at start, the operators' pauses and the reads
+(/metrics, the Workers page, `throttled`) of one limiter.
 
 Invariants and transaction boundaries (each plan is one statement, in autocommit):
 - `route_take` (worker, fenced): a limited call gets its place (a route_call row) or its
-  execution is parked: PENDING, lease cleared, due at the window's edge or the pause's end, or
-  later, when a call in flight ends (`route_end` wakes it, the sweep catches what an ending
-  missed). A parked call started no attempt: its RUNNING checkpoint was never written;
+  execution is parked: PENDING, lease cleared, due at its turn or the pause's end, or later,
+  when a call in flight ends (`route_end` wakes it, the sweep catches what an ending missed).
+  A parked call started no attempt: its RUNNING checkpoint was never written;
+- a rate's start is granted for a moment, W/N after the one before (`Taken.at`), which the
+  caller keeps to within `late_seconds`, or takes another (`route_retime`);
 - a place is held under the holder's lease: when its execution moves on, or its lease
   expires (a SIGKILLed worker), it stops counting (the function route_call_live);
 - on a route far above need a worker leases places and a share of the rate in a batch
@@ -18,6 +22,7 @@ The statements are executions/sql/limits.py's; the worker's side is executions/w
 
 import datetime
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -33,15 +38,25 @@ from .steps import Plan, Query, Steps
 # seconds: how long an execution parked for a call in flight stays parked if nothing wakes it
 # (the sweep of every worker wakes it much sooner; this bounds a fleet with no sweep at all).
 PARK_FALLBACK_SECONDS = 3600.0
+# seconds: a rate's start is granted for a moment at least RATE_LEAD_SECONDS ahead (its holder
+# commits its RUNNING checkpoint meanwhile, and sends the call at the moment), and at most
+# RATE_HORIZON_SECONDS: a later one parks the execution until its turn rather than hold a slot.
+RATE_LEAD_SECONDS = 0.05
+RATE_HORIZON_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
 class Taken:
-    """A take's answer: the call's place (`call_id`), or parked until `until` (None: until a
-    call in flight ends)."""
+    """A take's answer: the call's place (`call_id`) and, on a route with a rate, the moment it
+    may start (`at`, never before); or parked until `until` (None: until a call in flight
+    ends), with `peers` more parked beside it at the turns after `until`, `turn_seconds`
+    apart (a rate's; a place's or a pause's peers are parked until `until` too)."""
 
     call_id: int | None
     until: datetime.datetime | None
+    at: datetime.datetime | None = None
+    peers: int = 0
+    turn_seconds: float = 0.0
 
     @property
     def granted(self) -> bool:
@@ -74,13 +89,38 @@ def _take(
             "rate_count": limits.rate_count,
             "rate_window": limits.rate_window_seconds,
             "park_seconds": PARK_FALLBACK_SECONDS,
+            "lead": RATE_LEAD_SECONDS,
+            "horizon": RATE_HORIZON_SECONDS,
         },
         fetch="one",
     )
-    call_id, until, fenced = row
+    call_id, until, fenced, at, peers, turn_seconds = row
     if not fenced:
         raise RouteSuperseded(str(fence.execution_id))
-    return Taken(call_id=call_id, until=until)
+    return Taken(call_id, until, at, peers, turn_seconds or 0.0)
+
+
+def route_retime(*, route: Route, call_id: int) -> Plan[datetime.datetime]:
+    """A new moment for a call granted one it would miss by too much: the route's next free
+    one (never a park)."""
+    return Plan(_retime(route, call_id))
+
+
+def _retime(route: Route, call_id: int) -> Steps[datetime.datetime]:
+    limits = route.limits or RouteLimits()
+    row = yield Query(
+        sql.ROUTE_CALL_RETIME,
+        {
+            "route": route.key,
+            "call_id": call_id,
+            "rate_count": limits.rate_count,
+            "rate_window": limits.rate_window_seconds,
+            "lead": RATE_LEAD_SECONDS,
+        },
+        fetch="one",
+    )
+    at: datetime.datetime = row[0]
+    return at
 
 
 def route_end(*, route: Route, call_id: int) -> Plan[int]:
@@ -193,7 +233,9 @@ def limits_of(routes: Iterable[Route]) -> list[dict[str, Any]]:
 
 def lookup_place(*, route: Route, hold_seconds: float) -> int | None:
     """A place for one lookup by the prober on `route` (Django's connection, as the prober's
-    steps run): its call id, or None when a limit holds it back (the probe asks later)."""
+    steps run): its call id, or None when a limit holds it back (the probe asks later). On a
+    route with a rate it returns at the moment granted, as a worker's call starts at its own
+    (the prober's thread waits; at most RATE_HORIZON_SECONDS)."""
     limits = route.limits or RouteLimits()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -204,10 +246,45 @@ def lookup_place(*, route: Route, hold_seconds: float) -> int | None:
                 "rate_count": limits.rate_count,
                 "rate_window": limits.rate_window_seconds,
                 "hold_seconds": hold_seconds,
+                "lead": RATE_LEAD_SECONDS,
+                "horizon": RATE_HORIZON_SECONDS,
             },
         )
-        call_id, _ = cursor.fetchone()
+        call_id, _, at = cursor.fetchone()
+    while call_id is not None and at is not None:
+        time.sleep(max(at.timestamp() - time.time(), 0.0))
+        if time.time() <= at.timestamp() + late_seconds(route):
+            break
+        with connection.cursor() as cursor:  # missed by too much: a new moment
+            cursor.execute(
+                sql.ROUTE_CALL_RETIME,
+                {
+                    "route": route.key,
+                    "call_id": call_id,
+                    "rate_count": limits.rate_count,
+                    "rate_window": limits.rate_window_seconds,
+                    "lead": RATE_LEAD_SECONDS,
+                },
+            )
+            at = cursor.fetchone()[0]
     return call_id
+
+
+# seconds: the least a call may start after its moment (at high rates, where half the spacing
+# is less than an event loop's wake-up can keep to)
+LATE_FLOOR_SECONDS = 0.005
+
+
+def late_seconds(route: Route) -> float:
+    """How long after its moment a call of `route` may still start: three quarters of the
+    spacing of the rate's moments (W/N; no less than LATE_FLOOR_SECONDS). Calls that each
+    start within less than W/N of their moments never put N + 2 starts in a window of W; the
+    last quarter is left to the way to the provider, whose delay varies too."""
+    limits = route.limits
+    if limits is None or limits.rate_count is None:
+        return float("inf")
+    spacing = float(limits.rate_window_seconds or 1) / limits.rate_count
+    return max(spacing * 3 / 4, LATE_FLOOR_SECONDS)
 
 
 def lookup_place_end(*, route: Route, call_id: int) -> None:
@@ -344,10 +421,13 @@ def throttled_each(executions: Iterable[Any]) -> dict[str, dict[str, Any]]:
 
 __all__ = [
     "PARK_FALLBACK_SECONDS",
+    "RATE_HORIZON_SECONDS",
+    "RATE_LEAD_SECONDS",
     "LimitsConflict",
     "RouteStats",
     "RouteSuperseded",
     "Taken",
+    "late_seconds",
     "limits_declare",
     "lookup_place",
     "lookup_place_end",
@@ -357,6 +437,7 @@ __all__ = [
     "route_lease_take",
     "route_operator_pause",
     "route_pause_by_provider",
+    "route_retime",
     "route_stats",
     "route_sweep",
     "route_take",

@@ -135,16 +135,20 @@ CLAIM_EXECUTIONS_BY_TENANT = _CLAIM.replace("{due}", ORDERS["tenant"])
 # never free for another take and the woken run needs none; its place's call, action and attempt
 # are the last columns. Nothing parked (or a pause, a rate, no room): the call ends, nothing is
 # claimed, and the oldest parked is woken and announced as route_call_end does.
-# `due` reads the chosen row by id with no other condition: the function locked it after this
-# statement's snapshot was taken, so a version committed in between is the one FOR UPDATE
-# rechecks and the update claims.
+# `due` reads the chosen row by id with no other condition, and the update finds it by id too,
+# not by the version `due` locked: the function locked it after this statement's snapshot was
+# taken, so a version committed in between (an execution parked while this waited for the
+# route's row lock) is invisible to that snapshot. By id, the update reaches the version the
+# snapshot sees and follows it to that newer one, which it claims; by the newer version's ctid
+# it found nothing, and the execution, its park removed, was stranded until its hour was up.
 # Locks: the route's route_limit row; the ended route_call row; then as CLAIM_EXECUTIONS, the
 # one chosen execution row (locked first by the function).
 # Index: route_limit_pkey; route_call_pkey; route_park_wait_idx; execution_pkey; then as
 # CLAIM_EXECUTIONS.
-CLAIM_PASSED = _CLAIM.replace(
-    "{due}",
-    """passed AS MATERIALIZED (
+CLAIM_PASSED = (
+    _CLAIM.replace(
+        "{due}",
+        """passed AS MATERIALIZED (
     SELECT * FROM route_call_handoff(%(route)s, %(call_id)s)
 ),
 due AS (
@@ -154,11 +158,17 @@ due AS (
      WHERE e.id = (SELECT passed.execution_id FROM passed)
        FOR UPDATE
 )""",
-).replace(
-    "       c.compensation_cause\n  FROM claimed AS c",
-    "       c.compensation_cause, passed.call_id AS place_call_id,\n"
-    "       passed.action_id AS place_action_id, passed.attempt AS place_attempt\n"
-    "  FROM claimed AS c\n  JOIN passed ON passed.execution_id = c.id",
+    )
+    .replace(
+        "       c.compensation_cause\n  FROM claimed AS c",
+        "       c.compensation_cause, passed.call_id AS place_call_id,\n"
+        "       passed.action_id AS place_action_id, passed.attempt AS place_attempt\n"
+        "  FROM claimed AS c\n  JOIN passed ON passed.execution_id = c.id",
+    )
+    .replace(
+        " WHERE e.ctid = ANY (ARRAY(SELECT due.row_ctid FROM due))",
+        " WHERE e.id = (SELECT due.id FROM due)",
+    )
 )
 
 

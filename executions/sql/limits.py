@@ -1,38 +1,54 @@
-"""Route limits: the limiter's statements (executions/limits.py, docs/adr/0017).
+"""Route limits: the limiter's statements (executions/limits.py, docs/adr/0022).
 
 Invariants: every grant, park and end of a limited call happens under its route's row lock
 (route_limit), taken first, before any execution row; the steps that count run after the lock,
-each with a fresh snapshot, inside the functions of migration 0014 (route_call_take,
-route_call_end, route_sweep), so two workers never both see the last free place. A call's place
-is held under its holder's lease: a call whose execution moved on, or whose lease expired, is
-not counted (route_call_live).
+each with a fresh snapshot, inside the functions of migrations 0018 to 0028 (route_call_take,
+route_call_end, route_sweep and the rest), so two workers never both see the last free place. A
+call's place is held under its holder's lease: a call whose execution moved on, or whose lease
+expired, is not counted (route_call_live). A rate's start is granted for a moment, spaced from
+the others (route_call_take), which the worker keeps (executions/worker/limiter.py).
 """
 
 # Take a call of a limited route for a holder, or park the holder (PENDING until `wait_until`;
-# NULL: until a call in flight ends): one statement per limited call, fenced inside. A park for
-# a place or a pause of a holder that has run no action parks its peers too (route_park_peers,
-# migration 0022): the due executions of its flow and transition that have run none either.
+# NULL: until a call in flight ends): one statement per limited call, fenced inside. On a route
+# with a rate a grant comes with the moment the call may start (`start_at`, migration 0028). A
+# park of a holder that has run no action parks its peers too (route_park_peers, migrations
+# 0022 and 0028): the due executions of its flow and transition that have run none either,
+# until the same time (a place, a pause) or, for a rate, `peers_parked` of them at the turns
+# after its own, `turn_seconds` apart.
 # Locks: the route's route_limit row, then the holder's execution row (FOR NO KEY UPDATE); the
 # peers' execution rows (FOR NO KEY UPDATE SKIP LOCKED).
 # Index: route_limit_pkey; execution_pkey; route_call_open_idx (only when full by the counter);
-# route_park_pkey; for the peers, execution_claim_idx (the first due rows in claim order) and
-# action_execution_action_uniq.
+# route_call_lease_idx (the shares, for a rate); route_park_pkey; for the peers,
+# execution_claim_idx (the first due rows in claim order) and action_execution_action_uniq.
 ROUTE_CALL_TAKE = """
-SELECT call_id, wait_until, fenced
+SELECT call_id, wait_until, fenced, start_at, peers_parked, turn_seconds
   FROM route_call_take(%(route)s, %(execution_id)s, %(request_id)s, %(token)s, %(owner)s,
                        %(action_id)s, %(attempt)s, %(max_in_flight)s, %(rate_count)s,
-                       %(rate_window)s, %(park_seconds)s)
+                       %(rate_window)s, %(park_seconds)s, %(lead)s, %(horizon)s)
 """
 
 
-# Take a place for a lookup by the prober (no holder, nothing parked): the call's id, or NULL
-# when a limit holds it back (`wait_until` says until when, NULL: a call in flight must end).
+# A call granted a moment it would now miss by too much (its checkpoint, or its process, was
+# slow): the route's next free moment instead, never a park (its RUNNING checkpoint is written).
+# Locks: the route's route_limit row; the call's route_call row.
+# Index: route_limit_pkey; route_call_lease_idx (the shares); route_call_pkey.
+ROUTE_CALL_RETIME = """
+SELECT route_call_retime(%(route)s, %(call_id)s, %(rate_count)s, %(rate_window)s, %(lead)s)
+"""
+
+
+# Take a place for a lookup by the prober (no holder, nothing parked): the call's id and, on a
+# route with a rate, its moment; or NULL when a limit holds it back (`wait_until` says until
+# when, NULL: a call in flight must end).
 # Locks: the route's route_limit row.
-# Index: route_limit_pkey; route_call_open_idx (only when full by the counter).
+# Index: route_limit_pkey; route_call_open_idx (only when full by the counter);
+# route_call_lease_idx (the shares, for a rate).
 ROUTE_LOOKUP_TAKE = """
-SELECT call_id, wait_until
+SELECT call_id, wait_until, start_at
   FROM route_call_take(%(route)s, NULL, NULL, NULL, NULL, NULL, NULL, %(max_in_flight)s,
-                       %(rate_count)s, %(rate_window)s, %(hold_seconds)s)
+                       %(rate_count)s, %(rate_window)s, %(hold_seconds)s, %(lead)s,
+                       %(horizon)s)
 """
 
 
@@ -47,7 +63,8 @@ ROUTE_CALL_END = "SELECT route_call_end(%(route)s, %(call_id)s)"
 # what the worker can use: one row, or none when the route has not room for all of it now or is
 # paused (the worker then takes per call).
 # Locks: the route's route_limit row.
-# Index: route_limit_pkey; route_call_lease_idx (the live shares, for a rate).
+# Index: route_limit_pkey; route_call_lease_idx (the live shares, for a rate);
+# route_call_started_idx (the per-call starts of the window, for a rate).
 ROUTE_LEASE_TAKE = """
 SELECT call_id, held_until
   FROM route_lease_take(%(route)s, %(owner)s, %(places)s, %(share)s, %(max_in_flight)s,

@@ -1,4 +1,6 @@
-"""A worker's side of the route limits (executions/limits.py, docs/adr/0017).
+"""A worker's side of the route limits (executions/limits.py, docs/adr/0022). Past 400 lines:
+the call inside its limits, its place or lease, its moment, its end and handoff, the provider's
+pauses, and the sweeper thread.
 
 Invariants:
 - an unlimited route costs nothing: no statement, unless this worker knows the route is
@@ -8,6 +10,10 @@ Invariants:
 - a limited call takes its place (one statement) after the recovery table let it go and
   before its RUNNING checkpoint: a call held back has started no attempt, and its execution is
   parked (PENDING, no lease), so the slot and its task are free at once;
+- a call granted on a route with a rate starts at the moment granted (after its checkpoint),
+  never before, and never later than three quarters of the rate's spacing after it: one that
+  would takes a new moment (`Moment`), kept again as its HTTP request is about to be written,
+  so the provider sees the moments' spacing;
 - a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
   returns, whatever it returned, which also wakes the oldest execution parked for a place;
   when this process has a free slot, the end is instead this process's claim of that
@@ -17,8 +23,8 @@ Invariants:
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`). The turns of the executions this process
-parked until a time (a rate's reserved turn, a pause's end) wake its claim loop then
-(`turns.TURNS`), not at its next poll.
+parked until a time (a rate's turns, its peers' included; a pause's end) wake its claim loop
+then (`turns.TURNS`), not at its next poll.
 """
 
 import asyncio
@@ -32,17 +38,20 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from actions.base import ActionResult, Binding, Route
+from actions.pools import start_gate
 
 from ..claims import Dispatch
 from ..leases import ExecutionSuperseded, Fence
 from ..limits import (
     RouteSuperseded,
     Taken,
+    late_seconds,
     route_end,
     route_lease_release,
     route_lease_renew,
     route_lease_take,
     route_pause_by_provider,
+    route_retime,
     route_sweep,
     route_take,
 )
@@ -117,12 +126,16 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
     if not limited(route):
         attempt = await run.start(call)
         result: ActionResult = await run.call(attempt, snapshot)
-    elif await leased(db, route, owner=run.fence.owner):  # far above need: no statement
+    # Far above need: a place of this process's lease, no statement (taken here at once, with
+    # no coroutine: `leased` is awaited only when there is none to take from now).
+    elif (not PAUSES.paused(key := route.key) and LEASES.take(key)) or await leased(
+        db, route, owner=run.fence.owner
+    ):
         try:
             attempt = await run.start(call)
             result = await run.call(attempt, snapshot)
         finally:
-            LEASES.end(route.key)
+            LEASES.end(key)
     else:
         place = handed(run, call) or await place_take(
             db,
@@ -134,7 +147,13 @@ async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionR
         )
         try:
             attempt = await run.start(call)
-            result = await run.call(attempt, snapshot)
+            if place.at is None:
+                result = await run.call(attempt, snapshot)
+            else:  # a rate's: the call starts at its moment
+                moment = Moment(db, route, place)
+                await moment()
+                with start_gate(moment):
+                    result = await run.call(attempt, snapshot)
         finally:
             await place_end(
                 db, route=route, taken=place, log_extra=log_extra, handoff=run.deps.handoff
@@ -249,7 +268,41 @@ async def place_take(
         raise ExecutionSuperseded(fence.execution_id, step=f"take {action_id}") from None
     if taken.granted:
         return taken
+    if taken.until is not None:  # the peers parked at the turns after its own
+        for turn in range(1, taken.peers + 1):
+            TURNS.note(taken.until + datetime.timedelta(seconds=turn * taken.turn_seconds))
     parked(action_id, route, taken.until, log_extra)
+
+
+class Moment:
+    """The moment granted to one call of a rate-limited route, kept (docs/adr/0022): awaited,
+    it returns at that moment, never before it, and never more than `late_seconds` after it;
+    a call that would start later takes the route's next free moment instead (its checkpoint,
+    or its process, was slow), so the provider never sees it bunched with the next moment's.
+    Awaited before the adapter is called, and again as its HTTP request is about to be written
+    (actions.pools.start_gate): nothing that varies from call to call comes after that."""
+
+    __slots__ = ("at", "call_id", "db", "late", "route")
+
+    def __init__(self, db: Database, route: Route, taken: Taken) -> None:
+        self.db, self.route, self.call_id = db, route, taken.call_id
+        self.at = taken.at.timestamp() if taken.at is not None else 0.0
+        self.late = late_seconds(route)
+
+    async def __call__(self) -> None:
+        while True:
+            while (ahead := self.at - time.time()) > 0:
+                await asyncio.sleep(ahead)
+            late = time.time() - self.at
+            if late <= self.late or self.call_id is None:
+                return
+            moment = await on(self.db, route_retime(route=self.route, call_id=self.call_id))
+            self.at = moment.timestamp()
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "route call retimed",
+                    extra={"capability": self.route.key, "late_ms": round(late * 1000, 1)},
+                )
 
 
 def parked(

@@ -13,6 +13,9 @@ stopped one's executions then SIGCONT, `pg_terminate_backend` of every runtime-r
 and one `pg_ctl -m immediate` restart. Transitions are submitted through a real web process while
 this happens, each retried with its Idempotency-Key until it is accepted.
 
+The reserve route is limited (`max_in_flight`): the provider never has more of its calls in
+progress at once, whatever is killed, stopped, cut or restarted.
+
 The charge has a lookup by key, so the workers' automatic prober asks the provider about every
 charge that lands on the desk with an unknown outcome and settles it when the provider applied it.
 
@@ -70,6 +73,7 @@ SETTLE_SECONDS = 100.0  # seconds for the calm after the storm to finish every e
 HTTP_TIMEOUT = 5.0  # seconds per API call
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "COMPENSATED")
 PROBER = "system:prober"  # the actor of automatic probes and resolutions
+RESERVES_AT_ONCE = 3  # the reserve route's max_in_flight (INTEGRATIONS.md#flow-control)
 
 WORKER_SETTINGS = {
     "WORKER_CONCURRENCY": "6",
@@ -157,7 +161,9 @@ def provider() -> Iterator[tuple[JsonProvider, Faults]]:
 
 
 def _integrations(path: Path, provider: JsonProvider) -> str:
-    def block(capability: str, effect: str, route: str, attempts: int, lookup: bool) -> str:
+    def block(
+        capability: str, effect: str, route: str, attempts: int, lookup: bool, limits: str = ""
+    ) -> str:
         text = (
             f'[contracts."{capability}@1"]\n'
             f'effect = "{effect}"\n'
@@ -166,7 +172,7 @@ def _integrations(path: Path, provider: JsonProvider) -> str:
             f'[routes."{capability}@1"]\n'
             'adapter = "http.json"\n'
             f'url = "{provider.url(route)}"\n'
-            'method = "POST"\n'
+            'method = "POST"\n' + limits
         )
         if lookup:
             text += f'lookup_url = "{provider.url(route + "/by-key/{key}")}"\n'
@@ -174,7 +180,14 @@ def _integrations(path: Path, provider: JsonProvider) -> str:
 
     path.write_text(
         block("pricing.quote", "READ_ONLY", "/quotes", 8, False)
-        + block("stock.reserve", "IDEMPOTENT_WRITE", "/reserves", 8, False)
+        + block(
+            "stock.reserve",
+            "IDEMPOTENT_WRITE",
+            "/reserves",
+            8,
+            False,
+            f"max_in_flight = {RESERVES_AT_ONCE}\n",
+        )
         + block("payments.charge", "NON_IDEMPOTENT_WRITE", "/charges", 1, True)
         + block("undo.reserve", "IDEMPOTENT_WRITE", "/u-reserves", 8, False)
         + block("undo.charge", "NON_IDEMPOTENT_WRITE", "/u-charges", 1, True)
@@ -659,6 +672,7 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
         "api_retries": counts.api_retries,
         "api_answers": {str(k): v for k, v in sorted(counts.api_statuses.items(), key=str)},
         "provider_calls": double.calls(),
+        "reserves_most_at_once": double.most_at_once("/reserves"),
         "charges_applied": sum(charges.values()),
         "faults_drawn": dict(sorted(faults.drawn.items())),
         "charges_uncertain": len(went_uncertain - undo_ids),
@@ -679,6 +693,8 @@ def test_chaos__nothing_lost_nothing_charged_twice(cluster, provider, tmp_path, 
     assert {row[1] for row in executions.values()} == set(request_ids) - undoing
     # Nothing stuck: final, or waiting for an operator.
     assert set(by_status) <= {*FINAL, "RECONCILIATION_REQUIRED"}, by_status
+    # The limited route's limit held at the provider through every fault.
+    assert double.most_at_once("/reserves") <= RESERVES_AT_ONCE, summary
     # No charge applied twice (the provider does not deduplicate).
     twice = {key: n for key, n in charges.items() if n > 1}
     assert not twice, f"charges applied more than once (seed {SEED}): {twice}"

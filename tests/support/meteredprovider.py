@@ -30,6 +30,9 @@ class MeteredProvider:
         self.retry_after = retry_after
         self.lock = threading.Lock()
         self.calls: list[tuple[float, float, int]] = []  # (start, end, status), monotonic
+        # (start on the wall clock, the call's Idempotency-Key), to match each call with the
+        # limiter's grant (route_call.started_at, the database's clock: the same host's).
+        self.arrivals: list[tuple[float, str]] = []
         self.current = 0
         self.most = 0  # calls in progress at once, at most
         owner = self
@@ -67,12 +70,13 @@ class MeteredProvider:
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         handler.rfile.read(length)
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         with self.lock:
             self.current += 1
             self.most = max(self.most, self.current)
             refused = len(self.calls) < self.refuse_first
             self.calls.append((started, 0.0, 0))
+            self.arrivals.append((wall, handler.headers.get("Idempotency-Key") or ""))
             index = len(self.calls) - 1
         status = 429 if refused else 200
         if not refused:

@@ -26,7 +26,7 @@ import json
 import socket
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -167,6 +167,9 @@ class _State:
     received: list[Received] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
     by_key: dict[tuple[str, str], Effect] = field(default_factory=dict)
+    # Requests in progress by path (read, not yet answered), and the most there ever were.
+    current: Counter[str] = field(default_factory=Counter)
+    most: Counter[str] = field(default_factory=Counter)
 
 
 class _Server(ThreadingHTTPServer):
@@ -234,6 +237,11 @@ class LoopbackServer:
     def calls(self, path: str | None = None) -> int:
         return len(self.requests(path))
 
+    def most_at_once(self, path: str) -> int:
+        """The most requests to `path` in progress at once: read, their answer not begun."""
+        with self.state.lock:
+            return self.state.most[path]
+
     def wait_for_calls(self, count: int, path: str | None = None, timeout: float = 10.0) -> None:
         """Wait until at least `count` requests (to `path`) arrived; fail at the deadline."""
         deadline = time.monotonic() + timeout
@@ -259,12 +267,27 @@ class LoopbackServer:
         )
         with self.state.lock:
             self.state.received.append(received)
+            self.state.current[path] += 1
+            self.state.most[path] = max(self.state.most[path], self.state.current[path])
             plan = self.state.plans.get(self._plan_key(path))
             reply = plan.popleft() if plan else None
             self.state.lock.notify_all()
-        if reply is None:
-            reply = self._choose(received)
-        self._answer(handler, received, reply)
+        handler.in_progress = path  # type: ignore[attr-defined]
+        try:
+            if reply is None:
+                reply = self._choose(received)
+            self._answer(handler, received, reply)
+        finally:
+            self._answered(handler)
+
+    def _answered(self, handler: BaseHTTPRequestHandler) -> None:
+        """The request is no longer in progress: its answer begins (once per request; before a
+        byte of it, so a caller that reads it cannot start another first)."""
+        path = getattr(handler, "in_progress", None)
+        if path is not None:
+            handler.in_progress = None  # type: ignore[attr-defined]
+            with self.state.lock:
+                self.state.current[path] -= 1
 
     def _plan_key(self, path: str) -> str:
         return path
@@ -285,6 +308,7 @@ class LoopbackServer:
         content_type: str,
     ) -> None:
         self._wait(reply.delay)
+        self._answered(handler)
         handler.send_response(code)
         handler.send_header("Content-Type", content_type)
         for name, value in reply.headers:
@@ -321,8 +345,8 @@ class LoopbackServer:
             handler.wfile.write(body)
         handler.wfile.flush()
 
-    @staticmethod
-    def _drop(handler: BaseHTTPRequestHandler) -> None:
+    def _drop(self, handler: BaseHTTPRequestHandler) -> None:
+        self._answered(handler)
         handler.close_connection = True
         try:
             handler.connection.shutdown(socket.SHUT_RDWR)

@@ -151,3 +151,40 @@ def test_exchange__stopped_while_reading_the_body__its_stage_and_status(provider
     error = caught.value
     assert (error.stage, error.status, error.final) == (transport.Stage.BODY, 200, False)
     assert error.reason == "the execution was stopped"
+
+
+def test_start_gate__awaited_once_connected__the_request_written_after_it(provider):
+    """A call inside `pools.start_gate` (a rate's moment, executions/worker/limiter.py) awaits
+    the gate once its connection is had and before a byte is written: what varies before it
+    (a first call's session, a new connection) cannot delay the request past it."""
+    entered: list[tuple[float, int]] = []
+
+    async def gate() -> None:
+        entered.append((time.monotonic(), provider.calls("/ping")))
+        await asyncio.sleep(0.2)
+
+    async def gated_ping() -> transport.Reply:
+        with pools.start_gate(gate):
+            return await _ping(provider)
+
+    run(gated_ping())
+
+    ((at, seen_then),) = entered
+    assert seen_then == 0  # nothing written before the gate
+    (received,) = provider.requests("/ping")
+    assert received.at - at >= 0.2
+
+
+def test_start_gate__a_gate_that_fails__nothing_sent(provider):
+    async def gate() -> None:
+        raise RuntimeError("the limiter could not be reached")
+
+    async def gated_ping() -> transport.Reply:
+        with pools.start_gate(gate):
+            return await _ping(provider)
+
+    with pytest.raises(transport.TransportError) as caught:
+        run(gated_ping())
+
+    assert caught.value.stage is transport.Stage.NOT_SENT
+    assert provider.calls("/ping") == 0

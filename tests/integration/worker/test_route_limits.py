@@ -1,16 +1,19 @@
 """Route limits in PostgreSQL (executions/limits.py): a call a limit holds back parks its
-execution with no attempt started, and wakes when a call in flight ends or at the window's
-edge; a dead holder's place comes back with its lease; a 429 and an operator pause the route."""
+execution with no attempt started, and wakes when a call in flight ends or at its turn; a dead
+holder's place comes back with its lease; a 429 and an operator pause the route. A rate's
+moments: test_route_rates.py."""
 
 import dataclasses
 import datetime
 import threading
 
+import psycopg
 import pytest
 
 from actions.base import ActionResult, Outcome, RouteLimits
 from executions.claims import execution_claim_passed
 from executions.limits import (
+    RATE_HORIZON_SECONDS,
     route_end,
     route_lease_release,
     route_lease_renew,
@@ -118,32 +121,6 @@ def test_take__max_in_flight_full__parks_without_an_attempt_and_wakes_when_it_en
         assert len(gate.calls) == 2
     finally:
         gate.gate.set()
-        runtime.close()
-
-
-def test_take__rate_limit__parks_until_the_window_edge(conn, make_flow, runtime_dsn):
-    adapter = ScriptedAdapter()
-    reg = registry(limited(adapter, rate_count=2, rate_window_seconds=60))
-    flow = make_flow([action("a", "p.lim")])
-    accepted = [enqueue(conn, flow) for _ in range(3)]
-    runtime = runtime_for(runtime_dsn, reg)
-    try:
-        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in accepted]
-
-        assert endings == [Ending.COMPLETED, Ending.COMPLETED, Ending.SUSPENDED]
-        assert len(adapter.calls) == 2
-        (waiting,) = [
-            a for a in accepted if execution_row(conn, a.execution_id)["status"] == "PENDING"
-        ]
-        _, _, until = parked_row(conn, waiting.execution_id)
-        now = datetime.datetime.now(datetime.UTC)
-        # Counted in whole buckets of 3 s: free again once the first start's bucket leaves.
-        assert now + datetime.timedelta(seconds=50) < until < now + datetime.timedelta(seconds=64)
-        assert execution_row(conn, waiting.execution_id)["next_attempt_at"] == until
-        assert checkpoint_rows(conn, waiting.execution_id) == {}
-        (stats,) = [s for s in route_stats(conn.cursor()) if s.route == ROUTE]
-        assert (stats.rate_limit, stats.window_calls, stats.parked) == ("2/min", 2, 1)
-    finally:
         runtime.close()
 
 
@@ -396,6 +373,55 @@ def test_handoff__the_worker_that_claimed_it_dies__the_place_comes_back_within_a
     )
 
 
+def test_handoff__one_parked_while_the_claim_waited_for_the_route__claimed_not_stranded(
+    conn, make_flow, runtime_dsn
+):
+    """The handoff's claim waits for the route's row lock while another take parks its
+    execution; the function then picks that execution, parked after the claim's statement
+    began. The claim must take it: its park is gone and it is due an hour away, so a claim that
+    took nothing would strand it for that hour (the chaos test's limited route caught one)."""
+    reg = registry(limited(ScriptedAdapter(), max_in_flight=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(2):
+        enqueue(conn, flow)
+    holder, late = (claim(conn, f"w{n}", lease_seconds=30)[0] for n in range(2))
+    first = _take(conn, holder, route)
+    assert first.granted
+    claimed: list = []
+    with (
+        psycopg.connect(runtime_dsn, autocommit=True) as taker,
+        psycopg.connect(runtime_dsn, autocommit=True) as ender,
+    ):
+        ending = threading.Thread(
+            target=lambda: claimed.extend(
+                run_sync(
+                    ender,
+                    execution_claim_passed(
+                        owner="w0", route=ROUTE, call_id=first.call_id, lease_seconds=30
+                    ),
+                )
+            )
+        )
+        with taker.transaction():  # the take parks `late`, holding the route's row lock
+            assert not _take(taker, late, route).granted
+            ending.start()
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    [ender.info.backend_pid],
+                ).fetchone()[0],
+                what="the handoff's claim to wait for the route's row lock",
+            )
+        ending.join(10)  # the take committed: the claim goes on
+        assert not ending.is_alive()
+
+    assert [d.execution_id for d in claimed] == [late.execution_id]
+    row = execution_row(conn, late.execution_id)
+    assert (row["status"], row["lease_owner"]) == ("RUNNING", "w0")
+    assert parked_row(conn, late.execution_id) is None
+
+
 def test_provider_429__pauses_the_route_for_the_next_call(conn, make_flow, runtime_dsn):
     adapter = ScriptedAdapter(
         script=[
@@ -582,10 +608,13 @@ def test_lease__a_share_of_the_rate_counts_in_every_window(conn, make_flow, runt
         for h in holders
     ]
 
-    # The share's 8 starts and 2 per call fill the window: the third is parked to the next.
-    assert [g.granted for g in granted[:2]] == [True, True]
-    assert not granted[2].granted and granted[2].until is not None
+    # The share takes 8 starts of the window; calls taken one by one share the 2 left, each at
+    # its moment W/2 after the one before: the first now, the others parked until their turns.
+    assert [g.granted for g in granted] == [True, False, False]
+    turns = sorted(g.until for g in granted[1:])
+    assert turns[1] - turns[0] == datetime.timedelta(seconds=30)
+    assert granted[0].at + datetime.timedelta(seconds=30 - RATE_HORIZON_SECONDS) <= turns[0]
     release = run_sync(conn, route_lease_release(route=ROUTE, call_id=lease))
     assert release is None
-    # Given back, its share still counts for a window: its starts are inside it.
-    assert _lease(conn, route, "worker-b", 0, share=1) is None
+    # Given back, its share still counts for a window: its starts are inside it (8 + 1 + 2).
+    assert _lease(conn, route, "worker-b", 0, share=2) is None

@@ -1,0 +1,144 @@
+"""A rate's starts (executions/limits.py, docs/adr/0022 "The window"): each granted for a
+moment W/N after the one before, with no tolerance; the others parked until their turns, with
+their fresh peers; the call sent at its moment, and one that missed it given another."""
+
+import asyncio
+import dataclasses
+import datetime
+
+import psycopg
+import pytest
+
+from actions.base import RouteLimits
+from executions.limits import RATE_HORIZON_SECONDS, route_stats, route_take
+from executions.steps import run_sync
+from executions.worker.limiter import PAUSES, Moment
+from executions.worker.wire import Ending
+from tests.support.meteredprovider import route_tables_clear
+from tests.support.worker import (
+    ScriptedAdapter,
+    action,
+    binding,
+    checkpoint_rows,
+    claim,
+    enqueue,
+    execution_row,
+    registry,
+    run_next,
+    runtime_for,
+    wait_until,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROUTE = "p.lim@1"
+
+
+def limited(adapter, **limits):
+    plain = binding("p.lim", adapter)
+    return dataclasses.replace(
+        plain, route=dataclasses.replace(plain.route, limits=RouteLimits(**limits))
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_pauses_known(migration_dsn):
+    route_tables_clear(migration_dsn)
+    PAUSES.replace({})
+    yield
+    PAUSES.replace({})
+    route_tables_clear(migration_dsn)  # nor left for the next test's metrics or claims
+
+
+def parked_row(conn, execution_id):
+    return conn.execute(
+        "SELECT action_id, route, until FROM route_park WHERE execution_id = %s", [execution_id]
+    ).fetchone()
+
+
+def test_take__rate_limit__starts_w_over_n_apart__the_others_parked_until_their_turns(
+    conn, make_flow, runtime_dsn
+):
+    """A rate grants each start for a moment W/N after the one before, with no tolerance
+    (migration 0028): at 2/min, one call now and the others parked until their turns, a
+    little before their moments 30 s and 60 s on; the take that parks one parks the due
+    fresh executions of its flow with it, each at its own turn."""
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, rate_count=2, rate_window_seconds=60))
+    flow = make_flow([action("a", "p.lim")])
+    accepted = [enqueue(conn, flow) for _ in range(3)]
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
+
+        assert endings == [Ending.COMPLETED, Ending.SUSPENDED]
+        assert claim(conn, "worker-b", lease_seconds=30) == []  # the third parked beside
+        assert len(adapter.calls) == 1
+        (moment,) = conn.execute(
+            "SELECT started_at FROM route_call WHERE route = %s", [ROUTE]
+        ).fetchone()
+        waiting = [
+            a for a in accepted if execution_row(conn, a.execution_id)["status"] == "PENDING"
+        ]
+        turns = sorted(parked_row(conn, a.execution_id)[2] for a in waiting)
+        spacing = datetime.timedelta(seconds=30)
+        lead = datetime.timedelta(seconds=RATE_HORIZON_SECONDS)  # turns come before moments
+        assert moment + spacing - lead <= turns[0] < moment + spacing
+        assert turns[1] - turns[0] == spacing
+        assert {execution_row(conn, a.execution_id)["next_attempt_at"] for a in waiting} == set(
+            turns
+        )
+        assert all(checkpoint_rows(conn, a.execution_id) == {} for a in waiting)
+        (stats,) = [s for s in route_stats(conn.cursor()) if s.route == ROUTE]
+        assert (stats.rate_limit, stats.window_calls, stats.parked) == ("2/min", 1, 2)
+    finally:
+        runtime.close()
+
+
+def test_take__rate_limit__a_call_starts_at_its_moment_and_one_that_missed_it_gets_another(
+    conn, make_flow, runtime_dsn
+):
+    """The worker sends a rate's call at the moment granted, after its RUNNING checkpoint,
+    never before; a call that would start later than three quarters of the spacing after it
+    takes the next free moment instead (executions/worker/limiter.py)."""
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, rate_count=5, rate_window_seconds=1))
+    route = reg.resolve("p.lim", 1).route
+    flow = make_flow([action("a", "p.lim")])
+    for _ in range(2):
+        enqueue(conn, flow)
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.COMPLETED
+        (first,) = conn.execute(
+            "SELECT started_at FROM route_call WHERE route = %s", [ROUTE]
+        ).fetchone()
+        (holder,) = claim(conn, "worker-b", lease_seconds=30)
+        taken = run_sync(
+            conn,
+            route_take(
+                fence=holder.fence, route=route, action_id="a", attempt=1, limits=route.limits
+            ),
+        )
+        assert taken.granted and taken.at >= first + datetime.timedelta(seconds=0.2)
+        # Missed: past its moment by more than three quarters of the spacing (0.15 s).
+        missed_by = datetime.timedelta(seconds=0.2)
+        wait_until(
+            lambda: datetime.datetime.now(datetime.UTC) > taken.at + missed_by,
+            what="the moment missed",
+        )
+
+        async def start() -> datetime.datetime:
+            async with await psycopg.AsyncConnection.connect(runtime_dsn, autocommit=True) as db:
+                await Moment(db, route, taken)()
+                return datetime.datetime.now(datetime.UTC)
+
+        started = asyncio.run(start())
+        (moved,) = conn.execute(
+            "SELECT started_at FROM route_call WHERE id = %s", [taken.call_id]
+        ).fetchone()
+    finally:
+        runtime.close()
+
+    assert moved > taken.at + missed_by  # a new moment, the call's record moved to it
+    assert moved <= started <= moved + datetime.timedelta(seconds=0.1)
