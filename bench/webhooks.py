@@ -265,9 +265,14 @@ def latency(bench: Any, receiver: "Receiver | LeanReceiver", samples: int) -> di
     return result
 
 
-def throughput(bench: Any, receiver: "Receiver | LeanReceiver | None", n: int) -> dict:
+def throughput(
+    bench: Any,
+    receiver: "Receiver | LeanReceiver | None",
+    n: int,
+    command: tuple[str, ...] = ("manage.py", "runworker"),
+) -> dict:
     """--executions no-op at 1 x 10: with a subscription on every event to `receiver`, or,
-    without one, none."""
+    without one, none; the worker run by `command` (another tree's, for an A/B)."""
     tenant = f"hooks-{uuid.uuid4().hex[:8]}"
     subscribed = receiver is not None
     if receiver is not None:
@@ -276,7 +281,7 @@ def throughput(bench: Any, receiver: "Receiver | LeanReceiver | None", n: int) -
     label = f"webhooks-on-{receiver.name}" if receiver is not None else "webhooks-off"
     bench.owner.execute("VACUUM ANALYZE request, execution, webhook_delivery, webhook_event")
     with ExitStack() as stack:
-        workers = bench.start_workers(1, stack, label, 10, SETTINGS)
+        workers = bench.start_workers(1, stack, label, 10, SETTINGS, command)
         connections = bench._worker_connections()
         cpu = [bench._cpu_seconds(p.pid) for p in workers]
         server_cpu, commits = bench._server_cpu_seconds(), bench._commits()
@@ -330,7 +335,7 @@ def throughput(bench: Any, receiver: "Receiver | LeanReceiver | None", n: int) -
     return result
 
 
-def _compared(on: dict, off: dict) -> dict:
+def compared(on: dict, off: dict) -> dict:
     """One receiver's run against the run without a subscription: the ratio, and what each
     delivered event cost the worker, PostgreSQL and the receiver."""
 
@@ -359,7 +364,7 @@ def run(bench: Any, *, executions: int, samples: int) -> dict:
         for name in ("aiohttp", "lean"):
             on = throughput(bench, receivers[name], executions)
             report[f"on_{name}"] = on
-            report[name] = _compared(on, off)
+            report[name] = compared(on, off)
         # The headline figures: the lean receiver's (the deployment's own cost).
         report.update(on=report["on_lean"], **report["lean"])
         for name in ("aiohttp", "lean"):
