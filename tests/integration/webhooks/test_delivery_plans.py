@@ -85,4 +85,8 @@ def test_record__looks_up_each_delivery_by_its_key(stale_outbox, runtime_dsn):
     deliveries = [
         n for n in nodes if n.get("Relation Name") == "webhook_delivery" and "Index Name" in n
     ]
-    assert deliveries and all(n["Index Name"] == "webhook_delivery_pkey" for n in deliveries)
+    by_key = [n for n in deliveries if n.get("Parent Relationship") != "SubPlan"]
+    assert by_key and all(n["Index Name"] == "webhook_delivery_pkey" for n in by_key)
+    # Whether a later delivery of the same execution waits: one order-index lookup each.
+    probes = [n for n in deliveries if n.get("Parent Relationship") == "SubPlan"]
+    assert probes and all(n["Index Name"] == "webhook_delivery_order_idx" for n in probes)
