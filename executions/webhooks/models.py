@@ -77,13 +77,17 @@ class WebhookEvent(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.CharField(max_length=255)
+    # No constraint in the database (migration 0027): only the outbox trigger writes an event,
+    # for the execution whose change it reports, and executions are never deleted; checking it
+    # locked that execution row once more in every finalising transaction (docs/adr/0020).
     execution = models.ForeignKey(
         Execution,
         on_delete=models.CASCADE,
         null=True,
         blank=True,
         related_name="+",
-        db_index=False,  # webhook_event_execution_idx
+        db_index=False,  # webhook_event_exec_idx
+        db_constraint=False,
     )
     type = models.CharField(max_length=64, choices=EventType.choices)
     data = models.JSONField()
@@ -101,8 +105,14 @@ class WebhookDelivery(models.Model):
     """One event on its way to one subscription: its attempts and the last answer."""
 
     id = models.BigAutoField(primary_key=True)  # the order deliveries of one execution go in
+    # No constraint in the database either (migration 0027): a delivery is written by the same
+    # statement as its event (the outbox trigger, a ping) and deleted with it (purgehistory).
     event = models.ForeignKey(
-        WebhookEvent, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+        WebhookEvent,
+        on_delete=models.CASCADE,
+        related_name="deliveries",
+        db_index=False,
+        db_constraint=False,
     )
     subscription = models.ForeignKey(
         WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries", db_index=False
