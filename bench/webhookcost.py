@@ -7,7 +7,9 @@ One throwaway cluster and the webhooks section's receivers (bench/webhooks.py); 
 after round, one `runworker` of each TREE (a checkout with its own manage.py: this one by
 default, an older commit extracted beside it for an A/B; the cluster is migrated by this one)
 runs --executions no-op executions at 1 x 10 without a subscription, then with one on every
-event to each receiver, the trees' order swapped every round so both see the same load.
+event to each receiver, the trees' order swapped every round so both see the same load. Before
+each tree's runs the cluster's `executions` schema is migrated (by this checkout, which must
+hold every tree's migrations) to that tree's latest migration, forwards or back.
 Printed: each run, then per tree and receiver the medians of the ratio to the run without, of
 the worker's, PostgreSQL's and the receiver's CPU per delivered event, of the commits per
 delivered event, of the last delivery after the last finish, and of each run's own figures
@@ -16,6 +18,7 @@ delivered event, of the last delivery after the last finish, and of each run's o
 
 import argparse
 import statistics
+import subprocess
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,7 +27,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import webhooks  # noqa: E402
-from bench.worker import Bench  # noqa: E402
+from bench.worker import PYTHON, Bench  # noqa: E402
+
+
+def migrate_to(bench: Bench, tree: str) -> None:
+    """The `executions` schema as `tree` has it: its latest migration, applied or unapplied by
+    this checkout's manage.py."""
+    latest = max(
+        path.stem
+        for path in (Path(tree) / "executions" / "migrations").glob("[0-9][0-9][0-9][0-9]_*.py")
+    )
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "--noinput", "executions", latest],
+        cwd=ROOT,
+        env=bench.env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -45,6 +64,7 @@ def main(argv: list[str]) -> int:
                 for tree in trees if index % 2 == 0 else trees[::-1]:
                     command = (str(Path(tree) / "manage.py"), "runworker")
                     print(f"round {index + 1}, {tree}:", flush=True)
+                    migrate_to(bench, tree)
                     off = webhooks.throughput(bench, None, args.executions, command)
                     for name in names:
                         on = webhooks.throughput(bench, receivers[name], args.executions, command)
