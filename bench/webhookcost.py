@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--receivers", default="lean,aiohttp")
     args = parser.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
-    names = args.receivers.split(",")
+    names = [name for name in args.receivers.split(",") if name]
     runs: dict[tuple[str, str], list[dict]] = {}
     with ExitStack() as stack:
         bench = Bench.scratch(stack, "webhookcost.", concurrency=10)
