@@ -38,14 +38,18 @@ LISTEN_WEBHOOKS = "LISTEN orquestador_webhooks"
 # The shapes hold whatever the statistics (docs/adr/0009): the due time is compared with the
 # statement's start, stable, so it bounds the walk of webhook_delivery_due_idx (deliveries
 # retried later are not read); the earlier-delivery probe is a subquery never pulled up
-# into a join (OFFSET 0), one webhook_delivery_order_idx lookup per candidate, where statistics of
-# an empty outbox walked the whole index per candidate; the rows `due` locked are updated by
+# into a join (OFFSET 0), one webhook_delivery_exec_idx lookup per candidate: the same
+# subscription and a smaller id are said only in row comparisons led by execution_id, and
+# PENDING as neither settled status, so that no other index (none leads with execution_id, none
+# has that predicate) can serve it; said plainly, planned on an empty outbox with a backlog's
+# column statistics, it walked the primary key for every smaller id per candidate (migration
+# 0028); the rows `due` locked are updated by
 # `id = ANY` of their ids, and each one's event and subscription are read in LATERAL subqueries
 # that are never flattened (OFFSET 0), one primary-key lookup each; joined directly, statistics
 # of an empty outbox made the planner hash or merge every delivery and event on every claim
 # (17.8 ms a claim, 0.78 ms of PostgreSQL CPU per event, at 3,000 events).
 # Locks: the claimed delivery rows, FOR UPDATE SKIP LOCKED.
-# Index: webhook_delivery_due_idx; webhook_delivery_order_idx; the webhook_delivery,
+# Index: webhook_delivery_due_idx; webhook_delivery_exec_idx; the webhook_delivery,
 # webhook_event and webhook_subscription primary keys.
 WEBHOOK_DELIVERIES_CLAIM = """
 WITH due AS (
@@ -57,10 +61,11 @@ WITH due AS (
        AND NOT EXISTS (
                SELECT 1
                  FROM webhook_delivery AS p
-                WHERE p.subscription_id = d.subscription_id
-                  AND p.execution_id = d.execution_id
-                  AND p.status = 'PENDING'
-                  AND p.id < d.id
+                WHERE p.execution_id = d.execution_id
+                  AND (p.execution_id, p.subscription_id) >= (d.execution_id, d.subscription_id)
+                  AND (p.execution_id, p.subscription_id, p.id)
+                      < (d.execution_id, d.subscription_id, d.id)
+                  AND p.status NOT IN ('DELIVERED', 'FAILED')
                OFFSET 0
            )
      ORDER BY d.next_attempt_at, d.id
@@ -112,9 +117,10 @@ SELECT c.id, c.claim_token, c.attempts, c.event_id::text, ev.body, s.url, s.secr
 # later event of the same execution is sent (docs/adr/0020).
 # Each item's delivery is locked in a LATERAL subquery, never flattened, and updated by
 # `id = ANY` (docs/adr/0009): one primary-key lookup per item whatever the statistics; the
-# successor probe is a subquery per settled delivery, never pulled up (OFFSET 0).
+# successor probe is a subquery per settled delivery, never pulled up (OFFSET 0), said as the
+# claim's earlier-delivery probe is, so that only webhook_delivery_exec_idx can serve it.
 # Locks: the delivery rows (id order), then their subscriptions' rows.
-# Index: webhook_delivery primary key; webhook_delivery_order_idx; webhook_subscription primary
+# Index: webhook_delivery primary key; webhook_delivery_exec_idx; webhook_subscription primary
 # key.
 WEBHOOK_DELIVERIES_RECORD = """
 WITH durability AS MATERIALIZED (
@@ -180,10 +186,12 @@ SELECT done.id, done.status,
        done.status <> 'PENDING' AND EXISTS (
            SELECT 1
              FROM webhook_delivery AS p
-            WHERE p.subscription_id = done.subscription_id
-              AND p.execution_id = done.execution_id
-              AND p.status = 'PENDING'
-              AND p.id > done.id
+            WHERE p.execution_id = done.execution_id
+              AND (p.execution_id, p.subscription_id)
+                  <= (done.execution_id, done.subscription_id)
+              AND (p.execution_id, p.subscription_id, p.id)
+                  > (done.execution_id, done.subscription_id, done.id)
+              AND p.status NOT IN ('DELIVERED', 'FAILED')
            OFFSET 0
        ) AS successor
   FROM done

@@ -155,11 +155,13 @@ class WebhookDelivery(models.Model):
                 name="webhook_delivery_due_idx",
                 condition=Q(status=DeliveryStatus.PENDING),
             ),
-            # Order per execution and subscription: is an earlier one still pending?
+            # Order per execution and subscription: is an earlier one still pending? Its
+            # leading column and its predicate (PENDING, said as neither settled status) are in no
+            # other index, so its probes can use no other (sql.WEBHOOK_DELIVERIES_CLAIM).
             models.Index(
-                fields=["subscription", "execution_id", "id"],
-                name="webhook_delivery_order_idx",
-                condition=Q(status=DeliveryStatus.PENDING),
+                fields=["execution_id", "subscription", "id"],
+                name="webhook_delivery_exec_idx",
+                condition=~Q(status__in=[DeliveryStatus.DELIVERED, DeliveryStatus.FAILED]),
             ),
             models.Index(fields=["event"], name="webhook_delivery_event_idx"),
             models.Index(fields=["subscription", "-id"], name="webhook_delivery_sub_idx"),
