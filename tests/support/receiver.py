@@ -84,6 +84,7 @@ class Receiver:
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 128  # a burst of new connections waits in no SYN retry
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a sender that died mid-request (a killed worker): nothing to report
 

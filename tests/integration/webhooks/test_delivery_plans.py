@@ -117,11 +117,8 @@ def empty_outbox(migration_dsn):
 
 
 def _order_probes(nodes: list[dict]) -> list[dict]:
-    return [
-        n
-        for n in nodes
-        if n.get("Relation Name") == "webhook_delivery" and n.get("Parent Relationship") == "SubPlan"
-    ]
+    deliveries = [n for n in nodes if n.get("Relation Name") == "webhook_delivery"]
+    return [n for n in deliveries if n.get("Parent Relationship") == "SubPlan"]
 
 
 def test_claim__planned_on_an_empty_outbox_probes_the_order_index(empty_outbox, runtime_dsn):
