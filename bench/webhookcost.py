@@ -1,7 +1,7 @@
 """What a delivered webhook costs, code against code, alternating.
 
     .venv/bin/python bench/webhookcost.py [--trees A,B] [--rounds 3] [--executions 6000]
-        [--receivers lean,aiohttp]
+        [--receivers lean,aiohttp] [--latency-samples 300]
 
 One throwaway cluster and the webhooks section's receivers (bench/webhooks.py); then, round
 after round, one `runworker` of each TREE (a checkout with its own manage.py: this one by
@@ -13,7 +13,9 @@ hold every tree's migrations) to that tree's latest migration, forwards or back.
 Printed: each run, then per tree and receiver the medians of the ratio to the run without, of
 the worker's, PostgreSQL's and the receiver's CPU per delivered event, of the commits per
 delivered event, of the last delivery after the last finish, and of each run's own figures
-(executions/s, CPU and commits per execution, without: off_, with: on_).
+(executions/s, CPU and commits per execution, without: off_, with: on_). With
+--latency-samples, each tree's round begins with the section's light-load latency (the lean
+receiver): its p50 and p99 medians are printed too.
 """
 
 import argparse
@@ -52,6 +54,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--executions", type=int, default=6000)
     parser.add_argument("--receivers", default="lean,aiohttp")
+    parser.add_argument(
+        "--latency-samples", type=int, default=0, help="also light-load latency (lean receiver)"
+    )
     args = parser.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
     names = [name for name in args.receivers.split(",") if name]
@@ -65,6 +70,11 @@ def main(argv: list[str]) -> int:
                     command = (str(Path(tree) / "manage.py"), "runworker")
                     print(f"round {index + 1}, {tree}:", flush=True)
                     migrate_to(bench, tree)
+                    if args.latency_samples:
+                        got = webhooks.latency(
+                            bench, receivers["lean"], args.latency_samples, command
+                        )
+                        runs.setdefault((tree, "latency"), []).append(got)
                     off = webhooks.throughput(bench, None, args.executions, command)
                     for name in names:
                         on = webhooks.throughput(bench, receivers[name], args.executions, command)
@@ -85,7 +95,14 @@ def main(argv: list[str]) -> int:
                 receiver.close()
     print("medians:")
     for (tree, name), got in runs.items():
-        medians = {key: round(statistics.median(g[key] for g in got), 3) for key in got[0]}
+        medians = {
+            key: round(statistics.median(g[key] for g in got), 3)
+            for key, value in got[0].items()
+            if isinstance(value, int | float)
+        }
+        if name == "latency":
+            print(f"  {tree}, latency: {medians}", flush=True)
+            continue
         ratios = sorted(g["throughput_ratio"] for g in got)
         print(f"  {tree}, {name} receiver: {medians} (ratios {ratios})", flush=True)
     return 0

@@ -240,11 +240,17 @@ def _wait_deliveries(receiver: "Receiver | LeanReceiver", n: int) -> float:
     return time.time()
 
 
-def latency(bench: Any, receiver: "Receiver | LeanReceiver", samples: int) -> dict:
+def latency(
+    bench: Any,
+    receiver: "Receiver | LeanReceiver",
+    samples: int,
+    command: tuple[str, ...] = ("manage.py", "runworker"),
+) -> dict:
     tenant = f"hooks-{uuid.uuid4().hex[:8]}"
     _subscribe(bench, tenant, receiver)
+    start_count = receiver.count()
     with ExitStack() as stack:
-        bench.start_workers(1, stack, "webhooks-latency", env=SETTINGS)
+        bench.start_workers(1, stack, "webhooks-latency", env=SETTINGS, command=command)
         for _ in range(samples):
             with bench.owner.transaction():
                 bench.owner.execute(ENQUEUE, {"flow_id": bench.flow_id, "tenant": tenant, "n": 1})
@@ -252,7 +258,7 @@ def latency(bench: Any, receiver: "Receiver | LeanReceiver", samples: int) -> di
                 bench.owner.execute(BLOCK, {"tenant": tenant})
                 bench.owner.execute(sql.NOTIFY_WORK, {"execution_id": tenant})
             time.sleep(GAP_SECONDS)  # the light load's pace, not a wait for a condition
-        _wait_deliveries(receiver, samples)
+        _wait_deliveries(receiver, start_count + samples)
     finished = dict(bench.owner.execute(FINISHED, {"tenant": tenant}).fetchall())
     gaps = [receiver.arrived[e] - float(at) for e, at in finished.items() if e in receiver.arrived]
     result = {
