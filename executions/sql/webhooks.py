@@ -38,14 +38,18 @@ LISTEN_WEBHOOKS = "LISTEN orquestador_webhooks"
 # The shapes hold whatever the statistics (docs/adr/0009): the due time is compared with the
 # statement's start, stable, so it bounds the walk of webhook_delivery_due_idx (deliveries
 # retried later are not read); the earlier-delivery probe is a subquery never pulled up
-# into a join (OFFSET 0), one webhook_delivery_order_idx lookup per candidate, where statistics of
-# an empty outbox walked the whole index per candidate; the rows `due` locked are updated by
+# into a join (OFFSET 0), one webhook_delivery_exec_idx lookup per candidate: the same
+# subscription and a smaller id are said only in row comparisons led by execution_id, and
+# PENDING as neither settled status, so that no other index (none leads with execution_id, none
+# has that predicate) can serve it; said plainly, planned on an empty outbox with a backlog's
+# column statistics, it walked the primary key for every smaller id per candidate (migration
+# 0030); the rows `due` locked are updated by
 # `id = ANY` of their ids, and each one's event and subscription are read in LATERAL subqueries
 # that are never flattened (OFFSET 0), one primary-key lookup each; joined directly, statistics
 # of an empty outbox made the planner hash or merge every delivery and event on every claim
 # (17.8 ms a claim, 0.78 ms of PostgreSQL CPU per event, at 3,000 events).
 # Locks: the claimed delivery rows, FOR UPDATE SKIP LOCKED.
-# Index: webhook_delivery_due_idx; webhook_delivery_order_idx; the webhook_delivery,
+# Index: webhook_delivery_due_idx; webhook_delivery_exec_idx; the webhook_delivery,
 # webhook_event and webhook_subscription primary keys.
 WEBHOOK_DELIVERIES_CLAIM = """
 WITH due AS (
@@ -57,10 +61,11 @@ WITH due AS (
        AND NOT EXISTS (
                SELECT 1
                  FROM webhook_delivery AS p
-                WHERE p.subscription_id = d.subscription_id
-                  AND p.execution_id = d.execution_id
-                  AND p.status = 'PENDING'
-                  AND p.id < d.id
+                WHERE p.execution_id = d.execution_id
+                  AND (p.execution_id, p.subscription_id) >= (d.execution_id, d.subscription_id)
+                  AND (p.execution_id, p.subscription_id, p.id)
+                      < (d.execution_id, d.subscription_id, d.id)
+                  AND p.status NOT IN ('DELIVERED', 'FAILED')
                OFFSET 0
            )
      ORDER BY d.next_attempt_at, d.id
@@ -77,7 +82,8 @@ claimed AS (
      WHERE d.id = ANY(ARRAY(SELECT due.id FROM due))
     RETURNING d.id, d.claim_token, d.attempts, d.event_id, d.subscription_id
 )
-SELECT c.id, c.claim_token, c.attempts, c.event_id, ev.body, s.url, s.secret, s.previous_secret
+SELECT c.id, c.claim_token, c.attempts, c.event_id::text, ev.body, s.url, s.secret,
+       s.previous_secret
   FROM claimed AS c
  CROSS JOIN LATERAL (
            SELECT '{"id":"' || e.id || '","type":"' || e.type || '","createdAt":"'
@@ -101,19 +107,31 @@ SELECT c.id, c.claim_token, c.attempts, c.event_id, ev.body, s.url, s.secret, s.
 # Write the results of attempts (%(items)s: id, token, delivered, code, error, body, delay, in id
 # order), each one's hold ended: delivered, or due again after its delay, or FAILED once its
 # retries have run %(max_age_seconds)s since it started; each only by the claim that made it (its
-# token), and only while PENDING. Then each subscription's run of failed attempts: back to 0 on
-# a delivery, one more per failed attempt (a subscription's row is written only when that changes
-# it). Returns (id, status) per written delivery.
+# token), only while PENDING and held (a result written once is not written again). Then each
+# subscription's run of failed attempts: back to 0 on a delivery, one more per failed attempt (a
+# subscription's row is written only when that changes it). Returns (id, status, successor) per
+# written delivery, `successor` true when it settled and a later delivery of the same execution
+# to the same subscription is PENDING (it was held back by this one: the loop claims it now).
+# Committed asynchronously: a result lost with a crash only means the event is sent
+# again (at least once), and the delivery loop's next claim, synchronous, flushes it before a
+# later event of the same execution is sent (docs/adr/0020).
 # Each item's delivery is locked in a LATERAL subquery, never flattened, and updated by
-# `id = ANY` (docs/adr/0009): one primary-key lookup per item whatever the statistics.
+# `id = ANY` (docs/adr/0009): one primary-key lookup per item whatever the statistics; the
+# successor probe is a subquery per settled delivery, never pulled up (OFFSET 0), said as the
+# claim's earlier-delivery probe is, so that only webhook_delivery_exec_idx can serve it.
 # Locks: the delivery rows (id order), then their subscriptions' rows.
-# Index: webhook_delivery primary key; webhook_subscription primary key.
+# Index: webhook_delivery primary key; webhook_delivery_exec_idx; webhook_subscription primary
+# key.
 WEBHOOK_DELIVERIES_RECORD = """
-WITH i AS (
-    SELECT *
+WITH durability AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+i AS (
+    SELECT i.*
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
                id bigint, token bigint, delivered boolean, code integer, error text, body text,
-               delay double precision)
+               delay double precision),
+           durability
 ),
 locked AS (
     SELECT i.*, l.failed
@@ -125,7 +143,7 @@ locked AS (
                           <= clock_timestamp() + make_interval(secs => i.delay) AS failed
                  FROM webhook_delivery AS d
                 WHERE d.id = i.id AND d.claim_token = i.token
-                  AND d.status IS NOT DISTINCT FROM 'PENDING'
+                  AND d.status IS NOT DISTINCT FROM 'PENDING' AND d.held_until IS NOT NULL
                   FOR NO KEY UPDATE OF d
            ) AS l
 ),
@@ -147,7 +165,7 @@ done AS (
            last_response_body = left(locked.body, 1024)
       FROM locked
      WHERE d.id = ANY(ARRAY(SELECT locked.id FROM locked)) AND d.id = locked.id
-    RETURNING d.id, d.subscription_id, d.status, locked.delivered
+    RETURNING d.id, d.subscription_id, d.execution_id, d.status, locked.delivered
 ),
 runs AS (
     SELECT done.subscription_id, bool_or(done.delivered) AS delivered,
@@ -164,7 +182,19 @@ counted AS (
        AND s.id = runs.subscription_id
        AND (NOT runs.delivered OR s.consecutive_failures > 0)
 )
-SELECT done.id, done.status FROM done
+SELECT done.id, done.status,
+       done.status <> 'PENDING' AND EXISTS (
+           SELECT 1
+             FROM webhook_delivery AS p
+            WHERE p.execution_id = done.execution_id
+              AND (p.execution_id, p.subscription_id)
+                  <= (done.execution_id, done.subscription_id)
+              AND (p.execution_id, p.subscription_id, p.id)
+                  > (done.execution_id, done.subscription_id, done.id)
+              AND p.status NOT IN ('DELIVERED', 'FAILED')
+           OFFSET 0
+       ) AS successor
+  FROM done
 """
 
 

@@ -1,132 +1,80 @@
 """The delivery loop `runworker` runs beside its claim loop, on the same event loop.
 
 Invariants:
-- connections: none of its own. Each claim and each batch of results borrows one of the
-  runtime's shared connections for one autocommit statement (executions/worker/runtime.py), so
-  the process stays within its budget; an attempt in flight holds none;
+- connections: none of its own. Each cycle borrows one of the runtime's shared connections for
+  its one or two autocommit statements (executions/worker/runtime.py), so the process stays
+  within its budget; an attempt in flight holds none;
 - at least once, with a stable event id: a delivery is claimed (one more attempt, a new claim
   token, held for the timeout plus a margin) before it is sent, and its result written after,
   fenced by that token. A process that dies in between leaves it PENDING; it is due again once
   the hold passes, and some process sends it again (same event id, same body);
+- cycles, not statements per attempt: an attempt's end only adds its result to a list; a cycle
+  writes every result waiting in one statement, then claims, on one borrowed connection. A
+  claim comes at most every CLAIM_SPACING_SECONDS (sooner after a full one); a result waits at
+  most RESULT_WAIT_SECONDS, for a claim or a cycle of its own (docs/adr/0020);
 - in order per execution for each subscription: the claim skips a delivery while an earlier one
-  of the same execution and subscription is PENDING, in flight included
-  (sql.WEBHOOK_DELIVERIES_CLAIM);
+  of the same execution and subscription is PENDING, in flight or its result not yet written
+  included (sql.WEBHOOK_DELIVERIES_CLAIM); the statement that writes the earlier one's result
+  says whether such a later one waits, and the cycle claims it at once;
+- a result lost with a database crash (it commits asynchronously) only means the event is sent
+  again: the claim is synchronous, and WAL is flushed in order, so an earlier event's result is
+  durable before a later event of its execution is claimed and sent;
 - retries: exponential backoff with full jitter (a uniform delay up to WEBHOOK_RETRY_BASE_SECONDS
   doubled per attempt, at most RETRY_MAX_SECONDS) until WEBHOOK_MAX_AGE_HOURS, then FAILED;
 - wake-ups: `poke` (the scheduler's, after each run ends here), `notified` (the scheduler's
   listening connection heard NOTIFY_WEBHOOKS: the API's or an operator's changes, a ping, a
   redelivery, the remote runtime's endpoint), a timer at the earliest retry this loop scheduled,
   and a poll every POLL_SECONDS for the rest (other runworkers' runs, a lost notification, a
-  worker that cannot LISTEN). Wake-ups close together share one claim (CLAIM_SPACING_SECONDS);
-- results of concurrent attempts share one statement (executions/worker/groupcommit.py);
-- no wake-up per event: an attempt's end wakes the loop only when it frees the one slot a full
-  loop waits for; every wait is on events (a poke, a free slot, `stop`) or the poll's deadline;
-- stopping (`stop`, from any thread): a claim still waiting for a connection (the database may
-  be gone) is dropped at once, and attempts in flight get STOP_GRACE_SECONDS, so the worker's
-  exit waits on neither.
+  worker that cannot LISTEN). Wake-ups close together share one claim;
+- no wake-up per event: an attempt's end wakes the loop only when it is the first result
+  waiting or frees the one slot a full loop waits for; every other wait is on a deadline;
+- stopping (`stop`, from any thread): a cycle still waiting for a connection (the database may
+  be gone) is dropped at once; attempts in flight, then the writing of their results, get
+  STOP_GRACE_SECONDS, so the worker's exit waits on neither.
 """
 
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
-from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
 import psycopg
-from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
-from .. import sql
-from ..steps import Plan, Query, Steps
-from ..worker.groupcommit import ConnectionSource, GroupCommit, on
-from .config import CLAIM_BATCH, CONCURRENCY, POLL_SECONDS, RETRY_MAX_SECONDS, WebhookConfig
-from .sender import Attempt, WebhookSender
+from ..steps import run_async
+from ..worker.groupcommit import ConnectionSource, borrowed
+from .config import CLAIM_BATCH, CONCURRENCY, POLL_SECONDS, WebhookConfig
+from .plans import (
+    Claimed,
+    Result,
+    Written,
+    deliveries_claim,
+    deliveries_record,
+    retry_delay,
+    subscribed,
+)
+from .sender import WebhookSender
 from .signing import signature_header
 
 logger = logging.getLogger("executions.webhooks")
 
 CANCEL_WAIT_SECONDS = 0.25  # seconds a claim given up at stop gets to end its cancellation
 ERROR_BACKOFF_SECONDS = 1.0  # seconds after a database error before claiming again
-CLAIM_SPACING_SECONDS = 0.02  # seconds between claims that found less than they asked for
+CLAIM_SPACING_SECONDS = 0.02  # seconds between claims, unless the last one came back full
+RESULT_WAIT_SECONDS = 0.02  # seconds a result waits at most for a claim to be written with
 STOP_GRACE_SECONDS = 2.0  # seconds in-flight attempts get at shutdown (then: due again later)
 
+# Why a cycle runs (WebhookDeliverer._wait).
+POLL = "poll"
+CLAIM = "claim"
+FLUSH = "flush"
+
 Value = TypeVar("Value")
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """One claimed delivery, as WEBHOOK_DELIVERIES_CLAIM returns it."""
-
-    id: int
-    claim_token: int
-    attempts: int
-    event_id: Any
-    body: str  # the event as JSON: {id, type, createdAt, data}, the same for every attempt
-    url: str
-    secret: str
-    previous_secret: str | None
-
-
-@dataclass(frozen=True)
-class Result:
-    id: int
-    token: int
-    attempt: Attempt
-    delay: float  # seconds until the next attempt, if there is one
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "token": self.token,
-            "delivered": self.attempt.delivered,
-            "code": self.attempt.code,
-            "error": self.attempt.error,
-            "body": self.attempt.body,
-            "delay": self.delay,
-        }
-
-
-def deliveries_claim(*, limit: int, hold_seconds: float) -> Plan[list[Claimed]]:
-    """Claim up to `limit` due deliveries (one statement)."""
-    return Plan(_claim(limit, hold_seconds))
-
-
-def _claim(limit: int, hold_seconds: float) -> Steps[list[Claimed]]:
-    rows = yield Query(sql.WEBHOOK_DELIVERIES_CLAIM, {"limit": limit, "hold_seconds": hold_seconds})
-    return [Claimed(*row) for row in rows]
-
-
-def deliveries_record(*, results: Sequence[Result], max_age_seconds: float) -> Plan[dict[int, str]]:
-    """Write the results of attempts (one statement); the plan returns each written delivery's
-    new status by id (one missing: another claim took it over meanwhile)."""
-    return Plan(_record(results, max_age_seconds))
-
-
-def _record(results: Sequence[Result], max_age_seconds: float) -> Steps[dict[int, str]]:
-    rows = yield Query(
-        sql.WEBHOOK_DELIVERIES_RECORD,
-        {
-            # In id order: the statement locks the deliveries in the order of its items.
-            "items": Jsonb([r.row() for r in sorted(results, key=lambda r: r.id)]),
-            "max_age_seconds": max_age_seconds,
-        },
-    )
-    return {row[0]: row[1] for row in rows}
-
-
-def _subscribed() -> Steps[bool]:
-    row = yield Query(sql.WEBHOOK_SUBSCRIBED, fetch="one")
-    return bool(row and row[0])
-
-
-def retry_delay(*, attempts: int, base_seconds: float, rng: random.Random) -> float:
-    """Full jitter: uniform up to base * 2^(attempts - 1), capped."""
-    ceiling = min(RETRY_MAX_SECONDS, base_seconds * 2 ** min(max(attempts - 1, 0), 30))
-    return rng.uniform(0, ceiling)
 
 
 class WebhookDeliverer:
@@ -151,23 +99,21 @@ class WebhookDeliverer:
             allow_private_networks=config.allow_private_networks,
             resolver=resolver,
         )
-        self.records: GroupCommit[Result, str] = GroupCommit(
-            lambda results: deliveries_record(
-                results=results, max_age_seconds=config.max_age_seconds
-            ),
-            key=lambda result: result.id,
-        )
         self.attempted = 0  # attempts made by this loop, for tests and the benchmark
-        self.delivered = 0
+        self.delivered = 0  # attempts delivered, and recorded so
         self.claims = 0  # claim statements sent
+        self.records = 0  # result statements sent
         self._tasks: set[asyncio.Task[None]] = set()
+        self._results: list[Result] = []  # ended attempts, for the next cycle to write
         self._due = False  # a poke, or a full claim: claim at the next chance
         self.subscribed = False  # whether any subscription exists, as of the last poll
-        self._changed: asyncio.Event | None = None  # a poke, a slot came free, or a stop
+        self._changed: asyncio.Event | None = None  # a poke, a result, a free slot, or a stop
         self._stopping: asyncio.Event | None = None  # set by `stop`, on the loop's thread
         self._stop_requested = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poll_at = 0.0  # monotonic time of the next poll (the first: at once)
+        self._claim_after = 0.0  # monotonic time before which a poke's claim waits
+        self._results_since = 0.0  # monotonic time the oldest result waiting came
 
     def poke(self) -> None:
         """Something may be due now (an execution just ended here): claim soon, if any
@@ -185,8 +131,8 @@ class WebhookDeliverer:
         self.poke()
 
     def stop(self) -> None:
-        """Stop `run` (from any thread): a claim still waiting for a connection is dropped at
-        once, attempts in flight get STOP_GRACE_SECONDS."""
+        """Stop `run` (from any thread): a cycle still waiting for a connection is dropped at
+        once, attempts in flight and their results get STOP_GRACE_SECONDS."""
         self._stop_requested = True
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -207,42 +153,99 @@ class WebhookDeliverer:
             stopping.set()
         try:
             while not stopping.is_set():
-                polled = await self._wait()
+                why = await self._wait()
                 if stopping.is_set():
                     break
-                self._due = False
                 try:
-                    if polled:
-                        self.subscribed = await self._unless_stopped(
-                            on(self.borrow, Plan(_subscribed()))
-                        )
-                    if not self.subscribed:
-                        continue
-                    limit = min(CLAIM_BATCH, self.concurrency - len(self._tasks))
-                    claimed = await self._unless_stopped(
-                        on(
-                            self.borrow,
-                            deliveries_claim(limit=limit, hold_seconds=self.config.hold_seconds),
-                        ),
-                    )
+                    await self._unless_stopped(self._cycle(why))
                 except _Stopped:
                     break
                 except (psycopg.Error, PoolTimeout) as exc:
-                    logger.warning("webhook claim failed", extra={"detail": str(exc)[:200]})
+                    logger.warning("webhook cycle failed", extra={"detail": str(exc)[:200]})
                     await self._sleep(ERROR_BACKOFF_SECONDS)
-                    continue
-                self.claims += 1
-                for item in claimed:
-                    task = self._loop.create_task(self._deliver(item))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._done)
-                if len(claimed) == limit:
-                    self._due = True  # a full claim: more is probably due
-                else:
-                    # Pokes close together share one claim: at most one per CLAIM_SPACING.
-                    await self._sleep(CLAIM_SPACING_SECONDS)
         finally:
             await self._shutdown()
+
+    async def _cycle(self, why: str) -> None:
+        """One statement for the results waiting, if any, then (for a poke, a poll, or a result
+        that let a later event of its execution go) a claim of what is due, if a subscription
+        exists and a slot is free, all on one borrowed connection; the claimed start sending."""
+        claim = why != FLUSH
+        if claim:
+            self._due = False
+        async with borrowed(self.borrow) as conn:
+            if self._results and await self._record(conn):
+                claim = True  # a successor waits: claim it now, whatever the spacing
+            if why == POLL:
+                self.subscribed = await run_async(conn, subscribed())
+            limit = min(CLAIM_BATCH, self.concurrency - len(self._tasks))
+            if not claim or not self.subscribed or limit <= 0:
+                return
+            claimed = await run_async(
+                conn, deliveries_claim(limit=limit, hold_seconds=self.config.hold_seconds)
+            )
+        self.claims += 1
+        if len(claimed) == limit:
+            self._due = True  # a full claim: more is probably due, claim again at once
+            self._claim_after = 0.0
+        else:
+            # Pokes close together share one claim: at most one per CLAIM_SPACING.
+            self._claim_after = time.monotonic() + CLAIM_SPACING_SECONDS
+        loop = asyncio.get_running_loop()
+        for item in claimed:
+            task = loop.create_task(self._deliver(item))
+            self._tasks.add(task)
+            task.add_done_callback(self._done)
+
+    async def _record(self, conn: psycopg.AsyncConnection) -> bool:
+        """Write the results waiting (one statement; item by item if it fails on one of them)
+        and act on them; True if a later delivery of one of their executions waits. Kept for a
+        later cycle when the database cannot be reached."""
+        batch = self._results[:]
+        try:
+            written = await self._write(conn, batch)
+        except psycopg.OperationalError:
+            raise  # the connection or the server: kept, written by a later cycle
+        except psycopg.Error:
+            written = {}
+            for result in batch:  # isolate the fault: each result alone
+                try:
+                    written.update(await self._write(conn, [result]))
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as exc:
+                    logger.warning(
+                        "webhook result not written; it will be sent again",
+                        extra={"delivery_id": result.id, "detail": str(exc)[:200]},
+                    )
+        del self._results[: len(batch)]
+        self._results_since = time.monotonic()  # those that came meanwhile: from now
+        return self._settled(batch, written)
+
+    async def _write(
+        self, conn: psycopg.AsyncConnection, batch: list[Result]
+    ) -> dict[int, Written]:
+        self.records += 1
+        plan = deliveries_record(results=batch, max_age_seconds=self.config.max_age_seconds)
+        return await run_async(conn, plan)
+
+    def _settled(self, batch: list[Result], written: dict[int, Written]) -> bool:
+        successor = False
+        for result in batch:
+            got = written.get(result.id)
+            if got is None:
+                continue  # taken over by another claim meanwhile, or written already
+            successor = successor or got.successor
+            if got.status == "DELIVERED":
+                self.delivered += 1
+            elif got.status == "PENDING" and self._loop is not None:
+                self._loop.call_later(result.delay, self.poke)  # due then: claim then
+            elif got.status == "FAILED":
+                logger.warning(
+                    "webhook delivery failed for good",
+                    extra={"delivery_id": result.id, "attempts": result.attempts},
+                )
+        return successor
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -251,28 +254,41 @@ class WebhookDeliverer:
         if self._changed is not None and len(self._tasks) == self.concurrency - 1:
             self._changed.set()
 
-    async def _wait(self) -> bool:
-        """Until there is room for another attempt and something may be due (a poke, a full
-        claim before, or the poll's time: then True), or `stop`. Woken by events only."""
+    async def _wait(self) -> str:
+        """Until the next cycle is due, and why: POLL (the poll's time, with room for another
+        attempt), CLAIM (a poke or a full claim before, room, and CLAIM_SPACING past the last
+        claim), or FLUSH (results waiting for RESULT_WAIT_SECONDS); or until `stop`. Woken by
+        events (a poke, a first result, a slot coming free, `stop`) or by the earliest of those
+        times, never per attempt."""
         changed, stopping = self._changed, self._stopping
         if changed is None or stopping is None:  # run() sets them before its first wait
-            return True
+            return POLL
         while not stopping.is_set():
             room = len(self._tasks) < self.concurrency
             now = time.monotonic()
-            if room and now >= self._poll_at:
-                self._poll_at = now + POLL_SECONDS
-                return True
-            if room and self._due:
-                return False
+            wake_at = math.inf
+            if room:
+                if now >= self._poll_at:
+                    self._poll_at = now + POLL_SECONDS
+                    return POLL
+                wake_at = self._poll_at
+                if self._due:
+                    if now >= self._claim_after:
+                        return CLAIM
+                    wake_at = min(wake_at, self._claim_after)
+            if self._results:
+                flush_at = self._results_since + RESULT_WAIT_SECONDS
+                if now >= flush_at:
+                    return FLUSH
+                wake_at = min(wake_at, flush_at)
             changed.clear()
-            if not room:  # a slot coming free sets `changed`
+            if wake_at == math.inf:  # no room and nothing to write: a free slot sets `changed`
                 await changed.wait()
                 continue
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(self._poll_at - now, 0.001)):
+                async with asyncio.timeout(max(wake_at - now, 0.001)):
                     await changed.wait()
-        return False
+        return FLUSH
 
     async def _sleep(self, seconds: float) -> None:
         """`seconds`, or until `stop`."""
@@ -284,9 +300,9 @@ class WebhookDeliverer:
 
     async def _unless_stopped(self, step: Coroutine[Any, Any, Value]) -> Value:
         """`step`'s result, unless `stop` comes first: then it is cancelled and `_Stopped`
-        raised. A claim waiting for a shared connection (the database may be gone) never holds
-        up the worker's exit; one cancelled after it committed leaves its deliveries PENDING
-        under their hold, sent again once it passes (at least once)."""
+        raised. A cycle waiting for a shared connection (the database may be gone) never holds
+        up the worker's exit; a claim cancelled after it committed leaves its deliveries
+        PENDING under their hold, sent again once it passes (at least once)."""
         stopping = self._stopping
         task = asyncio.ensure_future(step)
         if stopping is None:
@@ -308,7 +324,7 @@ class WebhookDeliverer:
         body = claimed.body.encode()
         secrets = [claimed.secret, *([claimed.previous_secret] if claimed.previous_secret else [])]
         headers = {
-            "Orquestador-Event-Id": str(claimed.event_id),
+            "Orquestador-Event-Id": claimed.event_id,
             "Orquestador-Signature": signature_header(
                 secrets=secrets, timestamp=int(time.time()), body=body
             ),
@@ -324,37 +340,37 @@ class WebhookDeliverer:
                 rng=self.rng,
             )
         )
-        result = Result(claimed.id, claimed.claim_token, attempt, delay)
-        try:
-            status = await self.records.submit(self.borrow, result)
-        except (psycopg.Error, PoolTimeout) as exc:
-            # Left PENDING under its hold: due again once the hold passes (at least once).
-            logger.warning(
-                "webhook result not written; it will be sent again",
-                extra={"delivery_id": claimed.id, "detail": str(exc)[:200]},
-            )
-            return
-        if attempt.delivered:
-            self.delivered += 1
-        elif status == "PENDING" and self._loop is not None:
-            self._loop.call_later(delay, self.poke)  # due then: claim then, not at the poll
-        if status == "FAILED":
-            logger.warning(
-                "webhook delivery failed for good",
-                extra={"delivery_id": claimed.id, "attempts": claimed.attempts},
-            )
+        self._results.append(
+            Result(claimed.id, claimed.claim_token, claimed.attempts, attempt, delay)
+        )
+        if len(self._results) == 1:  # the first one waiting: written within RESULT_WAIT
+            self._results_since = time.monotonic()
+            if self._changed is not None:
+                self._changed.set()
 
     async def _shutdown(self) -> None:
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_SECONDS)
             for task in pending:  # left PENDING under their hold: sent again later
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        if self._results:
+            try:
+                async with asyncio.timeout(max(deadline - time.monotonic(), CANCEL_WAIT_SECONDS)):
+                    async with borrowed(self.borrow) as conn:
+                        await self._record(conn)
+            except (psycopg.Error, PoolTimeout, TimeoutError) as exc:
+                # Left PENDING under their hold: due again once it passes (at least once).
+                logger.warning(
+                    "webhook results not written at stop; they will be sent again",
+                    extra={"deliveries": len(self._results), "detail": str(exc)[:200]},
+                )
         await self.sender.close()
 
 
 class _Stopped(Exception):
-    """The loop was told to stop while a statement of its own waited (its claim is dropped)."""
+    """The loop was told to stop while a statement of its own waited (its cycle is dropped)."""
 
 
 def _dropped(task: asyncio.Future[Any]) -> None:

@@ -77,13 +77,17 @@ class WebhookEvent(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.CharField(max_length=255)
+    # No constraint in the database (migration 0029): only the outbox trigger writes an event,
+    # for the execution whose change it reports, and executions are never deleted; checking it
+    # locked that execution row once more in every finalising transaction (docs/adr/0020).
     execution = models.ForeignKey(
         Execution,
         on_delete=models.CASCADE,
         null=True,
         blank=True,
         related_name="+",
-        db_index=False,  # webhook_event_execution_idx
+        db_index=False,  # webhook_event_exec_idx
+        db_constraint=False,
     )
     type = models.CharField(max_length=64, choices=EventType.choices)
     data = models.JSONField()
@@ -101,8 +105,14 @@ class WebhookDelivery(models.Model):
     """One event on its way to one subscription: its attempts and the last answer."""
 
     id = models.BigAutoField(primary_key=True)  # the order deliveries of one execution go in
+    # No constraint in the database either (migration 0029): a delivery is written by the same
+    # statement as its event (the outbox trigger, a ping) and deleted with it (purgehistory).
     event = models.ForeignKey(
-        WebhookEvent, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+        WebhookEvent,
+        on_delete=models.CASCADE,
+        related_name="deliveries",
+        db_index=False,
+        db_constraint=False,
     )
     subscription = models.ForeignKey(
         WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries", db_index=False
@@ -145,11 +155,13 @@ class WebhookDelivery(models.Model):
                 name="webhook_delivery_due_idx",
                 condition=Q(status=DeliveryStatus.PENDING),
             ),
-            # Order per execution and subscription: is an earlier one still pending?
+            # Order per execution and subscription: is an earlier one still pending? Its
+            # leading column and its predicate (PENDING, said as neither settled status) are in no
+            # other index, so its probes can use no other (sql.WEBHOOK_DELIVERIES_CLAIM).
             models.Index(
-                fields=["subscription", "execution_id", "id"],
-                name="webhook_delivery_order_idx",
-                condition=Q(status=DeliveryStatus.PENDING),
+                fields=["execution_id", "subscription", "id"],
+                name="webhook_delivery_exec_idx",
+                condition=~Q(status__in=[DeliveryStatus.DELIVERED, DeliveryStatus.FAILED]),
             ),
             models.Index(fields=["event"], name="webhook_delivery_event_idx"),
             models.Index(fields=["subscription", "-id"], name="webhook_delivery_sub_idx"),

@@ -40,13 +40,20 @@ class Delivered:
 
 
 class Receiver:
-    """Records deliveries; `answer(delivery) -> status` decides each reply (default 200)."""
+    """Records deliveries; `answer(delivery) -> status` decides each reply (default 200), and
+    `reply` its body (by default a short JSON for a 2xx, 2,000 characters otherwise)."""
 
     def __init__(
-        self, answer: Callable[[Delivered], int] | None = None, *, delay: float = 0.0
+        self,
+        answer: Callable[[Delivered], int] | None = None,
+        *,
+        delay: float = 0.0,
+        reply: bytes | None = None,
     ) -> None:
         self.answer = answer or (lambda _: 200)
         self.delay = delay  # seconds each answer takes: a slow receiver, deliveries in flight
+        self.reply = reply
+        self.answered: list[float] = []  # monotonic time of each answer, once sent
         self.received: list[Delivered] = []
         self._lock = threading.Lock()
         receiver = self
@@ -62,16 +69,22 @@ class Receiver:
                 status = receiver.answer(got)
                 if receiver.delay:
                     time.sleep(receiver.delay)  # the receiver's own work, not a test's wait
-                reply = b'{"ok": true}' if status < 300 else b"nope " * 400
+                reply = receiver.reply
+                if reply is None:
+                    reply = b'{"ok": true}' if status < 300 else b"nope " * 400
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)
+                with receiver._lock:
+                    receiver.answered.append(time.monotonic())
 
             def log_message(self, *args: Any) -> None:
                 pass
 
         class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # a burst of new connections waits in no SYN retry
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a sender that died mid-request (a killed worker): nothing to report
 

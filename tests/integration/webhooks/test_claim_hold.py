@@ -69,6 +69,6 @@ def test_record__a_retry_due_before_the_hold_would_pass_is_claimed_then(
             sql.WEBHOOK_DELIVERIES_RECORD,
             {"items": Jsonb([item]), "max_age_seconds": MAX_AGE_SECONDS},
         ).fetchall()
-        assert written == [(delivery_id, "PENDING")]
+        assert written == [(delivery_id, "PENDING", False)]
         (again,) = claim(conn, hold_seconds=60.0)  # its result ended the hold
     assert again[:2] == (delivery_id, token + 1)

@@ -85,4 +85,55 @@ def test_record__looks_up_each_delivery_by_its_key(stale_outbox, runtime_dsn):
     deliveries = [
         n for n in nodes if n.get("Relation Name") == "webhook_delivery" and "Index Name" in n
     ]
-    assert deliveries and all(n["Index Name"] == "webhook_delivery_pkey" for n in deliveries)
+    by_key = [n for n in deliveries if n.get("Parent Relationship") != "SubPlan"]
+    assert by_key and all(n["Index Name"] == "webhook_delivery_pkey" for n in by_key)
+    # Whether a later delivery of the same execution waits: one order-index lookup each.
+    probes = [n for n in deliveries if n.get("Parent Relationship") == "SubPlan"]
+    assert probes and all(n["Index Name"] == "webhook_delivery_exec_idx" for n in probes)
+
+
+DRAINED = 20_000  # deliveries of a backlog come and gone before the connection plans
+
+
+@pytest.fixture
+def empty_outbox(migration_dsn):
+    """The outbox as a new worker connection may first find it: no row, vacuumed (no page) and
+    analysed, its indexes left as large as a drained backlog made them (the order index, of
+    wider keys, the largest)."""
+    hook = subscribe("https://hooks.example.com/a")
+    with psycopg.connect(migration_dsn, autocommit=True) as owner:
+        owner.execute(
+            "WITH e AS (INSERT INTO webhook_event (id, tenant, execution_id, type, data)"
+            " SELECT gen_random_uuid(), 'acme', gen_random_uuid(), 'execution.succeeded', '{}'"
+            " FROM generate_series(1, %(n)s) RETURNING id, execution_id)"
+            " INSERT INTO webhook_delivery (event_id, subscription_id, execution_id)"
+            " SELECT e.id, %(hook)s, e.execution_id FROM e",
+            {"n": DRAINED, "hook": hook.id},
+        )
+        owner.execute("ANALYZE webhook_delivery, webhook_event")  # seen during the backlog
+        owner.execute("DELETE FROM webhook_delivery")
+        owner.execute("DELETE FROM webhook_event")
+        owner.execute("VACUUM ANALYZE webhook_delivery, webhook_event, webhook_subscription")
+
+
+def _order_probes(nodes: list[dict]) -> list[dict]:
+    deliveries = [n for n in nodes if n.get("Relation Name") == "webhook_delivery"]
+    return [n for n in deliveries if n.get("Parent Relationship") == "SubPlan"]
+
+
+def test_claim__planned_on_an_empty_outbox_probes_the_order_index(empty_outbox, runtime_dsn):
+    """A connection keeps the plan it made first (a generic plan): made on an empty outbox, the
+    earlier-delivery probe took the primary key (every delivery with a smaller id, per
+    candidate) or the due index (every due delivery, per candidate)."""
+    with psycopg.connect(runtime_dsn, autocommit=True) as worker:
+        for statement in PoolingConfig().session_statements(claims=False):
+            worker.execute(statement)
+        nodes = planned(worker, sql.WEBHOOK_DELIVERIES_CLAIM, {"limit": 50, "hold_seconds": 15.0})
+        written = planned(
+            worker,
+            sql.WEBHOOK_DELIVERIES_RECORD,
+            {"items": Jsonb([]), "max_age_seconds": 3600.0},
+        )
+    for probes in (_order_probes(nodes), _order_probes(written)):
+        assert probes and all(n["Index Name"] == "webhook_delivery_exec_idx" for n in probes)
+        assert all("Index Cond" in n for n in probes)

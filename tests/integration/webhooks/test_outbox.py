@@ -152,3 +152,16 @@ def test_ping__its_delivery_is_announced(runtime_dsn):
         webhook_ping(tenant="acme", webhook_id=str(hook.id))
         heard = [n.channel for n in listener.notifies(timeout=5.0, stop_after=1)]
     assert heard == [sql.WEBHOOK_CHANNEL]
+
+
+def test_outbox__only_the_subscription_is_a_constraint(runtime_conn):
+    """The event's execution and the delivery's event hold by construction (the trigger writes
+    them together, purgehistory deletes them together): no check locks those rows at the commit
+    of each finalising transaction. A subscription can be deleted while a delivery to it is
+    written, so that reference stays checked."""
+    references = runtime_conn.execute(
+        "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint"
+        " WHERE contype = 'f'"
+        " AND conrelid IN ('webhook_event'::regclass, 'webhook_delivery'::regclass)"
+    ).fetchall()
+    assert references == [("webhook_delivery", "webhook_subscription")]
