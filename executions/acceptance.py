@@ -32,7 +32,7 @@ from executions.flows.publication import find_transition
 from orquestador import errors, tracing
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
-from orquestador.postgresql import fixed_cursor
+from orquestador.postgresql import fixed_cursor, read_rows
 
 from . import access, sql
 from .flowcache import flow_definition
@@ -132,20 +132,19 @@ def transition_accept(
 def _read(
     principal: Principal, request_id: UUID, idempotency_key: str | None
 ) -> tuple[Any, ...] | None:
-    with fixed_cursor() as cursor:
-        cursor.execute(
-            sql.ACCEPT_READ,
-            {
-                "request_id": request_id,
-                "scope": principal.tenant,
-                "owner": principal.subject,
-                "idempotency_key": idempotency_key,
-            },
-        )
-        row = cursor.fetchone()
-    if row is None:
+    rows = read_rows(
+        sql.ACCEPT_READ,
+        {
+            "request_id": request_id,
+            "scope": principal.tenant,
+            "owner": principal.subject,
+            "idempotency_key": idempotency_key,
+        },
+        prepare=True,
+    )
+    if not rows:
         return None
-    *request, earlier_id, earlier_fingerprint = row
+    *request, earlier_id, earlier_fingerprint = rows[0]
     earlier = None if earlier_id is None else (earlier_id, earlier_fingerprint)
     return (*request, earlier)
 

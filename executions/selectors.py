@@ -20,14 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from django.db import connection
 from django.db.models import QuerySet
 
 from executions.flows.publication import flow_latest
 from orquestador import errors
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
-from orquestador.postgresql import fixed_cursor
+from orquestador.postgresql import read_rows
 
 from . import access, sql
 from .cursors import Position
@@ -49,12 +48,11 @@ def _json(value: Any) -> Any:
 
 
 def _fetch(statement: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
-    """The rows of a fixed statement; bound by the server and prepared on the connection when
-    `prepare`: a read by id, whose plan is its primary keys' whatever the values (a page's is
-    planned with its values each time: a generic plan knows neither its LIMIT nor its ranges)."""
-    with fixed_cursor() if prepare else connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall()
+    """The rows of a fixed statement, with no health check's round trip before it
+    (orquestador/postgresql); bound by the server and prepared on the connection when `prepare`:
+    a read by id, whose plan is its primary keys' whatever the values (a page's is planned with
+    its values each time: a generic plan knows neither its LIMIT nor its ranges)."""
+    return read_rows(statement, params, prepare=prepare)
 
 
 def _request_row(row: tuple) -> RequestRow:
