@@ -15,7 +15,6 @@ never an OFFSET that would read every row before it.
 import datetime
 import functools
 import json
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -172,9 +171,7 @@ def _page(
     if len(found) <= limit:
         return Page(rows=rows, last=None)
     last = rows[-1]
-    return Page(
-        rows=rows, last=Position(created_at=utc(last.created_at), id=uuid.UUID(str(last.id)))
-    )
+    return Page(rows=rows, last=Position(created_at=utc(last.created_at), id=last.id))
 
 
 def _when(value: Any) -> datetime.datetime:
