@@ -24,6 +24,7 @@ from .serializers import (
     RequestPageSerializer,
 )
 
+SUSPENDED, PENDING = ExecutionStatus.SUSPENDED.value, ExecutionStatus.PENDING.value
 REQUEST_FILTERS = (
     Param("flowKey", "text", "Only requests on this flow (any version)."),
     Param("state", "text", "Only requests in this state."),
@@ -114,8 +115,13 @@ def request_list_answer(request: DrfRequest) -> Response:
 
 
 def _executions(rows: list) -> list[str]:
-    waiting, throttled, zone = waiting_for_each(rows), throttled_each(rows), current_zone()
-    return [execution_item(row, waiting[row.id], zone, throttled.get(row.id)) for row in rows]
+    # Only a SUSPENDED execution waits, and only a PENDING one claimed before can be throttled:
+    # what the others show is read for none of them.
+    suspended = [row for row in rows if row.status == SUSPENDED]
+    waiting = waiting_for_each(suspended) if suspended else {}
+    throttled = throttled_each(row for row in rows if row.status == PENDING and row.attempts)
+    zone = current_zone()
+    return [execution_item(row, waiting.get(row.id), zone, throttled.get(row.id)) for row in rows]
 
 
 class ExecutionCollectionView(ApiView):

@@ -17,18 +17,25 @@ from ..flows.compensations import compensated_action
 from ..models import ActionExecution, Execution
 from ..rows import ExecutionRow, RequestRow
 
-_UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
+UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
 
 
-def moment(value: datetime.datetime | None, zone: datetime.tzinfo | None = None) -> str | None:
+def moment(
+    value: datetime.datetime | str | None, zone: datetime.tzinfo | None = None
+) -> str | None:
     """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone (or `zone`, the
-    current one read once for a page), UTC as Z. `value` is aware, or naive in UTC as the fixed
-    reads give it (executions/rows.py)."""
+    current one read once for a page), UTC as Z. `value` is aware, naive in UTC, or the API's
+    text in UTC as the fixed reads give it (executions/rows.py), which is already the answer in
+    UTC."""
     if not value:
         return None
     zone = zone or timezone.get_current_timezone()
-    if value.tzinfo is None:
-        if zone in _UTC_ZONES:
+    if isinstance(value, str):
+        if zone in UTC_ZONES:
+            return value
+        value = datetime.datetime.fromisoformat(value)
+    elif value.tzinfo is None:
+        if zone in UTC_ZONES:
             return value.isoformat() + "Z"  # what the aware one's "+00:00" becomes
         value = value.replace(tzinfo=datetime.UTC)
     text = value.astimezone(zone).isoformat()

@@ -2,7 +2,6 @@
 render.py's dicts: the same bytes, for every kind of value a row can hold, in UTC and in another
 zone, with and without the optional objects and the next cursor."""
 
-import datetime
 import itertools
 
 import pytest
@@ -13,9 +12,10 @@ from executions.api.pagejson import PageRenderer, execution_item, page_body, req
 from executions.api.render import execution_view, request_view
 from executions.rows import ExecutionRow, RequestRow
 
-# Naive, in UTC, as the fixed reads give their times.
-NAIVE = datetime.datetime(2026, 12, 1, 23, 59, 58, 123456, tzinfo=datetime.UTC).replace(tzinfo=None)
-WHOLE = NAIVE.replace(hour=0, minute=0, second=0, microsecond=0)  # isoformat writes no fraction
+# As the fixed reads give their times: the API's text in UTC (test_render.py holds the statements'
+# text to DRF's).
+PRECISE = "2026-12-01T23:59:58.123456Z"
+WHOLE = "2026-12-01T00:00:00Z"  # isoformat writes no fraction
 # Texts JSON escapes, texts it must not, and the two JavaScript line terminators.
 AWKWARD = ['q"uote', "back\\slash", "ctl\x01\n\t", "é☃😀", "line\u2028sep\u2029", "", "plain"]
 DATA = [
@@ -30,7 +30,7 @@ DATA = [
 
 def executions() -> list[ExecutionRow]:
     rows = []
-    for n, (text, when) in enumerate(itertools.product(AWKWARD, (NAIVE, WHOLE, None))):
+    for n, (text, when) in enumerate(itertools.product(AWKWARD, (PRECISE, WHOLE, None))):
         rows.append(
             ExecutionRow(
                 id=f"00000000-0000-4000-8000-{n:012d}",
@@ -42,7 +42,7 @@ def executions() -> list[ExecutionRow]:
                 outcome=text if n % 2 else None,
                 target_state=None if n % 2 else text,
                 error_code=text if n % 3 else None,
-                created_at=when or NAIVE,
+                created_at=when or PRECISE,
                 finished_at=when,
             )
         )
@@ -61,7 +61,7 @@ def requests() -> list[RequestRow]:
                 revision=2**63 - 1 - n,
                 data=data,
                 blocked=bool(n % 2),
-                created_at=NAIVE,
+                created_at=PRECISE,
                 updated_at=WHOLE,
             )
         )
@@ -76,7 +76,7 @@ def rendered(results: list, after: str | None) -> bytes:
 @pytest.mark.parametrize("after", [None, "AQAF-_x"])
 def test_an_execution_page__is_the_bytes_the_renderer_writes(zone, after):
     rows = executions()
-    waiting = {"actionId": "approve", "event": "approval\u2028", "deadline": NAIVE}
+    waiting = {"actionId": "approve", "event": "approval\u2028", "deadline": PRECISE}
     throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": None}
     # Every fourth row waits, every fifth is throttled: those are encoded from their dicts.
     extras = [
