@@ -32,7 +32,7 @@ from executions.flows.publication import find_transition
 from orquestador import errors, tracing
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
-from orquestador.postgresql import fixed_cursor, read_rows
+from orquestador.postgresql import read_rows, write_rows
 
 from . import access, sql
 from .flowcache import flow_definition
@@ -190,12 +190,11 @@ def _write(
         "payload": Jsonb(payload),
         "trace_context": None if trace_context is None else Jsonb(trace_context),
     }
-    with nested, fixed_cursor() as cursor:
-        cursor.execute(sql.ACCEPT_WRITE, params)
-        row = cursor.fetchone()
-    if row is None:
+    with nested:
+        rows = write_rows(sql.ACCEPT_WRITE, params, prepare=True)
+    if not rows:
         return None
-    status, attempts, token, next_attempt_at, created_at, reclaims, scope, owner = row
+    ((status, attempts, token, next_attempt_at, created_at, reclaims, scope, owner),) = rows
     execution = Execution(
         id=execution_id,
         request_id=request_id,

@@ -24,3 +24,15 @@ def read_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tup
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
+
+
+def write_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tuple]:
+    """The rows a statement that writes returns, on the default connection, after the health
+    check when it is due (as any statement); bound by the server and prepared when `prepare`.
+    Django's cursor under a settings module that names another ENGINE."""
+    write = getattr(connection, "write_rows", None)
+    if write is not None:
+        return write(statement, params, prepare=prepare)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
