@@ -11,7 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request as DrfRequest
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,6 +26,7 @@ from orquestador.auth import (
 )
 from orquestador.errors import CodedError
 
+from .pagejson import PageRenderer
 from .parsers import StrictJSONParser, check_declared_length
 from .serializers import ErrorSerializer
 
@@ -65,7 +66,8 @@ class ApiView(APIView):
     authentication_classes = [BearerAuthentication]
     permission_classes = [HasPermission]
     parser_classes = [StrictJSONParser]
-    renderer_classes = [JSONRenderer]
+    # JSONRenderer, which sends a body written as JSON text (pagejson.py) as it is.
+    renderer_classes = [PageRenderer]
     content_negotiation_class = JsonOnly
     metadata_class = None  # OPTIONS is not served: 405
     # Permissions by HTTP method; holding any one of a method's permissions is enough.

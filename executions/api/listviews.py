@@ -16,7 +16,7 @@ from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
 from .listquery import Param, list_query, openapi_parameters
-from .pagejson import PageRenderer, execution_item, page_body, request_item
+from .pagejson import execution_item, page_body, request_item
 from .render import action_view
 from .serializers import (
     ExecutionActionListSerializer,
@@ -126,7 +126,6 @@ def _executions(rows: list) -> list[str]:
 
 class ExecutionCollectionView(ApiView):
     required_permissions = {"GET": READ}
-    renderer_classes = [PageRenderer]
 
     @_list_operation(
         "executions_list",

@@ -1,7 +1,8 @@
 """A page's body written as JSON text row by row, one f-string per row (the `%` operator with a
-template cost four times as much): the very bytes DRF's JSONRenderer writes for render.py's dicts
-(compact, UTF-8, U+2028 and U+2029 escaped), without building 50 dicts for the encoder to walk,
-which cost more than the page's statement.
+template cost four times as much), and so one row's for an acceptance and the reads by id: the
+very bytes DRF's JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028 and U+2029
+escaped), without building the dicts for the encoder to walk, which cost a page more than its
+statement (and an acceptance's model instance and dict a sixth of its instructions).
 
 Every text that is not an id or a time is written by `encode_basestring`, the function the
 encoder itself uses for a string; a request's `data` by the encoder; the times as the rows hold
@@ -62,7 +63,11 @@ def _time(value: str | None, zone: datetime.tzinfo) -> str:
 def page_body(items: list[str], after: str | None) -> Encoded:
     """`{"results": [...], "next": ...}` of rows already written (`after` is a cursor)."""
     text = '{"results":[' + ",".join(items) + '],"next":'
-    text += "null}" if after is None else '"' + after + '"}'
+    return encoded(text + ("null}" if after is None else '"' + after + '"}'))
+
+
+def encoded(text: str) -> Encoded:
+    """JSON text as JSONRenderer sends it: UTF-8, with U+2028 and U+2029 escaped."""
     return Encoded(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode())
 
 

@@ -1,7 +1,9 @@
 """What the busiest endpoints answer, built as plain dicts: the very JSON their serializers
 describe (serializers.py stays the shape's one description, for the schema and the docs), without
 a serializer's per-call field machinery, which cost more than the database on a page of 50. They
-take the fixed reads' named rows (executions/rows.py); an execution's model instance too.
+take the fixed reads' named rows (executions/rows.py); an execution's model instance too. The
+acceptance, the reads by id and the pages send the same JSON written as text from the rows
+(pagejson.py), which these dicts are the reference of.
 
 tests/integration/api/test_render.py holds each function to its serializer's output, field by
 field and in the same order, for every status, with and without the optional fields.

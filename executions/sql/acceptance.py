@@ -8,6 +8,8 @@ and reads the request again, which then says why (blocked, another revision, or 
 Idempotency-Key already made).
 """
 
+from .fragments import composed
+
 # The caller's request (its owner and tenant in the WHERE clause) with its flow's identity, and the
 # execution an Idempotency-Key already names on it (none when no key is sent: NULL equals nothing).
 # Locks: nothing (ACCEPT_WRITE re-checks what it decides on).
@@ -26,12 +28,12 @@ SELECT r.flow_id, f.key, f.version, f.checksum, r.state, r.revision, r.blocked_b
 # Accept: only if the caller's request still has the state and revision ACCEPT_READ found and
 # nothing blocks it, its revision and version + 1, blocked by the new PENDING execution;
 # TRANSITION_ACCEPTED appended; idle workers notified (delivered at commit). All of it or nothing:
-# no row back when the request changed since it was read. Returns the execution's columns that
-# the database fills in.
+# no row back when the request changed since it was read. Returns the execution as its view shows
+# it (executions/rows.py's ExecutionRow).
 # Locks: the request row (FOR NO KEY UPDATE, by the UPDATE), then the new execution; KEY SHARE
 # through the foreign keys.
 # Index: request_pkey.
-ACCEPT_WRITE = """
+ACCEPT_WRITE = composed("""
 WITH accepted AS (
     UPDATE request
        SET revision = revision + 1,
@@ -48,15 +50,14 @@ WITH accepted AS (
     SELECT %(execution_id)s, a.id, a.flow_id, %(transition_id)s, a.revision, %(actor)s,
            %(actor)s, %(idempotency_key)s, %(fingerprint)s, %(trace_context)s
       FROM accepted AS a
- RETURNING id, request_id, status, attempts, fencing_token, next_attempt_at, created_at,
-           reclaims, scope, owner
+ RETURNING id, request_id, transition_id, status, attempts, next_attempt_at, result, error_code,
+           created_at, finished_at
 ), audited AS (
     INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
     SELECT c.request_id, c.id, 'TRANSITION_ACCEPTED', %(subject)s, %(payload)s
       FROM created AS c
 )
-SELECT c.status, c.attempts, c.fencing_token, c.next_attempt_at, c.created_at, c.reclaims,
-       c.scope, c.owner
-  FROM created AS c
- CROSS JOIN LATERAL (SELECT pg_notify('orquestador_executions', c.id::text)) AS notified
-"""
+SELECT {execution_view_columns}
+  FROM created AS e
+ CROSS JOIN LATERAL (SELECT pg_notify('orquestador_executions', e.id::text)) AS notified
+""")

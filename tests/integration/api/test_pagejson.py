@@ -8,7 +8,13 @@ import pytest
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
-from executions.api.pagejson import PageRenderer, execution_item, page_body, request_item
+from executions.api.pagejson import (
+    PageRenderer,
+    encoded,
+    execution_item,
+    page_body,
+    request_item,
+)
 from executions.api.render import execution_view, request_view
 from executions.rows import ExecutionRow, RequestRow
 
@@ -106,6 +112,19 @@ def test_a_request_page__is_the_bytes_the_renderer_writes(zone, after):
         written = page_body([request_item(row, tz) for row in rows], after)
         expected = rendered([request_view(row, tz) for row in rows], after)
     assert written == expected
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo"])
+def test_one_item__is_the_bytes_the_renderer_writes_for_its_dict(zone):
+    # What an acceptance and the reads by id answer.
+    with timezone.override(zone):
+        tz = timezone.get_current_timezone()
+        for row in executions():
+            expected = JSONRenderer().render(execution_view(row, None, tz), "application/json")
+            assert encoded(execution_item(row, None, tz, None)) == expected
+        for row in requests():
+            expected = JSONRenderer().render(request_view(row, tz), "application/json")
+            assert encoded(request_item(row, tz)) == expected
 
 
 def test_an_empty_page__is_the_bytes_the_renderer_writes():
