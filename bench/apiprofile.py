@@ -6,11 +6,12 @@ socket, on a throwaway cluster like bench/run's.
 
 For each kind (ceiling, transitions, executions, execution_pages, request_pages; as bench/api.py
 names them and makes them: a page is one of a list's first ten of 50, by their cursors, cycled)
-it times N calls one after another and reports the mean per call, split into the
-time spent in each statement (client-side, round trip included: Django's execute wrapper; the
-connection's health check is not a Django statement and lands in "rest") and the rest (Python:
-middleware, DRF, authentication, parsing, rendering). With --profile KIND, the same calls again
-under cProfile timed by this process's CPU (not the waits), the top functions by cumulative time.
+it times N calls one after another and reports the mean per call, split into the time spent in
+each statement (client-side, round trip included: Django's execute wrapper) and the rest
+(Python: middleware, DRF, authentication, parsing, rendering), with the CPU this process and its
+PostgreSQL backend spent (/proc, a tick of 10 ms: use a few hundred calls). With --profile KIND,
+the same calls again under cProfile timed by this process's CPU (not the waits), the top
+functions by cumulative time.
 
 With --callgrind, the process runs under valgrind's callgrind instead, and for each kind the
 instructions this process executes per call are counted: a figure that does not move with the
@@ -118,6 +119,12 @@ def callgrind_report(out: Path, calls: int) -> str:
         per_call = total / calls
         lines.append(f"  {kind}: {per_call / 1e6:.3f}M ({per_call / ceiling:.2f}x the ceiling)")
     return "\n".join(lines)
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user and system) process `pid` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def child(args: argparse.Namespace) -> int:
@@ -244,21 +251,26 @@ def child(args: argparse.Namespace) -> int:
         return 0
     print(
         f"{args.calls} calls each, one after another, in-process (mean per call): wall time; "
-        "this process's CPU; time in statements (wall)"
+        "this process's CPU; its PostgreSQL backend's CPU; time in statements (wall)"
     )
     for kind in KINDS:
         planned = calls_of(kind, args.calls)
         statements.clear()
+        connection.ensure_connection()
+        backend = connection.connection.info.backend_pid
         with connection.execute_wrapper(timed):
-            started, cpu = time.perf_counter(), time.process_time()
+            started, cpu, db_cpu = time.perf_counter(), time.process_time(), process_cpu(backend)
             for method, path, body in planned:
                 call(method, path, body)
             total = (time.perf_counter() - started) / len(planned)
             cpu = (time.process_time() - cpu) / len(planned)
+            db_cpu = (process_cpu(backend) - db_cpu) / len(planned)
+        if connection.connection.info.backend_pid != backend:
+            db_cpu = float("nan")  # reconnected on the way: not one backend's
         in_sql = sum(sum(v) for v in statements.values()) / len(planned)
         print(
-            f"  {kind}: wall {total * 1000:.3f} ms, CPU {cpu * 1000:.3f} ms; "
-            f"statements {in_sql * 1000:.3f} ms"
+            f"  {kind}: wall {total * 1000:.3f} ms, CPU {cpu * 1000:.3f} ms, PostgreSQL "
+            f"{db_cpu * 1000:.3f} ms; statements {in_sql * 1000:.3f} ms"
         )
         for sql, times in sorted(statements.items(), key=lambda item: -sum(item[1])):
             share = len(times) / len(planned)
