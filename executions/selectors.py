@@ -80,7 +80,9 @@ def request_get(*, principal: Principal, request_id: str) -> RequestRow:
     parsed = access.parse_id(request_id)
     rows = []
     if parsed is not None:
-        statement = sql.REQUEST_VIEW.format(access=access.request_filter_sql(principal, alias="r"))
+        statement = sql.REQUEST_VIEW.format(
+            access=access.request_filter_sql(principal, alias="r", keyed=True)
+        )
         params = {"request_id": parsed, **access.request_filter_params(principal)}
         rows = _fetch(statement, params, prepare=True)
     if not rows:
@@ -95,7 +97,7 @@ def execution_get(*, principal: Principal, execution_id: str) -> ExecutionRow:
     rows = []
     if parsed is not None:
         statement = sql.EXECUTION_VIEW.format(
-            access=access.request_filter_sql(principal, alias="r")
+            access=access.request_filter_sql(principal, alias="r", keyed=True)
         )
         params = {"execution_id": parsed, **access.request_filter_params(principal)}
         rows = _fetch(statement, params, prepare=True)

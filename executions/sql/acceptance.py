@@ -12,6 +12,10 @@ from .fragments import composed
 
 # The caller's request (its owner and tenant in the WHERE clause) with its flow's identity, and the
 # execution an Idempotency-Key already names on it (none when no key is sent: NULL equals nothing).
+# The owner and tenant are compared with IS NOT DISTINCT FROM, `=` for these NOT NULL columns but
+# no index condition: the request is found by its key whatever the statistics (with `=`, a
+# generic plan made on stale ones walked a list index, `scope` its first column and `id` its
+# last, for the id; docs/adr/0021).
 # Locks: nothing (ACCEPT_WRITE re-checks what it decides on).
 # Index: request_pkey, flow_pkey; execution_idempotency_uniq for the key.
 ACCEPT_READ = """
@@ -21,7 +25,8 @@ SELECT r.flow_id, f.key, f.version, f.checksum, r.state, r.revision, r.blocked_b
   JOIN flow AS f ON f.id = r.flow_id
   LEFT JOIN execution AS e
     ON e.request_id = r.id AND e.idempotency_key = %(idempotency_key)s
- WHERE r.id = %(request_id)s AND r.scope = %(scope)s AND r.owner = %(owner)s
+ WHERE r.id = %(request_id)s
+   AND r.scope IS NOT DISTINCT FROM %(scope)s AND r.owner IS NOT DISTINCT FROM %(owner)s
 """
 
 
@@ -29,7 +34,7 @@ SELECT r.flow_id, f.key, f.version, f.checksum, r.state, r.revision, r.blocked_b
 # nothing blocks it, its revision and version + 1, blocked by the new PENDING execution;
 # TRANSITION_ACCEPTED appended; idle workers notified (delivered at commit). All of it or nothing:
 # no row back when the request changed since it was read. Returns the execution as its view shows
-# it (executions/rows.py's ExecutionRow).
+# it (executions/rows.py's ExecutionRow). The request is found by its key alone, as ACCEPT_READ's.
 # Locks: the request row (FOR NO KEY UPDATE, by the UPDATE), then the new execution; KEY SHARE
 # through the foreign keys.
 # Index: request_pkey.
@@ -40,8 +45,10 @@ WITH accepted AS (
            version = version + 1,
            updated_at = statement_timestamp(),
            blocked_by_id = %(execution_id)s
-     WHERE id = %(request_id)s AND scope = %(scope)s AND owner = %(owner)s
-       AND state = %(state)s AND revision = %(expected_revision)s AND blocked_by_id IS NULL
+     WHERE id = %(request_id)s
+       AND scope IS NOT DISTINCT FROM %(scope)s AND owner IS NOT DISTINCT FROM %(owner)s
+       AND state IS NOT DISTINCT FROM %(state)s AND revision = %(expected_revision)s
+       AND blocked_by_id IS NULL
  RETURNING id, flow_id, revision
 ), created AS (
     INSERT INTO execution (id, request_id, flow_id, transition_id, accepted_revision,

@@ -11,7 +11,9 @@ text and of an execution's result only the two texts its view shows (see there w
 
 from .fragments import composed
 
-# One execution as its view shows it (executions/api/render.py), if the caller may read it.
+# One execution as its view shows it (executions/api/render.py), if the caller may read it: the
+# access test `{access}` written for a row found by its key (`access.request_filter_sql` keyed),
+# so that only the primary keys serve it whatever the statistics (docs/adr/0021).
 # Locks: nothing.
 # Index: execution_pkey, then request_pkey.
 EXECUTION_VIEW = composed("""
@@ -21,7 +23,8 @@ SELECT {execution_view_columns}
  WHERE e.id = %(execution_id)s AND {access}
 """)
 
-# One request as its view shows it, with its flow's key and version, if the caller may read it.
+# One request as its view shows it, with its flow's key and version, if the caller may read it
+# (`{access}` keyed, as EXECUTION_VIEW's).
 # Locks: nothing.
 # Index: request_pkey, then flow_pkey.
 REQUEST_VIEW = composed("""
