@@ -71,7 +71,9 @@ def _request_row(row: tuple) -> RequestRow:
     return RequestRow._make((*row[:5], _json(row[5]), *row[6:]))
 
 
-_execution_row = ExecutionRow._make
+# ExecutionRow._make without its Python frame (the statement gives exactly its columns): on a
+# page, 50 calls of it had cost a third of what sending the statement and reading it did.
+_execution_row = functools.partial(tuple.__new__, ExecutionRow)
 
 
 def request_get(*, principal: Principal, request_id: str) -> RequestRow:
@@ -182,7 +184,7 @@ def _page(
     )
     params.update(access.request_filter_params(principal), limit=limit + 1)
     found = _fetch(statement, params)
-    rows = [build(row) for row in found[:limit]]
+    rows = list(map(build, found[:limit]))
     if len(found) <= limit:
         return Page(rows=rows, last=None)
     last = rows[-1]

@@ -16,7 +16,7 @@ from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
 from .listquery import Param, list_query, openapi_parameters
-from .pagejson import execution_item, page_body, request_item
+from .pagejson import execution_items, page_body, request_items
 from .render import action_view
 from .serializers import (
     ExecutionActionListSerializer,
@@ -99,8 +99,7 @@ request_list_operation = _list_operation(
 
 
 def _requests(rows: list) -> list[str]:
-    zone = current_zone()  # read once for the page
-    return [request_item(row, zone) for row in rows]
+    return request_items(rows, current_zone())  # the zone read once for the page
 
 
 def request_list_answer(request: DrfRequest) -> Response:
@@ -119,9 +118,9 @@ def _executions(rows: list) -> list[str]:
     # what the others show is read for none of them.
     suspended = [row for row in rows if row.status == SUSPENDED]
     waiting = waiting_for_each(suspended) if suspended else {}
-    throttled = throttled_each(row for row in rows if row.status == PENDING and row.attempts)
-    zone = current_zone()
-    return [execution_item(row, waiting.get(row.id), zone, throttled.get(row.id)) for row in rows]
+    parked = [row for row in rows if row.status == PENDING and row.attempts]
+    throttled = throttled_each(parked) if parked else {}
+    return execution_items(rows, current_zone(), waiting, throttled)
 
 
 class ExecutionCollectionView(ApiView):

@@ -56,10 +56,6 @@ def _dumps(value: Any) -> str:
     return "".join(_encode(value, 0)) if _encode is not None else _ENCODER.encode(value)
 
 
-def _time(value: str | None, zone: datetime.tzinfo) -> str:
-    return "null" if value is None else '"' + moment(value, zone) + '"'  # type: ignore[operator]
-
-
 def page_body(items: list[str], after: str | None) -> Encoded:
     """`{"results": [...], "next": ...}` of rows already written (`after` is a cursor)."""
     text = '{"results":[' + ",".join(items) + '],"next":'
@@ -71,6 +67,11 @@ def encoded(text: str) -> Encoded:
     return Encoded(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode())
 
 
+def _zoned(value: str, zone: datetime.tzinfo) -> str:
+    """A row's time (the API's text, in UTC) as the answer writes it in `zone`."""
+    return moment(value, zone) or ""  # text in, text out
+
+
 def execution_item(
     row: ExecutionRow,
     waiting: dict[str, Any] | None,
@@ -80,33 +81,64 @@ def execution_item(
     """execution_view(row, ...) as JSON text."""
     if waiting is not None or throttled is not None:
         return _dumps(execution_view(row, waiting, zone, throttled))
-    if zone in UTC_ZONES:  # the row's times are already the API's text (executions/rows.py)
-        created = '"' + row.created_at + '"'
-        finished = "null" if row.finished_at is None else '"' + row.finished_at + '"'
-    else:
-        created, finished = _time(row.created_at, zone), _time(row.finished_at, zone)
-    outcome, target, error = row.outcome, row.target_state, row.error_code
+    if zone not in UTC_ZONES:
+        finished = None if row.finished_at is None else _zoned(row.finished_at, zone)
+        row = row._replace(created_at=_zoned(row.created_at, zone), finished_at=finished)
+    return _execution_text(row)
+
+
+def execution_items(
+    rows: list[ExecutionRow],
+    zone: datetime.tzinfo,
+    waiting: dict[str, dict[str, Any] | None],
+    throttled: dict[str, dict[str, Any]],
+) -> list[str]:
+    """execution_item of each row, with what each waits for or is throttled on by its id."""
+    if waiting or throttled or zone not in UTC_ZONES:
+        return [
+            execution_item(row, waiting.get(row.id), zone, throttled.get(row.id)) for row in rows
+        ]
+    return list(map(_execution_text, rows))
+
+
+def _execution_text(row: ExecutionRow) -> str:
+    # The row unpacked once (ten attribute reads cost a fifth of a row), its times already as
+    # the answer writes them.
+    id_, request_id, transition, status, attempts, _, outcome, target, error, created, finished = (
+        row
+    )
+    finished_text = "null" if finished is None else '"' + finished + '"'
     return (
-        f'{{"id":"{row.id}","requestId":"{row.request_id}",'
-        f'"transitionId":{encode_basestring(row.transition_id)},'
-        f'"status":{encode_basestring(row.status)},'
+        f'{{"id":"{id_}","requestId":"{request_id}",'
+        f'"transitionId":{encode_basestring(transition)},"status":{encode_basestring(status)},'
         f'"outcome":{"null" if outcome is None else encode_basestring(outcome)},'
         f'"targetState":{"null" if target is None else encode_basestring(target)},'
         f'"errorCode":{"null" if error is None else encode_basestring(error)},'
-        f'"attempts":{row.attempts},"createdAt":{created},"finishedAt":{finished}}}'
+        f'"attempts":{attempts},"createdAt":"{created}","finishedAt":{finished_text}}}'
     )
 
 
 def request_item(row: RequestRow, zone: datetime.tzinfo) -> str:
     """request_view(row) as JSON text."""
-    if zone in UTC_ZONES:
-        created, updated = '"' + row.created_at + '"', '"' + row.updated_at + '"'
-    else:
-        created, updated = _time(row.created_at, zone), _time(row.updated_at, zone)
+    if zone not in UTC_ZONES:
+        row = row._replace(
+            created_at=_zoned(row.created_at, zone), updated_at=_zoned(row.updated_at, zone)
+        )
+    return _request_text(row)
+
+
+def request_items(rows: list[RequestRow], zone: datetime.tzinfo) -> list[str]:
+    """request_item of each row."""
+    if zone not in UTC_ZONES:
+        return [request_item(row, zone) for row in rows]
+    return list(map(_request_text, rows))
+
+
+def _request_text(row: RequestRow) -> str:
+    id_, key, version, state, revision, data, blocked, created, updated = row
     return (
-        f'{{"id":"{row.id}","flowKey":{encode_basestring(row.flow_key)},'
-        f'"flowVersion":{row.flow_version},"state":{encode_basestring(row.state)},'
-        f'"revision":{row.revision},"data":{_dumps(row.data)},'
-        f'"blocked":{"true" if row.blocked else "false"},'
-        f'"createdAt":{created},"updatedAt":{updated}}}'
+        f'{{"id":"{id_}","flowKey":{encode_basestring(key)},"flowVersion":{version},'
+        f'"state":{encode_basestring(state)},"revision":{revision},"data":{_dumps(data)},'
+        f'"blocked":{"true" if blocked else "false"},'
+        f'"createdAt":"{created}","updatedAt":"{updated}"}}'
     )

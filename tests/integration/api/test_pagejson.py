@@ -12,8 +12,10 @@ from executions.api.pagejson import (
     PageRenderer,
     encoded,
     execution_item,
+    execution_items,
     page_body,
     request_item,
+    request_items,
 )
 from executions.api.render import execution_view, request_view
 from executions.rows import ExecutionRow, RequestRow
@@ -80,24 +82,19 @@ def rendered(results: list, after: str | None) -> bytes:
 
 @pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo"])
 @pytest.mark.parametrize("after", [None, "AQAF-_x"])
-def test_an_execution_page__is_the_bytes_the_renderer_writes(zone, after):
+@pytest.mark.parametrize("extras", [True, False], ids=["some-wait-or-are-throttled", "plain"])
+def test_an_execution_page__is_the_bytes_the_renderer_writes(zone, after, extras):
     rows = executions()
-    waiting = {"actionId": "approve", "event": "approval\u2028", "deadline": PRECISE}
-    throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": None}
+    wait = {"actionId": "approve", "event": "approval\u2028", "deadline": PRECISE}
+    throttle = {"actionId": "charge", "capability": "payments.charge@1", "until": None}
     # Every fourth row waits, every fifth is throttled: those are encoded from their dicts.
-    extras = [
-        (waiting if n % 4 == 0 else None, throttled if n % 5 == 0 else None)
-        for n in range(len(rows))
-    ]
+    waiting = {row.id: wait for n, row in enumerate(rows) if extras and n % 4 == 0}
+    throttled = {row.id: throttle for n, row in enumerate(rows) if extras and n % 5 == 0}
     with timezone.override(zone):
         tz = timezone.get_current_timezone()
-        written = page_body(
-            [execution_item(row, w, tz, t) for row, (w, t) in zip(rows, extras, strict=True)],
-            after,
-        )
+        written = page_body(execution_items(rows, tz, waiting, throttled), after)
         expected = rendered(
-            [execution_view(row, w, tz, t) for row, (w, t) in zip(rows, extras, strict=True)],
-            after,
+            [execution_view(r, waiting.get(r.id), tz, throttled.get(r.id)) for r in rows], after
         )
     assert written == expected
     assert b"\\u2028" in written and "\u2028".encode() not in written
@@ -109,7 +106,7 @@ def test_a_request_page__is_the_bytes_the_renderer_writes(zone, after):
     rows = requests()
     with timezone.override(zone):
         tz = timezone.get_current_timezone()
-        written = page_body([request_item(row, tz) for row in rows], after)
+        written = page_body(request_items(rows, tz), after)
         expected = rendered([request_view(row, tz) for row in rows], after)
     assert written == expected
 
