@@ -1,4 +1,4 @@
-"""Django's PostgreSQL backend (ENGINE "orquestador.postgresql"), with two changes for the API's
+"""Django's PostgreSQL backend (ENGINE "orquestador.postgresql"), with these changes for the API's
 hot path (docs/adr/0021-an-entrance-as-fast-as-the-engine.md):
 
 - **`fixed_cursor()`** is a cursor for the fixed statements whose plan does not depend on their
