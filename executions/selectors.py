@@ -14,8 +14,6 @@ never an OFFSET that would read every row before it.
 
 import datetime
 import functools
-import json
-import json.scanner
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -42,23 +40,6 @@ class Page(Generic[Row]):
     last: Position | None  # the position of the last row, when more rows follow it
 
 
-# The decoder's own C scanner: json.loads wraps it in three Python calls, which cost more than
-# decoding a small value.
-_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-
-
-def _json(value: Any) -> Any:
-    # Django's connections read jsonb as text (its JSONField decodes it); these reads decode it.
-    if not isinstance(value, str):
-        return value
-    # PostgreSQL writes jsonb with nothing around it; anything else is json.loads's to judge.
-    try:
-        decoded, end = _scan(value, 0)
-    except StopIteration:
-        return json.loads(value)
-    return decoded if end == len(value) else json.loads(value)
-
-
 def _fetch(statement: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
     """The rows of a fixed statement, with no health check's round trip before it
     (orquestador/postgresql); bound by the server and prepared on the connection when `prepare`:
@@ -67,12 +48,9 @@ def _fetch(statement: str, params: dict[str, Any], *, prepare: bool = False) -> 
     return read_rows(statement, params, prepare=prepare)
 
 
-def _request_row(row: tuple) -> RequestRow:
-    return RequestRow._make((*row[:5], _json(row[5]), *row[6:]))
-
-
-# ExecutionRow._make without its Python frame (the statement gives exactly its columns): on a
+# The rows' _make without its Python frame (the statements give exactly their columns): on a
 # page, 50 calls of it had cost a third of what sending the statement and reading it did.
+_request_row = functools.partial(tuple.__new__, RequestRow)
 _execution_row = functools.partial(tuple.__new__, ExecutionRow)
 
 

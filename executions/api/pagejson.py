@@ -18,7 +18,7 @@ from typing import Any
 from rest_framework.renderers import JSONRenderer
 from rest_framework.utils.encoders import JSONEncoder
 
-from ..rows import ExecutionRow, RequestRow
+from ..rows import ExecutionRow, RequestRow, json_value
 from .render import UTC_ZONES, execution_view, moment
 
 
@@ -138,7 +138,8 @@ def _request_text(row: RequestRow) -> str:
     id_, key, version, state, revision, data, blocked, created, updated = row
     return (
         f'{{"id":"{id_}","flowKey":{encode_basestring(key)},"flowVersion":{version},'
-        f'"state":{encode_basestring(state)},"revision":{revision},"data":{_dumps(data)},'
+        f'"state":{encode_basestring(state)},"revision":{revision},'
+        f'"data":{_dumps(json_value(data))},'
         f'"blocked":{"true" if blocked else "false"},'
         f'"createdAt":"{created}","updatedAt":"{updated}"}}'
     )

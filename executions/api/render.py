@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ..flows.compensations import compensated_action
 from ..models import ActionExecution, Execution
-from ..rows import ExecutionRow, RequestRow
+from ..rows import ExecutionRow, RequestRow, json_value
 
 UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
 
@@ -90,7 +90,7 @@ def request_view(request: RequestRow, zone: datetime.tzinfo | None = None) -> di
         "flowVersion": request.flow_version,
         "state": request.state,
         "revision": request.revision,
-        "data": request.data,
+        "data": json_value(request.data),
         "blocked": request.blocked,
         "createdAt": moment(request.created_at, zone),
         "updatedAt": moment(request.updated_at, zone),

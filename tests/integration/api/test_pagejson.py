@@ -3,6 +3,7 @@ render.py's dicts: the same bytes, for every kind of value a row can hold, in UT
 zone, with and without the optional objects and the next cursor."""
 
 import itertools
+import json
 
 import pytest
 from django.utils import timezone
@@ -67,7 +68,7 @@ def requests() -> list[RequestRow]:
                 flow_version=n + 1,
                 state=text or "DRAFT",
                 revision=2**63 - 1 - n,
-                data=data,
+                data=json.dumps(data, ensure_ascii=False),  # as PostgreSQL writes it: spaced
                 blocked=bool(n % 2),
                 created_at=PRECISE,
                 updated_at=WHOLE,
