@@ -13,11 +13,15 @@ default; bench/apiclients.py, real HS256 tokens, keep-alive sessions):
   and the pages after them by their cursors (the first ten pages, cycled);
 
 each as requests/s, p50 and p99, and each as a ratio of the ceiling measured at the same client
-count in the same run, just before it. Everything is warmed up first (each gunicorn process and
-thread has imported and connected before the first timed call).
+count in the same run, just before it; and the CPU each call cost the web server (gunicorn's
+processes), PostgreSQL (the whole server) and the clients, which moves far less with the machine's
+load than the rates do. Everything is warmed up first (each gunicorn process and thread has
+imported and connected before the first timed call).
 """
 
 import json
+import os
+import resource
 import secrets
 import socket
 import subprocess
@@ -49,6 +53,28 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU (user and system) of process `root` and its live children, from /proc."""
+    total = 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(entry.name) == root or int(fields[1]) == root:
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def children_cpu_seconds() -> float:
+    """CPU of this process's reaped children (the clients' runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def token(secret: str, issuer: str, audience: str) -> str:
@@ -175,7 +201,7 @@ def run(
     report: dict = {"server": "gunicorn", "web_workers": web_workers or "default"}
     report.update({kind: [] for kind in KINDS})
     with ExitStack() as stack:
-        base, _server = serve(python, env, root, bench.base / "gunicorn-api.log", stack)
+        base, server = serve(python, env, root, bench.base / "gunicorn-api.log", stack)
         owner = bench.owner
 
         def fresh_requests(n: int) -> list[str]:
@@ -195,7 +221,24 @@ def run(
                 paths = page_paths(base, bearer, list_name)
                 client_kind, lines = "get", [paths[i % len(paths)] for i in range(n)]
             ids_file = bench.base / f"api-{kind}-{count}.lines"
-            return clients_run(python, root, base, bearer, client_kind, lines, ids_file, count)
+            before = (
+                tree_cpu_seconds(server.pid),
+                bench._server_cpu_seconds(),
+                children_cpu_seconds(),
+            )
+            result = clients_run(python, root, base, bearer, client_kind, lines, ids_file, count)
+            web, postgres, clients = (
+                tree_cpu_seconds(server.pid) - before[0],
+                bench._server_cpu_seconds() - before[1],
+                children_cpu_seconds() - before[2],
+            )
+            done = result["calls"]
+            result["cpu_ms_per_call"] = {
+                "web": round(web / done * 1000, 3),
+                "postgres": round(postgres / done * 1000, 3),
+                "clients": round(clients / done * 1000, 3),
+            }
+            return result
 
         # Warm-up: requests and executions for the reads and pages, and every process and
         # thread of the server past its first call (imports, connection), none of it timed.
@@ -221,11 +264,13 @@ def run(
                 else:
                     result["of_ceiling"] = round(result["requests_per_second"] / ceiling, 2)
                 report[kind].append(result)
+                cpu = result["cpu_ms_per_call"]
                 print(
                     f"  {kind} at {count} clients: {result['requests_per_second']} req/s"
                     + (f" ({result['of_ceiling']}x ceiling)" if kind != "ceiling" else "")
                     + f", p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, "
-                    f"statuses {result['statuses']}",
+                    f"CPU/call web {cpu['web']} + PostgreSQL {cpu['postgres']} ms "
+                    f"(clients {cpu['clients']} ms), statuses {result['statuses']}",
                     flush=True,
                 )
     return report
@@ -245,6 +290,12 @@ def summary_lines(report: dict) -> list[str]:
                 f"{r['clients']} clients {r['requests_per_second']} req/s"
                 + (f" ({r['of_ceiling']}x)" if "of_ceiling" in r else "")
                 + f" p50 {r['p50_ms']} p99 {r['p99_ms']} ms"
+                + (
+                    f" CPU/call {r['cpu_ms_per_call']['web']} + {r['cpu_ms_per_call']['postgres']}"
+                    " ms"
+                    if "cpu_ms_per_call" in r
+                    else ""
+                )
                 for r in runs
             )
         )

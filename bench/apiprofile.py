@@ -2,19 +2,31 @@
 socket, on a throwaway cluster like bench/run's.
 
     .venv/bin/python bench/apiprofile.py [--calls 2000] [--profile transitions] [--top 25]
+    .venv/bin/python bench/apiprofile.py --callgrind [--calls 100]
 
 For each kind (ceiling, transitions, executions, execution_pages, request_pages; as bench/api.py
-names them) it times N calls one after another and reports the mean per call, split into the
-time spent in each statement (client-side, round trip included: Django's execute wrapper; the
-connection's health check is not a Django statement and lands in "rest") and the rest (Python:
-middleware, DRF, authentication, parsing, rendering). With --profile KIND, the same calls again
-under cProfile timed by this process's CPU (not the waits), the top functions by cumulative time.
+names them and makes them: a page is one of a list's first ten of 50, by their cursors, cycled)
+it times N calls one after another and reports the mean per call, split into the time spent in
+each statement (client-side, round trip included: Django's execute wrapper) and the rest
+(Python: middleware, DRF, authentication, parsing, rendering), with the CPU this process and its
+PostgreSQL backend spent (/proc, a tick of 10 ms: use a few hundred calls). With --profile KIND,
+the same calls again under cProfile timed by this process's CPU (not the waits), the top
+functions by cumulative time.
+
+With --callgrind, the process runs under valgrind's callgrind instead, and for each kind the
+instructions this process executes per call are counted: a figure that does not move with the
+machine's load, as times do. Only the calls are counted (not the start, the warm-up or the
+setting up of each kind): each kind's calls run inside one `operator.call`, and callgrind counts
+only within its C function (`--toggle-collect`) and writes one count per kind as it returns
+(`--dump-after`).
 """
 
 import argparse
 import cProfile
+import gc
 import io
 import json
+import operator
 import os
 import pstats
 import shutil
@@ -22,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -29,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
+PAGE, PAGES = 50, 10  # items per list page, pages cycled through (as bench/api.py)
 KINDS = ("ceiling", "transitions", "executions", "execution_pages", "request_pages")
 
 
@@ -51,10 +65,66 @@ def parent(args: argparse.Namespace) -> int:
         command = [PYTHON, __file__, "--child", "--calls", str(args.calls), "--top", str(args.top)]
         if args.profile:
             command += ["--profile", args.profile]
-        return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
+        if not args.callgrind:
+            return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
+        out = base / "callgrind"
+        out.mkdir()
+        valgrind = [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            f"--toggle-collect={WINDOW}",
+            f"--dump-after={WINDOW}",
+            f"--callgrind-out-file={out}/callgrind.out",
+        ]
+        returncode = subprocess.run(
+            [*valgrind, *command, "--callgrind"],
+            # The same dicts' layouts from run to run; and no reconnection (60 s by default) in
+            # the middle of a kind's calls, which run fifty times slower under callgrind.
+            env={**env, "PYTHONHASHSEED": "0", "DATABASE_CONN_MAX_AGE": "3600"},
+            cwd=ROOT,
+            check=False,
+            stderr=subprocess.DEVNULL,
+        ).returncode
+        if returncode == 0:
+            print(callgrind_report(out, args.calls))
+        return returncode
     finally:
         bench.stop_cluster()
         shutil.rmtree(base, ignore_errors=True)
+
+
+# The C function inside which callgrind counts: `operator.call`'s, which nothing else here calls.
+WINDOW = "_operator_call"
+
+
+def callgrind_report(out: Path, calls: int) -> str:
+    """Instructions per call of each kind, from the dumps callgrind wrote in `out` (one per
+    window, in KINDS order)."""
+    dumps = sorted(
+        (p for p in out.iterdir() if p.name.startswith("callgrind.out.")),
+        key=lambda p: int(p.name.rsplit(".", 1)[1]),
+    )
+    totals = []
+    for dump in dumps:
+        for line in dump.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                totals.append(int(line.split()[1]))
+                break
+    if len(totals) != len(KINDS):
+        return f"expected {len(KINDS)} callgrind dumps, found {len(totals)} in {out}"
+    lines = [f"instructions per call, {calls} calls each, in-process (callgrind):"]
+    ceiling = totals[0] / calls
+    for kind, total in zip(KINDS, totals, strict=True):
+        per_call = total / calls
+        lines.append(f"  {kind}: {per_call / 1e6:.3f}M ({per_call / ceiling:.2f}x the ceiling)")
+    return "\n".join(lines)
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user and system) process `pid` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def child(args: argparse.Namespace) -> int:
@@ -91,6 +161,9 @@ def child(args: argparse.Namespace) -> int:
             statements[" ".join(sql.split())[:70]].append(time.perf_counter() - started)
 
     def call(method: str, path: str, body: bytes = b"") -> int:
+        return answer(method, path, body)[0]
+
+    def answer(method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         query = ""
         if "?" in path:
             path, query = path.split("?", 1)
@@ -115,10 +188,10 @@ def child(args: argparse.Namespace) -> int:
             environ["CONTENT_LENGTH"] = str(len(body))
         status: list[str] = []
         chunks = application(environ, lambda s, h, *rest: status.append(s))
-        b"".join(chunks)
+        content = b"".join(chunks)
         if hasattr(chunks, "close"):
             chunks.close()
-        return int(status[0].split()[0])
+        return int(status[0].split()[0]), content
 
     def fresh_requests(n: int) -> list[str]:
         with connection.cursor() as cursor:
@@ -144,34 +217,60 @@ def child(args: argparse.Namespace) -> int:
             return [("GET", f"/api/v1/executions/{ids[i % len(ids)]}", b"") for i in range(n)]
         if kind == "ceiling":
             return [("GET", "/api/bench/ceiling", b"")] * n
-        name = "executions" if kind == "execution_pages" else "requests"
-        return [("GET", f"/api/v1/{name}?limit=50", b"")] * n
+        paths = page_paths("executions" if kind == "execution_pages" else "requests")
+        return [("GET", paths[i % len(paths)], b"") for i in range(n)]
+
+    def page_paths(list_name: str) -> list[str]:
+        """The first PAGES pages of a list by their cursors, as bench/api.py cycles them."""
+        paths = [f"/api/v1/{list_name}?limit={PAGE}"]
+        while len(paths) < PAGES:
+            after = json.loads(answer("GET", paths[-1])[1])["next"]
+            if after is None:
+                break
+            paths.append(f"/api/v1/{list_name}?limit={PAGE}&cursor={urllib.parse.quote(after)}")
+        return paths
 
     # Executions to read and list, and everything imported and connected.
-    for method, path, body in calls_of("transitions", max(args.calls, 200)):
+    for method, path, body in calls_of("transitions", max(args.calls, PAGE * PAGES)):
         if call(method, path, body) != 202:
             raise RuntimeError(f"POST {path} did not answer 202")
     for kind in KINDS:
         for method, path, body in calls_of(kind, 50):
             call(method, path, body)
 
+    if args.callgrind:
+        for kind in KINDS:
+            planned = calls_of(kind, args.calls)
+
+            def run(planned: list = planned) -> None:
+                for method, path, body in planned:
+                    call(method, path, body)
+
+            gc.collect()  # each kind's count starts from the same heap
+            operator.call(run)
+        return 0
     print(
         f"{args.calls} calls each, one after another, in-process (mean per call): wall time; "
-        "this process's CPU; time in statements (wall)"
+        "this process's CPU; its PostgreSQL backend's CPU; time in statements (wall)"
     )
     for kind in KINDS:
         planned = calls_of(kind, args.calls)
         statements.clear()
+        connection.ensure_connection()
+        backend = connection.connection.info.backend_pid
         with connection.execute_wrapper(timed):
-            started, cpu = time.perf_counter(), time.process_time()
+            started, cpu, db_cpu = time.perf_counter(), time.process_time(), process_cpu(backend)
             for method, path, body in planned:
                 call(method, path, body)
             total = (time.perf_counter() - started) / len(planned)
             cpu = (time.process_time() - cpu) / len(planned)
+            db_cpu = (process_cpu(backend) - db_cpu) / len(planned)
+        if connection.connection.info.backend_pid != backend:
+            db_cpu = float("nan")  # reconnected on the way: not one backend's
         in_sql = sum(sum(v) for v in statements.values()) / len(planned)
         print(
-            f"  {kind}: wall {total * 1000:.3f} ms, CPU {cpu * 1000:.3f} ms; "
-            f"statements {in_sql * 1000:.3f} ms"
+            f"  {kind}: wall {total * 1000:.3f} ms, CPU {cpu * 1000:.3f} ms, PostgreSQL "
+            f"{db_cpu * 1000:.3f} ms; statements {in_sql * 1000:.3f} ms"
         )
         for sql, times in sorted(statements.items(), key=lambda item: -sum(item[1])):
             share = len(times) / len(planned)
@@ -195,6 +294,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--profile", choices=KINDS)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--callgrind", action="store_true", help="instructions per call, counted by callgrind"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     return child(args) if args.child else parent(args)

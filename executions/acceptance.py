@@ -32,11 +32,12 @@ from executions.flows.publication import find_transition
 from orquestador import errors, tracing
 from orquestador.auth import Principal
 from orquestador.errors import CodedError
-from orquestador.postgresql import fixed_cursor
+from orquestador.postgresql import read_rows, write_rows
 
 from . import access, sql
 from .flowcache import flow_definition
-from .models import Execution
+from .rows import ExecutionRow
+from .selectors import execution_get
 
 IDEMPOTENCY_CONSTRAINT = "execution_idempotency_uniq"
 # Reads and writes one acceptance may take: a write that matched nothing means the request changed
@@ -53,8 +54,9 @@ def transition_accept(
     transition_id: str,
     expected_revision: int,
     idempotency_key: str | None = None,
-) -> tuple[Execution, bool]:
-    """Accept `transition_id` on the caller's request; return (execution, created).
+) -> tuple[ExecutionRow, bool]:
+    """Accept `transition_id` on the caller's request; return (execution, created), the execution
+    as its view shows it (executions/rows.py).
 
     `created` is False when `idempotency_key` names an earlier acceptance of the same body on this
     request: that execution is returned as it is now. Refusals, as CodedError: NOT_FOUND,
@@ -82,7 +84,7 @@ def transition_accept(
                     "this Idempotency-Key was already used on this request with a different "
                     "body; use a new key for a new acceptance",
                 )
-            return Execution.objects.get(id=earlier_id), False
+            return execution_get(principal=principal, execution_id=str(earlier_id)), False
         definition = flow_definition(flow_id=flow_id, checksum=checksum)
         transition = find_transition(definition, transition_id)
         if transition is None:
@@ -111,7 +113,6 @@ def transition_accept(
             written = _write(
                 principal,
                 request_id=parsed,
-                flow_id=flow_id,
                 state=state,
                 transition_id=transition_id,
                 expected_revision=expected_revision,
@@ -132,20 +133,19 @@ def transition_accept(
 def _read(
     principal: Principal, request_id: UUID, idempotency_key: str | None
 ) -> tuple[Any, ...] | None:
-    with fixed_cursor() as cursor:
-        cursor.execute(
-            sql.ACCEPT_READ,
-            {
-                "request_id": request_id,
-                "scope": principal.tenant,
-                "owner": principal.subject,
-                "idempotency_key": idempotency_key,
-            },
-        )
-        row = cursor.fetchone()
-    if row is None:
+    rows = read_rows(
+        sql.ACCEPT_READ,
+        {
+            "request_id": request_id,
+            "scope": principal.tenant,
+            "owner": principal.subject,
+            "idempotency_key": idempotency_key,
+        },
+        prepare=True,
+    )
+    if not rows:
         return None
-    *request, earlier_id, earlier_fingerprint = row
+    *request, earlier_id, earlier_fingerprint = rows[0]
     earlier = None if earlier_id is None else (earlier_id, earlier_fingerprint)
     return (*request, earlier)
 
@@ -154,21 +154,19 @@ def _write(
     principal: Principal,
     *,
     request_id: UUID,
-    flow_id: int,
     state: str,
     transition_id: str,
     expected_revision: int,
     idempotency_key: str | None,
     fingerprint: str | None,
-) -> Execution | None:
+) -> ExecutionRow | None:
     """The acceptance written, as the execution it created; None when the request changed."""
     execution_id = uuid.uuid4()
     actor = principal.snapshot()
-    accepted_revision = expected_revision + 1
     payload = {
         "transitionId": transition_id,
         "fromState": state,
-        "acceptedRevision": accepted_revision,
+        "acceptedRevision": expected_revision + 1,
         "principal": principal.qualified,
     }
     # Alone, the statement is its own transaction. Inside a caller's transaction it runs in a
@@ -191,35 +189,9 @@ def _write(
         "payload": Jsonb(payload),
         "trace_context": None if trace_context is None else Jsonb(trace_context),
     }
-    with nested, fixed_cursor() as cursor:
-        cursor.execute(sql.ACCEPT_WRITE, params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    status, attempts, token, next_attempt_at, created_at, reclaims, scope, owner = row
-    execution = Execution(
-        id=execution_id,
-        request_id=request_id,
-        flow_id=flow_id,
-        transition_id=transition_id,
-        scope=scope,
-        owner=owner,
-        status=status,
-        accepted_revision=accepted_revision,
-        attempts=attempts,
-        fencing_token=token,
-        next_attempt_at=next_attempt_at,
-        actor_snapshot=actor,
-        dispatch_principal=actor,
-        idempotency_key=idempotency_key,
-        idempotency_fingerprint=fingerprint,
-        created_at=created_at,
-        reclaims=reclaims,
-        trace_context=trace_context,
-    )
-    execution._state.adding = False  # as the row is stored, like one the ORM read
-    execution._state.db = connection.alias
-    return execution
+    with nested:
+        rows = write_rows(sql.ACCEPT_WRITE, params, prepare=True)
+    return ExecutionRow._make(rows[0]) if rows else None
 
 
 def _constraint(exc: IntegrityError) -> str | None:

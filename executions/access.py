@@ -30,12 +30,16 @@ def _request_filter(principal: Principal, *, prefix: str = "", whole_tenant: boo
     return condition
 
 
-def request_filter_sql(principal: Principal, *, alias: str) -> str:
+def request_filter_sql(principal: Principal, *, alias: str, keyed: bool = False) -> str:
     """The read filter of `requests_readable` for a raw statement, on the request `alias`: its
-    parameters are %(scope)s and %(owner)s (`request_filter_params`)."""
+    parameters are %(scope)s and %(owner)s (`request_filter_params`). `keyed`, for a statement
+    that finds its row by its key: the same test with IS NOT DISTINCT FROM, `=` for these NOT
+    NULL columns but no index condition, so that no plan made on stale statistics walks a list
+    index (scope its first column, id its last) for the key (docs/adr/0021)."""
+    equals = "IS NOT DISTINCT FROM" if keyed else "="
     if principal.has(REQUESTS_READ_TENANT):
-        return f"{alias}.scope = %(scope)s"
-    return f"{alias}.scope = %(scope)s AND {alias}.owner = %(owner)s"
+        return f"{alias}.scope {equals} %(scope)s"
+    return f"{alias}.scope {equals} %(scope)s AND {alias}.owner {equals} %(owner)s"
 
 
 def request_filter_params(principal: Principal) -> dict[str, str]:

@@ -3,22 +3,43 @@ execution's view columns by name, in the statements' column order, with no model
 per row. executions/api/render.py builds the JSON from them; an Execution instance has the same
 attribute names, so an acceptance's answer is built by the same code as a read's.
 
-Their times are naive, in UTC (the statements select them `AT TIME ZONE 'UTC'`): psycopg reads a
-plain timestamp in C, where Django's loader of timestamptz wraps psycopg's pure-Python one, and
-`render.moment` writes one in UTC without a zone conversion. Together that was a fifth of a
-page's CPU. Ids come as text, as their views write them: psycopg's UUID (built by uuid.UUID's
-pure-Python constructor), its str() and its hash as a page's key cost more than the rest of the
-row. Of an execution's result only its outcome and target state, the texts its view shows, not
-the JSON to decode.
+Their times are text, as the API writes them in UTC ("2026-12-01T23:59:58.123456Z": Python's
+isoformat of the time with a Z, as DRF writes it), written by the statement itself (see
+executions/sql/reads.py): psycopg's loading of a time and isoformat() writing it again cost a
+third of a page's rows, where PostgreSQL's to_char costs it little; `render.moment` writes them
+in another zone when one is current. Ids come as text, as their views write them: psycopg's UUID
+(built by uuid.UUID's pure-Python constructor), its str() and its hash as a page's key cost more
+than the rest of the row. Of an execution's result only its outcome and target state, the texts
+its view shows, not the JSON to decode. A request's data is the JSON text PostgreSQL writes,
+decoded (`json_value`) only as it is rendered.
 """
 
 import datetime
+import json
+import json.scanner
 from typing import Any, NamedTuple
 
+# The decoder's own C scanner: json.loads wraps it in three Python calls, which cost more than
+# decoding a small value.
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
-def utc(value: datetime.datetime) -> datetime.datetime:
-    """A row's naive UTC time as an aware one."""
-    return value.replace(tzinfo=datetime.UTC)
+
+def json_value(text: Any) -> Any:
+    """A row's JSON (jsonb as PostgreSQL writes it: Django's connections read it as text)
+    decoded; a value already decoded as it is."""
+    if not isinstance(text, str):
+        return text
+    # PostgreSQL writes jsonb with nothing around it; anything else is json.loads's to judge.
+    try:
+        decoded, end = _scan(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return decoded if end == len(text) else json.loads(text)
+
+
+def instant(text: str) -> datetime.datetime:
+    """A row's time (the API's text, in UTC) as an aware datetime."""
+    return datetime.datetime.fromisoformat(text)
 
 
 class RequestRow(NamedTuple):
@@ -27,10 +48,10 @@ class RequestRow(NamedTuple):
     flow_version: int
     state: str
     revision: int
-    data: Any  # decoded JSON
+    data: str  # JSON text, as PostgreSQL writes jsonb (json_value decodes it)
     blocked: bool
-    created_at: datetime.datetime  # naive, UTC
-    updated_at: datetime.datetime  # naive, UTC
+    created_at: str  # the API's text, UTC
+    updated_at: str  # the API's text, UTC
 
 
 class ExecutionRow(NamedTuple):
@@ -39,12 +60,12 @@ class ExecutionRow(NamedTuple):
     transition_id: str
     status: str
     attempts: int
-    next_attempt_at: datetime.datetime | None  # naive, UTC; a SUSPENDED one's deadline
+    next_attempt_at: str | None  # the API's text, UTC: a SUSPENDED one's deadline, else None
     outcome: str | None
     target_state: str | None
     error_code: str | None
-    created_at: datetime.datetime  # naive, UTC
-    finished_at: datetime.datetime | None  # naive, UTC
+    created_at: str  # the API's text, UTC
+    finished_at: str | None  # the API's text, UTC
 
     @property
     def result(self) -> dict[str, str | None]:

@@ -11,7 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request as DrfRequest
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,7 +26,8 @@ from orquestador.auth import (
 )
 from orquestador.errors import CodedError
 
-from .parsers import StrictJSONParser, check_declared_length
+from .pagejson import PageRenderer
+from .parsers import StrictJSONParser, check_declared_length, loads
 from .serializers import ErrorSerializer
 
 READ = (REQUESTS_READ, REQUESTS_READ_TENANT)
@@ -65,7 +66,8 @@ class ApiView(APIView):
     authentication_classes = [BearerAuthentication]
     permission_classes = [HasPermission]
     parser_classes = [StrictJSONParser]
-    renderer_classes = [JSONRenderer]
+    # JSONRenderer, which sends a body written as JSON text (pagejson.py) as it is.
+    renderer_classes = [PageRenderer]
     content_negotiation_class = JsonOnly
     metadata_class = None  # OPTIONS is not served: 405
     # Permissions by HTTP method; holding any one of a method's permissions is enough.
@@ -91,9 +93,12 @@ def json_body(request: DrfRequest) -> Any:
         raise CodedError(
             errors.INVALID_BODY, "the body must be JSON, sent with Content-Type: application/json"
         )
-    # Before DRF reads it: a body over Django's own upload limit would otherwise be an HTML 400.
+    # Before anything reads it: a body over Django's own upload limit would otherwise be an HTML
+    # 400.
     check_declared_length(request.META.get("CONTENT_LENGTH"))
-    return request.data
+    # What StrictJSONParser makes of it, without DRF's parser negotiation around it (the media
+    # type is checked above), which cost an acceptance more than the parsing.
+    return loads(request._request.body)
 
 
 def validated(serializer_class: type[serializers.Serializer], request: DrfRequest) -> dict:
@@ -103,7 +108,8 @@ def validated(serializer_class: type[serializers.Serializer], request: DrfReques
 
 
 def idempotency_key(request: DrfRequest) -> str | None:
-    value = request.headers.get("Idempotency-Key")
+    # request.headers would build a dict of every header to find this one.
+    value = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if value is None:
         return None
     if not IDEMPOTENCY_KEY.fullmatch(value):

@@ -4,6 +4,7 @@ signed callbacks. Like every view, no business rules: parse, call one selector o
 
 import re
 
+from django.utils.timezone import get_current_timezone as current_zone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -35,7 +36,7 @@ from .base import (
     read_one_view,
     validated,
 )
-from .render import execution_view
+from .pagejson import encoded, execution_item
 from .serializers import (
     CallbackSerializer,
     ExecutionCancelSerializer,
@@ -50,8 +51,10 @@ ExecutionDetailView = read_one_view(
     "Read an execution",
     "Its status and, once decided, the business outcome and target state; a "
     "stable errorCode when it failed. Needs requests:read or requests:read:tenant.",
-    render=lambda found: execution_view(
-        found, waiting_for(found), throttled=throttled_each([found]).get(found.id)
+    render=lambda found: encoded(
+        execution_item(
+            found, waiting_for(found), current_zone(), throttled_each([found]).get(found.id)
+        )
     ),
 )
 

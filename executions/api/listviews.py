@@ -16,7 +16,7 @@ from ..models import ExecutionStatus
 from ..waits import waiting_for_each
 from .base import READ, ApiView, caller, error_response, operation, path_id
 from .listquery import Param, list_query, openapi_parameters
-from .pagejson import PageRenderer, execution_item, page_body, request_item
+from .pagejson import execution_items, page_body, request_items
 from .render import action_view
 from .serializers import (
     ExecutionActionListSerializer,
@@ -24,6 +24,7 @@ from .serializers import (
     RequestPageSerializer,
 )
 
+SUSPENDED, PENDING = ExecutionStatus.SUSPENDED.value, ExecutionStatus.PENDING.value
 REQUEST_FILTERS = (
     Param("flowKey", "text", "Only requests on this flow (any version)."),
     Param("state", "text", "Only requests in this state."),
@@ -98,8 +99,7 @@ request_list_operation = _list_operation(
 
 
 def _requests(rows: list) -> list[str]:
-    zone = current_zone()  # read once for the page
-    return [request_item(row, zone) for row in rows]
+    return request_items(rows, current_zone())  # the zone read once for the page
 
 
 def request_list_answer(request: DrfRequest) -> Response:
@@ -114,13 +114,17 @@ def request_list_answer(request: DrfRequest) -> Response:
 
 
 def _executions(rows: list) -> list[str]:
-    waiting, throttled, zone = waiting_for_each(rows), throttled_each(rows), current_zone()
-    return [execution_item(row, waiting[row.id], zone, throttled.get(row.id)) for row in rows]
+    # Only a SUSPENDED execution waits, and only a PENDING one claimed before can be throttled:
+    # what the others show is read for none of them.
+    suspended = [row for row in rows if row.status == SUSPENDED]
+    waiting = waiting_for_each(suspended) if suspended else {}
+    parked = [row for row in rows if row.status == PENDING and row.attempts]
+    throttled = throttled_each(parked) if parked else {}
+    return execution_items(rows, current_zone(), waiting, throttled)
 
 
 class ExecutionCollectionView(ApiView):
     required_permissions = {"GET": READ}
-    renderer_classes = [PageRenderer]
 
     @_list_operation(
         "executions_list",

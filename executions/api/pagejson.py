@@ -1,11 +1,14 @@
-"""A page's body written as JSON text row by row, from one template per row: the very bytes DRF's
-JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028 and U+2029 escaped), without
-building 50 dicts for the encoder to walk, which cost more than the page's statement.
+"""A page's body written as JSON text row by row, one f-string per row (the `%` operator with a
+template cost four times as much), and so one row's for an acceptance and the reads by id: the
+very bytes DRF's JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028 and U+2029
+escaped), without building the dicts for the encoder to walk, which cost a page more than its
+statement (and an acceptance's model instance and dict a sixth of its instructions).
 
 Every text that is not an id or a time is written by `encode_basestring`, the function the
-encoder itself uses for a string; a request's `data` by the encoder. A row with an optional
-object (waitingFor, throttled) is encoded from its dict. tests/integration/api/test_pagejson.py
-holds the two to the same bytes.
+encoder itself uses for a string; a request's `data` by the encoder; the times as the rows hold
+them, already the API's text in UTC (executions/rows.py), or by `render.moment` in another zone.
+A row with an optional object (waitingFor, throttled) is encoded from its dict.
+tests/integration/api/test_pagejson.py holds the two to the same bytes.
 """
 
 import datetime
@@ -15,8 +18,8 @@ from typing import Any
 from rest_framework.renderers import JSONRenderer
 from rest_framework.utils.encoders import JSONEncoder
 
-from ..rows import ExecutionRow, RequestRow
-from .render import execution_view, moment
+from ..rows import ExecutionRow, RequestRow, json_value
+from .render import UTC_ZONES, execution_view, moment
 
 
 class Encoded(bytes):
@@ -53,30 +56,20 @@ def _dumps(value: Any) -> str:
     return "".join(_encode(value, 0)) if _encode is not None else _ENCODER.encode(value)
 
 
-# The templates hold the keys in render.py's order; ids and times need no escaping.
-_EXECUTION = (
-    '{"id":"%s","requestId":"%s","transitionId":%s,"status":%s,"outcome":%s,'
-    '"targetState":%s,"errorCode":%s,"attempts":%d,"createdAt":%s,"finishedAt":%s}'
-)
-_REQUEST = (
-    '{"id":"%s","flowKey":%s,"flowVersion":%d,"state":%s,"revision":%d,"data":%s,'
-    '"blocked":%s,"createdAt":%s,"updatedAt":%s}'
-)
-
-
-def _text(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
-
-
-def _time(value: datetime.datetime | None, zone: datetime.tzinfo) -> str:
-    return "null" if value is None else '"' + moment(value, zone) + '"'  # type: ignore[operator]
-
-
 def page_body(items: list[str], after: str | None) -> Encoded:
     """`{"results": [...], "next": ...}` of rows already written (`after` is a cursor)."""
     text = '{"results":[' + ",".join(items) + '],"next":'
-    text += "null}" if after is None else '"' + after + '"}'
+    return encoded(text + ("null}" if after is None else '"' + after + '"}'))
+
+
+def encoded(text: str) -> Encoded:
+    """JSON text as JSONRenderer sends it: UTF-8, with U+2028 and U+2029 escaped."""
     return Encoded(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode())
+
+
+def _zoned(value: str, zone: datetime.tzinfo) -> str:
+    """A row's time (the API's text, in UTC) as the answer writes it in `zone`."""
+    return moment(value, zone) or ""  # text in, text out
 
 
 def execution_item(
@@ -88,30 +81,65 @@ def execution_item(
     """execution_view(row, ...) as JSON text."""
     if waiting is not None or throttled is not None:
         return _dumps(execution_view(row, waiting, zone, throttled))
-    return _EXECUTION % (
-        row.id,
-        row.request_id,
-        encode_basestring(row.transition_id),
-        encode_basestring(row.status),
-        _text(row.outcome),
-        _text(row.target_state),
-        _text(row.error_code),
-        row.attempts,
-        _time(row.created_at, zone),
-        _time(row.finished_at, zone),
+    if zone not in UTC_ZONES:
+        finished = None if row.finished_at is None else _zoned(row.finished_at, zone)
+        row = row._replace(created_at=_zoned(row.created_at, zone), finished_at=finished)
+    return _execution_text(row)
+
+
+def execution_items(
+    rows: list[ExecutionRow],
+    zone: datetime.tzinfo,
+    waiting: dict[str, dict[str, Any] | None],
+    throttled: dict[str, dict[str, Any]],
+) -> list[str]:
+    """execution_item of each row, with what each waits for or is throttled on by its id."""
+    if waiting or throttled or zone not in UTC_ZONES:
+        return [
+            execution_item(row, waiting.get(row.id), zone, throttled.get(row.id)) for row in rows
+        ]
+    return list(map(_execution_text, rows))
+
+
+def _execution_text(row: ExecutionRow) -> str:
+    # The row unpacked once (ten attribute reads cost a fifth of a row), its times already as
+    # the answer writes them.
+    id_, request_id, transition, status, attempts, _, outcome, target, error, created, finished = (
+        row
+    )
+    finished_text = "null" if finished is None else '"' + finished + '"'
+    return (
+        f'{{"id":"{id_}","requestId":"{request_id}",'
+        f'"transitionId":{encode_basestring(transition)},"status":{encode_basestring(status)},'
+        f'"outcome":{"null" if outcome is None else encode_basestring(outcome)},'
+        f'"targetState":{"null" if target is None else encode_basestring(target)},'
+        f'"errorCode":{"null" if error is None else encode_basestring(error)},'
+        f'"attempts":{attempts},"createdAt":"{created}","finishedAt":{finished_text}}}'
     )
 
 
 def request_item(row: RequestRow, zone: datetime.tzinfo) -> str:
     """request_view(row) as JSON text."""
-    return _REQUEST % (
-        row.id,
-        encode_basestring(row.flow_key),
-        row.flow_version,
-        encode_basestring(row.state),
-        row.revision,
-        _dumps(row.data),
-        "true" if row.blocked else "false",
-        _time(row.created_at, zone),
-        _time(row.updated_at, zone),
+    if zone not in UTC_ZONES:
+        row = row._replace(
+            created_at=_zoned(row.created_at, zone), updated_at=_zoned(row.updated_at, zone)
+        )
+    return _request_text(row)
+
+
+def request_items(rows: list[RequestRow], zone: datetime.tzinfo) -> list[str]:
+    """request_item of each row."""
+    if zone not in UTC_ZONES:
+        return [request_item(row, zone) for row in rows]
+    return list(map(_request_text, rows))
+
+
+def _request_text(row: RequestRow) -> str:
+    id_, key, version, state, revision, data, blocked, created, updated = row
+    return (
+        f'{{"id":"{id_}","flowKey":{encode_basestring(key)},"flowVersion":{version},'
+        f'"state":{encode_basestring(state)},"revision":{revision},'
+        f'"data":{_dumps(json_value(data))},'
+        f'"blocked":{"true" if blocked else "false"},'
+        f'"createdAt":"{created}","updatedAt":"{updated}"}}'
     )

@@ -1,7 +1,9 @@
 """What the busiest endpoints answer, built as plain dicts: the very JSON their serializers
 describe (serializers.py stays the shape's one description, for the schema and the docs), without
 a serializer's per-call field machinery, which cost more than the database on a page of 50. They
-take the fixed reads' named rows (executions/rows.py); an execution's model instance too.
+take the fixed reads' named rows (executions/rows.py); an execution's model instance too. The
+acceptance, the reads by id and the pages send the same JSON written as text from the rows
+(pagejson.py), which these dicts are the reference of.
 
 tests/integration/api/test_render.py holds each function to its serializer's output, field by
 field and in the same order, for every status, with and without the optional fields.
@@ -15,20 +17,27 @@ from django.utils import timezone
 
 from ..flows.compensations import compensated_action
 from ..models import ActionExecution, Execution
-from ..rows import ExecutionRow, RequestRow
+from ..rows import ExecutionRow, RequestRow, json_value
 
-_UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
+UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
 
 
-def moment(value: datetime.datetime | None, zone: datetime.tzinfo | None = None) -> str | None:
+def moment(
+    value: datetime.datetime | str | None, zone: datetime.tzinfo | None = None
+) -> str | None:
     """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone (or `zone`, the
-    current one read once for a page), UTC as Z. `value` is aware, or naive in UTC as the fixed
-    reads give it (executions/rows.py)."""
+    current one read once for a page), UTC as Z. `value` is aware, naive in UTC, or the API's
+    text in UTC as the fixed reads give it (executions/rows.py), which is already the answer in
+    UTC."""
     if not value:
         return None
     zone = zone or timezone.get_current_timezone()
-    if value.tzinfo is None:
-        if zone in _UTC_ZONES:
+    if isinstance(value, str):
+        if zone in UTC_ZONES:
+            return value
+        value = datetime.datetime.fromisoformat(value)
+    elif value.tzinfo is None:
+        if zone in UTC_ZONES:
             return value.isoformat() + "Z"  # what the aware one's "+00:00" becomes
         value = value.replace(tzinfo=datetime.UTC)
     text = value.astimezone(zone).isoformat()
@@ -81,7 +90,7 @@ def request_view(request: RequestRow, zone: datetime.tzinfo | None = None) -> di
         "flowVersion": request.flow_version,
         "state": request.state,
         "revision": request.revision,
-        "data": request.data,
+        "data": json_value(request.data),
         "blocked": request.blocked,
         "createdAt": moment(request.created_at, zone),
         "updatedAt": moment(request.updated_at, zone),

@@ -7,6 +7,7 @@ is rendered by `orquestador.api_errors.exception_handler` as `{"code", "detail"}
 description of each operation lists every status it can answer with.
 """
 
+from django.utils.timezone import get_current_timezone as current_zone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import status
@@ -35,8 +36,7 @@ from .base import (
     validated,
 )
 from .listviews import request_list_answer, request_list_operation
-from .pagejson import PageRenderer
-from .render import execution_view, request_view
+from .pagejson import encoded, execution_item, request_item
 from .serializers import (
     ExecutionViewSerializer,
     FlowDefinitionSerializer,
@@ -50,7 +50,6 @@ from .serializers import (
 
 class RequestCollectionView(ApiView):
     required_permissions = {"GET": READ, "POST": (REQUESTS_WRITE,)}
-    renderer_classes = [PageRenderer]
 
     @request_list_operation
     def get(self, request: DrfRequest) -> Response:
@@ -103,7 +102,7 @@ RequestDetailView = read_one_view(
     "Read a request",
     "Needs requests:read (the caller's own requests) or requests:read:tenant "
     "(every request of the caller's tenant).",
-    render=request_view,
+    render=lambda found: encoded(request_item(found, current_zone())),
 )
 
 
@@ -166,8 +165,9 @@ class TransitionCollectionView(ApiView):
             expected_revision=body["expectedRevision"],
             idempotency_key=idempotency_key(request),
         )
+        answer = execution_item(execution, waiting_for(execution), current_zone(), None)
         return Response(
-            execution_view(execution, waiting_for(execution)),
+            encoded(answer),
             status=status.HTTP_202_ACCEPTED,
             headers={"Location": f"/api/v1/executions/{execution.id}"},
         )

@@ -27,6 +27,35 @@ _OUTCOME_GIVEN = (
     + _ERROR_RECORDED
 )
 
+
+def _api_time(column: str) -> str:
+    """`column` (a timestamptz) as the API writes a time: ISO 8601 in UTC with a Z, and its
+    microseconds only when it has any, as DRF writes Python's isoformat(); NULL stays NULL
+    (executions/rows.py says why the statement writes it)."""
+    return (
+        f"replace(to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
+        "'.000000', '') || 'Z'"
+    )
+
+
+# An execution's columns as the API's view shows them (executions/rows.py's ExecutionRow), of `e`.
+_EXECUTION_VIEW_COLUMNS = (
+    "e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,\n       "
+    # A SUSPENDED execution's deadline; the others' next attempt the view never shows.
+    + "CASE WHEN e.status = 'SUSPENDED' THEN "
+    + _api_time("e.next_attempt_at")
+    + " END"
+    + ", e.result->>'outcome', e.result->>'targetState', e.error_code,\n       "
+    + _api_time("e.created_at")
+    + ",\n       "
+    + _api_time("e.finished_at")
+)
+# A request's columns as the API's view shows them (RequestRow), of `r` and its flow `f`.
+_REQUEST_VIEW_COLUMNS = (
+    "r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,\n"
+    "       " + _api_time("r.created_at") + ",\n       " + _api_time("r.updated_at")
+)
+
 FRAGMENTS = {
     "{holder_row}": _HOLDER_ROW,
     "{holder}": "holder AS (\n" + _HOLDER_ROW + "\n)",
@@ -34,6 +63,8 @@ FRAGMENTS = {
     "{error_recorded}": _ERROR_RECORDED,
     "{error_cleared}": _ERROR_CLEARED,
     "{outcome_given}": _OUTCOME_GIVEN,
+    "{execution_view_columns}": _EXECUTION_VIEW_COLUMNS,
+    "{request_view_columns}": _REQUEST_VIEW_COLUMNS,
 }
 
 

@@ -4,34 +4,35 @@ PostgreSQL's answer, and its model instances more than rendering the rows.
 Access as executions/access.py states it: the request's tenant, and its owner unless the caller
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
-columns are its view's, in the order of executions/rows.py's named rows, times in UTC without a
-zone, ids as text and of an execution's result only the two texts its view shows (see
-there why).
+columns are its view's, in the order of executions/rows.py's named rows (the fragments
+`{execution_view_columns}` and `{request_view_columns}`): times as the API writes them, ids as
+text and of an execution's result only the two texts its view shows (see there why).
 """
 
-# One execution as its view shows it (executions/api/render.py), if the caller may read it.
+from .fragments import composed
+
+# One execution as its view shows it (executions/api/render.py), if the caller may read it: the
+# access test `{access}` written for a row found by its key (`access.request_filter_sql` keyed),
+# so that only the primary keys serve it whatever the statistics (docs/adr/0021).
 # Locks: nothing.
 # Index: execution_pkey, then request_pkey.
-EXECUTION_VIEW = """
-SELECT e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,
-       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
-       e.error_code,
-       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
+EXECUTION_VIEW = composed("""
+SELECT {execution_view_columns}
   FROM execution AS e
   JOIN request AS r ON r.id = e.request_id
  WHERE e.id = %(execution_id)s AND {access}
-"""
+""")
 
-# One request as its view shows it, with its flow's key and version, if the caller may read it.
+# One request as its view shows it, with its flow's key and version, if the caller may read it
+# (`{access}` keyed, as EXECUTION_VIEW's).
 # Locks: nothing.
 # Index: request_pkey, then flow_pkey.
-REQUEST_VIEW = """
-SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
-       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
+REQUEST_VIEW = composed("""
+SELECT {request_view_columns}
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
  WHERE r.id = %(request_id)s AND {access}
-"""
+""")
 
 # The ids of a flow key's published versions: a request list's flowKey, resolved first so that
 # the page's own statement is an equality on request_flow_list_idx when there is one version.
@@ -47,15 +48,14 @@ SELECT id FROM flow WHERE key = %(flow_key)s
 # Locks: nothing.
 # Index: the list's own for its filters (request_*_list_idx, ADR 15), walked from the position;
 # pinned by tests/integration/api/test_list_plans.py.
-REQUEST_PAGE = """
-SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
-       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
+REQUEST_PAGE = composed("""
+SELECT {request_view_columns}
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
  WHERE {conditions}
  ORDER BY r.created_at DESC, r.id DESC
  LIMIT %(limit)s
-"""
+""")
 # The same page when it is filtered by a later time (updatedAfter): its ids picked first, from
 # request_updated_at_list_idx alone (an index-only scan of the rows the filter keeps, sorted),
 # then their rows read by id. Ordered by creation and filtered by the last change, the plain
@@ -67,9 +67,8 @@ SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_i
 # Locks: nothing.
 # Index: request_updated_at_list_idx (or the list's own for the other filters), then
 # request_pkey and flow_pkey; pinned by tests/integration/api/test_list_plans.py.
-REQUEST_PAGE_BY_TIME = """
-SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,
-       r.created_at AT TIME ZONE 'UTC', r.updated_at AT TIME ZONE 'UTC'
+REQUEST_PAGE_BY_TIME = composed("""
+SELECT {request_view_columns}
   FROM (SELECT r.id FROM request AS r
          WHERE {conditions}
          ORDER BY r.created_at DESC, r.id DESC
@@ -77,7 +76,7 @@ SELECT r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_i
   JOIN request AS r ON r.id = page.id
   JOIN flow AS f ON f.id = r.flow_id
  ORDER BY r.created_at DESC, r.id DESC
-"""
+""")
 REQUEST_PAGE_FILTERS = {
     # One version is an equality, so the index is walked in order; several are an IN list.
     "flowKey=one": "r.flow_id = %(flow_id)s",
@@ -98,33 +97,27 @@ REQUEST_PAGE_FILTERS = {
 # Locks: nothing.
 # Index: the list's own for its filters (execution_*_list_idx, ADR 15; execution_request_idx for
 # requestId), walked from the position; pinned by tests/integration/api/test_list_plans.py.
-EXECUTION_PAGE = """
-SELECT e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,
-       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
-       e.error_code,
-       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
+EXECUTION_PAGE = composed("""
+SELECT {execution_view_columns}
   FROM execution AS e
  WHERE {conditions}
  ORDER BY e.created_at DESC, e.id DESC
  LIMIT %(limit)s
-"""
+""")
 # The same page when it is filtered by a later time (finishedAfter), as REQUEST_PAGE_BY_TIME:
 # its ids from execution_finished_at_list_idx alone, then its rows by id.
 # Locks: nothing.
 # Index: execution_finished_at_list_idx (or the list's own for the other filters), then
 # execution_pkey; pinned by tests/integration/api/test_list_plans.py.
-EXECUTION_PAGE_BY_TIME = """
-SELECT e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,
-       e.next_attempt_at AT TIME ZONE 'UTC', e.result->>'outcome', e.result->>'targetState',
-       e.error_code,
-       e.created_at AT TIME ZONE 'UTC', e.finished_at AT TIME ZONE 'UTC'
+EXECUTION_PAGE_BY_TIME = composed("""
+SELECT {execution_view_columns}
   FROM (SELECT e.id FROM execution AS e
          WHERE {conditions}
          ORDER BY e.created_at DESC, e.id DESC
          LIMIT %(limit)s) AS page
   JOIN execution AS e ON e.id = page.id
  ORDER BY e.created_at DESC, e.id DESC
-"""
+""")
 EXECUTION_PAGE_FILTERS = {
     "status": "e.status = %(status)s",
     "requestId": "e.request_id = %(requestId)s",

@@ -1,4 +1,4 @@
-"""The project's PostgreSQL backend for Django (see base.py) and the one call its users make."""
+"""The project's PostgreSQL backend for Django (see base.py) and the calls its users make."""
 
 from typing import Any
 
@@ -11,3 +11,28 @@ def fixed_cursor() -> Any:
     Django's own cursor under a settings module that names another ENGINE."""
     make = getattr(connection, "fixed_cursor", None)
     return make() if make is not None else connection.cursor()
+
+
+def read_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tuple]:
+    """The rows of a read-only statement on the default connection, with no health check's round
+    trip before it (base.py says how a lost connection is replaced instead); bound by the server
+    and prepared when `prepare` (a fixed statement, as `fixed_cursor`). Django's cursor under a
+    settings module that names another ENGINE."""
+    read = getattr(connection, "read_rows", None)
+    if read is not None:
+        return read(statement, params, prepare=prepare)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def write_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tuple]:
+    """The rows a statement that writes returns, on the default connection, after the health
+    check when it is due (as any statement); bound by the server and prepared when `prepare`.
+    Django's cursor under a settings module that names another ENGINE."""
+    write = getattr(connection, "write_rows", None)
+    if write is not None:
+        return write(statement, params, prepare=prepare)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()

@@ -1,4 +1,4 @@
-"""Django's PostgreSQL backend (ENGINE "orquestador.postgresql"), with one change for the API's
+"""Django's PostgreSQL backend (ENGINE "orquestador.postgresql"), with these changes for the API's
 hot path (docs/adr/0021-an-entrance-as-fast-as-the-engine.md):
 
 - **`fixed_cursor()`** is a cursor for the fixed statements whose plan does not depend on their
@@ -12,12 +12,24 @@ hot path (docs/adr/0021-an-entrance-as-fast-as-the-engine.md):
   Django's client-side binding, which never prepares (a page's plan is made with its values: a
   generic plan would know neither its LIMIT nor its ranges; bound by the server without being
   prepared, a page measured no cheaper).
+- **`read_rows()`** and **`write_rows()`** run a fixed statement on a cursor kept for the
+  connection, outside Django's cursor wrapper unless a statement is to be logged or wrapped
+  (DEBUG, tests, execute_wrapper): making a cursor and the wrapper's work cost a page a fifth
+  of its statement's client-side instructions.
+- **`read_rows()`** runs a read-only statement without the health check Django makes before a
+  request's first statement (CONN_HEALTH_CHECKS: a `SELECT 1` round trip on every request). The
+  read is the check: when the connection turns out to be gone as it runs (PostgreSQL ended its
+  backend, restarted, or the network cut it), it is replaced and the read runs once more on the
+  new one, as the check would have replaced it first; a read run twice changes nothing. Only
+  where the check was due (the request's first statement, outside a transaction): anywhere else
+  a lost connection fails the statement, as it does in Django.
 """
 
 import sys
 from typing import Any, Self
 
 import psycopg
+from django.db import OperationalError
 from django.db.backends.postgresql import base, operations
 from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg.abc import Params, QueryNoTemplate
@@ -61,6 +73,12 @@ class DatabaseOperations(operations.DatabaseOperations):
 
 class DatabaseWrapper(base.DatabaseWrapper):
     ops_class = DatabaseOperations
+    # Django's own, set in its __init__ (django-stubs does not declare them).
+    health_check_enabled: bool
+    health_check_done: bool
+    # The cursors _rows keeps, and the connection they belong to.
+    _cursors_of: Any = None
+    _cursors: dict[bool, Any]
 
     def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
@@ -68,15 +86,70 @@ class DatabaseWrapper(base.DatabaseWrapper):
             params["prepare_threshold"] = ONLY_WHEN_ASKED
         return params
 
+    def read_rows(self, statement: str, params: Any, *, prepare: bool) -> list[tuple]:
+        """The rows of a read-only statement, with no health check before it (see the module's
+        docstring); bound and prepared by the server when `prepare`, as `fixed_cursor`."""
+        check_due = (
+            self.connection is not None
+            and self.health_check_enabled
+            and not self.health_check_done
+            and not self.in_atomic_block
+        )
+        if check_due:
+            self.health_check_done = True  # as the check does once it has run: this read is it
+        try:
+            return self._rows(statement, params, prepare=prepare)
+        except OperationalError:
+            if not (check_due and self.connection is not None and self.connection.closed):
+                raise
+        self.close()  # gone before this request's first statement: replace it, read again
+        return self._rows(statement, params, prepare=prepare)
+
+    def write_rows(self, statement: str, params: Any, *, prepare: bool) -> list[tuple]:
+        """The rows a statement that writes returns: after the health check when it is due, as
+        any statement, never run again; bound and prepared by the server when `prepare`."""
+        self.close_if_health_check_failed()
+        return self._rows(statement, params, prepare=prepare)
+
+    def _rows(self, statement: str, params: Any, *, prepare: bool) -> list[tuple]:
+        self.ensure_connection()
+        cursor = self._kept_cursor(prepare)
+        if self.queries_logged or self.execute_wrappers:
+            # Logged or wrapped as Django does every statement (tests, DEBUG, bench/apiprofile.py),
+            # by its cursor wrapper around the kept cursor (never closing it).
+            wrapped = self._prepare_cursor(cursor)  # type: ignore[attr-defined]
+            wrapped.execute(statement, params)
+            return wrapped.fetchall()
+        self.validate_thread_sharing()
+        with self.wrap_database_errors:
+            cursor.execute(statement, params)
+            return cursor.fetchall()
+
+    def _kept_cursor(self, prepare: bool) -> Any:
+        """The connection's cursor of this kind (bound and prepared by the server, or Django's),
+        made once per connection: making one, and Django's wrapper around it, cost a page a
+        fifth of its statement's client-side work."""
+        if self._cursors_of is not self.connection:
+            self._cursors_of, self._cursors = self.connection, {}
+        cursor = self._cursors.get(prepare)
+        if cursor is None:
+            with self.wrap_database_errors:
+                cursor = self._fixed_cursor() if prepare else self.create_cursor()
+            self._cursors[prepare] = cursor
+        return cursor
+
     def fixed_cursor(self) -> Any:
         """A cursor for a fixed statement, bound by the server and prepared: see the module's
         docstring."""
         self.close_if_health_check_failed()
         self.ensure_connection()
         with self.wrap_database_errors:
-            cursor = PreparingCursor(self.connection)
-            # As create_cursor does: the cursor's zone, when the connection's is another.
-            loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
-            if self.timezone != loader.timezone:
-                register_tzloader(self.timezone, cursor)
-            return self._prepare_cursor(cursor)  # type: ignore[attr-defined]
+            return self._prepare_cursor(self._fixed_cursor())  # type: ignore[attr-defined]
+
+    def _fixed_cursor(self) -> PreparingCursor:
+        cursor = PreparingCursor(self.connection)
+        # As create_cursor does: the cursor's zone, when the connection's is another.
+        loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
+        if self.timezone != loader.timezone:
+            register_tzloader(self.timezone, cursor)
+        return cursor

@@ -1,7 +1,8 @@
 """The web server's database connections, with gunicorn as scripts/start runs it: each one is
 kept from request to request whatever the requests answer (created, refused, not found, invalid),
-none is opened per request, and one PostgreSQL cuts is replaced by the next request's health
-check without a refusal."""
+none is opened per request, and one PostgreSQL cuts is replaced without a refusal: by the health
+check before the next request's first statement, or by that statement itself when it is a read
+(orquestador/postgresql)."""
 
 import copy
 import uuid
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
 TIMEOUT = 10  # seconds per HTTP call
 ROUNDS = 40  # rounds of the mixed calls below
+READS_FIRST = 20  # pairs of reads after a cut, before anything else
 
 
 @pytest.fixture
@@ -92,6 +94,11 @@ def test_a_connection_cut_by_postgresql__is_replaced_without_a_refusal(web, runt
         assert cut
         for pid in cut:
             watcher.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # Reads first, so that for some server threads a read is the first statement after the
+        # cut: with no health check before it, it replaces the connection itself.
+        for _ in range(READS_FIRST):
+            assert session.get(f"{web}/api/v1/executions?limit=2").status_code == 200
+            assert session.get(f"{web}/api/v1/requests/{uuid.uuid4()}").status_code == 404
         for _ in range(10):
             assert mixed_calls(web, session) == EXPECTED
         assert not (backends(watcher) & cut)

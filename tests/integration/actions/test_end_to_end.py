@@ -283,13 +283,13 @@ def accept(transition: str, data: dict[str, Any] | None = None) -> Execution:
     request = request_create(
         principal=PRINCIPAL, flow_key="integrations-e2e", flow_version=1, data=data or {}
     )
-    execution, _ = transition_accept(
+    accepted, _ = transition_accept(
         principal=PRINCIPAL,
         request_id=str(request.id),
         transition_id=transition,
         expected_revision=request.revision,
     )
-    return execution
+    return Execution.objects.get(id=accepted.id)
 
 
 SETTLED = {

@@ -2,20 +2,29 @@
 render.py's dicts: the same bytes, for every kind of value a row can hold, in UTC and in another
 zone, with and without the optional objects and the next cursor."""
 
-import datetime
 import itertools
+import json
 
 import pytest
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
-from executions.api.pagejson import PageRenderer, execution_item, page_body, request_item
+from executions.api.pagejson import (
+    PageRenderer,
+    encoded,
+    execution_item,
+    execution_items,
+    page_body,
+    request_item,
+    request_items,
+)
 from executions.api.render import execution_view, request_view
 from executions.rows import ExecutionRow, RequestRow
 
-# Naive, in UTC, as the fixed reads give their times.
-NAIVE = datetime.datetime(2026, 12, 1, 23, 59, 58, 123456, tzinfo=datetime.UTC).replace(tzinfo=None)
-WHOLE = NAIVE.replace(hour=0, minute=0, second=0, microsecond=0)  # isoformat writes no fraction
+# As the fixed reads give their times: the API's text in UTC (test_render.py holds the statements'
+# text to DRF's).
+PRECISE = "2026-12-01T23:59:58.123456Z"
+WHOLE = "2026-12-01T00:00:00Z"  # isoformat writes no fraction
 # Texts JSON escapes, texts it must not, and the two JavaScript line terminators.
 AWKWARD = ['q"uote', "back\\slash", "ctl\x01\n\t", "é☃😀", "line\u2028sep\u2029", "", "plain"]
 DATA = [
@@ -30,7 +39,7 @@ DATA = [
 
 def executions() -> list[ExecutionRow]:
     rows = []
-    for n, (text, when) in enumerate(itertools.product(AWKWARD, (NAIVE, WHOLE, None))):
+    for n, (text, when) in enumerate(itertools.product(AWKWARD, (PRECISE, WHOLE, None))):
         rows.append(
             ExecutionRow(
                 id=f"00000000-0000-4000-8000-{n:012d}",
@@ -42,7 +51,7 @@ def executions() -> list[ExecutionRow]:
                 outcome=text if n % 2 else None,
                 target_state=None if n % 2 else text,
                 error_code=text if n % 3 else None,
-                created_at=when or NAIVE,
+                created_at=when or PRECISE,
                 finished_at=when,
             )
         )
@@ -59,9 +68,9 @@ def requests() -> list[RequestRow]:
                 flow_version=n + 1,
                 state=text or "DRAFT",
                 revision=2**63 - 1 - n,
-                data=data,
+                data=json.dumps(data, ensure_ascii=False),  # as PostgreSQL writes it: spaced
                 blocked=bool(n % 2),
-                created_at=NAIVE,
+                created_at=PRECISE,
                 updated_at=WHOLE,
             )
         )
@@ -74,24 +83,19 @@ def rendered(results: list, after: str | None) -> bytes:
 
 @pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo"])
 @pytest.mark.parametrize("after", [None, "AQAF-_x"])
-def test_an_execution_page__is_the_bytes_the_renderer_writes(zone, after):
+@pytest.mark.parametrize("extras", [True, False], ids=["some-wait-or-are-throttled", "plain"])
+def test_an_execution_page__is_the_bytes_the_renderer_writes(zone, after, extras):
     rows = executions()
-    waiting = {"actionId": "approve", "event": "approval\u2028", "deadline": NAIVE}
-    throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": None}
+    wait = {"actionId": "approve", "event": "approval\u2028", "deadline": PRECISE}
+    throttle = {"actionId": "charge", "capability": "payments.charge@1", "until": None}
     # Every fourth row waits, every fifth is throttled: those are encoded from their dicts.
-    extras = [
-        (waiting if n % 4 == 0 else None, throttled if n % 5 == 0 else None)
-        for n in range(len(rows))
-    ]
+    waiting = {row.id: wait for n, row in enumerate(rows) if extras and n % 4 == 0}
+    throttled = {row.id: throttle for n, row in enumerate(rows) if extras and n % 5 == 0}
     with timezone.override(zone):
         tz = timezone.get_current_timezone()
-        written = page_body(
-            [execution_item(row, w, tz, t) for row, (w, t) in zip(rows, extras, strict=True)],
-            after,
-        )
+        written = page_body(execution_items(rows, tz, waiting, throttled), after)
         expected = rendered(
-            [execution_view(row, w, tz, t) for row, (w, t) in zip(rows, extras, strict=True)],
-            after,
+            [execution_view(r, waiting.get(r.id), tz, throttled.get(r.id)) for r in rows], after
         )
     assert written == expected
     assert b"\\u2028" in written and "\u2028".encode() not in written
@@ -103,9 +107,22 @@ def test_a_request_page__is_the_bytes_the_renderer_writes(zone, after):
     rows = requests()
     with timezone.override(zone):
         tz = timezone.get_current_timezone()
-        written = page_body([request_item(row, tz) for row in rows], after)
+        written = page_body(request_items(rows, tz), after)
         expected = rendered([request_view(row, tz) for row in rows], after)
     assert written == expected
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo"])
+def test_one_item__is_the_bytes_the_renderer_writes_for_its_dict(zone):
+    # What an acceptance and the reads by id answer.
+    with timezone.override(zone):
+        tz = timezone.get_current_timezone()
+        for row in executions():
+            expected = JSONRenderer().render(execution_view(row, None, tz), "application/json")
+            assert encoded(execution_item(row, None, tz, None)) == expected
+        for row in requests():
+            expected = JSONRenderer().render(request_view(row, tz), "application/json")
+            assert encoded(request_item(row, tz)) == expected
 
 
 def test_an_empty_page__is_the_bytes_the_renderer_writes():

@@ -5,9 +5,11 @@ unchanged."""
 
 import datetime
 import json
+import zoneinfo
 
 import pytest
 from django.utils import timezone
+from rest_framework import serializers
 
 from executions import selectors
 from executions.api.acceptbody import plainly_valid
@@ -152,6 +154,48 @@ def test_fixed_reads__render_as_the_serializers_in_any_current_zone(alice, reque
         stored_request = Request.objects.select_related("flow").get(id=request_row.id)
         listed = selectors.request_list(principal=ALICE, filters={}, limit=5, position=None)
         same(request_view(listed.rows[0]), RequestViewSerializer(stored_request).data)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        MOMENT,
+        MOMENT.replace(microsecond=0),  # no fraction at all
+        MOMENT.replace(microsecond=100_000),  # the fraction's trailing zeros kept
+        MOMENT.replace(microsecond=1),
+        datetime.datetime(1, 1, 1, tzinfo=datetime.UTC),  # a year of one digit, padded
+        datetime.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=datetime.UTC),
+        datetime.datetime(2026, 3, 29, 1, 30, 7, 5, tzinfo=zoneinfo.ZoneInfo("Europe/Lisbon")),
+    ],
+)
+def test_fixed_reads__write_their_times_as_drf_does(alice, request_row, moment):
+    # The statements write a row's times themselves (executions/rows.py): the same text as DRF's
+    # DateTimeField writes for the time in UTC, the zone the API answers in.
+    execution = Execution.objects.create(
+        request=request_row,
+        flow=request_row.flow,
+        transition_id="submit",
+        accepted_revision=2,
+        status="SUSPENDED",  # whose deadline (next_attempt_at) its view shows
+        finished_at=moment,  # not a SUSPENDED one's, but written all the same
+        next_attempt_at=moment,
+    )
+    Execution.objects.filter(id=execution.id).update(created_at=moment)
+    Request.objects.filter(id=request_row.id).update(created_at=moment, updated_at=moment)
+    with timezone.override("UTC"):
+        expected = serializers.DateTimeField().to_representation(moment)
+        read = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
+        (listed,) = selectors.execution_list(
+            principal=ALICE, filters={}, limit=5, position=None
+        ).rows
+        request = selectors.request_get(principal=ALICE, request_id=str(request_row.id))
+        (listed_request,) = selectors.request_list(
+            principal=ALICE, filters={}, limit=5, position=None
+        ).rows
+    for row in (read, listed):
+        assert (row.created_at, row.finished_at, row.next_attempt_at) == (expected,) * 3
+    for row in (request, listed_request):
+        assert (row.created_at, row.updated_at) == (expected,) * 2
 
 
 @pytest.mark.parametrize("action_id", ["reserve", "reserve:compensate"])

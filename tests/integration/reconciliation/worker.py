@@ -106,13 +106,13 @@ def accept_charge(amount: int = 42, customer: str = "cus_ada") -> Execution:
         data={"amount": amount, "customer": customer},
     )
     request.refresh_from_db()
-    execution, _ = transition_accept(
+    accepted, _ = transition_accept(
         principal=alice,
         request_id=str(request.pk),
         transition_id="charge",
         expected_revision=request.revision,
     )
-    return execution
+    return Execution.objects.get(id=accepted.id)
 
 
 def wait_for_reconciliation(execution: Execution, process: subprocess.Popen, log: Path) -> None:
