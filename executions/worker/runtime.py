@@ -272,7 +272,7 @@ class LocalWorkerRuntime(Reservations):
             resolve=resolve or registry_resolve,
             flows=FlowCache(),
             rng=rng or random.SystemRandom(),
-            writes=GroupWrites(actor=WORKER_ACTOR),
+            writes=GroupWrites(actor=WORKER_ACTOR, connections=size),
             reachable=self._probe.reachable,
         )
 
