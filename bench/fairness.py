@@ -18,10 +18,12 @@ the queue's order, with one tenant's backlog beside another tenant's steady tric
    against alone, A's throughput (the rate, in both orders), C's wait p50 and slowest.
 
 For each run, where B's milliseconds went (`steps`), medians and the slowest's, by the
-database's clock and the worker's mark of B's call (bench/marked_worker.py): `claim`, acceptance
-to the claim that took it; `start`, that claim to its RUNNING checkpoint's write; `call`, that
-write to the adapter's call (its commit, the way back to the run); `save`, the call to the
-SUCCEEDED checkpoint's write; `final`, that write to the final commit's.
+database's clock and the worker's mark of B's call (bench/marked_worker.py; one host, one
+clock): `accept`, the acceptance's transaction from its start (where acceptance-to-finish
+starts) to its last statement; `claim`, from there (its commit included) to the start of the
+claim that took it; `start`, that claim to its RUNNING checkpoint's write; `call`, that write to
+the adapter's call (its commit, the way back to the run); `save`, the call to the SUCCEEDED
+checkpoint's write; `final`, that write to the final commit's.
 
 Every execution but A's and C's in part 4 runs one NO_OP action, so the backlog drains as fast
 as the database lets it.
@@ -85,7 +87,9 @@ adapter = "http.json"
 url = "{url}"
 rate_limit = "{rate}/s"
 """
-STEP_NAMES = ("claim", "start", "call", "save", "final")
+STEP_NAMES = ("accept", "claim", "start", "call", "save", "final")
+# An acceptance's last statement, its NOTIFY, also reads the clock (`accept` ends there).
+NOTIFY_AND_CLOCK = sql.NOTIFY_WORK + ", extract(epoch FROM clock_timestamp())"
 # Part 4's flow: one action on the rate-limited route.
 LIMITED_FLOW = {
     "key": "bench-fair-limited",
@@ -151,8 +155,9 @@ def claim_cost(bench: Any, backlog: int, claims: int) -> dict:
     return result
 
 
-def _accept_one(bench: Any, scope: str, flow_id: int | None = None) -> uuid.UUID:
-    """One acceptance of tenant `scope`, as the API leaves it, with its NOTIFY."""
+def _accept_one(bench: Any, scope: str, flow_id: int | None = None) -> tuple[uuid.UUID, float]:
+    """One acceptance of tenant `scope`, as the API leaves it, with its NOTIFY; its id and the
+    database's clock at its last statement."""
     request_id, execution_id = uuid.uuid4(), uuid.uuid4()
     flow_id = flow_id or bench.flow_id
     conn = bench.runtime
@@ -170,25 +175,26 @@ def _accept_one(bench: Any, scope: str, flow_id: int | None = None) -> uuid.UUID
         conn.execute(
             "UPDATE request SET blocked_by_id = %s WHERE id = %s", [execution_id, request_id]
         )
-        conn.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
-    return execution_id
+        notified = conn.execute(NOTIFY_AND_CLOCK, {"execution_id": str(execution_id)}).fetchone()
+    return execution_id, float(notified[1])
 
 
-def _steps(bench: Any, ids: list[uuid.UUID], marks: Path) -> tuple[list[float], dict]:
+def _steps(bench: Any, accepted: dict[uuid.UUID, float], marks: Path) -> tuple[list[float], dict]:
     """B's acceptance-to-finish latencies, and where its milliseconds went (module docstring):
     each step's median, and the slowest execution's steps."""
     called: dict[str, float] = {}
     for line in marks.read_text().splitlines():
-        execution_id, at = line.split()
-        called[execution_id] = float(at)
-    rows = bench.runtime.execute(STEPS, {"ids": ids}).fetchall()
+        execution_id, mark = line.split()
+        called[execution_id] = float(mark)
+    rows = bench.runtime.execute(STEPS, {"ids": list(accepted)}).fetchall()
     latencies = [float(row[5]) - float(row[1]) for row in rows]
     split: list[dict[str, float]] = []
-    for execution_id, accepted, claimed, started, saved, finished in rows:
+    for execution_id, created, claimed, started, saved, finished in rows:
         call = called.get(str(execution_id))
         if call is None:
             continue
-        at = [float(accepted), float(claimed), float(started), call, float(saved), float(finished)]
+        at = [float(created), accepted[execution_id], float(claimed), float(started), call]
+        at += [float(saved), float(finished)]
         split.append({name: at[i + 1] - at[i] for i, name in enumerate(STEP_NAMES)})
     if not split:
         return latencies, {}
@@ -213,11 +219,12 @@ def drain(
     `limited`, A's backlog calls its route, and C trickles onto it too."""
     label = f"fair-{fairness}-{backlog}" + (f"-{limited.rate}per-s" if limited else "")
     bench.owner.execute("VACUUM ANALYZE request, execution, action_execution, audit_event")
-    if limited is not None:
-        bench.owner.execute(CLEAR_LIMITS)  # a fresh limiter: no declaration of an earlier run
+    # A fresh limiter: no route declared by an earlier run's workers (a worker that enforces no
+    # limit on a route another live worker declared refuses to start).
+    bench.owner.execute(CLEAR_LIMITS)
     b_scope = "bench-b-" + uuid.uuid4().hex[:8]
     c_scope = "bench-c-" + uuid.uuid4().hex[:8]
-    b_ids: list[uuid.UUID] = []
+    b_ids: dict[uuid.UUID, float] = {}  # B's executions, each with its acceptance's last clock
     c_ids: list[uuid.UUID] = []
     marks = bench.base / f"{label}.marks"
     marks.write_text("")
@@ -245,10 +252,11 @@ def drain(
             elif not bench.runtime.execute(TENANT_LIVE, [a_scope]).fetchone()[0]:
                 break
             if now >= next_b:
-                b_ids.append(_accept_one(bench, b_scope))
+                execution_id, notified_at = _accept_one(bench, b_scope)
+                b_ids[execution_id] = notified_at
                 next_b += 1 / B_RATE
             if limited is not None and now >= next_c:
-                c_ids.append(_accept_one(bench, c_scope, limited.flow_id))
+                c_ids.append(_accept_one(bench, c_scope, limited.flow_id)[0])
                 next_c += C_EVERY
             time.sleep(min(0.05, max(0.0, min(next_b, next_c) - time.monotonic())))
         deadline = time.monotonic() + RUN_TIMEOUT
@@ -322,6 +330,7 @@ def run(
                 report[f"limited_{fairness}"] = drain(
                     bench, fairness=fairness, backlog=limited_backlog, limited=limited, **shape
                 )
+        bench.owner.execute(CLEAR_LIMITS)  # for the sections after this one
     return report
 
 
