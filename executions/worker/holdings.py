@@ -63,7 +63,8 @@ class Holding:
     @property
     def urgent(self) -> bool:
         """Whether its writes go ahead of the process's others (`Slots.urgent`)."""
-        return self.slots is not None and self.slots.urgent(self)
+        slots = self.slots
+        return slots is not None and slots.by_tenant and slots.urgent(self)
 
     def retake_slot(self) -> None:
         """The final commit did not land and the run goes on: count its slot busy again."""
