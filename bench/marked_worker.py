@@ -5,7 +5,8 @@
 Each NO_OP call appends "<execution id> <time.time()>" to the file BENCH_PICKUP_FILE names, the
 time taken first, exactly as bench/procrastinate_worker.py's `pickup` task does: both pickups
 end where the work starts (our adapter call, their task), read from the clock the bench reads
-at the acceptance (defer) commit.
+at the acceptance (defer) commit. With BENCH_MARK_SCOPE, only the calls of requests whose scope
+starts with it are noted (bench/fairness.py marks one tenant's calls beside another's backlog).
 """
 
 import os
@@ -26,12 +27,14 @@ def main() -> None:
     from actions.registry import NoOpAdapter
 
     marks = os.environ["BENCH_PICKUP_FILE"]
+    scope = os.environ.get("BENCH_MARK_SCOPE", "")
     call = NoOpAdapter.call
 
     async def marked(self, ctx, binding):
         called = time.time()
-        with open(marks, "a") as out:
-            out.write(f"{ctx.execution_id} {called}\n")
+        if ctx.scope.startswith(scope):
+            with open(marks, "a") as out:
+                out.write(f"{ctx.execution_id} {called}\n")
         return await call(self, ctx, binding)
 
     NoOpAdapter.call = marked

@@ -47,7 +47,9 @@ default durable settings (fsync and synchronous_commit on), and removed at the e
    modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
 10. Fairness (bench/fairness.py): both claim orders' cost beside a deep backlog, and tenant B's
    slowest acceptance-to-finish at 2 requests/s beside tenant A's backlog of --fairness-backlog
-   (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each.
+   (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each and where B's
+   time went; then A's backlog behind a rate limit (--fairness-limited-backlog at
+   --fairness-rate per second) with tenant C's requests parked beside it.
 11. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
    throughput at 1 x 10 with a subscription on every event against none (CPU per delivered event).
 12. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
@@ -1076,6 +1078,8 @@ class Bench:
                 processes=args.fairness_processes,
                 concurrency=args.fairness_concurrency,
                 seconds=args.fairness_seconds,
+                limited_backlog=args.fairness_limited_backlog,
+                rate=args.fairness_rate,
             )
         if "webhooks" in wanted:
             print("webhooks (a receiver on 127.0.0.1):", flush=True)
@@ -1323,6 +1327,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--fairness-seconds", type=float, default=10.0, help="tenant B alone, at 2/s"
     )
+    parser.add_argument(
+        "--fairness-limited-backlog",
+        type=int,
+        default=4_000,
+        help="tenant A's behind a rate limit (0: skip that case)",
+    )
+    parser.add_argument("--fairness-rate", type=int, default=200, help="that limit, per second")
     parser.add_argument("--limit-calls", type=int, default=3_000, help="limits: per run")
     parser.add_argument("--limit-rate-calls", type=int, default=600, help="limits: at 50/s")
     parser.add_argument("--limit-pickup-samples", type=int, default=200, help="limits: pickup")
@@ -1357,6 +1368,7 @@ def main(argv: list[str]) -> int:
         args.list_rows = min(args.list_rows, 100_000)
         args.fairness_backlog = min(args.fairness_backlog, 2_000)
         args.fairness_seconds = min(args.fairness_seconds, 5.0)
+        args.fairness_limited_backlog = min(args.fairness_limited_backlog, 1_000)
         args.more_concurrency = "100"  # one higher concurrency: both sides' best configurations
         args.limit_calls = min(args.limit_calls, 400)
         args.limit_rate_calls = min(args.limit_rate_calls, 150)

@@ -24,12 +24,18 @@ Invariants:
 - a batch whose statement fails is retried item by item, so one execution's fault (a trigger, a
   constraint) fails only that execution;
 - a run never holds a database lock while it waits for its turn: every grouped write is one
-  autocommit statement, and multi-row locks are taken in id order.
+  autocommit statement, and multi-row locks are taken in id order;
+- an urgent run (under WORKER_FAIRNESS=tenant, one whose tenant is far below its share of the
+  process: holdings.Slots.urgent) is not grouped: it writes its item at once, alone, in its own
+  task (`Alone`), taking the next of the shared connections before any batch's leader
+  (`WriteGate`): a newcomer waits neither for a big tenant's batch in flight nor inside the
+  next one (docs/adr/0019, "Inside the worker").
 """
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -62,6 +68,47 @@ async def on(db: Database, plan: Plan[Result]) -> Result:
         return await run_async(conn, plan)
 
 
+class WriteGate:
+    """The order in which the grouped writes take the shared connections: at most `places`
+    writes borrow at once (as many as the runtime's connections), and a place that frees goes
+    to a waiting urgent write before any batch's leader. The hot-path writes only: a run's other
+    steps borrow from the pool directly."""
+
+    def __init__(self, places: int) -> None:
+        self.places = places
+        self._waiting: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque())
+
+    @contextlib.asynccontextmanager
+    async def enter(self, *, urgent: bool) -> AsyncIterator[None]:
+        if self.places > 0 and not any(self._waiting):
+            self.places -= 1
+        else:
+            queue = self._waiting[0 if urgent else 1]
+            ready = asyncio.get_running_loop().create_future()
+            queue.append(ready)
+            try:
+                await ready
+            except asyncio.CancelledError:
+                if ready.cancelled():
+                    queue.remove(ready)
+                else:  # the place was handed to it as it was cancelled: pass it on
+                    self._pass()
+                raise
+        try:
+            yield
+        finally:
+            self._pass()
+
+    def _pass(self) -> None:
+        for queue in self._waiting:
+            while queue:
+                ready = queue.popleft()
+                if not ready.done():
+                    ready.set_result(None)
+                    return
+        self.places += 1
+
+
 @dataclass(eq=False)
 class _Ticket(Generic[Item]):
     item: Item
@@ -84,6 +131,7 @@ class GroupCommit(Generic[Item, Result]):
 
     write_many: Callable[[Sequence[Item]], Plan[Any]]  # a plan answering results by key
     key: Callable[[Item], Hashable]
+    gate: WriteGate | None = None  # the process's, shared with the urgent writes; None: any order
     batches: int = 0  # statements sent, for tests and benchmarks
     items: int = 0  # items written
     _queue: list[_Ticket[Item]] = field(default_factory=list)
@@ -119,8 +167,10 @@ class GroupCommit(Generic[Item, Result]):
 
     async def _lead(self, db: Database) -> None:
         batch: list[_Ticket[Item]] | None = None
+        gate = self.gate
+        turn = contextlib.nullcontext() if gate is None else gate.enter(urgent=False)
         try:
-            async with borrowed(db) as conn:
+            async with turn, borrowed(db) as conn:
                 # Taken once a connection is ours: the batch grew meanwhile.
                 batch, self._queue = self._queue, []
                 await self._write(conn, batch)
@@ -171,23 +221,66 @@ class GroupCommit(Generic[Item, Result]):
             ticket.result = results.get(self.key(ticket.item))
 
 
-class GroupWrites:
-    """The grouped writes of the worker's hot path, shared by a process's runs: starts, saves
-    (from the RUNNING row) and finals."""
+@dataclass(eq=False)
+class Alone(Generic[Item, Result]):
+    """An urgent run's write of one kind: its item alone, in its caller's task (no lead to
+    hand over, no task to wake), on the next of the shared connections."""
 
-    def __init__(self, *, actor: str) -> None:
-        self.starts: GroupCommit[StartItem, int] = GroupCommit(
-            lambda items: checkpoints_start(items=items),
-            key=lambda item: item.fence.execution_id,
+    write_many: Callable[[Sequence[Item]], Plan[Any]]
+    key: Callable[[Item], Hashable]
+    gate: WriteGate | None = None
+    batches: int = 0  # statements sent, as GroupCommit counts them
+    items: int = 0
+
+    async def submit(self, db: Database, item: Item) -> Result | None:
+        gate = self.gate
+        turn = contextlib.nullcontext() if gate is None else gate.enter(urgent=True)
+        async with turn, borrowed(db) as conn:
+            results = await run_async(conn, self.write_many([item]))
+        self.batches += 1
+        self.items += 1
+        return results.get(self.key(item))
+
+
+class GroupWrites:
+    """The writes of the worker's hot path, shared by a process's runs: starts, saves (from the
+    RUNNING row) and finals, each grouped, and each alone for urgent runs (`lane`).
+    `connections`: how many the writes share (their `WriteGate`); None, borrowed in any order."""
+
+    def __init__(self, *, actor: str, connections: int | None = None) -> None:
+        gate = WriteGate(connections) if connections else None
+
+        def start(items: Sequence[StartItem]) -> Plan[Any]:
+            return checkpoints_start(items=items)
+
+        def save(items: Sequence[SucceedItem]) -> Plan[Any]:
+            return _saved(checkpoints_succeed(items=items))
+
+        def final(items: Sequence[FinalizeItem]) -> Plan[Any]:
+            return executions_finalize(items=items, actor=actor)
+
+        def key(item: StartItem | SucceedItem | FinalizeItem) -> Hashable:
+            return item.fence.execution_id
+
+        self.starts: GroupCommit[StartItem, int] = GroupCommit(start, key, gate)
+        self.successes: GroupCommit[SucceedItem, bool] = GroupCommit(save, key, gate)
+        self.finals: GroupCommit[FinalizeItem, int] = GroupCommit(final, key, gate)
+        self.urgent = _Urgent(
+            starts=Alone(start, key, gate),
+            successes=Alone(save, key, gate),
+            finals=Alone(final, key, gate),
         )
-        self.successes: GroupCommit[SucceedItem, bool] = GroupCommit(
-            lambda items: _saved(checkpoints_succeed(items=items)),
-            key=lambda item: item.fence.execution_id,
-        )
-        self.finals: GroupCommit[FinalizeItem, int] = GroupCommit(
-            lambda items: executions_finalize(items=items, actor=actor),
-            key=lambda item: item.fence.execution_id,
-        )
+
+    def lane(self, urgent: bool) -> "GroupWrites | _Urgent":
+        """Where a run writes: alone when urgent, else grouped."""
+        return self.urgent if urgent else self
+
+
+@dataclass(frozen=True)
+class _Urgent:
+    starts: Alone[StartItem, int]
+    successes: Alone[SucceedItem, bool]
+    finals: Alone[FinalizeItem, int]
 
 
 def _saved(plan: Plan[set[Any]]) -> Plan[Mapping[Any, bool]]:

@@ -7,6 +7,10 @@ dict, for threads that read it (the metrics endpoint, the prober's "is a slot fr
 back, never touches a later holder of the same execution. It refers to its claim's `Dispatch`
 and keeps only what changes while a slot holds it; the runtime is handed the holding itself
 (`WorkerRuntime.allocate`).
+
+Under WORKER_FAIRNESS=tenant the slots also count what each tenant holds here, so that a run of
+a tenant far below its share of this process's slots writes ahead of the others (`urgent`:
+docs/adr/0019, "Inside the worker").
 """
 
 import asyncio
@@ -18,6 +22,12 @@ from dataclasses import dataclass, field
 from actions.base import StopSignal
 
 from ..claims import Dispatch
+
+# A run is urgent while its tenant holds at most 1/URGENT_SHARE of an even share of this
+# process's held executions (its own included): a newcomer beside a tenant that fills the
+# process, never tenants near their share (the urgent writes stay a minority, so the batches
+# of the others keep their size).
+URGENT_SHARE = 8
 
 
 @dataclass(eq=False)
@@ -45,6 +55,18 @@ class Holding:
         if self.slots is not None:
             self.slots.release(self)
 
+    @property
+    def tenant(self) -> str | None:
+        """Its request's scope, from the claim's snapshot (None: not read yet)."""
+        snapshot = self.dispatch.snapshot
+        return None if snapshot is None else snapshot.scope
+
+    @property
+    def urgent(self) -> bool:
+        """Whether its writes go ahead of the process's others (`Slots.urgent`)."""
+        slots = self.slots
+        return slots is not None and slots.by_tenant and slots.urgent(self)
+
     def retake_slot(self) -> None:
         """The run goes on after its slot was released (a refused final commit, a failed
         evaluation): count its slot busy again."""
@@ -58,7 +80,9 @@ class Slots:
     release (at full load the claim loop waits for several slots to free up, and waking it at
     every release would cost a loop iteration per execution for nothing)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, by_tenant: bool = False) -> None:
+        self.by_tenant = by_tenant  # WORKER_FAIRNESS=tenant: count what each tenant holds
+        self._tenants: dict[str, int] = {}  # held executions by tenant, when by_tenant
         self.in_use = 0
         self.wake_at = 0  # set by the one who waits
         self._freed: asyncio.Event | None = None
@@ -127,6 +151,10 @@ class Slots:
         with self._lock:
             earlier = self._by_execution.get(dispatch.fence.execution_text)
             self._by_execution[dispatch.fence.execution_text] = holding
+        if self.by_tenant:
+            if earlier is not None:
+                self._count(earlier, -1)
+            self._count(holding, 1)
         self.in_use += 1
         if earlier is not None and earlier.dispatch.fence == dispatch.fence:
             earlier.lost = True
@@ -139,8 +167,11 @@ class Slots:
             return  # its slot was given back when it passed its deadline
         execution_id = holding.dispatch.fence.execution_text
         with self._lock:
-            if self._by_execution.get(execution_id) is holding:
+            held = self._by_execution.get(execution_id) is holding
+            if held:
                 del self._by_execution[execution_id]
+        if held and self.by_tenant:
+            self._count(holding, -1)
         self._unheld()
         if not holding.slot_released:
             holding.slot_released = True
@@ -163,6 +194,38 @@ class Slots:
         holding.slot_released = False
         self.in_use += 1
 
+    def urgent(self, holding: Holding) -> bool:
+        """Under tenant order: whether `holding`'s tenant holds at most 1/URGENT_SHARE of an
+        even share of what this process holds (one of two tenants holding 50: at most 3)."""
+        if not self.by_tenant:
+            return False
+        tenant = holding.tenant
+        if tenant is None:
+            return False
+        tenants = self._tenants
+        return tenants.get(tenant, 0) * URGENT_SHARE * len(tenants) <= len(self._by_execution)
+
+    def newcomers_first(self, dispatches: list[Dispatch]) -> list[Dispatch]:
+        """Under tenant order, a claim's executions by what their tenants hold here, fewest
+        first: their runs start, and write, in that order."""
+        if not self.by_tenant or len(dispatches) < 2:
+            return dispatches
+        tenants = self._tenants
+        return sorted(
+            dispatches,
+            key=lambda d: 0 if d.snapshot is None else tenants.get(d.snapshot.scope, 0),
+        )
+
+    def _count(self, holding: Holding, change: int) -> None:
+        tenant = holding.tenant
+        if tenant is None:
+            return
+        held = self._tenants.get(tenant, 0) + change
+        if held > 0:
+            self._tenants[tenant] = held
+        else:
+            self._tenants.pop(tenant, None)
+
     def find(self, execution_id: uuid.UUID) -> Holding | None:
         """The holder of this execution here, if any."""
         return self._by_execution.get(str(execution_id))
@@ -179,6 +242,8 @@ class Slots:
             if self._by_execution.get(execution_id) is not holding or holding.abandoned:
                 return False
             del self._by_execution[execution_id]
+        if self.by_tenant:
+            self._count(holding, -1)
         holding.lost = holding.abandoned = True
         self._unheld()
         if not holding.slot_released:

@@ -276,7 +276,7 @@ class _Run:
         self.check_not_cancelled(f"start {action_id}")
         attempt = await self.write(
             "CHECKPOINT_START",
-            lambda: self.deps.writes.starts.submit(self.db, call.start),
+            lambda: self.deps.writes.lane(self.holding.urgent).starts.submit(self.db, call.start),
             step=f"start {action_id}",
         )
         # Built directly: dataclasses.replace walks the fields in Python on every call.
@@ -347,7 +347,7 @@ class _Run:
             self.holding.release_slot()
         await self.write(
             "CHECKPOINT_SUCCEED",
-            lambda: self.deps.writes.successes.submit(self.db, success),
+            lambda: self.deps.writes.lane(self.holding.urgent).successes.submit(self.db, success),
             step=f"save {action_id}",
         )
         if logger.isEnabledFor(logging.INFO):
@@ -407,7 +407,8 @@ class _Run:
         # A final commit that fails (its retries used) raises: RUNNING and the checkpoints stay
         # for recovery by lease, which reuses every SUCCEEDED one.
         final = await self.write(
-            "EXECUTION_FINALIZE", lambda: self.deps.writes.finals.submit(self.db, item)
+            "EXECUTION_FINALIZE",
+            lambda: self.deps.writes.lane(self.holding.urgent).finals.submit(self.db, item),
         )
         if final is None:
             self.holding.retake_slot()  # the run goes on (its refusal, perhaps compensation)

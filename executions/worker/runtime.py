@@ -272,7 +272,10 @@ class LocalWorkerRuntime(Reservations):
             resolve=resolve or registry_resolve,
             flows=FlowCache(),
             rng=rng or random.SystemRandom(),
-            writes=GroupWrites(actor=WORKER_ACTOR),
+            # The write gate serves urgent writes, which only tenant order has.
+            writes=GroupWrites(
+                actor=WORKER_ACTOR, connections=size if config.fairness == "tenant" else None
+            ),
             reachable=self._probe.reachable,
         )
 

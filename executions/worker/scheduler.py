@@ -111,7 +111,7 @@ class Scheduler:
         self._stop_claiming = threading.Event()
         self._end_drain = threading.Event()
         self._stop_heartbeat = threading.Event()
-        self.slots = Slots()
+        self.slots = Slots(by_tenant=config.fairness == "tenant")
         self._runs: dict[Holding, asyncio.Task[None]] = {}
         self.claimed = 0  # executions claimed by this scheduler, for tests and logs
         # When the database comes back, the runtime replaces the connections the outage broke
@@ -230,7 +230,7 @@ class Scheduler:
                         self.metrics.taken_over(taken)
                     await self.database.reached("claim")
                     reconnect_wait = RECONNECT_FIRST_SECONDS
-                    for dispatch in dispatches:
+                    for dispatch in self.slots.newcomers_first(dispatches):
                         if dispatch.poisoned(self.config.max_reclaims):
                             if await poison_settle(conn, dispatch) is not None:
                                 self.metrics.reclaims_exhausted()

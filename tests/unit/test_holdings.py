@@ -3,7 +3,7 @@
 import asyncio
 import uuid
 
-from executions.claims import Dispatch
+from executions.claims import Dispatch, Snapshot
 from executions.leases import Fence
 from executions.worker.holdings import Slots
 
@@ -128,3 +128,66 @@ def test_wait_unheld__waits_for_a_released_slot_s_final_commit():
         return still_held, held.held == 0
 
     assert asyncio.run(scenario()) == (True, True)
+
+
+def _tenant_claim(scope: str) -> Dispatch:
+    snapshot = Snapshot(
+        data={}, state="DRAFT", revision=2, version=2, owner="o", scope=scope, accepted_revision=2
+    )
+    fence = Fence(uuid.uuid4(), uuid.uuid4(), 1, "w")
+    return Dispatch(
+        fence=fence, flow_id=1, transition_id="go", attempts=1, principal=None, snapshot=snapshot
+    )
+
+
+def test_urgent__a_tenant_far_below_its_share_of_the_process_writes_ahead():
+    held = Slots(by_tenant=True)
+    big = [held.take(_tenant_claim("a")) for _ in range(49)]
+    newcomer = held.take(_tenant_claim("b"))
+    # An even share of 50 between two tenants is 25, an eighth of it 3.1: b holds 1, a 49.
+    assert newcomer.urgent and not big[0].urgent
+    second = held.take(_tenant_claim("b"))  # 2 of 51: still at most an eighth
+    assert newcomer.urgent and second.urgent
+    for holding in big[:30]:
+        held.free(holding)
+    assert not newcomer.urgent  # 2 of 21 beside 19: more than an eighth of 10.5
+    held.free(second)
+    assert newcomer.urgent  # 1 of 20: an eighth of 10 is 1.25
+    for holding in big[30:]:
+        held.free(holding)
+    assert held.busy == 1 and not newcomer.urgent  # alone: its whole share
+
+
+def test_urgent__never_in_queue_order_nor_for_tenants_near_their_share():
+    queue = Slots()
+    holdings = [queue.take(_tenant_claim("a")) for _ in range(49)]
+    assert not queue.take(_tenant_claim("b")).urgent and not holdings[0].urgent
+
+    even = Slots(by_tenant=True)
+    per_tenant = [[even.take(_tenant_claim(t)) for _ in range(5)] for t in "abcdefghij"]
+    assert not any(h.urgent for tenant in per_tenant for h in tenant)
+
+
+def test_urgent__counts_follow_each_holder_taken_freed_given_back_or_replaced():
+    held = Slots(by_tenant=True)
+    big = [held.take(_tenant_claim("a")) for _ in range(40)]
+    claim = _tenant_claim("b")
+    first = held.take(claim)
+    again = held.take(claim)  # the same fence claimed again: the first holder is stopped
+    assert first.lost and again.urgent
+    held.free(first)  # the stopped holder's run ends: the count is the second holder's alone
+    assert held._tenants == {"a": 40, "b": 1}
+    assert held.give_back(big[0])
+    held.free(big[0])  # its run returns later: counted once
+    held.free(again)
+    assert held._tenants == {"a": 39}
+
+
+def test_newcomers_first__a_claims_executions_by_what_their_tenants_hold_here():
+    held = Slots(by_tenant=True)
+    for _ in range(3):
+        held.take(_tenant_claim("a"))
+    held.take(_tenant_claim("c"))
+    claimed = [_tenant_claim("a"), _tenant_claim("c"), _tenant_claim("b")]
+    assert [d.snapshot.scope for d in held.newcomers_first(claimed)] == ["b", "c", "a"]
+    assert Slots().newcomers_first(claimed) == claimed  # queue order: as claimed

@@ -1,16 +1,30 @@
-"""WORKER_FAIRNESS: the claim's order, on real PostgreSQL.
+"""WORKER_FAIRNESS: the claim's order, on real PostgreSQL, and the writes inside a worker.
 
 `queue` takes due work oldest first. `tenant` takes it by rank within its tenant (the tenant's
 executions held right now, plus its due ones ahead), then by age: every tenant's first turn
 before any tenant's second, across claims, and a claimer passes over rows another claimer has
-locked for that tenant's next ones.
+locked for that tenant's next ones. Inside a worker, a newcomer's writes go alone, ahead of a
+big tenant's grouped batches (docs/adr/0019, "Inside the worker").
 """
+
+import dataclasses
 
 import psycopg
 import pytest
 
 from executions.sql.fairness import HELD_COUNTED
-from tests.support.worker import action, claim, enqueue
+from tests.support.worker import (
+    FAST,
+    GateAdapter,
+    action,
+    binding,
+    claim,
+    enqueue,
+    execution_row,
+    registry,
+    running_scheduler,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -96,3 +110,32 @@ def test_tenant_order__another_claimers_locked_rows_are_passed_over(conn, flow_i
 def test_tenant_order__many_tenants_each_get_one_before_any_gets_two(conn, flow_id):
     firsts = [_accept(conn, flow_id, f"tenant-{n:02}", 3)[0] for n in range(12)]
     assert _ids(claim(conn, "w", limit=12, fairness="tenant")) == set(firsts)
+
+
+def test_tenant_order__a_newcomers_writes_go_alone_beside_a_tenant_that_fills_the_worker(
+    conn, flow_id, make_flow, runtime_dsn
+):
+    # Fifteen of tenant-a's runs hold fifteen of sixteen slots, inside their call; tenant-b's
+    # request takes the last slot. One of sixteen is at most an eighth of an even share (8), so
+    # its three writes are urgent: each alone, none in a's batches; a's are never urgent.
+    gate = GateAdapter()
+    held = _accept(conn, make_flow([action("a", "G")]), "tenant-a", 15)
+    config = dataclasses.replace(FAST, concurrency=16, batch=16, fairness="tenant")
+    with running_scheduler(runtime_dsn, registry(binding("G", gate)), config=config) as worker:
+        writes = worker.runtime.writes
+        wait_until(lambda: len(gate.calls) == 15, what="tenant-a's runs inside their calls")
+        (late,) = _accept(conn, flow_id, "tenant-b", 1)
+        wait_until(
+            lambda: execution_row(conn, late)["status"] == "SUCCEEDED",
+            what="tenant-b's run to finish beside them",
+        )
+        urgent = writes.urgent
+        assert (urgent.starts.items, urgent.successes.items, urgent.finals.items) == (1, 1, 1)
+        assert writes.starts.items == 15 and writes.finals.items == 0
+        gate.gate.set()
+        wait_until(
+            lambda: all(execution_row(conn, e)["status"] == "SUCCEEDED" for e in held),
+            what="tenant-a's runs to finish",
+        )
+    assert (urgent.starts.items, urgent.successes.items, urgent.finals.items) == (1, 1, 1)
+    assert (writes.successes.items, writes.finals.items) == (15, 15)

@@ -187,3 +187,34 @@ def test_group_commit__a_run_cancelled_while_it_waits_strands_nobody(
     # A queued item is written whatever became of its run (its later writes are fenced).
     assert all(checkpoint_rows(conn, i)["a"]["status"] == "RUNNING" for i in ids)
     wait_until(lambda: not writes.starts._leading, what="the lead to end")
+
+
+def test_group_commit__an_urgent_write_goes_alone_beside_a_batch_in_flight(
+    conn, make_flow, runtime_dsn, loop
+):
+    # Under WORKER_FAIRNESS=tenant a newcomer's run is urgent (holdings.Slots.urgent): its
+    # start is written at once on the other connection, not behind the batch in flight nor in
+    # the next one with the runs queued behind that batch.
+    ids, _, items = _claimed_starts(conn, make_flow, 3)
+    writes = GroupWrites(actor="t", connections=2)
+    with psycopg.connect(runtime_dsn) as locker:
+        locker.execute("SELECT 1 FROM execution WHERE id = %s FOR UPDATE", [ids[0]])
+        first, results, errors = _submit_all(loop, runtime_dsn, writes.starts.submit, items[:1])
+        wait_until(lambda: writes.starts._leading, what="the first leader")
+        queued, results2, errors2 = _submit_all(
+            loop, runtime_dsn, writes.starts.submit, items[1:2]
+        )
+        wait_until(lambda: len(writes.starts._queue) == 1, what="a run queued behind it")
+        urgent, results3, errors3 = _submit_all(
+            loop, runtime_dsn, writes.urgent.starts.submit, items[2:]
+        )
+        urgent[0].result(15)  # written while the batch ahead is still held
+        assert (results3, errors3) == ([1], [None])
+        assert checkpoint_rows(conn, ids[2])["a"]["status"] == "RUNNING"
+        assert "a" not in checkpoint_rows(conn, ids[0])
+        assert "a" not in checkpoint_rows(conn, ids[1])
+        locker.rollback()
+    first[0].result(15)
+    queued[0].result(15)
+    assert (results + results2, errors + errors2) == ([1, 1], [None, None])
+    assert (writes.starts.batches, writes.urgent.starts.batches) == (2, 1)
