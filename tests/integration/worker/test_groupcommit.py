@@ -201,9 +201,7 @@ def test_group_commit__an_urgent_write_goes_alone_beside_a_batch_in_flight(
         locker.execute("SELECT 1 FROM execution WHERE id = %s FOR UPDATE", [ids[0]])
         first, results, errors = _submit_all(loop, runtime_dsn, writes.starts.submit, items[:1])
         wait_until(lambda: writes.starts._leading, what="the first leader")
-        queued, results2, errors2 = _submit_all(
-            loop, runtime_dsn, writes.starts.submit, items[1:2]
-        )
+        queued, results2, errors2 = _submit_all(loop, runtime_dsn, writes.starts.submit, items[1:2])
         wait_until(lambda: len(writes.starts._queue) == 1, what="a run queued behind it")
         urgent, results3, errors3 = _submit_all(
             loop, runtime_dsn, writes.urgent.starts.submit, items[2:]
