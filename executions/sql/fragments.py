@@ -50,9 +50,10 @@ _EXECUTION_VIEW_COLUMNS = (
     + ",\n       "
     + _api_time("e.finished_at")
 )
-# A request's columns as the API's view shows them (RequestRow), of `r` and its flow `f`.
+# A request's columns as the API's view shows them (RequestRow), of `r`, its flow by id (named by
+# executions/flowcache.py).
 _REQUEST_VIEW_COLUMNS = (
-    "r.id::text, f.key, f.version, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,\n"
+    "r.id::text, r.flow_id, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,\n"
     "       " + _api_time("r.created_at") + ",\n       " + _api_time("r.updated_at")
 )
 

@@ -23,16 +23,23 @@ SELECT {execution_view_columns}
  WHERE e.id = %(execution_id)s AND {access}
 """)
 
-# One request as its view shows it, with its flow's key and version, if the caller may read it
-# (`{access}` keyed, as EXECUTION_VIEW's).
+# One request as its view shows it, its flow by id (executions/flowcache.py names it), if the
+# caller may read it (`{access}` keyed, as EXECUTION_VIEW's).
 # Locks: nothing.
-# Index: request_pkey, then flow_pkey.
+# Index: request_pkey.
 REQUEST_VIEW = composed("""
 SELECT {request_view_columns}
   FROM request AS r
-  JOIN flow AS f ON f.id = r.flow_id
  WHERE r.id = %(request_id)s AND {access}
 """)
+
+# The key and version of the published flows `ids` (executions/flowcache.py keeps them, so that
+# a page of requests does not join the flow table).
+# Locks: nothing.
+# Index: flow_pkey.
+FLOW_NAMES = """
+SELECT id, key, version FROM flow WHERE id = ANY(%(ids)s)
+"""
 
 # The ids of a flow key's published versions: a request list's flowKey, resolved first so that
 # the page's own statement is an equality on request_flow_list_idx when there is one version.
@@ -51,7 +58,6 @@ SELECT id FROM flow WHERE key = %(flow_key)s
 REQUEST_PAGE = composed("""
 SELECT {request_view_columns}
   FROM request AS r
-  JOIN flow AS f ON f.id = r.flow_id
  WHERE {conditions}
  ORDER BY r.created_at DESC, r.id DESC
  LIMIT %(limit)s
@@ -66,7 +72,7 @@ SELECT {request_view_columns}
 # when it is not.
 # Locks: nothing.
 # Index: request_updated_at_list_idx (or the list's own for the other filters), then
-# request_pkey and flow_pkey; pinned by tests/integration/api/test_list_plans.py.
+# request_pkey; pinned by tests/integration/api/test_list_plans.py.
 REQUEST_PAGE_BY_TIME = composed("""
 SELECT {request_view_columns}
   FROM (SELECT r.id FROM request AS r
@@ -74,7 +80,6 @@ SELECT {request_view_columns}
          ORDER BY r.created_at DESC, r.id DESC
          LIMIT %(limit)s) AS page
   JOIN request AS r ON r.id = page.id
-  JOIN flow AS f ON f.id = r.flow_id
  ORDER BY r.created_at DESC, r.id DESC
 """)
 REQUEST_PAGE_FILTERS = {

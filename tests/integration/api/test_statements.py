@@ -112,6 +112,8 @@ def test_get_execution__is_one_statement(alice, flow):
 # page's SUSPENDED executions wait for when it has any. An execution's steps: the execution
 # (access), then its checkpoints.
 LIST_REQUESTS_STATEMENTS = ["SELECT"]
+# The flows a page names are read once per process (executions/flowcache.py), after the page.
+LIST_REQUESTS_FIRST_ON_FLOW_STATEMENTS = ["SELECT", "SELECT"]
 LIST_REQUESTS_BY_FLOW_STATEMENTS = ["SELECT", "SELECT"]
 LIST_EXECUTIONS_STATEMENTS = ["SELECT"]
 LIST_EXECUTIONS_WITH_SUSPENDED_STATEMENTS = ["SELECT", "SELECT"]
@@ -143,6 +145,18 @@ def test_list_pages__statements_do_not_grow_with_the_page(alice, twelve, limit):
         assert response.status_code == 200, response.content
         assert len(response.json()["results"]) == limit
         assert verbs(captured) == expected, sent(captured)
+
+
+def test_list_requests__a_flow_is_named_from_the_database_once_per_process(alice, twelve):
+    flowcache.forget_all()
+    with CaptureQueriesContext(connection) as captured:
+        assert alice.get("/api/v1/requests?limit=5").status_code == 200
+    assert verbs(captured) == LIST_REQUESTS_FIRST_ON_FLOW_STATEMENTS, sent(captured)
+    assert "FROM flow" in captured.captured_queries[1]["sql"]
+
+    with CaptureQueriesContext(connection) as captured:
+        assert alice.get("/api/v1/requests?limit=5").status_code == 200
+    assert verbs(captured) == LIST_REQUESTS_STATEMENTS, sent(captured)
 
 
 def test_list_executions__suspended_ones_add_one_statement_for_the_page(alice, twelve):
