@@ -194,3 +194,14 @@ def test_vocabulary_checks__validate_in_python_as_in_postgresql():
     check.validate(Execution, Execution(status="RUNNING"))
     with pytest.raises(ValidationError, match="execution_status_valid"):
         check.validate(Execution, Execution(status="RUNNING_LATE"))
+
+
+def test_models_and_migrations_agree():
+    """Every model change has its migration, and the history has one leaf per app (branches
+    merged side by side are renumbered, not left as two heads)."""
+    from django.core.management import call_command
+
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+    executor = MigrationExecutor(connection)
+    leaves = executor.loader.graph.leaf_nodes()
+    assert len(leaves) == len({app for app, _ in leaves}), leaves
