@@ -149,9 +149,10 @@ def execution_actions(*, principal: Principal, execution_id: str) -> list[Action
 
 @functools.cache
 def _page_statement(template: str, access_sql: str, conditions: tuple[str, ...]) -> str:
-    """A list's statement for one access mode and set of filters: composed once per process
-    from the static text in executions/sql/reads.py, never from values."""
-    return template.format(conditions=" AND ".join((access_sql, *conditions)))
+    """A list's statement for one access mode and set of filters, after its planner setting
+    (sql.PAGE_PLANNING): composed once per process from the static text in
+    executions/sql/reads.py, never from values."""
+    return sql.PAGE_PLANNING + template.format(conditions=" AND ".join((access_sql, *conditions)))
 
 
 def _page(

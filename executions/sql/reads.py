@@ -23,6 +23,15 @@ SELECT {execution_view_columns}
  WHERE e.id = %(execution_id)s AND {access}
 """)
 
+# Said before every list page, in the same message (one implicit transaction, so it ends with
+# the page): a page walks its list index in order whatever the statistics. Rows the last ANALYZE
+# has not seen (an owner's or tenant's burst) are estimated at a few dozen, and a bitmap scan of
+# all of them, sorted, then looked cheaper than the ordered walk: 5 ms a page at 6,000 rows, and
+# growing with them (docs/adr/0015). Without bitmap scans the walk needs no sort and wins.
+# Locks: nothing.
+# Index: none.
+PAGE_PLANNING = "SET LOCAL enable_bitmapscan = off;\n"
+
 # One request as its view shows it, its flow by id (executions/flowcache.py names it), if the
 # caller may read it (`{access}` keyed, as EXECUTION_VIEW's).
 # Locks: nothing.

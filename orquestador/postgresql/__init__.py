@@ -5,6 +5,14 @@ from typing import Any
 from django.db import connection
 
 
+def last_rows(cursor: Any) -> list[tuple]:
+    """The rows of the last statement `cursor` ran: a statement sent with others before it (a
+    page's planner setting, executions/sql/reads.py) leaves a result of its own first."""
+    while cursor.description is None and cursor.nextset():
+        pass
+    return cursor.fetchall()
+
+
 def fixed_cursor() -> Any:
     """A cursor of the default connection for a fixed statement that is the same plan whatever
     its values, bound by the server and prepared on its connection (base.py says when not);
@@ -23,7 +31,7 @@ def read_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tup
         return read(statement, params, prepare=prepare)
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        return last_rows(cursor)
 
 
 def write_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tuple]:

@@ -35,6 +35,8 @@ from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg.abc import Params, QueryNoTemplate
 from psycopg.pq import Format
 
+from . import last_rows
+
 # psycopg prepares a statement at its Nth run, or at once when asked: never unasked.
 ONLY_WHEN_ASKED = sys.maxsize
 
@@ -119,11 +121,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
             # by its cursor wrapper around the kept cursor (never closing it).
             wrapped = self._prepare_cursor(cursor)  # type: ignore[attr-defined]
             wrapped.execute(statement, params)
-            return wrapped.fetchall()
+            return last_rows(wrapped)
         self.validate_thread_sharing()
         with self.wrap_database_errors:
             cursor.execute(statement, params)
-            return cursor.fetchall()
+            return last_rows(cursor)
 
     def _kept_cursor(self, prepare: bool) -> Any:
         """The connection's cursor of this kind (bound and prepared by the server, or Django's),
