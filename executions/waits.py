@@ -319,11 +319,11 @@ def waiting_for(execution: Execution | ExecutionRow) -> dict[str, Any] | None:
 
 def waiting_for_each(
     executions: Sequence[Execution | ExecutionRow],
-) -> dict[str, dict[str, Any] | None]:
-    """`waiting_for` of each execution, by id as text (a page's rows have no other), in one
-    statement (none when none is SUSPENDED): what a page of executions shows."""
+) -> dict[str, dict[str, Any]]:
+    """`waiting_for` of each execution that waits, by id as text (a page's rows have no other),
+    in one statement (none when none is SUSPENDED): what a page of executions shows."""
     suspended = {str(e.id): e for e in executions if e.status == ExecutionStatus.SUSPENDED}
-    found: dict[str, dict[str, Any] | None] = {str(e.id): None for e in executions}
+    found: dict[str, dict[str, Any]] = {}
     if suspended:
         for checkpoint in _waiting_checkpoints(list(suspended)).reverse():
             # The first in sequence wins: later ones in the reversed walk are overwritten.

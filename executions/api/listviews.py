@@ -24,7 +24,6 @@ from .serializers import (
     RequestPageSerializer,
 )
 
-SUSPENDED, PENDING = ExecutionStatus.SUSPENDED.value, ExecutionStatus.PENDING.value
 REQUEST_FILTERS = (
     Param("flowKey", "text", "Only requests on this flow (any version)."),
     Param("state", "text", "Only requests in this state."),
@@ -114,12 +113,9 @@ def request_list_answer(request: DrfRequest) -> Response:
 
 
 def _executions(rows: list) -> list[str]:
-    # Only a SUSPENDED execution waits, and only a PENDING one claimed before can be throttled:
-    # what the others show is read for none of them.
-    suspended = [row for row in rows if row.status == SUSPENDED]
-    waiting = waiting_for_each(suspended) if suspended else {}
-    parked = [row for row in rows if row.status == PENDING and row.attempts]
-    throttled = throttled_each(parked) if parked else {}
+    # Each reads only for the rows that can wait (SUSPENDED) or be throttled (PENDING, claimed
+    # before), and answers only those that do: a page of neither writes every row from its text.
+    waiting, throttled = waiting_for_each(rows), throttled_each(rows)
     return execution_items(rows, current_zone(), waiting, throttled)
 
 

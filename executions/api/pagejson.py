@@ -90,7 +90,7 @@ def execution_item(
 def execution_items(
     rows: list[ExecutionRow],
     zone: datetime.tzinfo,
-    waiting: dict[str, dict[str, Any] | None],
+    waiting: dict[str, dict[str, Any]],
     throttled: dict[str, dict[str, Any]],
 ) -> list[str]:
     """execution_item of each row, with what each waits for or is throttled on by its id."""

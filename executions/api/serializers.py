@@ -313,7 +313,7 @@ class ExecutionViewSerializer(serializers.Serializer):
     def get_waitingFor(self, execution: Execution) -> dict[str, Any] | None:
         # A page passes what each of its executions waits for, read in one statement.
         known = self.context.get("waiting")
-        found = known[str(execution.id)] if known is not None else waiting_for(execution)
+        found = known.get(str(execution.id)) if known is not None else waiting_for(execution)
         return None if found is None else WaitingForSerializer(found).data
 
     def get_outcome(self, execution: Execution) -> str | None:

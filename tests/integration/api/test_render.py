@@ -84,7 +84,7 @@ def test_execution_view__is_the_serializers_for_every_status(alice, request_row,
     # A page's statement for what its executions wait for gives the same.
     page = waiting_for_each([stored])
     same(
-        execution_view(stored, page[str(stored.id)]),
+        execution_view(stored, page.get(str(stored.id))),
         ExecutionViewSerializer(stored, context={"waiting": page}).data,
     )
 
