@@ -41,14 +41,6 @@ class Page(Generic[Row]):
     last: Position | None  # the position of the last row, when more rows follow it
 
 
-def _fetch(statement: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
-    """The rows of a fixed statement, with no health check's round trip before it
-    (orquestador/postgresql); bound by the server and prepared on the connection when `prepare`:
-    a read by id, whose plan is its primary keys' whatever the values (a page's is planned with
-    its values each time: a generic plan knows neither its LIMIT nor its ranges)."""
-    return read_rows(statement, params, prepare=prepare)
-
-
 def _request_rows(found: list[tuple]) -> list[RequestRow]:
     """A request statement's rows, each flow id replaced by the flow's key and version (made
     without RequestRow's Python frame, which cost as much again)."""
@@ -80,7 +72,8 @@ def request_get(*, principal: Principal, request_id: str) -> RequestRow:
             access=access.request_filter_sql(principal, alias="r", keyed=True)
         )
         params = {"request_id": parsed, **access.request_filter_params(principal)}
-        rows = _fetch(statement, params, prepare=True)
+        # Prepared: a read by id is planned on its keys whatever the values.
+        rows = read_rows(statement, params, prepare=True)
     if not rows:
         raise CodedError(errors.NOT_FOUND, "no such request")
     return _request_rows(rows)[0]
@@ -96,7 +89,7 @@ def execution_get(*, principal: Principal, execution_id: str) -> ExecutionRow:
             access=access.request_filter_sql(principal, alias="r", keyed=True)
         )
         params = {"execution_id": parsed, **access.request_filter_params(principal)}
-        rows = _fetch(statement, params, prepare=True)
+        rows = read_rows(statement, params, prepare=True)
     if not rows:
         raise CodedError(errors.NOT_FOUND, "no such execution")
     return _execution_row(rows[0])
@@ -178,7 +171,8 @@ def _page(
         tuple(conditions[name] for name in names),
     )
     params.update(access.request_filter_params(principal), limit=limit + 1)
-    found = _fetch(statement, params)
+    # Not prepared: planned with its values (a generic plan knows neither its LIMIT nor its ranges).
+    found = read_rows(statement, params)
     rows = build(found[:limit])
     if len(found) <= limit:
         return Page(rows=rows, last=None)
@@ -214,7 +208,7 @@ def request_list(
         names.append("blocked=true" if filters["blocked"] else "blocked=false")
     if "flowKey" in filters:
         flow_ids = [
-            row[0] for row in _fetch(sql.FLOW_VERSION_IDS, {"flow_key": filters["flowKey"]})
+            row[0] for row in read_rows(sql.FLOW_VERSION_IDS, {"flow_key": filters["flowKey"]})
         ]
         if not flow_ids:
             return Page(rows=[], last=None)

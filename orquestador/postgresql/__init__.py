@@ -29,9 +29,7 @@ def read_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tup
     read = getattr(connection, "read_rows", None)
     if read is not None:
         return read(statement, params, prepare=prepare)
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return last_rows(cursor)
+    return _django_rows(statement, params)
 
 
 def write_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tuple]:
@@ -41,6 +39,11 @@ def write_rows(statement: str, params: Any, *, prepare: bool = False) -> list[tu
     write = getattr(connection, "write_rows", None)
     if write is not None:
         return write(statement, params, prepare=prepare)
+    return _django_rows(statement, params)
+
+
+def _django_rows(statement: str, params: Any) -> list[tuple]:
+    """The statement's rows on Django's own cursor (a settings module with another ENGINE)."""
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        return last_rows(cursor)
