@@ -138,6 +138,11 @@ def test_compensation_crash_point__recovery_by_another_process_follows_the_table
         "DJANGO_SETTINGS_MODULE": "orquestador.settings_test",
         "TEST_SETTINGS_ROLE": "runtime",
     }
+    # A run's slot is free once its last call has answered (docs/adr/0014) and taken again when
+    # the run goes on to compensate: a worker there before another had claimed could take a
+    # second execution and die holding it. Each target call held for a second lets all three be
+    # claimed first, one per worker.
+    provider.plan("/hold", *[slow(1)] * len(UNDOS))
     if point == IN_CALL:
         for route in UNDOS.values():
             provider.plan(route, slow(30))  # held until the worker is killed
