@@ -43,6 +43,11 @@ PARK_FALLBACK_SECONDS = 3600.0
 # RATE_HORIZON_SECONDS: a later one parks the execution until its turn rather than hold a slot.
 RATE_LEAD_SECONDS = 0.05
 RATE_HORIZON_SECONDS = 0.25
+# seconds: on a route whose parked executions wake in tenant order, a rate's turns are dealt to
+# them at most this far ahead, each by the take or sweep that finds it due within that time: a
+# tenant's first execution parked beside another's backlog waits about this long for its turn,
+# not for the backlog (docs/adr/0022). The sweep runs about every second: no shorter.
+RATE_DEAL_AHEAD_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,16 @@ class Taken:
     at: datetime.datetime | None = None
     peers: int = 0
     turn_seconds: float = 0.0
+    dealt_from: datetime.datetime | None = None
+    dealt: int = 0
+
+    def dealt_turns(self) -> list[datetime.datetime]:
+        """The turns this take dealt to parked executions (a route that wakes them in tenant
+        order), `turn_seconds` apart: the claim loop claims at each."""
+        if self.dealt_from is None:
+            return []
+        step = datetime.timedelta(seconds=self.turn_seconds)
+        return [self.dealt_from + turn * step for turn in range(self.dealt)]
 
     @property
     def granted(self) -> bool:
@@ -91,13 +106,14 @@ def _take(
             "park_seconds": PARK_FALLBACK_SECONDS,
             "lead": RATE_LEAD_SECONDS,
             "horizon": RATE_HORIZON_SECONDS,
+            "deal_ahead": RATE_DEAL_AHEAD_SECONDS,
         },
         fetch="one",
     )
-    call_id, until, fenced, at, peers, turn_seconds = row
+    call_id, until, fenced, at, peers, turn_seconds, dealt_from, dealt = row
     if not fenced:
         raise RouteSuperseded(str(fence.execution_id))
-    return Taken(call_id, until, at, peers, turn_seconds or 0.0)
+    return Taken(call_id, until, at, peers, turn_seconds or 0.0, dealt_from, dealt)
 
 
 def route_retime(*, route: Route, call_id: int) -> Plan[datetime.datetime]:
@@ -199,7 +215,15 @@ def route_sweep() -> Plan[tuple[int, dict[str, datetime.datetime]]]:
 
 
 def _sweep() -> Steps[tuple[int, dict[str, datetime.datetime]]]:
-    woken = yield Query(sql.ROUTE_SWEEP, fetch="one")
+    woken = yield Query(
+        sql.ROUTE_SWEEP,
+        {
+            "lead": RATE_LEAD_SECONDS,
+            "horizon": RATE_HORIZON_SECONDS,
+            "deal_ahead": RATE_DEAL_AHEAD_SECONDS,
+        },
+        fetch="one",
+    )
     paused = yield Query(sql.ROUTE_PAUSES, fetch="all")
     return int(woken[0]), {route: until for route, until in paused}
 
@@ -421,6 +445,7 @@ def throttled_each(executions: Iterable[Any]) -> dict[str, dict[str, Any]]:
 
 __all__ = [
     "PARK_FALLBACK_SECONDS",
+    "RATE_DEAL_AHEAD_SECONDS",
     "RATE_HORIZON_SECONDS",
     "RATE_LEAD_SECONDS",
     "LimitsConflict",

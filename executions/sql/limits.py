@@ -10,22 +10,28 @@ the others (route_call_take), which the worker keeps (executions/worker/limiter.
 """
 
 # Take a call of a limited route for a holder, or park the holder (PENDING until `wait_until`;
-# NULL: until a call in flight ends): one statement per limited call, fenced inside. On a route
-# with a rate a grant comes with the moment the call may start (`start_at`, migration 0028). A
-# park of a holder that has run no action parks its peers too (route_park_peers, migrations
-# 0022 and 0028): the due executions of its flow and transition that have run none either,
-# until the same time (a place, a pause) or, for a rate, `peers_parked` of them at the turns
-# after its own, `turn_seconds` apart.
+# NULL: until a call in flight ends, or its turn is dealt): one statement per limited call,
+# fenced inside. On a route with a rate a grant comes with the moment the call may start
+# (`start_at`, migration 0028). A park of a holder that has run no action parks its peers too
+# (route_park_peers, migrations 0022 and 0028): the due executions of its flow and transition
+# that have run none either, until the same time (a place, a pause) or, for a rate, `peers_parked`
+# of them at the turns after its own, `turn_seconds` apart. On a route declared `tenant` a park
+# for a rate waits for its turn to be dealt, and every take deals the turns of the next
+# %(deal_ahead)s seconds in tenant order (migration 0031): `dealt` of them from `dealt_from`,
+# `turn_seconds` apart.
 # Locks: the route's route_limit row, then the holder's execution row (FOR NO KEY UPDATE); the
-# peers' execution rows (FOR NO KEY UPDATE SKIP LOCKED).
+# peers' execution rows (FOR NO KEY UPDATE SKIP LOCKED); the dealt executions' rows (FOR UPDATE
+# SKIP LOCKED).
 # Index: route_limit_pkey; execution_pkey; route_call_open_idx (only when full by the counter);
 # route_call_lease_idx (the shares, for a rate); route_park_pkey; for the peers,
-# execution_claim_idx (the first due rows in claim order) and action_execution_action_uniq.
+# execution_claim_idx (the first due rows in claim order) and action_execution_action_uniq; for
+# the deal, route_park_turn_idx and execution_held_idx.
 ROUTE_CALL_TAKE = """
-SELECT call_id, wait_until, fenced, start_at, peers_parked, turn_seconds
+SELECT call_id, wait_until, fenced, start_at, peers_parked, turn_seconds, dealt_from, dealt
   FROM route_call_take(%(route)s, %(execution_id)s, %(request_id)s, %(token)s, %(owner)s,
                        %(action_id)s, %(attempt)s, %(max_in_flight)s, %(rate_count)s,
-                       %(rate_window)s, %(park_seconds)s, %(lead)s, %(horizon)s)
+                       %(rate_window)s, %(park_seconds)s, %(lead)s, %(horizon)s,
+                       %(deal_ahead)s)
 """
 
 
@@ -48,7 +54,7 @@ ROUTE_LOOKUP_TAKE = """
 SELECT call_id, wait_until, start_at
   FROM route_call_take(%(route)s, NULL, NULL, NULL, NULL, NULL, NULL, %(max_in_flight)s,
                        %(rate_count)s, %(rate_window)s, %(hold_seconds)s, %(lead)s,
-                       %(horizon)s)
+                       %(horizon)s, NULL)
 """
 
 
@@ -90,11 +96,12 @@ ROUTE_LEASE_RELEASE = "SELECT route_lease_release(%(route)s, %(call_id)s)"
 
 
 # Every second or so, per worker: calls whose holder is gone stop counting, and parked
-# executions are woken into the room that leaves.
-# Locks: each route_limit row with parked executions, in route order; the woken execution rows
-# (FOR UPDATE SKIP LOCKED).
-# Index: route_park_wait_idx; route_call_open_idx.
-ROUTE_SWEEP = "SELECT route_sweep()"
+# executions are woken into the room that leaves; on a route declared `tenant` with a rate, the
+# turns of the next %(deal_ahead)s seconds no take dealt are dealt (migration 0031).
+# Locks: each route_limit row with parked executions, in route order; the woken and dealt
+# execution rows (FOR UPDATE SKIP LOCKED).
+# Index: route_park_wait_idx; route_call_open_idx; route_park_turn_idx.
+ROUTE_SWEEP = "SELECT route_sweep(%(lead)s, %(horizon)s, %(deal_ahead)s)"
 
 
 # The routes paused now and until when (an unlimited route's calls take the limited path while
@@ -142,6 +149,7 @@ due AS (
     UPDATE execution AS e SET next_attempt_at = clock_timestamp()
       FROM route_park AS p, paused
      WHERE %(until)s::timestamptz IS NULL AND p.route = paused.route AND p.until IS NOT NULL
+       AND p.until <> 'infinity'
        AND e.id = p.execution_id AND e.status = 'PENDING' AND e.fencing_token = p.fencing_token
        AND e.next_attempt_at > clock_timestamp()
     RETURNING e.id
@@ -245,11 +253,12 @@ SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
 """
 
 
-# What a PENDING execution parked by a limit shows (`throttled`): its action, route and until.
+# What a PENDING execution parked by a limit shows (`throttled`): its action, route and until
+# (NULL while it waits for a place, or for its turn to be dealt).
 # Locks: nothing.
 # Index: route_park_pkey; execution_pkey.
 THROTTLED_OF = """
-SELECT p.execution_id::text, p.action_id, p.route, p.until
+SELECT p.execution_id::text, p.action_id, p.route, nullif(p.until, 'infinity')
   FROM route_park AS p
   JOIN execution AS e ON e.id = p.execution_id
  WHERE p.execution_id = ANY (%(ids)s::uuid[])

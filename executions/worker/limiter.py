@@ -23,8 +23,8 @@ Invariants:
 - a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
 The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
 refreshes them about every second (`RouteSweeper`). The turns of the executions this process
-parked until a time (a rate's turns, its peers' included; a pause's end) wake its claim loop
-then (`turns.TURNS`), not at its next poll.
+parked until a time (a rate's turns, its peers' included; a pause's end), and of those its
+takes dealt in tenant order, wake its claim loop then (`turns.TURNS`), not at its next poll.
 """
 
 import asyncio
@@ -266,6 +266,8 @@ async def place_take(
             )
     except RouteSuperseded:
         raise ExecutionSuperseded(fence.execution_id, step=f"take {action_id}") from None
+    for dealt in taken.dealt_turns():  # dealt to parked executions, in tenant order
+        TURNS.note(dealt)
     if taken.granted:
         return taken
     if taken.until is not None:  # the peers parked at the turns after its own

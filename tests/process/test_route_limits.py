@@ -147,6 +147,75 @@ def test_rate_limit__moments_w_over_n_apart__the_provider_never_sees_more_than_n
         assert attempts(runtime_conn, ids) == {1}
 
 
+TENANT_RATE, TENANT_BACKLOG = 10, 60  # tenant a's backlog drains in 6 s at that rate
+# Tenant b's wait for its call: acceptance to the limiter's grant (its moment), and how many of
+# a's calls were granted later.
+_B_GRANT = """
+SELECT extract(epoch FROM rc.started_at - e.created_at),
+       (SELECT count(*) FROM route_call AS later
+         WHERE later.route = rc.route AND later.started_at > rc.started_at)
+  FROM execution AS e JOIN route_call AS rc ON rc.execution_id = e.id
+ WHERE e.id = %s
+"""
+
+
+def test_rate_limit__tenant_order__another_tenants_request_waits_for_a_turn_not_the_backlog(
+    process_env, runtime_conn, tmp_path
+):
+    """Under WORKER_FAIRNESS=tenant a rate's turns are dealt a second ahead, lowest rank within
+    its tenant first (docs/adr/0022, "Turns dealt in tenant order"): tenant b's one request,
+    accepted while tenant a's backlog of 6 s waits parked for its turns, is granted its call
+    within about a second, ahead of most of a's backlog (handed turns at park time, it waited
+    for all of them), and the rate holds throughout, with no attempt spent waiting."""
+    with MeteredProvider(delay=0.01) as provider:
+        env = {
+            **process_env,
+            "WORKER_FAIRNESS": "tenant",
+            "INTEGRATIONS_FILE": integrations(
+                tmp_path, provider, f'rate_limit = "{TENANT_RATE}/s"\n'
+            ),
+        }
+        flow = create_flow(runtime_conn, flow_definition([action("call", "metered.call")]))
+        backlog = [
+            enqueue(runtime_conn, flow, scope="a").execution_id for _ in range(TENANT_BACKLOG)
+        ]
+        with (
+            WorkerProcess(env, tmp_path / "a.log", WORKER_CONCURRENCY="10", WORKER_BATCH="10"),
+            WorkerProcess(env, tmp_path / "b.log", WORKER_CONCURRENCY="10", WORKER_BATCH="10"),
+        ):
+            wait_until(
+                lambda: (
+                    runtime_conn.execute(
+                        "SELECT count(*) FROM route_park WHERE until = 'infinity'"
+                    ).fetchone()[0]
+                    >= TENANT_BACKLOG / 2
+                ),
+                timeout=RUN_TIMEOUT,
+                what="tenant a's backlog parked, waiting for its turns",
+            )
+            b = enqueue(runtime_conn, flow, scope="b").execution_id
+            wait_until(
+                lambda: all_succeeded(runtime_conn, [*backlog, b]),
+                timeout=RUN_TIMEOUT,
+                what="every execution to succeed",
+            )
+
+        waited, granted_after = runtime_conn.execute(_B_GRANT, [b]).fetchone()
+        assert waited < 2.5, waited  # a second ahead, the turn's lead, a loaded machine
+        assert granted_after >= TENANT_BACKLOG / 3, granted_after
+        moments = [
+            row[0].timestamp()
+            for row in runtime_conn.execute(
+                "SELECT started_at FROM route_call WHERE route = 'metered.call@1'"
+                " ORDER BY started_at"
+            )
+        ]
+        assert len(moments) == TENANT_BACKLOG + 1
+        assert min(b - a for a, b in itertools.pairwise(moments)) >= 1 / TENANT_RATE - 1e-6
+        assert provider.most_started_within(1.0) <= TENANT_RATE + 1
+        assert attempts(runtime_conn, [*backlog, b]) == {1}
+
+
 BURST = 4000  # executions accepted at once on a full route
 PICKUPS = 5  # the unlimited route's executions accepted one after another beside it
 # The burst, in one transaction, announced (as an import or a batch job would send it).

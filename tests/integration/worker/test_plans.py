@@ -500,33 +500,44 @@ def _assert_tenant_claim_bounded(runtime_dsn: str) -> None:
     assert claimed["Actual Rows"] == 10
 
 
-# Every due execution of the given tenants parked on one route for a place (migration 0021).
+# Every due execution of the given tenants parked on one route, for a place (until NULL,
+# migration 0021) or for a rate's turn to be dealt (until 'infinity', migration 0031).
 _PARKS = """
 INSERT INTO route_park (execution_id, route, action_id, fencing_token, until, parked_at, scope)
-SELECT e.id, 'p.lim@1', 'a', e.fencing_token, NULL, e.created_at, e.scope
+SELECT e.id, 'p.lim@1', 'a', e.fencing_token, %(until)s, e.created_at, e.scope
   FROM execution AS e
  WHERE e.scope = ANY (%(scopes)s) AND e.status = 'PENDING'
 """
-_TENANT_WAKE_INDEXES = {"route_park_tenant_idx", "execution_held_idx", "execution_pkey"}
+_HELD_COUNTED = importlib.import_module("executions.migrations.0025_route_park_held_counted")
+_TURNS_DEALT = importlib.import_module("executions.migrations.0031_route_turns_dealt_by_tenant")
 
 
+@pytest.mark.parametrize(
+    ("order_query", "until", "park_index"),
+    [
+        (_HELD_COUNTED.ORDER_QUERY, None, "route_park_tenant_idx"),
+        (_TURNS_DEALT.TURN_ORDER_QUERY, "infinity", "route_park_turn_idx"),
+    ],
+    ids=["for a place", "for a turn"],
+)
 def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
-    conn, make_flow, runtime_dsn, migration_dsn
+    conn, make_flow, runtime_dsn, migration_dsn, order_query, until, park_index
 ):
-    """WORKER_FAIRNESS=tenant's order of parked executions (route_park_tenant_order, migrations
-    0021 and 0025) against one tenant's 19,000 parks and 1,000 held beside two small tenants,
-    with statistics of empty tables and again with fresh ones: no table scanned whole,
-    route_park_tenant_idx skips from tenant to tenant and reads each one's first parks, not the
-    backlog, and the held are counted up to HELD_COUNTED."""
-    wake = importlib.import_module("executions.migrations.0025_route_park_held_counted")
-    statement = wake.ORDER_QUERY.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
+    """WORKER_FAIRNESS=tenant's order of parked executions, for a place (route_park_tenant_order,
+    migrations 0021 and 0025) and for a rate's turn (route_park_turn_order, migration 0031),
+    against one tenant's 19,000 parks and 1,000 held beside two small tenants, with statistics
+    of empty tables and again with fresh ones: no table scanned whole, the parks' index skips
+    from tenant to tenant and reads each one's first parks, not the backlog, and the held are
+    counted up to HELD_COUNTED."""
+    wake = _HELD_COUNTED
+    statement = order_query.replace("p_route", "%(route)s").replace("p_count", "%(limit)s")
     flow_id = make_flow([action("a", "NO_OP")])
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
         owner.execute("ANALYZE request, execution, route_park")
         for scope, n in (("tenant-a", FAIR_BACKLOG), ("tenant-b", 5), ("tenant-c", 5)):
             owner.execute(_TENANT_BACKLOG, {"flow_id": flow_id, "scope": scope, "n": n})
         assert len(claim(conn, "worker-a", limit=FAIR_HELD, lease_seconds=60)) == FAIR_HELD
-        owner.execute(_PARKS, {"scopes": ["tenant-a", "tenant-b", "tenant-c"]})
+        owner.execute(_PARKS, {"scopes": ["tenant-a", "tenant-b", "tenant-c"], "until": until})
         try:
             for statistics in ("of empty tables", "fresh"):
                 if statistics == "fresh":
@@ -538,8 +549,8 @@ def test_tenant_wake__reads_a_bounded_number_of_parks_whatever_the_backlog(
                 whole = [n for n in nodes if n["Node Type"] == "Seq Scan"]
                 assert whole == [], [n.get("Relation Name") for n in whole]
                 indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
-                assert indexes <= _TENANT_WAKE_INDEXES, indexes
-                assert "route_park_tenant_idx" in indexes, indexes
+                assert indexes <= {park_index, "execution_held_idx", "execution_pkey"}, indexes
+                assert park_index in indexes, indexes
                 read = sum(
                     (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
                     for n in nodes

@@ -5,11 +5,13 @@ their fresh peers; the call sent at its moment, and one that missed it given ano
 import asyncio
 import dataclasses
 import datetime
+import itertools
 
 import psycopg
 import pytest
 
 from actions.base import RouteLimits
+from executions import sql
 from executions.limits import RATE_HORIZON_SECONDS, route_stats, route_take
 from executions.steps import run_sync
 from executions.worker.limiter import PAUSES, Moment
@@ -142,3 +144,56 @@ def test_take__rate_limit__a_call_starts_at_its_moment_and_one_that_missed_it_ge
 
     assert moved > taken.at + missed_by  # a new moment, the call's record moved to it
     assert moved <= started <= moved + datetime.timedelta(seconds=0.1)
+
+
+def _turns(conn, execution_ids):
+    rows = conn.execute(
+        "SELECT p.execution_id, nullif(p.until, 'infinity'), e.next_attempt_at"
+        "  FROM route_park AS p JOIN execution AS e ON e.id = p.execution_id"
+        " WHERE p.execution_id = ANY(%s)",
+        [list(execution_ids)],
+    ).fetchall()
+    return {execution_id: (until, due) for execution_id, until, due in rows}
+
+
+def test_take__tenant_order__turns_dealt_to_the_lowest_rank_within_its_tenant_first(
+    conn, make_flow, runtime_dsn
+):
+    """On a route declared `tenant` (migration 0031) a park for a rate is not handed the turn
+    after every turn handed before it: it waits undealt, an hour away like a park for a place,
+    and turns are dealt a little ahead in tenant order. Tenant b's one execution, parked after
+    tenant a's backlog, gets the second turn dealt (rank 1 in b, after a's oldest, also rank 1),
+    not the last; a's keep their age order."""
+    conn.execute(
+        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
+        " VALUES (%s, 1, 60, 'tenant')",
+        [ROUTE],
+    )
+    adapter = ScriptedAdapter()
+    reg = registry(limited(adapter, rate_count=1, rate_window_seconds=60))
+    flow = make_flow([action("a", "p.lim")])
+    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(6)]
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
+        assert endings == [Ending.COMPLETED, Ending.SUSPENDED]  # the second parks its peers
+        b = enqueue(conn, flow, scope="b").execution_id
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
+    finally:
+        runtime.close()
+    parked = [*backlog[1:], b]
+    # The next turn is a minute away, past what is dealt ahead: every park waits undealt.
+    assert {until for until, _ in _turns(conn, parked).values()} == {None}
+    hour_away = conn.execute("SELECT clock_timestamp() + interval '50 minutes'").fetchone()[0]
+    assert all(due > hour_away for _, due in _turns(conn, parked).values())
+    assert conn.execute(sql.THROTTLED_OF, {"ids": [b]}).fetchall() == [(str(b), "a", ROUTE, None)]
+
+    (dealt,) = conn.execute("SELECT route_sweep(0.05, 0.25, 600)").fetchone()
+
+    assert dealt == len(parked)
+    turns = _turns(conn, parked)
+    order = sorted(parked, key=lambda execution_id: turns[execution_id][0])
+    assert order == [backlog[1], b, *backlog[2:]]
+    assert all(until == due for until, due in turns.values())
+    spacing = {turns[y][0] - turns[x][0] for x, y in itertools.pairwise(order)}
+    assert spacing == {datetime.timedelta(seconds=60)}
