@@ -136,7 +136,9 @@ PEERS = _replaced(
 ).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
 
 # The take of migration 0028, on a route declared `tenant`: a park for a rate waits undealt, and
-# every take of an execution on a rate's route deals the turns ahead (its own included).
+# every take of an execution on a rate's route deals the turns ahead (its own included). One
+# back at its turn and parked again (its moment went to calls that missed theirs) keeps its age
+# within its tenant: it is dealt again before the parks younger than it.
 _TAKE_SIGNATURE = (
     """    p_horizon double precision)
 RETURNS TABLE (call_id bigint, wait_until timestamptz, fenced boolean, start_at timestamptz,
@@ -213,6 +215,13 @@ _TAKE_PARK = (
                                       now_at + make_interval(secs => p_park_seconds))
 """,
 )
+_TAKE_REPARK = (
+    """           parked_at = EXCLUDED.parked_at;
+""",
+    """           parked_at = CASE WHEN EXCLUDED.until = 'infinity' AND route_park.until <> 'infinity'
+                            THEN route_park.parked_at ELSE EXCLUDED.parked_at END;
+""",
+)
 _TAKE_PARKED = (
     """    RETURN QUERY SELECT NULL::bigint, wait, true, NULL::timestamptz, coalesce(peers, 0),
                         extract(epoch FROM spacing)::double precision;
@@ -239,6 +248,7 @@ for _old, _new in (
     _TAKE_FENCED,
     _TAKE_LOOKUP,
     _TAKE_PARK,
+    _TAKE_REPARK,
     _TAKE_PARKED,
 ):
     TAKE = _replaced(TAKE, _old, _new)

@@ -197,3 +197,56 @@ def test_take__tenant_order__turns_dealt_to_the_lowest_rank_within_its_tenant_fi
     assert all(until == due for until, due in turns.values())
     spacing = {turns[y][0] - turns[x][0] for x, y in itertools.pairwise(order)}
     assert spacing == {datetime.timedelta(seconds=60)}
+
+
+_UNDEALT_AGAIN = """
+WITH p AS (
+    UPDATE route_park SET until = 'infinity' WHERE execution_id <> %(back)s RETURNING execution_id
+)
+UPDATE execution AS e SET next_attempt_at = clock_timestamp() + interval '1 hour'
+  FROM p WHERE e.id = p.execution_id
+"""
+
+
+def test_take__tenant_order__one_back_at_its_turn_and_parked_again_keeps_its_age(
+    conn, make_flow, runtime_dsn
+):
+    """A turn's holder whose moment is still too far when it comes back (moments went to calls
+    that missed theirs) parks again undealt, and keeps its age within its tenant: dealt again
+    before the younger parks of its tenant, not after them."""
+    conn.execute(
+        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
+        " VALUES (%s, 1, 60, 'tenant')",
+        [ROUTE],
+    )
+    reg = registry(limited(ScriptedAdapter(), rate_count=1, rate_window_seconds=60))
+    flow = make_flow([action("a", "p.lim")])
+    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(4)]
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
+        assert endings == [Ending.COMPLETED, Ending.SUSPENDED]
+        conn.execute("SELECT route_sweep(0.05, 0.25, 600)")
+        back = backlog[1]  # the oldest parked: the first turn, made due now
+        (parked_at,) = conn.execute(
+            "SELECT parked_at FROM route_park WHERE execution_id = %s", [back]
+        ).fetchone()
+        conn.execute(
+            "UPDATE route_park SET until = clock_timestamp() WHERE execution_id = %s", [back]
+        )
+        conn.execute(
+            "UPDATE execution SET next_attempt_at = clock_timestamp() WHERE id = %s", [back]
+        )
+        conn.execute(_UNDEALT_AGAIN, {"back": back})
+        conn.execute("UPDATE route_limit SET rate_next_at = NULL WHERE route = %s", [ROUTE])
+
+        assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
+    finally:
+        runtime.close()
+
+    assert conn.execute(
+        "SELECT until = 'infinity', parked_at FROM route_park WHERE execution_id = %s", [back]
+    ).fetchone() == (True, parked_at)
+    conn.execute("SELECT route_sweep(0.05, 0.25, 600)")
+    turns = _turns(conn, backlog[1:])
+    assert min(backlog[1:], key=lambda execution_id: turns[execution_id][0]) == back
