@@ -5,10 +5,11 @@ before it: a tenant's backlog parked behind a rate held every turn of its drain,
 tenant's first execution waited for all of them, whatever WORKER_FAIRNESS said. On a route
 declared `tenant` (migration 0021) a park for a rate now waits undealt (`until` 'infinity', its
 execution an hour away as a park for a place is), and turns are dealt at most a little ahead
-(`p_deal_ahead`) to the undealt parks in tenant order: by every take on the route (granted or
-parked) and by the sweep, which deals what no take did (after a lull). A route declared `queue`
-keeps its turns handed at park time. A new partial index for the undealt parks, the functions
-replaced.
+(`p_deal_ahead`) to the undealt parks in tenant order: by the takes on the route (granted or
+parked) that find the dealt turns reaching less than half of that ahead, and by the sweep,
+which deals what no take did (after a lull), and deals the undealt parks a route has left when
+its workers now declare it `queue` (or no rate: all at once). A route declared `queue` keeps its
+turns handed at park time. A new partial index for the undealt parks, the functions replaced.
 """
 
 import importlib
@@ -85,8 +86,8 @@ END
 $$;
 """
 
-# On a route declared `tenant` with undealt parks, once the turns dealt reach less than half of
-# p_ahead seconds ahead: deal the turns that come before p_ahead seconds from now, the first
+# On a route with undealt parks, once the turns dealt reach less than half of p_ahead seconds
+# ahead: deal the turns that come before p_ahead seconds from now, the first
 # where a park's turn would be handed (a little ahead of the route's next free moment, after
 # the last turn dealt), p_spacing apart. In halves, not a turn per take: each deal ranks the
 # tenants (counting what each holds), and a take per turn that did so made the takes, one at
@@ -104,8 +105,7 @@ DECLARE
 BEGIN
     dealt := 0;
     SELECT * INTO lim FROM route_limit AS l WHERE l.route = p_route;
-    IF lim.wake_order IS DISTINCT FROM 'tenant'
-       OR lim.rate_next_at > now_at + make_interval(secs => p_ahead / 2)
+    IF lim.rate_next_at > now_at + make_interval(secs => p_ahead / 2)
        OR NOT EXISTS (SELECT 1 FROM route_park AS p
                        WHERE p.route = p_route AND p.until = 'infinity') THEN
         RETURN;
@@ -136,7 +136,8 @@ PEERS = _replaced(
 ).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
 
 # The take of migration 0028, on a route declared `tenant`: a park for a rate waits undealt, and
-# every take of an execution on a rate's route deals the turns ahead (its own included). One
+# a take of an execution on the route deals the turns ahead (its own included) when the dealt
+# ones reach less than half of p_deal_ahead ahead. One
 # back at its turn and parked again (its moment went to calls that missed theirs) keeps its age
 # within its tenant: it is dealt again before the parks younger than it.
 _TAKE_SIGNATURE = (
@@ -182,7 +183,7 @@ _TAKE_GRANTED = (
         RETURN;
 """,
     """        DELETE FROM route_park WHERE execution_id = p_execution_id;
-        IF spacing IS NOT NULL AND p_execution_id IS NOT NULL THEN
+        IF spacing IS NOT NULL AND p_execution_id IS NOT NULL AND lim.wake_order = 'tenant' THEN
             SELECT d.dealt_from, d.dealt INTO dealt_first, dealt_count
               FROM route_turns_deal_ahead(p_route, spacing, p_lead, p_horizon, p_deal_ahead)
                    AS d;
@@ -253,9 +254,10 @@ for _old, _new in (
 ):
     TAKE = _replaced(TAKE, _old, _new)
 
-# The sweep of migration 0018, also on every route declared `tenant` with a rate and undealt
-# parks (and not paused): it deals the turns ahead that no take dealt. One loop in route order,
-# as before, so two sweeps lock routes in the same order.
+# The sweep of migration 0018, also on every route with undealt parks (and not paused): it deals
+# the turns ahead that no take dealt, whatever the route's order now (parks left undealt by
+# workers that declared it `tenant` before), and all of them at once on a route without a rate
+# any more. One loop in route order, as before, so two sweeps lock routes in the same order.
 SWEEP = """
 CREATE FUNCTION route_sweep(
     p_lead double precision, p_horizon double precision, p_deal_ahead double precision)
@@ -269,16 +271,14 @@ DECLARE
     now_at timestamptz := clock_timestamp();
 BEGIN
     FOR r IN SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
-                    l.wake_order = 'tenant' AND l.rate_count IS NOT NULL
-                    AND NOT coalesce(l.paused_until > now_at, false)
+                    NOT coalesce(l.paused_until > now_at, false)
                     AND EXISTS (SELECT 1 FROM route_park AS p
                                  WHERE p.route = l.route AND p.until = 'infinity') AS undealt
                FROM route_limit AS l
               WHERE EXISTS (SELECT 1 FROM route_park AS p
                              WHERE p.route = l.route AND p.until IS NULL)
-                 OR (l.wake_order = 'tenant' AND l.rate_count IS NOT NULL
-                     AND EXISTS (SELECT 1 FROM route_park AS p
-                                  WHERE p.route = l.route AND p.until = 'infinity'))
+                 OR EXISTS (SELECT 1 FROM route_park AS p
+                             WHERE p.route = l.route AND p.until = 'infinity')
               ORDER BY l.route
     LOOP
         PERFORM 1 FROM route_limit AS l WHERE l.route = r.route FOR UPDATE;
@@ -289,7 +289,9 @@ BEGIN
         UPDATE route_limit SET in_flight = live WHERE route = r.route;
         woken := woken + route_wake(
             r.route, coalesce(r.max_in_flight - live, 1) - route_parked_due(r.route));
-        IF r.undealt THEN
+        IF r.undealt AND r.rate_count IS NULL THEN  -- no rate any more: all due now
+            woken := woken + route_turns_deal(r.route, now_at, interval '0', 1000);
+        ELSIF r.undealt THEN
             free := r.rate_count - route_shares(r.route, r.rate_window_seconds, now_at);
             IF free > 0 THEN
                 woken := woken + (route_turns_deal_ahead(

@@ -250,3 +250,43 @@ def test_take__tenant_order__one_back_at_its_turn_and_parked_again_keeps_its_age
     conn.execute("SELECT route_sweep(0.05, 0.25, 600)")
     turns = _turns(conn, backlog[1:])
     assert min(backlog[1:], key=lambda execution_id: turns[execution_id][0]) == back
+
+
+@pytest.mark.parametrize(
+    ("declared", "rate"), [("queue", (1, 60)), ("queue", (None, None))], ids=["queue", "no rate"]
+)
+def test_sweep__undealt_parks_left_by_tenant_order_are_dealt_whatever_the_route_is_now(
+    conn, make_flow, runtime_dsn, declared, rate
+):
+    """Parks left undealt by workers that declared the route `tenant` are not stranded for an
+    hour when the fleet now declares it `queue`, or without a rate: the sweep deals them, at the
+    route's turns, or all at once when it has no rate any more."""
+    conn.execute(
+        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
+        " VALUES (%s, 1, 60, 'tenant')",
+        [ROUTE],
+    )
+    reg = registry(limited(ScriptedAdapter(), rate_count=1, rate_window_seconds=60))
+    flow = make_flow([action("a", "p.lim")])
+    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(3)]
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
+    finally:
+        runtime.close()
+    assert endings == [Ending.COMPLETED, Ending.SUSPENDED]
+    assert {until for until, _ in _turns(conn, backlog[1:]).values()} == {None}
+    conn.execute(
+        "UPDATE route_limit SET wake_order = %s, rate_count = %s, rate_window_seconds = %s"
+        " WHERE route = %s",
+        [declared, *rate, ROUTE],
+    )
+
+    (dealt,) = conn.execute("SELECT route_sweep(0.05, 0.25, 600)").fetchone()
+
+    assert dealt == 2
+    turns = _turns(conn, backlog[1:])
+    assert all(until is not None and until == due for until, due in turns.values())
+    now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    if rate == (None, None):
+        assert all(until <= now for until, _ in turns.values())
