@@ -201,7 +201,7 @@ def test_rate_limit__tenant_order__another_tenants_request_waits_for_a_turn_not_
             )
 
         waited, granted_after = runtime_conn.execute(_B_GRANT, [b]).fetchone()
-        assert waited < 2.5, waited  # a second ahead, the turn's lead, a loaded machine
+        assert waited < 3.5, waited  # dealt within half a second, a second ahead; loaded CI
         assert granted_after >= TENANT_BACKLOG / 3, granted_after
         moments = [
             row[0].timestamp()
