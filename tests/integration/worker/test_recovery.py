@@ -37,8 +37,10 @@ from tests.support.worker import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _crash(conn, runtime_dsn, *bindings, lease_seconds=0.3):
-    """Run the next execution until an adapter 'kills' the process; let its lease expire."""
+def _crash(conn, runtime_dsn, *bindings, lease_seconds=1.5):
+    """Run the next execution until an adapter 'kills' the process; let its lease expire. The
+    lease must outlast the run's way to its call on a loaded machine (at 0.3 s, CI once saw the
+    run superseded before its adapter was called)."""
     with runtime_for(runtime_dsn, registry(*bindings)) as runtime:
         (found,) = claim(conn, "doomed", lease_seconds=lease_seconds)
         with pytest.raises(SimulatedCrash):
