@@ -3,6 +3,7 @@ moment W/N after the one before, with no tolerance; the others parked until thei
 their fresh peers; the call sent at its moment, and one that missed it given another."""
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -156,6 +157,29 @@ def _turns(conn, execution_ids):
     return {execution_id: (until, due) for execution_id, until, due in rows}
 
 
+@contextlib.contextmanager
+def _tenant_backlog(conn, make_flow, runtime_dsn, count):
+    """A route of 1/min declared `tenant` (migration 0031), `count` executions of tenant a on
+    it, the first run (its call granted) and the second (parked with its peers, all undealt:
+    the next turn is a minute away, past what is dealt ahead); yields the backlog, its flow and
+    the runtime, closed after."""
+    conn.execute(
+        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
+        " VALUES (%s, 1, 60, 'tenant')",
+        [ROUTE],
+    )
+    reg = registry(limited(ScriptedAdapter(), rate_count=1, rate_window_seconds=60))
+    flow = make_flow([action("a", "p.lim")])
+    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(count)]
+    runtime = runtime_for(runtime_dsn, reg)
+    try:
+        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
+        assert endings == [Ending.COMPLETED, Ending.SUSPENDED]  # the second parks its peers
+        yield backlog, flow, runtime
+    finally:
+        runtime.close()
+
+
 def test_take__tenant_order__turns_dealt_to_the_lowest_rank_within_its_tenant_first(
     conn, make_flow, runtime_dsn
 ):
@@ -164,25 +188,10 @@ def test_take__tenant_order__turns_dealt_to_the_lowest_rank_within_its_tenant_fi
     and turns are dealt a little ahead in tenant order. Tenant b's one execution, parked after
     tenant a's backlog, gets the second turn dealt (rank 1 in b, after a's oldest, also rank 1),
     not the last; a's keep their age order."""
-    conn.execute(
-        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
-        " VALUES (%s, 1, 60, 'tenant')",
-        [ROUTE],
-    )
-    adapter = ScriptedAdapter()
-    reg = registry(limited(adapter, rate_count=1, rate_window_seconds=60))
-    flow = make_flow([action("a", "p.lim")])
-    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(6)]
-    runtime = runtime_for(runtime_dsn, reg)
-    try:
-        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
-        assert endings == [Ending.COMPLETED, Ending.SUSPENDED]  # the second parks its peers
+    with _tenant_backlog(conn, make_flow, runtime_dsn, 6) as (backlog, flow, runtime):
         b = enqueue(conn, flow, scope="b").execution_id
         assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
-    finally:
-        runtime.close()
     parked = [*backlog[1:], b]
-    # The next turn is a minute away, past what is dealt ahead: every park waits undealt.
     assert {until for until, _ in _turns(conn, parked).values()} == {None}
     hour_away = conn.execute("SELECT clock_timestamp() + interval '50 minutes'").fetchone()[0]
     assert all(due > hour_away for _, due in _turns(conn, parked).values())
@@ -214,18 +223,7 @@ def test_take__tenant_order__one_back_at_its_turn_and_parked_again_keeps_its_age
     """A turn's holder whose moment is still too far when it comes back (moments went to calls
     that missed theirs) parks again undealt, and keeps its age within its tenant: dealt again
     before the younger parks of its tenant, not after them."""
-    conn.execute(
-        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
-        " VALUES (%s, 1, 60, 'tenant')",
-        [ROUTE],
-    )
-    reg = registry(limited(ScriptedAdapter(), rate_count=1, rate_window_seconds=60))
-    flow = make_flow([action("a", "p.lim")])
-    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(4)]
-    runtime = runtime_for(runtime_dsn, reg)
-    try:
-        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
-        assert endings == [Ending.COMPLETED, Ending.SUSPENDED]
+    with _tenant_backlog(conn, make_flow, runtime_dsn, 4) as (backlog, _, runtime):
         conn.execute("SELECT route_sweep(0.05, 0.25, 600)")
         back = backlog[1]  # the oldest parked: the first turn, made due now
         (parked_at,) = conn.execute(
@@ -241,8 +239,6 @@ def test_take__tenant_order__one_back_at_its_turn_and_parked_again_keeps_its_age
         conn.execute("UPDATE route_limit SET rate_next_at = NULL WHERE route = %s", [ROUTE])
 
         assert run_next(conn, runtime, lease_seconds=30).status == Ending.SUSPENDED
-    finally:
-        runtime.close()
 
     assert conn.execute(
         "SELECT until = 'infinity', parked_at FROM route_park WHERE execution_id = %s", [back]
@@ -252,34 +248,20 @@ def test_take__tenant_order__one_back_at_its_turn_and_parked_again_keeps_its_age
     assert min(backlog[1:], key=lambda execution_id: turns[execution_id][0]) == back
 
 
-@pytest.mark.parametrize(
-    ("declared", "rate"), [("queue", (1, 60)), ("queue", (None, None))], ids=["queue", "no rate"]
-)
+@pytest.mark.parametrize("rate", [(1, 60), (None, None)], ids=["queue", "no rate"])
 def test_sweep__undealt_parks_left_by_tenant_order_are_dealt_whatever_the_route_is_now(
-    conn, make_flow, runtime_dsn, declared, rate
+    conn, make_flow, runtime_dsn, rate
 ):
     """Parks left undealt by workers that declared the route `tenant` are not stranded for an
     hour when the fleet now declares it `queue`, or without a rate: the sweep deals them, at the
     route's turns, or all at once when it has no rate any more."""
-    conn.execute(
-        "INSERT INTO route_limit (route, rate_count, rate_window_seconds, wake_order)"
-        " VALUES (%s, 1, 60, 'tenant')",
-        [ROUTE],
-    )
-    reg = registry(limited(ScriptedAdapter(), rate_count=1, rate_window_seconds=60))
-    flow = make_flow([action("a", "p.lim")])
-    backlog = [enqueue(conn, flow, scope="a").execution_id for _ in range(3)]
-    runtime = runtime_for(runtime_dsn, reg)
-    try:
-        endings = [run_next(conn, runtime, lease_seconds=30).status for _ in range(2)]
-    finally:
-        runtime.close()
-    assert endings == [Ending.COMPLETED, Ending.SUSPENDED]
+    with _tenant_backlog(conn, make_flow, runtime_dsn, 3) as (backlog, _, _):
+        pass
     assert {until for until, _ in _turns(conn, backlog[1:]).values()} == {None}
     conn.execute(
-        "UPDATE route_limit SET wake_order = %s, rate_count = %s, rate_window_seconds = %s"
+        "UPDATE route_limit SET wake_order = 'queue', rate_count = %s, rate_window_seconds = %s"
         " WHERE route = %s",
-        [declared, *rate, ROUTE],
+        [*rate, ROUTE],
     )
 
     (dealt,) = conn.execute("SELECT route_sweep(0.05, 0.25, 600)").fetchone()
