@@ -270,15 +270,15 @@ DECLARE
     woken integer := 0;
     now_at timestamptz := clock_timestamp();
 BEGIN
-    FOR r IN SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
-                    NOT coalesce(l.paused_until > now_at, false)
-                    AND EXISTS (SELECT 1 FROM route_park AS p
-                                 WHERE p.route = l.route AND p.until = 'infinity') AS undealt
-               FROM route_limit AS l
-              WHERE EXISTS (SELECT 1 FROM route_park AS p
-                             WHERE p.route = l.route AND p.until IS NULL)
-                 OR EXISTS (SELECT 1 FROM route_park AS p
-                             WHERE p.route = l.route AND p.until = 'infinity')
+    FOR r IN SELECT *
+               FROM (SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
+                            coalesce(l.paused_until > now_at, false) AS paused,
+                            EXISTS (SELECT 1 FROM route_park AS p
+                                     WHERE p.route = l.route AND p.until IS NULL) AS waiting,
+                            EXISTS (SELECT 1 FROM route_park AS p
+                                     WHERE p.route = l.route AND p.until = 'infinity') AS undealt
+                       FROM route_limit AS l) AS l
+              WHERE l.waiting OR l.undealt
               ORDER BY l.route
     LOOP
         PERFORM 1 FROM route_limit AS l WHERE l.route = r.route FOR UPDATE;
@@ -289,9 +289,9 @@ BEGIN
         UPDATE route_limit SET in_flight = live WHERE route = r.route;
         woken := woken + route_wake(
             r.route, coalesce(r.max_in_flight - live, 1) - route_parked_due(r.route));
-        IF r.undealt AND r.rate_count IS NULL THEN  -- no rate any more: all due now
+        IF r.undealt AND NOT r.paused AND r.rate_count IS NULL THEN  -- no rate: all due now
             woken := woken + route_turns_deal(r.route, now_at, interval '0', 1000);
-        ELSIF r.undealt THEN
+        ELSIF r.undealt AND NOT r.paused THEN
             free := r.rate_count - route_shares(r.route, r.rate_window_seconds, now_at);
             IF free > 0 THEN
                 woken := woken + (route_turns_deal_ahead(
