@@ -9,7 +9,9 @@ Invariants and transaction boundaries (each plan is one statement, in autocommit
   when a call in flight ends (`route_end` wakes it, the sweep catches what an ending missed).
   A parked call started no attempt: its RUNNING checkpoint was never written;
 - a rate's start is granted for a moment, W/N after the one before (`Taken.at`), which the
-  caller keeps to within `late_seconds`, or takes another (`route_retime`);
+  caller keeps to within `late_seconds`, or takes another (`route_retime`); on a route
+  declared `tenant` a park waits for its turn to be dealt, a second ahead, lowest rank within
+  its tenant first (`Taken.dealt_turns`, the sweep);
 - a place is held under the holder's lease: when its execution moves on, or its lease
   expires (a SIGKILLed worker), it stops counting (the function route_call_live);
 - on a route far above need a worker leases places and a share of the rate in a batch
