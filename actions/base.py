@@ -64,7 +64,7 @@ class Contract:
 @dataclass(frozen=True)
 class RouteLimits:
     """A route's flow control (`max_in_flight`, `rate_limit`), enforced across every worker in
-    PostgreSQL (executions/limits.py); None in either means that limit is off."""
+    PostgreSQL (executions/queue/limits.py); None in either means that limit is off."""
 
     max_in_flight: int | None = None  # calls in progress at once
     rate_count: int | None = None  # calls started in any window of rate_window_seconds
@@ -208,7 +208,7 @@ class ActionResult:
     error_detail: str | None = None  # safe text: never a raw provider response or a secret
     retry_after: float | None = None  # seconds, as the provider asked (bounded by the worker)
     # The provider said it limits its callers (HTTP 429): with retry_after, the route pauses for
-    # every worker (executions/limits.py).
+    # every worker (executions/queue/limits.py).
     rate_limited: bool = False
 
 

@@ -2,7 +2,7 @@
 "N/h"` under `[routes."cap@ver"]` (INTEGRATIONS.md#flow-control).
 
 Validated when the catalog loads, like every key: a bad value is an `IntegrationConfigError`
-naming the route and the key. Enforcement is the worker's (executions/limits.py).
+naming the route and the key. Enforcement is the worker's (executions/queue/limits.py).
 """
 
 import re

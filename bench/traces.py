@@ -133,8 +133,8 @@ def off_path_microseconds(rounds: int = 200_000) -> dict:
     import uuid
 
     from actions.base import ActionResult, Outcome
-    from executions.claims import Dispatch
-    from executions.leases import Fence
+    from executions.queue.claims import Dispatch
+    from executions.queue.leases import Fence
     from executions.worker import spans
     from orquestador import tracing
 

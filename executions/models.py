@@ -215,7 +215,8 @@ class Execution(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     reclaims = models.IntegerField(db_default=0)
     # Set, with the forward path's error code, when the execution starts compensating; a holder
-    # that finds it set runs the compensations instead of the actions (executions/compensation.py).
+    # that finds it set runs the compensations instead of the actions
+    # (executions/queue/compensation.py).
     compensation_cause = models.CharField(  # noqa: DJ001
         max_length=64,
         null=True,
@@ -476,7 +477,3 @@ class ActionAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id}:{self.action_id}#{self.attempt}"
-
-
-# The webhook tables live beside the features that use them (executions/webhooks/).
-from .webhooks.models import WebhookDelivery, WebhookEvent, WebhookSubscription  # noqa: E402, F401

@@ -4,10 +4,10 @@ the API, and the worker endpoint where an operator enabled it."""
 from django.conf import settings
 from django.urls import include, path
 
-from . import queuemetrics
+from .metrics import views as metrics_views
 
 urlpatterns = [
-    path("metrics", queuemetrics.metrics, name="metrics"),
+    path("metrics", metrics_views.metrics, name="metrics"),
     path("api/", include("executions.api.urls")),
 ]
 

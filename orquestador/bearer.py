@@ -30,3 +30,9 @@ def bearer_matches(authorization: str | None, token: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def metrics_token_matches(authorization: str | None, token: str) -> bool:
+    """May this scrape read the metrics (GET /metrics, a worker's metrics port)? Yes when no
+    METRICS_TOKEN is set (open by choice), otherwise only with the token as a bearer token."""
+    return not token or bearer_matches(authorization, token)

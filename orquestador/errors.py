@@ -58,7 +58,7 @@ TRANSIENT_FAILURE = "TRANSIENT_FAILURE"  # one attempt's transient failure, befo
 # replay with the same external key (RECONCILIATION.md). The worker runs that one attempt even
 # past the contract's max_attempts.
 REPLAY_AUTHORIZED = "REPLAY_AUTHORIZED"
-# On an execution: cancelled after one of its writes had happened (executions/cancel.py); the
+# On an execution: cancelled after one of its writes had happened (executions/queue/cancel.py); the
 # request stays blocked and an operator decides what that write means.
 CANCELLED_AFTER_WRITE = "CANCELLED_AFTER_WRITE"
 # On an execution: a compensation failed for good (refused, its attempts used up, or it can no
@@ -70,7 +70,7 @@ COMPENSATION_FAILED = "COMPENSATION_FAILED"
 # uncertain write did not happen and had the others undone instead of replaying it.
 NOT_COMPENSABLE = "NOT_COMPENSABLE"
 RECORDED_NOT_HAPPENED = "RECORDED_NOT_HAPPENED"
-# Why a cancellation is refused: the execution already ended (executions/cancel.py).
+# Why a cancellation is refused: the execution already ended (executions/queue/cancel.py).
 NOT_CANCELLABLE = "NOT_CANCELLABLE"
 # On an execution: an operator abandoned it in reconciliation; it ended FAILED and released its
 # request without knowing whether the uncertain write happened (RECONCILIATION.md).

@@ -1,6 +1,6 @@
 """The Prometheus text exposition format, version 0.0.4: metric families in, text out.
 
-Shared by the web process's `/metrics` (executions/queuemetrics.py) and the worker's endpoint
+Shared by the web process's `/metrics` (executions/metrics/views.py) and the worker's endpoint
 (executions/worker/metrics.py). Written by hand rather than with prometheus_client: the metric set
 is small and fixed, label values come from closed sets (statuses, bucket bounds), and the worker
 then keeps its counters behind one lock of its own

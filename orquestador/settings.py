@@ -220,8 +220,8 @@ if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC
 # orquestador/workerconfig.py.
 WORKER_ENV = {name: env.str(name, default=default) for name, default in worker_defaults.items()}
 
-# The crash-point hook (executions/faultpoints.py) is for the test suite's crash-point matrix and
-# never runs in production: no environment variable reads this; only settings_test.py sets it.
+# The crash-point hook (executions/queue/faultpoints.py) is for the test suite's crash-point matrix
+# and never runs in production: no environment variable reads this; only settings_test.py sets it.
 FAULT_POINTS_ENABLED = False
 
 # The worker endpoint (executions/worker/endpoint.py), mounted at /internal/worker/ only when

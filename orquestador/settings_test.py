@@ -22,6 +22,7 @@ if env.str("TEST_SETTINGS_ROLE", default="migration") != "runtime":
         "ENGINE": "orquestador.postgresql",
         "CONN_MAX_AGE": 0,
     }
-# The crash points of executions/faultpoints.py may be armed (ORQUESTADOR_FAULT_POINT) only here.
+# The crash points of executions/queue/faultpoints.py may be armed (ORQUESTADOR_FAULT_POINT) only
+# here.
 FAULT_POINTS_ENABLED = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from executions.admin import ViewOnly
-from executions.insight import takeover_sentence
+from executions.admin.records import ViewOnly
 from executions.models import AuditType, ExecutionStatus
+from executions.pictures.insight import takeover_sentence
 from orquestador import display
 from orquestador.display import clip
 

@@ -4,7 +4,7 @@ did not happen") is proposed by one operator and applied only when a second one 
 Invariants (RECONCILIATION.md, "Two-person rule"):
 - under the rule, services.execution_resolve_write_not_happened refuses such a replay
   (APPROVAL_REQUIRED); `replay_approve` is the only way to it, and it applies the replay through
-  the same fenced operator_write (executions/operatorwrites.py) and services.replay as a
+  the same fenced operator_write (executions/queue/operatorwrites.py) and services.replay as a
   one-person resolution;
 - propose, approve and reject are each one operator_write: request then execution locked, the
   case still RECONCILIATION_REQUIRED. Two approvals of one proposal are therefore serialised, and
@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from executions.models import ActionExecution, AuditEvent, AuditType, Execution, ExecutionStatus
-from executions.operatorwrites import LockedExecution, clean_reason
+from executions.queue.operatorwrites import LockedExecution, clean_reason
 from orquestador import errors
 
 from . import permissions

@@ -8,7 +8,7 @@ class ReconciliationConfig(AppConfig):
     def ready(self) -> None:
         # runworker runs the automatic prober beside its scheduler; executions, below this app,
         # learns of it here instead of importing it.
-        from executions.workerloops import worker_loop_register
+        from executions.worker.loops import worker_loop_register
 
         from .prober import Prober
 

@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from actions.lookup import supports_lookup
-from executions.adminpictures import timeline_drawing
+from executions.admin.pictures import timeline_drawing
 from executions.models import TERMINAL_STATUSES, AuditType, ExecutionStatus
 from orquestador import display
 

@@ -28,7 +28,7 @@ from executions.flows.compensations import (
 )
 from executions.flows.publication import find_transition
 from executions.models import ActionExecution, CheckpointStatus, Execution
-from executions.operatorwrites import clean_reason
+from executions.queue.operatorwrites import clean_reason
 from orquestador import errors
 
 from . import permissions

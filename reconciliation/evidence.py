@@ -12,7 +12,7 @@ from typing import Any
 
 from actions.base import LookupResult
 from executions.models import ActionExecution, CheckpointStatus
-from executions.outputs import MAX_OUTPUT_BYTES, json_size, output_errors
+from executions.queue.outputs import MAX_OUTPUT_BYTES, json_size, output_errors
 from orquestador.display import clip
 
 # A checkpoint in one of these statuses may or may not have had its effect.

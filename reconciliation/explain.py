@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from executions.flows import pointer
-from executions.insight import takeovers
 from executions.models import AuditEvent, AuditType, CheckpointStatus, ExecutionStatus
+from executions.pictures.insight import takeovers
 from orquestador.display import at_and_ago, clip, utc
 
 SUMMARY_VALUE_CHARS = 80  # characters of one case-summary value shown

@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from executions.operatorwrites import MAX_REASON_CHARS
+from executions.queue.operatorwrites import MAX_REASON_CHARS
 from orquestador import strictjson
 
 

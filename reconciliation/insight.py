@@ -1,6 +1,6 @@
 """Workers in sight: each runworker's registry row, read as live / silent / gone, with what it
 holds and the leases it lost or took over (an execution's own lease, takeovers and timeline are
-executions/insight.py's).
+executions/pictures/insight.py's).
 
 Read-only (the worker writes its row: sql.WORKER_SEEN, once per heartbeat). A worker is live
 while it was seen within two renewal intervals, silent until its leases would have run out, and
@@ -12,8 +12,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from executions.insight import Takeover, takeover
 from executions.models import AuditEvent, AuditType, Execution, ExecutionStatus
+from executions.pictures.insight import Takeover, takeover
 from orquestador.display import age
 
 from .models import WorkerProcess

@@ -28,7 +28,7 @@ from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg.pq import TransactionStatus
 from psycopg.types.string import TextLoader
 
-from executions.workerloops import ConnectionSource
+from executions.worker.loops import ConnectionSource
 
 
 class _Lent:

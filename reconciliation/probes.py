@@ -37,9 +37,9 @@ from actions.blocking import BlockingRunner, run_blocking
 from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
-from executions.audit import audit_append
-from executions.limits import lookup_place, lookup_place_end
 from executions.models import ActionExecution, AuditType, Execution, ExecutionStatus
+from executions.queue.audit import audit_append
+from executions.queue.limits import lookup_place, lookup_place_end
 from executions.worker.limiter import limited
 from executions.worker.metrics import WorkerMetrics
 
@@ -207,7 +207,7 @@ def probe_one(
             raise IntegrationUnavailable(
                 checkpoint.capability, checkpoint.capability_version, "off"
             )
-        # A lookup counts against its route's limits like any call (executions/limits.py);
+        # A lookup counts against its route's limits like any call (executions/queue/limits.py);
         # one held back asks nothing now: the probe's claim lapses and it is asked later.
         place = None
         if limited(binding.route):

@@ -3,7 +3,8 @@ calls in its current window, parked executions and pause, and an operator's paus
 
 One POST-only view at `route/`, CSRF-protected by the admin site, for users with
 `reconciliation.pause_route`; the pause and resume are recorded in route_event with the
-operator's name and reason (executions/limits.py). A refusal returns to the page with a message.
+operator's name and reason (executions/queue/limits.py). A refusal returns to the page with a
+message.
 """
 
 import datetime
@@ -18,7 +19,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from actions.registry import get_registry
-from executions.limits import route_operator_pause, route_stats
+from executions.queue.limits import route_operator_pause, route_stats
 
 from .permissions import PAUSE_ROUTE
 

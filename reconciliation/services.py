@@ -32,7 +32,6 @@ from actions.blocking import run_blocking
 from actions.lookup import lookup_by_key
 from actions.registry import IntegrationUnavailable, resolve
 from executions import sql
-from executions.audit import audit_append
 from executions.models import (
     ActionExecution,
     AuditEvent,
@@ -42,13 +41,14 @@ from executions.models import (
     Execution,
     ExecutionStatus,
 )
-from executions.operatorwrites import (
+from executions.queue.audit import audit_append
+from executions.queue.operatorwrites import (
     MAX_REASON_CHARS,
     LockedExecution,
     clean_reason,
     operator_write,
 )
-from executions.outputs import output_errors
+from executions.queue.outputs import output_errors
 from orquestador import errors
 from orquestador.errors import CodedError
 

@@ -18,12 +18,10 @@ from orquestador import errors
 from orquestador.auth import EXECUTIONS_RESUME, REQUESTS_WRITE
 from orquestador.errors import CodedError
 
-from .. import selectors
-from ..callbacks import MAX_CALLBACK_BYTES, callback_receive
-from ..cancel import execution_cancel
-from ..limits import throttled_each
-from ..resumes import MAX_KEPT_EVENTS, execution_resume
-from ..waits import waiting_for
+from ..queue.cancel import execution_cancel
+from ..queue.limits import throttled_each
+from ..queue.waits import waiting_for
+from . import selectors
 from .base import (
     INVALID_BODY,
     METHOD_NOT_ALLOWED,
@@ -36,7 +34,9 @@ from .base import (
     read_one_view,
     validated,
 )
+from .callbacks import MAX_CALLBACK_BYTES, callback_receive
 from .pagejson import encoded, execution_item
+from .resumes import MAX_KEPT_EVENTS, execution_resume
 from .serializers import (
     CallbackSerializer,
     ExecutionCancelSerializer,

@@ -19,7 +19,7 @@ from drf_spectacular.utils import OpenApiParameter
 from orquestador import errors
 from orquestador.errors import CodedError
 
-from ..cursors import CURSOR_CHARS
+from .cursors import CURSOR_CHARS
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

@@ -9,12 +9,12 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request as DrfRequest
 from rest_framework.response import Response
 
-from .. import selectors
-from ..cursors import Position, cursor_make, cursor_open
-from ..limits import throttled_each
 from ..models import ExecutionStatus
-from ..waits import waiting_for_each
+from ..queue.limits import throttled_each
+from ..queue.waits import waiting_for_each
+from . import selectors
 from .base import READ, ApiView, caller, error_response, operation, path_id
+from .cursors import Position, cursor_make, cursor_open
 from .listquery import Param, list_query, openapi_parameters
 from .pagejson import execution_items, page_body, request_items
 from .render import action_view

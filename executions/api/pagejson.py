@@ -6,7 +6,7 @@ statement (and an acceptance's model instance and dict a sixth of its instructio
 
 Every text that is not an id or a time is written by `encode_basestring`, the function the
 encoder itself uses for a string; a request's `data` by the encoder; the times as the rows hold
-them, already the API's text in UTC (executions/rows.py), or by `render.moment` in another zone.
+them, already the API's text in UTC (executions/sql/rows.py), or by `render.moment` in another zone.
 A row with an optional object (waitingFor, throttled) is encoded from its dict.
 tests/integration/api/test_pagejson.py holds the two to the same bytes.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from rest_framework.renderers import JSONRenderer
 from rest_framework.utils.encoders import JSONEncoder
 
-from ..rows import ExecutionRow, RequestRow, json_value
+from ..sql.rows import ExecutionRow, RequestRow, json_value
 from .render import UTC_ZONES, execution_view, moment
 
 

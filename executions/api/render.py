@@ -1,7 +1,7 @@
 """What the busiest endpoints answer, built as plain dicts: the very JSON their serializers
 describe (serializers.py stays the shape's one description, for the schema and the docs), without
 a serializer's per-call field machinery, which cost more than the database on a page of 50. They
-take the fixed reads' named rows (executions/rows.py); an execution's model instance too. The
+take the fixed reads' named rows (executions/sql/rows.py); an execution's model instance too. The
 acceptance, the reads by id and the pages send the same JSON written as text from the rows
 (pagejson.py), which these dicts are the reference of.
 
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ..flows.compensations import compensated_action
 from ..models import ActionExecution, Execution
-from ..rows import ExecutionRow, RequestRow, json_value
+from ..sql.rows import ExecutionRow, RequestRow, json_value
 
 UTC_ZONES = (datetime.UTC, zoneinfo.ZoneInfo("UTC"))
 
@@ -27,7 +27,7 @@ def moment(
 ) -> str | None:
     """A time as DRF's DateTimeField writes it: ISO 8601 in the current zone (or `zone`, the
     current one read once for a page), UTC as Z. `value` is aware, naive in UTC, or the API's
-    text in UTC as the fixed reads give it (executions/rows.py), which is already the answer in
+    text in UTC as the fixed reads give it (executions/sql/rows.py), which is already the answer in
     UTC."""
     if not value:
         return None
@@ -51,7 +51,7 @@ def execution_view(
     throttled: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """ExecutionViewSerializer's answer; `waiting` is what a SUSPENDED execution waits for,
-    `throttled` what a route limit holds back (executions/limits.py's `throttled_each`)."""
+    `throttled` what a route limit holds back (executions/queue/limits.py's `throttled_each`)."""
     zone = zone or timezone.get_current_timezone()
     result = execution.result or {}
     view: dict[str, Any] = {

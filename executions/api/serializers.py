@@ -12,11 +12,9 @@ from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..cancel import MAX_REASON_CHARS
 from ..flows.canonical import compact_size
 from ..flows.compensations import compensated_action
 from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
-from ..limits import throttled_each
 from ..models import (
     ActionExecution,
     CheckpointStatus,
@@ -25,8 +23,10 @@ from ..models import (
     ExecutionStatus,
     Request,
 )
-from ..operatorwrites import REASON_SPACES
-from ..waits import waiting_for
+from ..queue.cancel import MAX_REASON_CHARS
+from ..queue.limits import throttled_each
+from ..queue.operatorwrites import REASON_SPACES
+from ..queue.waits import waiting_for
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise

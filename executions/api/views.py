@@ -18,9 +18,9 @@ from orquestador import errors
 from orquestador.auth import FLOWS_ADMIN, REQUESTS_WRITE
 from orquestador.errors import CodedError
 
-from .. import selectors, services
 from ..flows.publication import flow_publish
-from ..waits import waiting_for
+from ..queue.waits import waiting_for
+from . import selectors, services
 from .acceptbody import accept_body
 from .base import (
     IDEMPOTENCY_KEY_SCHEMA,

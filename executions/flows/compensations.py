@@ -159,9 +159,10 @@ def compensation_steps(
 ) -> list[Step]:
     """The compensations of the transition's SUCCEEDED actions, in reverse order.
 
-    `checkpoints` maps action ids to records with `status` and `effect` (executions/claims.py's
-    CheckpointRecord). Raises CannotCompensate when a succeeded write declares no compensation,
-    a compensation cannot run under the catalog, or a forward write is uncertain.
+    `checkpoints` maps action ids to records with `status` and `effect`
+    (executions/queue/claims.py's CheckpointRecord). Raises CannotCompensate when a succeeded write
+    declares no compensation, a compensation cannot run under the catalog, or a forward write is
+    uncertain.
     """
     actions = transition.get("actions", [])
     count = len(actions)

@@ -1,4 +1,4 @@
-"""Acceptance: a transition taken on a request by the API (executions/acceptance.py), in two
+"""Acceptance: a transition taken on a request by the API (executions/api/acceptance.py), in two
 statements, each its own transaction: the request read as the caller may change it, then one
 statement that writes the acceptance only if the request is still as it was read.
 
@@ -34,10 +34,9 @@ SELECT r.flow_id, f.key, f.version, f.checksum, r.state, r.revision, r.blocked_b
 # nothing blocks it, its revision and version + 1, blocked by the new PENDING execution;
 # TRANSITION_ACCEPTED appended; idle workers notified (delivered at commit). All of it or nothing:
 # no row back when the request changed since it was read. Returns the execution as its view shows
-# it (executions/rows.py's ExecutionRow). The request is found by its key alone, as ACCEPT_READ's.
-# Locks: the request row (FOR NO KEY UPDATE, by the UPDATE), then the new execution; KEY SHARE
-# through the foreign keys.
-# Index: request_pkey.
+# it (executions/sql/rows.py's ExecutionRow). The request is found by its key alone, as
+# ACCEPT_READ's. Locks: the request row (FOR NO KEY UPDATE, by the UPDATE), then the new execution;
+# KEY SHARE through the foreign keys. Index: request_pkey.
 ACCEPT_WRITE = composed("""
 WITH accepted AS (
     UPDATE request

@@ -1,5 +1,5 @@
 """Checkpoints: the RUNNING, SUCCEEDED and settled records of each attempt of an action
-(executions/checkpoints.py), each holder's item fenced on its own in grouped statements.
+(executions/queue/checkpoints.py), each holder's item fenced on its own in grouped statements.
 """
 
 from .fence import fenced

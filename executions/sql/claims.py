@@ -1,4 +1,4 @@
-"""Claims: how work is announced, claimed and loaded by its new holder (executions/claims.py,
+"""Claims: how work is announced, claimed and loaded by its new holder (executions/queue/claims.py,
 the scheduler's listening connection).
 
 Invariants: the claim is one statement committed before any evaluation or adapter call; a

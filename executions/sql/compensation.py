@@ -1,5 +1,5 @@
-"""Compensation (executions/compensation.py): beginning it, ending an execution COMPENSATED, and
-a cancellation that requeues an execution to compensate.
+"""Compensation (executions/queue/compensation.py): beginning it, ending an execution COMPENSATED,
+and a cancellation that requeues an execution to compensate.
 
 Lock order as everywhere: request (REQUEST_LOCK), then execution, then checkpoints.
 """

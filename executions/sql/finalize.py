@@ -1,6 +1,6 @@
-"""Finalisation: how a run ends (executions/finalize.py): completed, retry scheduled, failed or
-handed to an operator; with the request lock, release and audit append that operator writes
-and waits share.
+"""Finalisation: how a run ends (executions/queue/finalize.py): completed, retry scheduled, failed
+or handed to an operator; with the request lock, release and audit append that operator writes and
+waits share.
 
 Lock order everywhere: request, then execution, then checkpoints; a statement that locks several
 rows of one table locks them in id order.
@@ -26,7 +26,7 @@ RETURNING e.next_attempt_at
 )
 
 
-# Append one audit event (the table is append-only) for executions/audit.py; returns its id.
+# Append one audit event (the table is append-only) for executions/queue/audit.py; returns its id.
 # Locks: KEY SHARE on the request and execution rows, through the foreign keys (the
 # writer already holds stronger locks).
 # Index: none.

@@ -31,14 +31,15 @@ _OUTCOME_GIVEN = (
 def _api_time(column: str) -> str:
     """`column` (a timestamptz) as the API writes a time: ISO 8601 in UTC with a Z, and its
     microseconds only when it has any, as DRF writes Python's isoformat(); NULL stays NULL
-    (executions/rows.py says why the statement writes it)."""
+    (executions/sql/rows.py says why the statement writes it)."""
     return (
         f"replace(to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
         "'.000000', '') || 'Z'"
     )
 
 
-# An execution's columns as the API's view shows them (executions/rows.py's ExecutionRow), of `e`.
+# An execution's columns as the API's view shows them (executions/sql/rows.py's ExecutionRow), of
+# `e`.
 _EXECUTION_VIEW_COLUMNS = (
     "e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,\n       "
     # A SUSPENDED execution's deadline; the others' next attempt the view never shows.
@@ -51,7 +52,7 @@ _EXECUTION_VIEW_COLUMNS = (
     + _api_time("e.finished_at")
 )
 # A request's columns as the API's view shows them (RequestRow), of `r`, its flow by id (named by
-# executions/flowcache.py).
+# executions/flows/cache.py).
 _REQUEST_VIEW_COLUMNS = (
     "r.id::text, r.flow_id, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,\n"
     "       " + _api_time("r.created_at") + ",\n       " + _api_time("r.updated_at")

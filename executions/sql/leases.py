@@ -1,5 +1,5 @@
 """Leases: renewing what a process holds, telling a lost lease apart, and the worker registry
-row the heartbeat refreshes (executions/leases.py, executions/worker/heartbeat.py).
+row the heartbeat refreshes (executions/queue/leases.py, executions/worker/heartbeat.py).
 """
 
 from .fence import fenced

@@ -1,4 +1,4 @@
-"""Route limits: the limiter's statements (executions/limits.py, docs/adr/0022).
+"""Route limits: the limiter's statements (executions/queue/limits.py, docs/adr/0022).
 
 Invariants: every grant, park and end of a limited call happens under its route's row lock
 (route_limit), taken first, before any execution row; the steps that count run after the lock,

@@ -1,4 +1,4 @@
-"""Operator writes: cancellation (executions/cancel.py) and an operator's resolution
+"""Operator writes: cancellation (executions/queue/cancel.py) and an operator's resolution
 (reconciliation/services.py).
 
 Each is one transaction: EXECUTION_REQUEST_OF, then REQUEST_LOCK and EXECUTION_LOCK (request

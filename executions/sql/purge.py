@@ -1,5 +1,5 @@
 """Purge: `manage.py purgehistory` removes old finished history in short batches
-(executions/history.py).
+(executions/queue/history.py).
 """
 
 # The purge's cutoff, read once from the database clock.

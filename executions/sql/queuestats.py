@@ -1,4 +1,4 @@
-"""Queue statistics: the queue as it is now, for GET /metrics (executions/queuestats.py).
+"""Queue statistics: the queue as it is now, for GET /metrics (executions/metrics/queuestats.py).
 
 Every statement reads live rows only, through a partial index, in a read-only transaction with
 a statement timeout of its own.

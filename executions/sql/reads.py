@@ -4,7 +4,7 @@ PostgreSQL's answer, and its model instances more than rendering the rows.
 Access as executions/access.py states it: the request's tenant, and its owner unless the caller
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
-columns are its view's, in the order of executions/rows.py's named rows (the fragments
+columns are its view's, in the order of executions/sql/rows.py's named rows (the fragments
 `{execution_view_columns}` and `{request_view_columns}`): times as the API writes them, ids as
 text and of an execution's result only the two texts its view shows (see there why).
 """
@@ -32,7 +32,7 @@ SELECT {execution_view_columns}
 # Index: none.
 PAGE_PLANNING = "SET LOCAL enable_bitmapscan = off;\n"
 
-# One request as its view shows it, its flow by id (executions/flowcache.py names it), if the
+# One request as its view shows it, its flow by id (executions/flows/cache.py names it), if the
 # caller may read it (`{access}` keyed, as EXECUTION_VIEW's).
 # Locks: nothing.
 # Index: request_pkey.
@@ -42,7 +42,7 @@ SELECT {request_view_columns}
  WHERE r.id = %(request_id)s AND {access}
 """)
 
-# The key and version of the published flows `ids` (executions/flowcache.py keeps them, so that
+# The key and version of the published flows `ids` (executions/flows/cache.py keeps them, so that
 # a page of requests does not join the flow table).
 # Locks: nothing.
 # Index: flow_pkey.
@@ -60,7 +60,7 @@ SELECT id FROM flow WHERE key = %(flow_key)s
 
 # A page of requests the caller may read, newest first: `{conditions}` is the access filter and
 # the page's filters, each one of REQUEST_PAGE_FILTERS, joined by AND (composed once per set of
-# filters and access mode by executions/selectors.py, from this text only, never from values).
+# filters and access mode by executions/api/selectors.py, from this text only, never from values).
 # Locks: nothing.
 # Index: the list's own for its filters (request_*_list_idx, ADR 15), walked from the position;
 # pinned by tests/integration/api/test_list_plans.py.

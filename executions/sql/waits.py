@@ -1,5 +1,5 @@
 """Waiting: wait actions, resumes and early events, and asynchronous providers' callbacks
-(executions/waits.py, resumes.py, callbacks.py).
+(executions/queue/waits.py, resumes.py, callbacks.py).
 
 The worker's writes (reach a wait, settle its timeout, accept an asynchronous call) are fenced
 like every write after a claim and lock the request, then the execution. A resume (an event, a

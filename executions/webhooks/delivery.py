@@ -46,7 +46,7 @@ import aiohttp
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ..steps import run_async
+from ..queue.steps import run_async
 from ..worker.groupcommit import ConnectionSource, borrowed
 from .config import CLAIM_BATCH, CONCURRENCY, POLL_SECONDS, WebhookConfig
 from .plans import (

@@ -1,4 +1,4 @@
-"""The delivery loop's statements as plans (executions/steps.py) and the values they carry:
+"""The delivery loop's statements as plans (executions/queue/steps.py) and the values they carry:
 the claim, the results, whether any subscription exists; and the retry delay."""
 
 import random
@@ -9,7 +9,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .. import sql
-from ..steps import Plan, Query, Steps
+from ..queue.steps import Plan, Query, Steps
 from .config import RETRY_MAX_SECONDS
 from .sender import Attempt
 

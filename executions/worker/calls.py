@@ -16,8 +16,8 @@ from actions.registry import IntegrationUnavailable
 from orquestador import errors
 from orquestador.schemas import contract_problem
 
-from ..claims import Snapshot
 from ..models import CheckpointStatus
+from ..queue.claims import Snapshot
 from .callmetrics import CALLS
 from .recovery import input_hash
 

@@ -4,7 +4,7 @@ transition's writes, in reverse, as actions of their own.
 Invariants:
 - only a FAIL decision of a transition whose onFailure is "compensate" is compensated; a
   RECONCILE decision (an uncertain or untrustworthy write) goes to an operator as always, and
-  so does a failure the plan cannot compensate (executions/compensation.py decides, under the
+  so does a failure the plan cannot compensate (executions/queue/compensation.py decides, under the
   request lock, and writes the usual ending then);
 - each step is an action run by the runner's own path (`_Run.action`): input mapped and
   validated, binding resolved, RUNNING checkpoint committed under the fence, adapter called with
@@ -26,9 +26,6 @@ from typing import Any, Protocol
 
 from orquestador import errors
 
-from .. import faultpoints
-from ..claims import CheckpointRecord, Snapshot
-from ..compensation import Begun, execution_begin_compensation, execution_compensated
 from ..flows.compensations import (
     CannotCompensate,
     Resolve,
@@ -37,8 +34,11 @@ from ..flows.compensations import (
     compensation_steps,
     opts_in,
 )
-from ..leases import Fence
 from ..models import CheckpointStatus, ExecutionStatus
+from ..queue import faultpoints
+from ..queue.claims import CheckpointRecord, Snapshot
+from ..queue.compensation import Begun, execution_begin_compensation, execution_compensated
+from ..queue.leases import Fence
 from . import recovery
 from .endings import WORKER_ACTOR, RunScope, run_end
 from .groupcommit import Database, on

@@ -3,11 +3,11 @@
 Invariants:
 - a decision is written after it is made, never while an exception is being built: the runner
   decides (pure), unwinds to its top, then calls `run_end` once;
-- each ending is one fenced transaction of executions/finalize.py, on a connection borrowed for
-  that write only: FAIL and RECONCILE through
-  `execution_fail` (which hands the run to an operator when a write is outstanding, under the
-  request lock), RETRY through `execution_schedule_retry` with a backoff from the worker's
-  configuration; a holder that no longer holds the execution gets `ExecutionSuperseded`;
+- each ending is one fenced transaction of executions/queue/finalize.py, on a connection borrowed
+  for that write only: FAIL and RECONCILE through `execution_fail` (which hands the run to an
+  operator when a write is outstanding, under the request lock), RETRY through
+  `execution_schedule_retry` with a backoff from the worker's configuration; a holder that no longer
+  holds the execution gets `ExecutionSuperseded`;
 - INTERRUPT writes nothing: the RUNNING checkpoint stays for recovery by lease;
 - the poison cap ends an execution without a run: `poison_settle` writes RECLAIMS_EXHAUSTED on
   the claim's own connection and token (executions/worker/scheduler.py calls it for a claim
@@ -26,16 +26,16 @@ import psycopg
 from orquestador import errors
 from orquestador.workerconfig import WorkerConfig
 
-from ..claims import Dispatch
-from ..finalize import (
+from ..models import ExecutionStatus
+from ..queue.claims import Dispatch
+from ..queue.finalize import (
     AttemptSettlement,
     execution_exhaust_reclaims,
     execution_fail,
     execution_schedule_retry,
 )
-from ..leases import ExecutionInterrupted, ExecutionSuperseded
-from ..models import ExecutionStatus
-from ..steps import run_async
+from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
+from ..queue.steps import run_async
 from .groupcommit import Database, on
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds

@@ -1,5 +1,5 @@
 """A run's evaluation after its actions: the flow's decision and the request's new data, made
-into the final commit's item (executions/finalize.py writes it).
+into the final commit's item (executions/queue/finalize.py writes it).
 
 Pure: the evaluator picks the rule(s), target state and outcome; the updates apply to a copy of
 the accepted data, which must pass the flow's dataSchema and the size limit. A failure of any of
@@ -8,11 +8,11 @@ these is the decision that ends the run (FAILED under the usual rule), never a p
 
 from typing import Any
 
-from ..claims import Snapshot
-from ..finalize import FinalizeItem
 from ..flows.evaluator import DecisionError, UpdateError, apply_updates, build_context, decide
 from ..flows.publication import DataError, validate_data
-from ..leases import Fence
+from ..queue.claims import Snapshot
+from ..queue.finalize import FinalizeItem
+from ..queue.leases import Fence
 from . import recovery
 from .recovery import Decision
 

@@ -42,9 +42,9 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
-from ..checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
-from ..finalize import FinalizeItem, executions_finalize
-from ..steps import Plan, run_async
+from ..queue.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
+from ..queue.finalize import FinalizeItem, executions_finalize
+from ..queue.steps import Plan, run_async
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -63,7 +63,7 @@ def borrowed(db: Database) -> AbstractAsyncContextManager[psycopg.AsyncConnectio
 
 
 async def on(db: Database, plan: Plan[Result]) -> Result:
-    """Run one plan (executions/steps.py) on a connection of `db`, borrowed for it only."""
+    """Run one plan (executions/queue/steps.py) on a connection of `db`, borrowed for it only."""
     async with borrowed(db) as conn:
         return await run_async(conn, plan)
 

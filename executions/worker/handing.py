@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from orquestador.workerconfig import WorkerConfig
 
-from ..claims import Dispatch, execution_claim_passed
-from ..steps import Plan
+from ..queue.claims import Dispatch, execution_claim_passed
+from ..queue.steps import Plan
 from .holdings import Slots
 from .limiter import Handoff
 from .metrics import WorkerMetrics

@@ -34,8 +34,8 @@ from psycopg_pool import PoolTimeout
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
-from ..leases import leases_renew
-from ..steps import run_async
+from ..queue.leases import leases_renew
+from ..queue.steps import run_async
 from .database import DatabaseState
 from .groupcommit import ConnectionSource
 from .holdings import Holding, Slots

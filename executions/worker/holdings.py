@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from actions.base import StopSignal
 
-from ..claims import Dispatch
+from ..queue.claims import Dispatch
 
 # A run is urgent while its tenant holds at most 1/URGENT_SHARE of an even share of this
 # process's held executions (its own included): a newcomer beside a tenant that fills the

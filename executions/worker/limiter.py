@@ -1,4 +1,4 @@
-"""A worker's side of the route limits (executions/limits.py, docs/adr/0022). Past 400 lines:
+"""A worker's side of the route limits (executions/queue/limits.py, docs/adr/0022). Past 400 lines:
 the call inside its limits, its place or lease, its moment, its end and handoff, the provider's
 pauses, and the sweeper thread.
 
@@ -40,9 +40,10 @@ from typing import Any, NoReturn
 from actions.base import ActionResult, Binding, Route
 from actions.pools import start_gate
 
-from ..claims import Dispatch
-from ..leases import ExecutionSuperseded, Fence
-from ..limits import (
+from ..models import ExecutionStatus
+from ..queue.claims import Dispatch
+from ..queue.leases import ExecutionSuperseded, Fence
+from ..queue.limits import (
     RouteSuperseded,
     Taken,
     late_seconds,
@@ -55,11 +56,10 @@ from ..limits import (
     route_sweep,
     route_take,
 )
-from ..models import ExecutionStatus
-from ..steps import Plan, run_sync
-from ..workerloops import ConnectionSource
+from ..queue.steps import Plan, run_sync
 from .groupcommit import Database, on
 from .leasedplaces import LEASES
+from .loops import ConnectionSource
 from .metrics import WorkerMetrics
 from .stops import RunSuspended
 from .turns import TURNS
@@ -383,7 +383,7 @@ async def provider_pause(
 
 
 class RouteSweeper(threading.Thread):
-    """A worker loop (executions/workerloops.py): about every SWEEP_SECONDS, on the prober's
+    """A worker loop (executions/worker/loops.py): about every SWEEP_SECONDS, on the prober's
     connection, one sweep (`route_sweep`) that wakes parked executions an ending missed and
     refreshes the pauses this process knows."""
 

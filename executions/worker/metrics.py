@@ -30,11 +30,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from orquestador.bearer import metrics_token_matches
 from orquestador.exposition import CONTENT_TYPE, Family, Sample, number, render
 from orquestador.workerconfig import DEFAULT_METRICS_HOST, WorkerConfigError
 
 from ..models import ExecutionStatus
-from ..queuemetrics import metrics_token_matches
 from .callmetrics import CALLS
 from .wire import Ending, ExecutionResult
 

@@ -36,10 +36,10 @@ from typing import Any
 from actions.base import ActionResult, Outcome
 from orquestador import errors
 
-from ..claims import CheckpointRecord
-from ..finalize import AttemptSettlement
 from ..flows.canonical import sha256_hex
 from ..models import CheckpointStatus, Effect
+from ..queue.claims import CheckpointRecord
+from ..queue.finalize import AttemptSettlement
 
 MAX_DETAIL_CHARS = 500  # characters of an internal error detail kept on a row
 # Execution error codes an adapter may report as its own PERMANENT refusal; any other adapter

@@ -46,7 +46,7 @@ import aiohttp
 from orquestador.bearer import token_problem
 from orquestador.workerconfig import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, WorkerConfigError
 
-from ..leases import ExecutionInterrupted, ExecutionSuperseded
+from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
 from .runtime import Reservation, Reservations
 from .wire import (
     INTERRUPTED,

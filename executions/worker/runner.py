@@ -32,15 +32,15 @@ from actions.registry import IntegrationUnavailable
 from orquestador import errors, jsonlog
 from orquestador.workerconfig import WorkerConfig
 
-from ..checkpoints import StartItem, SucceedItem, external_key
-from ..claims import Dispatch, FlowCache, Snapshot, execution_load, flow_definition_load
-from ..finalize import finalize_refusal
 from ..flows.evaluator import build_context
 from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import find_transition
-from ..leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..models import ExecutionStatus
-from ..waits import CALLBACK_EVENT, call_accept, is_wait
+from ..queue.checkpoints import StartItem, SucceedItem, external_key
+from ..queue.claims import Dispatch, FlowCache, Snapshot, execution_load, flow_definition_load
+from ..queue.finalize import finalize_refusal
+from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..queue.waits import CALLBACK_EVENT, call_accept, is_wait
 from . import limiter, recovery
 from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
 from .compensation import compensate_failure, compensate_resumed
@@ -314,7 +314,7 @@ class _Run:
         action_id, binding = call.start.action_id, call.binding
         contract = binding.contract
         if result.outcome == Outcome.ACCEPTED and binding.route.is_async:
-            # The provider will call back (executions/callbacks.py); until then, or until the
+            # The provider will call back (executions/api/callbacks.py); until then, or until the
             # callback is overdue, the execution waits without a lease.
             deadline = await on(
                 self.db,

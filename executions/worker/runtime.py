@@ -18,7 +18,7 @@ Invariants:
 - the SPI is asynchronous: each method is a coroutine on the worker's event loop (one per
   process: docs/adr/0010); a runtime never blocks the loop;
 - `cancel` is best effort: the durable cancellation is a fenced write in the database
-  (executions/cancel.py) that never depends on reaching a worker. In the local runtime it sets
+  (executions/queue/cancel.py) that never depends on reaching a worker. In the local runtime it sets
   the per-execution stop signal the adapters watch (`ActionContext.cancelled`), and only
   for the exact holder (execution id and token) it names;
 - `LocalWorkerRuntime` keeps WRITE_CONNECTIONS persistent asynchronous connections that all its
@@ -45,8 +45,8 @@ from actions.pools import client, close_client
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
 
-from ..claims import FlowCache
-from ..leases import ExecutionInterrupted, ExecutionSuperseded
+from ..queue.claims import FlowCache
+from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .holdings import Holding
@@ -257,7 +257,7 @@ class LocalWorkerRuntime(Reservations):
         )
         # One probe for every held write that meets an outage (writeretry.Ride).
         self._probe = DatabaseProbe(lambda timeout: self._pool.connection(timeout=timeout))
-        # The prober's (executions/workerloops.py): synchronous Django code in a thread of its
+        # The prober's (executions/worker/loops.py): synchronous Django code in a thread of its
         # own, so one connection of its own, opened only when it first probes.
         self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
             ConnectionPool, conninfo, pooling, name="worker-prober", sizes=(0, 1)

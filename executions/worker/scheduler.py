@@ -5,9 +5,9 @@ Invariants:
   tasks on it, so a slot costs a task, not a thread;
 - it claims only free capacity: a claim asks for at most min(WORKER_BATCH, free slots) rows, and
   every claimed execution starts its run as a task at once, so no claimed work waits in a
-  local backlog while its lease ticks away. Each is one `Dispatch` (executions/claims.py), held
-  in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps it
-  and the holding is the request to allocate;
+  local backlog while its lease ticks away. Each is one `Dispatch` (executions/queue/claims.py),
+  held in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps
+  it and the holding is the request to allocate;
 - a slot is free again once its run's last call has answered (`Holding.release_slot`, at the
   submission of that call's save): the run still holds the execution, its lease renewed and
   its writes fenced, until its final commit lands, and the drain waits for it; a run that goes
@@ -59,9 +59,9 @@ from orquestador import jsonlog
 from orquestador.workerconfig import WorkerConfig
 
 from .. import sql
-from ..claims import Dispatch, executions_claim
-from ..leases import lease_owner_name
-from ..steps import run_async
+from ..queue.claims import Dispatch, executions_claim
+from ..queue.leases import lease_owner_name
+from ..queue.steps import run_async
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
 from .handing import Handing

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from actions.base import ActionResult, Binding, Outcome
 from orquestador import tracing
 
-from ..claims import Dispatch
 from ..models import ExecutionStatus
+from ..queue.claims import Dispatch
 from .stops import RunEnded, RunSuspended
 from .wire import RunOutcome
 

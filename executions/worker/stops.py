@@ -3,7 +3,7 @@
 `RunEnded` carries a recovery decision (fail, retry, reconcile) that `runner._Run.run` writes
 through endings.py. `run_suspended` is the one way a run stops SUSPENDED, for a wait action and
 for an asynchronous provider's ACCEPTED alike: the suspension is already committed
-(executions/waits.py), so it only logs and returns the outcome, raised as `RunSuspended`.
+(executions/queue/waits.py), so it only logs and returns the outcome, raised as `RunSuspended`.
 """
 
 import datetime

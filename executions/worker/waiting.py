@@ -1,6 +1,6 @@
 """A run's wait action: met at once, reused, waited on, or timed out.
 
-The writes are executions/waits.py's plans, each one fenced transaction on a borrowed
+The writes are executions/queue/waits.py's plans, each one fenced transaction on a borrowed
 connection; this module decides which to make from the checkpoint the run found: the wait's
 output (the run goes on), a suspension (`run_suspended`), or EVENT_TIMEOUT under the usual rule
 for a failure.
@@ -12,11 +12,11 @@ from typing import Any
 from actions.base import StopSignal
 from orquestador import errors
 
-from ..claims import Snapshot
-from ..leases import ExecutionInterrupted, Fence
 from ..models import CheckpointStatus
-from ..steps import run_async
-from ..waits import (
+from ..queue.claims import Snapshot
+from ..queue.leases import ExecutionInterrupted, Fence
+from ..queue.steps import run_async
+from ..queue.waits import (
     wait_checkpoint_expire,
     wait_deadline,
     wait_reach,

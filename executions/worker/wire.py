@@ -27,9 +27,9 @@ from typing import Any
 
 from orquestador.tracing import MAX_TRACESTATE_LENGTH
 
-from ..claims import Dispatch
-from ..leases import Fence
 from ..models import ExecutionStatus
+from ..queue.claims import Dispatch
+from ..queue.leases import Fence
 
 MAX_TEXT_LENGTH = 255  # characters of transitionId and leaseOwner
 TRACE_CONTEXT = "traceContext"  # the metadata key of the execution's stored trace context

@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from actions.registry import use_registry
-from executions import diagram
 from executions.models import ActionAttempt, Flow
-from executions.timeline import execution_timeline
+from executions.pictures import diagram
+from executions.pictures.timeline import execution_timeline
 from tests.integration.reconciliation.conftest import RESOLVE, VIEW, _user
 from tests.support.bigflow import big_flow, big_flow_registry
 from tests.support.eventful import Eventful

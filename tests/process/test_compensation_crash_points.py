@@ -17,7 +17,7 @@ import signal
 
 import pytest
 
-from executions import faultpoints
+from executions.queue import faultpoints
 from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (
     WorkerProcess,

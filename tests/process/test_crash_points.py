@@ -2,14 +2,14 @@
 effect class, and another process recovers the execution by the rules of
 docs/worker-protocol.md#recovery.
 
-Each round arms one point (executions/faultpoints.py, reachable only under settings_test.py) in
-three doomed workers of one slot each, enqueues three executions (one per effect class: the
-first action `target` calls the loopback provider through http.json, a NO_OP follows), and waits
-until each doomed worker has killed itself at that point. The point "in the adapter call" needs
-no hook: the provider holds the call and the test SIGKILLs the workers. A recovery worker then
-takes every execution over after its lease expires. For every cell the test asserts the final
-status, the error code, the attempts, the target checkpoint's attempt, the provider's call count
-and the audit trail. docs/crash-points.md is the same table in words.
+Each round arms one point (executions/queue/faultpoints.py, reachable only under settings_test.py)
+in three doomed workers of one slot each, enqueues three executions (one per effect class: the first
+action `target` calls the loopback provider through http.json, a NO_OP follows), and waits until
+each doomed worker has killed itself at that point. The point "in the adapter call" needs no hook:
+the provider holds the call and the test SIGKILLs the workers. A recovery worker then takes every
+execution over after its lease expires. For every cell the test asserts the final status, the error
+code, the attempts, the target checkpoint's attempt, the provider's call count and the audit trail.
+docs/crash-points.md is the same table in words.
 """
 
 import os
@@ -17,7 +17,7 @@ import signal
 
 import pytest
 
-from executions import faultpoints
+from executions.queue import faultpoints
 from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (
     WorkerProcess,

@@ -16,7 +16,7 @@ import uuid
 import pytest
 import requests
 
-from executions import faultpoints
+from executions.queue import faultpoints
 from tests.support import tokens
 from tests.support.otlp import OtlpReceiver
 from tests.support.providers import JsonProvider

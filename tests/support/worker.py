@@ -33,12 +33,17 @@ from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome
 from actions.registry import NO_OP, Registry
 from actions.simulation import SIMULATION_BINDINGS
 from executions import sql
-from executions.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
-from executions.claims import Dispatch, executions_claim
-from executions.finalize import FinalizeItem, executions_finalize, finalize_refusal
 from executions.flows.canonical import sha256_hex
-from executions.leases import ExecutionSuperseded, Fence
-from executions.steps import run_sync
+from executions.queue.checkpoints import (
+    StartItem,
+    SucceedItem,
+    checkpoints_start,
+    checkpoints_succeed,
+)
+from executions.queue.claims import Dispatch, executions_claim
+from executions.queue.finalize import FinalizeItem, executions_finalize, finalize_refusal
+from executions.queue.leases import ExecutionSuperseded, Fence
+from executions.queue.steps import run_sync
 from executions.worker import runtime as worker_runtime
 from executions.worker.holdings import Holding
 from executions.worker.runtime import LocalWorkerRuntime

@@ -4,7 +4,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from executions.queuemetrics import queue_families
+from executions.metrics.views import queue_families
 from orquestador.exposition import Family, Sample, number, render
 from tests.support.prometheus import scrape
 

@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from executions import faultpoints
+from executions.queue import faultpoints
 
 
 @pytest.fixture(autouse=True)

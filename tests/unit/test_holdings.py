@@ -3,8 +3,8 @@
 import asyncio
 import uuid
 
-from executions.claims import Dispatch, Snapshot
-from executions.leases import Fence
+from executions.queue.claims import Dispatch, Snapshot
+from executions.queue.leases import Fence
 from executions.worker.holdings import Slots
 
 

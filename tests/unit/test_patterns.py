@@ -8,7 +8,7 @@ import pytest
 
 from executions.flows.checks import DRAFT
 from executions.flows.publication import DataError, validate_data, validate_definition
-from executions.outputs import output_errors
+from executions.queue.outputs import output_errors
 from orquestador import patterns, schemas
 
 CATASTROPHIC = "^(a+)+$"

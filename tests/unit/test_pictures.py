@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from executions import diagram
-from executions.svgsafety import SVG_NS, SvgRefused, clean_svg
-from executions.timeline import Lane, Mark, Span, Timeline, duration
-from executions.timelinesvg import (
+from executions.pictures import diagram
+from executions.pictures.svgsafety import SVG_NS, SvgRefused, clean_svg
+from executions.pictures.timeline import Lane, Mark, Span, Timeline, duration
+from executions.pictures.timelinesvg import (
     BREAK_WIDTH,
     MIN_BAR,
     PLOT_LEFT,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from actions.base import ActionResult, Outcome
-from executions.claims import CheckpointRecord
-from executions.finalize import AttemptSettlement
+from executions.queue.claims import CheckpointRecord
+from executions.queue.finalize import AttemptSettlement
 from executions.worker import recovery
 from executions.worker.recovery import (
     MAX_DETAIL_CHARS,
@@ -77,8 +77,8 @@ def test_module_is_pure():
         "typing",
         "actions.base",
         "orquestador",
-        "..claims",  # CheckpointRecord, a value
-        "..finalize",  # AttemptSettlement, a value
+        "..queue.claims",  # CheckpointRecord, a value
+        "..queue.finalize",  # AttemptSettlement, a value
         "..flows.canonical",
         "..models",  # the status and effect enums
     }

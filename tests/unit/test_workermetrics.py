@@ -5,9 +5,9 @@ import uuid
 
 import pytest
 
-from executions.claims import Dispatch
-from executions.leases import Fence
 from executions.models import ExecutionStatus
+from executions.queue.claims import Dispatch
+from executions.queue.leases import Fence
 from executions.worker.metrics import (
     CLAIM_LATENCY,
     CLAIMED,

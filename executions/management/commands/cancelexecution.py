@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from executions.cancel import execution_cancel
+from executions.queue.cancel import execution_cancel
 from orquestador.errors import CodedError
 
 

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from executions.history import DEFAULT_BATCH, DEFAULT_PAUSE_SECONDS, MAX_BATCH, history_purge
+from executions.queue.history import DEFAULT_BATCH, DEFAULT_PAUSE_SECONDS, MAX_BATCH, history_purge
 
 
 class Command(BaseCommand):

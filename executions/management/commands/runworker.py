@@ -12,17 +12,17 @@ from django.db import connection
 
 from actions.registry import IntegrationConfigError, load_registry
 from executions.flows.publication import flows_compensation_problems
-from executions.leases import lease_owner_name
-from executions.limits import LimitsConflict, limits_declare
+from executions.queue.leases import lease_owner_name
+from executions.queue.limits import LimitsConflict, limits_declare
 from executions.webhooks.running import webhook_delivery
 from executions.worker.collector import collector_settled
 from executions.worker.database import database_conninfo
+from executions.worker.loops import LOOP_JOIN_SECONDS, worker_loops
 from executions.worker.metrics import WorkerMetrics, metrics_address, metrics_listen
 from executions.worker.pooling import PoolingConfig, pooling_config
 from executions.worker.remote import RemoteWorkerRuntime, remote_target
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
-from executions.workerloops import LOOP_JOIN_SECONDS, worker_loops
 from orquestador import tracing
 from orquestador.dbroles import restricted_role_message, unrestricted_reasons
 from orquestador.jsonlog import lean_records

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from executions.api.services import request_create, transition_accept
 from executions.flows.publication import flow_publish
 from executions.models import (
     ActionExecution,
@@ -27,7 +28,6 @@ from executions.models import (
     ExecutionStatus,
     Request,
 )
-from executions.services import request_create, transition_accept
 from orquestador import errors
 from orquestador.auth import Principal
 from tests.conftest import _dsn, manage, runtime_settings

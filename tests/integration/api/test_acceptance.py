@@ -1,4 +1,4 @@
-"""The acceptance's two statements (executions/acceptance.py) when the request changes between
+"""The acceptance's two statements (executions/api/acceptance.py) when the request changes between
 them: the write matches nothing, writes nothing, and the acceptance reads the request again and
 answers for what it then finds, exactly as if it had come second."""
 
@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from executions import acceptance
+from executions.api import acceptance
 from executions.models import AuditEvent, AuditType, Execution, Request
-from executions.rows import ExecutionRow
+from executions.sql.rows import ExecutionRow
 from orquestador.auth import Principal
 
 from .conftest import assert_error

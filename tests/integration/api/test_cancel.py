@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from django.db.models.functions import Now
 
-from executions.cancel import MAX_REASON_CHARS
 from executions.models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Request
+from executions.queue.cancel import MAX_REASON_CHARS
 
 from .conftest import assert_error
 from .test_transitions import EXECUTION_FIELDS

@@ -8,9 +8,9 @@ import psycopg
 import pytest
 from django.test import Client
 
-from executions.resumes import MAX_KEPT_EVENTS
-from executions.steps import run_sync
-from executions.waits import wait_reach
+from executions.api.resumes import MAX_KEPT_EVENTS
+from executions.queue.steps import run_sync
+from executions.queue.waits import wait_reach
 from tests.support import tokens
 from tests.support.worker import (
     audit_events,

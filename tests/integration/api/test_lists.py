@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.utils.crypto import salted_hmac
 
-from executions import cursors
+from executions.api import cursors
 from executions.flows.publication import flow_publish
 from executions.models import ActionExecution, Execution, ExecutionStatus, Request
 
@@ -232,8 +232,8 @@ def test_cursor__made_with_another_secret_key_is_refused(alice, requests_made, s
 
 
 def test_cursor__is_signed_as_django_s_salted_hmac_signs_it(alice, requests_made, settings):
-    """The HMAC is salted_hmac's byte for byte (executions/cursors.py computes it faster), so the
-    cursors a server gave before an upgrade still open after it."""
+    """The HMAC is salted_hmac's byte for byte (executions/api/cursors.py computes it faster), so
+    the cursors a server gave before an upgrade still open after it."""
     cursor = page(alice, "/api/v1/requests", limit=2, state="DRAFT")["next"]
     raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     body, mac = raw[: -cursors.MAC_BYTES], raw[-cursors.MAC_BYTES :]

@@ -19,7 +19,7 @@ from executions.api.pagejson import (
     request_items,
 )
 from executions.api.render import execution_view, request_view
-from executions.rows import ExecutionRow, RequestRow
+from executions.sql.rows import ExecutionRow, RequestRow
 
 # As the fixed reads give their times: the API's text in UTC (test_render.py holds the statements'
 # text to DRF's).

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
-from executions import selectors
+from executions.api import selectors
 from executions.api.acceptbody import plainly_valid
 from executions.api.render import action_view, execution_view, request_view
 from executions.api.serializers import (
@@ -29,7 +29,7 @@ from executions.models import (
     ExecutionStatus,
     Request,
 )
-from executions.waits import waiting_for, waiting_for_each
+from executions.queue.waits import waiting_for, waiting_for_each
 from orquestador.auth import REQUESTS_READ, Principal
 
 pytestmark = pytest.mark.django_db
@@ -130,7 +130,7 @@ def test_request_view__is_the_serializers(alice, request_row, blocked):
 
 @pytest.mark.parametrize("zone", ["UTC", "America/Caracas", "Asia/Kathmandu"])
 def test_fixed_reads__render_as_the_serializers_in_any_current_zone(alice, request_row, zone):
-    # The fixed reads give naive UTC times (executions/rows.py); a page of each too.
+    # The fixed reads give naive UTC times (executions/sql/rows.py); a page of each too.
     execution = Execution.objects.create(
         request=request_row,
         flow=request_row.flow,
@@ -169,7 +169,7 @@ def test_fixed_reads__render_as_the_serializers_in_any_current_zone(alice, reque
     ],
 )
 def test_fixed_reads__write_their_times_as_drf_does(alice, request_row, moment):
-    # The statements write a row's times themselves (executions/rows.py): the same text as DRF's
+    # The statements write a row's times themselves (executions/sql/rows.py): the same text as DRF's
     # DateTimeField writes for the time in UTC, the zone the API answers in.
     execution = Execution.objects.create(
         request=request_row,

@@ -1,7 +1,7 @@
 """What one API call costs the database: the statements it sends, counted and pinned.
 
 An acceptance is two statements whatever the request, with no BEGIN or COMMIT of its own: the
-read, then the write that is its one transaction (executions/acceptance.py); reading an
+read, then the write that is its one transaction (executions/api/acceptance.py); reading an
 execution is one statement. A change that adds a query to these paths fails here and must say
 why in this file.
 """
@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from executions import flowcache, sql
+from executions import sql
+from executions.flows import cache as flowcache
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real transactions, no savepoints
 
@@ -117,7 +118,7 @@ def test_get_execution__is_one_statement(alice, flow):
 # page's SUSPENDED executions wait for when it has any. An execution's steps: the execution
 # (access), then its checkpoints.
 LIST_REQUESTS_STATEMENTS = ["SELECT"]
-# The flows a page names are read once per process (executions/flowcache.py), after the page.
+# The flows a page names are read once per process (executions/flows/cache.py), after the page.
 LIST_REQUESTS_FIRST_ON_FLOW_STATEMENTS = ["SELECT", "SELECT"]
 LIST_REQUESTS_BY_FLOW_STATEMENTS = ["SELECT", "SELECT"]
 LIST_EXECUTIONS_STATEMENTS = ["SELECT"]

@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from actions.base import RouteLimits
-from executions.limits import route_take
-from executions.steps import run_sync
+from executions.queue.limits import route_take
+from executions.queue.steps import run_sync
 from tests.support.meteredprovider import route_tables_clear
 from tests.support.worker import (
     ScriptedAdapter,

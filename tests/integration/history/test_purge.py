@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from executions.history import history_purge
 from executions.models import EventStatus
+from executions.queue.history import history_purge
 from tests.support.worker import (
     action,
     audit_events,

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from executions import sql
-from executions.queuestats import QueueStats, queue_stats
+from executions.metrics.queuestats import QueueStats, queue_stats
 from executions.webhooks.models import WebhookSubscription
 from executions.webhooks.signing import secret_new
 from tests.support.plans import plan_nodes

@@ -65,7 +65,7 @@ def test_metrics__an_unreadable_database_is_reported_not_hidden(client, monkeypa
     def down(**kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr("executions.queuemetrics.queue_stats", down)
+    monkeypatch.setattr("executions.metrics.views.queue_stats", down)
     found = get(client)
     assert found.value("orquestador_database_up") == 0
     assert "orquestador_queue_depth" not in found.types

@@ -6,7 +6,7 @@ import socket
 import pytest
 import requests
 
-from executions.cancel import execution_cancel
+from executions.queue.cancel import execution_cancel
 from executions.worker.metrics import (
     CLAIMED,
     CLAIMS,

@@ -9,9 +9,6 @@ import psycopg
 import pytest
 from django.db import connection
 
-from executions.claims import executions_claim
-from executions.finalize import execution_fail
-from executions.leases import ExecutionSuperseded, Fence, leases_renew
 from executions.models import (
     ActionExecution,
     AuditEvent,
@@ -22,7 +19,10 @@ from executions.models import (
     ExecutionStatus,
     Request,
 )
-from executions.steps import run_sync
+from executions.queue.claims import executions_claim
+from executions.queue.finalize import execution_fail
+from executions.queue.leases import ExecutionSuperseded, Fence, leases_renew
+from executions.queue.steps import run_sync
 from orquestador import errors
 from reconciliation import services
 from tests.support.worker import expire_lease, save_checkpoint, start_checkpoint

@@ -20,8 +20,8 @@ from executions.models import (
     Execution,
     ExecutionStatus,
 )
+from executions.worker.loops import worker_loops
 from executions.worker.metrics import AUTO_RESOLUTIONS, PROBES, WorkerMetrics
-from executions.workerloops import worker_loops
 from reconciliation import prober, probes, services
 from reconciliation.models import CaseProbe
 from tests.support.providers import JsonProvider

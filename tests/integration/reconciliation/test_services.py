@@ -5,7 +5,6 @@ import psycopg
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from executions import operatorwrites
 from executions.models import (
     ActionExecution,
     AuditEvent,
@@ -15,6 +14,7 @@ from executions.models import (
     ExecutionStatus,
     Request,
 )
+from executions.queue import operatorwrites
 from orquestador import errors
 from reconciliation import services
 from tests.support.providers import JsonProvider, drop

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from executions.api.services import request_create, transition_accept
 from executions.flows.publication import flow_publish
 from executions.models import Execution, Request
-from executions.services import request_create, transition_accept
 from orquestador.auth import Principal
 from tests.conftest import manage
 from tests.support.providers import JsonProvider

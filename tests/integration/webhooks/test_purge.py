@@ -3,7 +3,7 @@ is settled, and leaves an execution alone while one of its deliveries is still o
 
 import pytest
 
-from executions.history import history_purge
+from executions.queue.history import history_purge
 
 from .conftest import deliveries, end, subscribe
 

@@ -7,8 +7,8 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from executions.cancel import execution_cancel
-from executions.leases import ExecutionSuperseded
+from executions.queue.cancel import execution_cancel
+from executions.queue.leases import ExecutionSuperseded
 from executions.worker.metrics import LEASE_LOSSES
 from orquestador import errors
 from orquestador.errors import CodedError

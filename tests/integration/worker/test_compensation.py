@@ -8,7 +8,7 @@ import pytest
 
 from actions.base import LookupResult
 from actions.registry import use_registry
-from executions.cancel import execution_cancel
+from executions.queue.cancel import execution_cancel
 from orquestador import errors
 from tests.support.worker import (
     ScriptedAdapter,
@@ -153,7 +153,7 @@ def test_compensation__the_execution_page_draws_the_undo_and_the_end(conn, make_
     from django.utils import timezone
 
     from executions.models import Execution
-    from executions.timeline import execution_timeline
+    from executions.pictures.timeline import execution_timeline
 
     accepted = enqueue(conn, _shop(make_flow), data={"sku": "book"})
     bindings = (

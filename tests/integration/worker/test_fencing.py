@@ -4,16 +4,16 @@ import threading
 
 import pytest
 
-from executions.checkpoints import checkpoint_settle
-from executions.claims import execution_load
-from executions.finalize import (
+from executions.queue.checkpoints import checkpoint_settle
+from executions.queue.claims import execution_load
+from executions.queue.finalize import (
     AttemptSettlement,
     FinalizeItem,
     execution_fail,
     execution_schedule_retry,
 )
-from executions.leases import ExecutionSuperseded
-from executions.steps import Plan, run_sync
+from executions.queue.leases import ExecutionSuperseded
+from executions.queue.steps import Plan, run_sync
 from tests.support.worker import (
     GateAdapter,
     ScriptedAdapter,

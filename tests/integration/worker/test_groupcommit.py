@@ -3,8 +3,8 @@
 import psycopg
 import pytest
 
-from executions.checkpoints import StartItem
-from executions.finalize import FinalizeItem
+from executions.queue.checkpoints import StartItem
+from executions.queue.finalize import FinalizeItem
 from executions.worker.groupcommit import GroupWrites
 from executions.worker.loopthread import LoopThread
 from tests.support.worker import (

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from executions.leases import Fence, leases_renew
-from executions.steps import run_sync
+from executions.queue.leases import Fence, leases_renew
+from executions.queue.steps import run_sync
 from tests.support.worker import action, claim, enqueue, execution_row, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)

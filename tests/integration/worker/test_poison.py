@@ -8,10 +8,15 @@ import time
 import psycopg
 import pytest
 
-from executions.checkpoints import StartItem, SucceedItem, checkpoints_start, checkpoints_succeed
-from executions.claims import executions_claim
-from executions.finalize import execution_exhaust_reclaims
-from executions.steps import run_sync
+from executions.queue.checkpoints import (
+    StartItem,
+    SucceedItem,
+    checkpoints_start,
+    checkpoints_succeed,
+)
+from executions.queue.claims import executions_claim
+from executions.queue.finalize import execution_exhaust_reclaims
+from executions.queue.steps import run_sync
 from executions.worker.metrics import RECLAIMS_EXHAUSTED
 from executions.worker.writeretry import fenced_write
 from orquestador.workerconfig import WorkerConfig

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from executions.resumes import execution_resume
+from executions.api.resumes import execution_resume
 from executions.worker.wire import package_json
 from orquestador.auth import EXECUTIONS_RESUME, Principal
 from tests.integration.actions.conftest import catalog_registry

@@ -7,8 +7,8 @@ runtime, new connections, new adapter objects) and resumes from the database alo
 
 import pytest
 
-from executions import insight
 from executions.models import ActionExecution, AuditEvent
+from executions.pictures import insight
 from orquestador import display, errors
 from reconciliation import explain
 from tests.support.worker import (

@@ -1,4 +1,4 @@
-"""Route limits in PostgreSQL (executions/limits.py): a call a limit holds back parks its
+"""Route limits in PostgreSQL (executions/queue/limits.py): a call a limit holds back parks its
 execution with no attempt started, and wakes when a call in flight ends or at its turn; a dead
 holder's place comes back with its lease; a 429 and an operator pause the route. A rate's
 moments: test_route_rates.py."""
@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from actions.base import ActionResult, Outcome, RouteLimits
-from executions.claims import execution_claim_passed
-from executions.limits import (
+from executions.models import Execution
+from executions.queue.claims import execution_claim_passed
+from executions.queue.limits import (
     RATE_HORIZON_SECONDS,
     route_end,
     route_lease_release,
@@ -24,8 +25,7 @@ from executions.limits import (
     route_take,
     throttled_each,
 )
-from executions.models import Execution
-from executions.steps import run_sync
+from executions.queue.steps import run_sync
 from executions.worker.limiter import PAUSES
 from executions.worker.wire import Ending
 from tests.support.meteredprovider import route_tables_clear
@@ -495,7 +495,7 @@ def test_operator_pause_and_resume__audited_and_parked_work_due_on_resume(
 
 
 def test_purge__removes_the_records_of_ended_calls(conn, make_flow, runtime_dsn):
-    from executions.history import history_purge
+    from executions.queue.history import history_purge
 
     adapter = ScriptedAdapter()
     reg = registry(limited(adapter, max_in_flight=2))
@@ -515,7 +515,7 @@ def test_purge__removes_the_records_of_ended_calls(conn, make_flow, runtime_dsn)
 
 
 def test_lookup__counts_against_max_in_flight_and_is_never_parked(conn, make_flow, runtime_dsn):
-    from executions.limits import lookup_place, lookup_place_end
+    from executions.queue.limits import lookup_place, lookup_place_end
 
     route = limited(ScriptedAdapter(), max_in_flight=1).route
 

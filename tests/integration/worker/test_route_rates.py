@@ -1,4 +1,4 @@
-"""A rate's starts (executions/limits.py, docs/adr/0022 "The window"): each granted for a
+"""A rate's starts (executions/queue/limits.py, docs/adr/0022 "The window"): each granted for a
 moment W/N after the one before, with no tolerance; the others parked until their turns, with
 their fresh peers; the call sent at its moment, and one that missed it given another."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from actions.base import RouteLimits
 from executions import sql
-from executions.limits import RATE_HORIZON_SECONDS, route_stats, route_take
-from executions.steps import run_sync
+from executions.queue.limits import RATE_HORIZON_SECONDS, route_stats, route_take
+from executions.queue.steps import run_sync
 from executions.worker.limiter import PAUSES, Moment
 from executions.worker.wire import Ending
 from tests.support.meteredprovider import route_tables_clear

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from actions.base import ActionResult, Outcome
-from executions.claims import Dispatch
-from executions.leases import ExecutionSuperseded, Fence
-from executions.resumes import execution_resume
+from executions.api.resumes import execution_resume
+from executions.queue.claims import Dispatch
+from executions.queue.leases import ExecutionSuperseded, Fence
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.runtime import LocalWorkerRuntime, is_superseded_refusal
 from executions.worker.wire import ExecutionPackage, package_json, package_read

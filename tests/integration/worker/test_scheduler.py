@@ -7,9 +7,9 @@ import psycopg
 import pytest
 
 from executions import sql
-from executions.cancel import execution_cancel
-from executions.leases import leases_renew
-from executions.steps import run_sync
+from executions.queue.cancel import execution_cancel
+from executions.queue.leases import leases_renew
+from executions.queue.steps import run_sync
 from executions.worker.metrics import CLAIMS
 from executions.worker.scheduler import Scheduler
 from tests.support.worker import (

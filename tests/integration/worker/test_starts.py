@@ -10,7 +10,7 @@ writes nothing after it, and leaves that checkpoint for the next holder.
 import psycopg
 import pytest
 
-from executions.steps import Plan
+from executions.queue.steps import Plan
 from tests.support.worker import (
     ScriptedAdapter,
     action,

@@ -1,4 +1,4 @@
-"""Plans (executions/steps.py): one definition of a protocol statement, run alike on a
+"""Plans (executions/queue/steps.py): one definition of a protocol statement, run alike on a
 synchronous and an asynchronous connection, atomic when the plan says so."""
 
 import asyncio
@@ -6,9 +6,9 @@ import asyncio
 import psycopg
 import pytest
 
-from executions.leases import ExecutionSuperseded
-from executions.steps import Plan, Query, run_async, run_sync
-from executions.waits import wait_reach
+from executions.queue.leases import ExecutionSuperseded
+from executions.queue.steps import Plan, Query, run_async, run_sync
+from executions.queue.waits import wait_reach
 from tests.support.worker import action, claim, enqueue, execution_row
 
 pytestmark = pytest.mark.django_db(transaction=True)

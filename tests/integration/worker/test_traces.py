@@ -26,15 +26,15 @@ from psycopg.types.json import Jsonb
 from actions.base import Binding
 from actions.catalog import parse_catalog
 from actions.registry import ADAPTERS, Registry, use_registry
-from executions.callbacks import callback_receive
-from executions.claims import Dispatch
+from executions.api.callbacks import callback_receive
+from executions.api.resumes import execution_resume
+from executions.api.services import request_create, transition_accept
 from executions.flows.publication import flow_publish
-from executions.leases import Fence
 from executions.models import Execution
-from executions.resumes import execution_resume
-from executions.services import request_create, transition_accept
-from executions.steps import run_sync
-from executions.waits import wait_reach
+from executions.queue.claims import Dispatch
+from executions.queue.leases import Fence
+from executions.queue.steps import run_sync
+from executions.queue.waits import wait_reach
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.wire import ExecutionPackage, PackageInvalid, package_json, package_read
 from orquestador import tracing

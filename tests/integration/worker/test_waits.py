@@ -3,7 +3,7 @@
 
 import pytest
 
-from executions.resumes import execution_resume
+from executions.api.resumes import execution_resume
 from orquestador.auth import EXECUTIONS_RESUME, Principal
 from tests.support.worker import (
     ScriptedAdapter,

@@ -12,7 +12,7 @@ import requests
 from django.core.exceptions import ImproperlyConfigured
 
 from actions.base import StopSignal
-from executions.leases import ExecutionSuperseded
+from executions.queue.leases import ExecutionSuperseded
 from executions.worker.endpoint import endpoint_guard, endpoint_runtime_set
 from executions.worker.remote import RemoteTarget, RemoteWorkerError, RemoteWorkerRuntime
 from executions.worker.runtime import is_superseded_refusal
