@@ -48,8 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import pgreshaped  # noqa: E402
+from bench.common import PYTHON  # noqa: E402
 from bench.pgvariants import VARIANTS, driver  # noqa: E402
-from bench.worker import PYTHON, Bench  # noqa: E402
+from bench.worker import Bench  # noqa: E402
 from executions import sql  # noqa: E402
 
 
