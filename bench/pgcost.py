@@ -29,7 +29,8 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.worker import LIVE_ANY, PYTHON, Bench  # noqa: E402
+from bench.common import LIVE_ANY, PYTHON  # noqa: E402
+from bench.worker import Bench  # noqa: E402
 
 HOT_TABLES = ("request", "execution", "action_execution", "audit_event", "webhook_event")
 STATEMENTS = """

@@ -1,6 +1,6 @@
 """PostgreSQL's floor per no-op execution: the protocol's writes replayed with no worker.
 
-    .venv/bin/python bench/pgfloor.py [--variants schema,no-lists,bare,reshaped]
+    .venv/bin/python bench/pgfloor.py [--variants schema,no-lists,bare]
         [--executions 6000] [--batch 30] [--claim-batch 10] [--rounds 3] [--waldump]
         [--callgrind]
 
@@ -11,12 +11,11 @@ list indexes), `no-fk` (every foreign key of the four hot tables), `bare-indexes
 keys, the claim's index and the checkpoint key), `bare` (that, no foreign keys, no trigger):
 changed by DDL; `list-checks` / `compact-checks` with the vocabulary CHECK constraints as lists
 or as array constants (docs/adr/0024); `merged`, today's schema with the last checkpoint's
-SUCCEEDED written by the final commit's statement; `reshaped`, the prototype of
-bench/pgreshaped.py (the changing columns in narrow tables of their own). Then round after
-round, the variants in turn (the order reversed every other round): --executions accepted in
-one transaction as bench/worker.py's throughput section does, then drained by one client as the
-worker's statements drain them (executions/sql/ itself for the schema variants; the worker's
-session settings and durability; a connection, so a backend, per phase): claims of
+SUCCEEDED written by the final commit's statement. Then round after round, the variants in turn
+(the order reversed every other round): --executions accepted in one transaction as
+bench/worker.py's throughput section does, then drained by one client as the worker's
+statements drain them (executions/sql/ itself, `merged`'s final commit made of two of them; the
+worker's session settings and durability; a connection, so a backend, per phase): claims of
 --claim-batch (WORKER_BATCH) until --batch executions are held, then their RUNNING checkpoints,
 SUCCEEDED checkpoints and final commits, each one grouped statement (a batch as group commit
 makes one). Autovacuum is off (each run starts from VACUUM ANALYZE instead).
@@ -47,9 +46,9 @@ from psycopg import sql as pgsql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import pgreshaped  # noqa: E402
+from bench.common import PYTHON  # noqa: E402
 from bench.pgvariants import VARIANTS, driver  # noqa: E402
-from bench.worker import PYTHON, Bench  # noqa: E402
+from bench.worker import Bench  # noqa: E402
 from executions import sql  # noqa: E402
 
 
@@ -80,9 +79,7 @@ class Floor(Bench):
             )
             url = psycopg.conninfo.make_conninfo(self.admin_url, dbname=name)
             with psycopg.connect(url, autocommit=True) as conn:
-                if variant == "reshaped":
-                    conn.execute(pgreshaped.SCHEMA)
-                elif VARIANTS[variant]:
+                if VARIANTS[variant]:
                     conn.execute(VARIANTS[variant])
             self.urls[variant] = url
 
@@ -150,7 +147,6 @@ class Floor(Bench):
     def run(self, variant: str, n: int, batch: int, claim_batch: int, waldump: bool) -> dict:
         url = self.urls[variant]
         drain = driver(variant)
-        tables = pgreshaped.TABLES if variant == "reshaped" else HOT_TABLES
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute("VACUUM ANALYZE")
             flow_id = admin.execute("SELECT id FROM flow WHERE key = 'bench'").fetchone()[0]
@@ -198,7 +194,7 @@ class Floor(Bench):
             records, fpi, wal_bytes = (
                 a - b for a, b in zip(admin.execute(WAL).fetchone(), wal_before, strict=True)
             )
-            written = admin.execute(TABLE_WRITES, {"tables": list(tables)}).fetchall()
+            written = admin.execute(TABLE_WRITES, {"tables": list(HOT_TABLES)}).fetchall()
             names = {node: name for node, name, _ in admin.execute(RELFILENODES).fetchall()}
         if done != n:
             raise RuntimeError(f"{variant}: {done} of {n} finished")
@@ -324,7 +320,7 @@ def print_run(r: dict) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--variants", default="schema,no-lists,bare,reshaped")
+    parser.add_argument("--variants", default="schema,no-lists,bare")
     parser.add_argument("--executions", type=int, default=6000)
     parser.add_argument("--batch", type=int, default=30)
     parser.add_argument("--claim-batch", type=int, default=10)

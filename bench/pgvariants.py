@@ -1,6 +1,6 @@
 """bench/pgfloor.py's variants: the DDL that makes each from the migrated schema, and the drivers
-that send each one's statements (today's from executions/sql/, the prototype's from
-bench/pgreshaped.py, and today's with the last checkpoint saved by the final commit).
+that send each one's statements: executions/sql/'s own, or (`merged`) its final commit and
+SUCCEEDED checkpoint made into one statement.
 """
 
 import hashlib
@@ -10,7 +10,6 @@ from collections.abc import Iterable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from bench import pgreshaped
 from bench.worker import BLOCK_REQUESTS, ENQUEUE_REQUESTS_AND_EXECUTIONS
 from executions import sql
 
@@ -131,7 +130,6 @@ VARIANTS: dict[str, str] = {
     "list-checks": _checks(as_list=True),
     "compact-checks": _checks(as_list=False),
     "merged": "",  # today's schema, the last checkpoint saved by the final commit
-    "reshaped": "",  # its own schema (bench/pgreshaped.py)
 }
 
 
@@ -211,113 +209,45 @@ class Schema:
         }
 
 
-class Reshaped(Schema):
-    """The same items, on the prototype of bench/pgreshaped.py."""
+def _edited(statement: str, *edits: tuple[str, str]) -> str:
+    """`statement` with each (old, new) replaced, each `old` found exactly once: a statement of
+    executions/sql/ that no longer reads so stops the variant rather than skews it."""
+    for old, new in edits:
+        if statement.count(old) != 1:
+            raise RuntimeError(f"pgvariants: {old!r} is not in the statement exactly once")
+        statement = statement.replace(old, new)
+    return statement
 
-    ENQUEUE, BLOCK, CLAIM = pgreshaped.ENQUEUE, pgreshaped.BLOCK, pgreshaped.CLAIM
-    START, SUCCEED = pgreshaped.CHECKPOINT_START, pgreshaped.CHECKPOINT_SUCCEED
-    FINALIZE = pgreshaped.FINALIZE
 
-
-# Not a reshape: today's schema, with the last action's SUCCEEDED checkpoint written by the
-# final commit itself (one statement and one commit fewer per execution). Whenever the fence
-# holds, the checkpoint is saved; the final writes apply only where the request is still the
-# accepted snapshot and every other expected checkpoint is SUCCEEDED, as EXECUTION_FINALIZE's.
-SUCCEED_AND_FINALIZE = """
-WITH item AS (
-    SELECT *
-      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
-               execution_id uuid, request_id uuid, token bigint, owner text, from_state text,
-               accepted_revision bigint, request_version bigint, action_ids text[],
-               data jsonb, target_state text, result jsonb, payload jsonb,
-               action_id text, attempt integer, output jsonb)
-),
-req AS (
-    SELECT item.*, locked.id IS NOT NULL AS snapshot_holds
-      FROM (SELECT * FROM item ORDER BY item.request_id) AS item
-      LEFT JOIN LATERAL (
-               SELECT r.id
-                 FROM request AS r
-                WHERE r.id = item.request_id
-                  AND r.blocked_by_id IS NOT DISTINCT FROM item.execution_id
-                  AND r.state = item.from_state AND r.revision = item.accepted_revision
-                  AND r.version = item.request_version
-                  FOR NO KEY UPDATE OF r
-           ) AS locked ON true
-),
-fenced AS (
-    SELECT req.*
-      FROM execution AS e
-      JOIN req ON req.execution_id = e.id
-     WHERE {fence}
-     ORDER BY e.id
-       FOR NO KEY UPDATE OF e
-),
-saved AS (
-    UPDATE action_execution AS c
-       SET status = 'SUCCEEDED',
-           output = f.output,
-           error_code = NULL,
-           error_detail = NULL,
-           finished_at = clock_timestamp()
-      FROM fenced AS f
-     WHERE c.execution_id = f.execution_id AND c.action_id = f.action_id
-       AND c.status = 'RUNNING' AND c.fencing_token = f.token AND c.attempt = f.attempt
-    RETURNING c.execution_id
-),
-held AS (
-    SELECT f.*
-      FROM fenced AS f
-     WHERE f.snapshot_holds
-       AND f.execution_id IN (SELECT saved.execution_id FROM saved)
-       AND (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED' AND c.action_id <> f.action_id)
-                   = 0
-                   AND count(*) FILTER (WHERE c.action_id = ANY(f.action_ids))
-                       = cardinality(f.action_ids)
-              FROM action_execution AS c
-             WHERE c.execution_id = f.execution_id)
-),
-done AS (
-    UPDATE execution AS e
-       SET status = 'SUCCEEDED',
-           result = held.result,
-           lease_owner = NULL,
-           lease_expires_at = NULL,
-           error_code = NULL,
-           error_detail = NULL,
-           finished_at = clock_timestamp()
-      FROM held
-     WHERE e.id = held.execution_id
-    RETURNING e.id
-),
-moved AS (
-    UPDATE request AS r
-       SET data = held.data,
-           state = held.target_state,
-           revision = r.revision + 1,
-           version = r.version + 1,
-           blocked_by_id = NULL,
-           updated_at = clock_timestamp()
-      FROM held
-     WHERE r.id = held.request_id
-    RETURNING r.id, r.revision
-),
-audit AS (
-    INSERT INTO audit_event (request_id, execution_id, type, actor, payload)
-    SELECT held.request_id, held.execution_id, 'TRANSITION_COMPLETED', %(actor)s, held.payload
-      FROM held
+# CHECKPOINT_SUCCEED's write, for the items `fenced` holds rather than its own `holder`.
+_SAVED = _edited(
+    sql.CHECKPOINT_SUCCEED[sql.CHECKPOINT_SUCCEED.index("UPDATE action_execution") :],
+    ("FROM holder AS h", "FROM fenced AS h"),
 )
-SELECT saved.execution_id, moved.revision
-  FROM saved
-  LEFT JOIN held ON held.execution_id = saved.execution_id
-  LEFT JOIN done ON done.id = held.execution_id
-  LEFT JOIN moved ON moved.id = held.request_id
-""".replace(
-    "{fence}",
-    pgreshaped.FENCE.replace("s.execution_id", "e.id")
-    .replace("s.request_id", "e.request_id")
-    .replace("s.", "e.")
-    .format(i="req"),
+# `merged`: today's schema, the last action's SUCCEEDED checkpoint written by the final commit
+# itself (one statement and one commit fewer per execution), made of EXECUTION_FINALIZE and
+# CHECKPOINT_SUCCEED's write. The items carry both; the request's lock is a LEFT JOIN, so the
+# checkpoint is saved whenever the fence holds; the final writes apply only where the request is
+# still the accepted snapshot and every other expected checkpoint is SUCCEEDED (the one saved
+# here still reads RUNNING in this statement's snapshot). It answers as EXECUTION_FINALIZE does.
+SUCCEED_AND_FINALIZE = _edited(
+    sql.EXECUTION_FINALIZE,
+    (
+        "result jsonb, payload jsonb)",
+        "result jsonb, payload jsonb,\n"
+        "               action_id text, attempt integer, output jsonb)",
+    ),
+    ("SELECT item.*\n", "SELECT item.*, locked.id IS NOT NULL AS snapshot_holds\n"),
+    ("CROSS JOIN LATERAL (", " LEFT JOIN LATERAL ("),
+    (") AS locked\n", ") AS locked ON true\n"),
+    ("\nheld AS (", "\nsaved AS (\n" + _SAVED + "),\nheld AS ("),
+    (
+        "WHERE (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED') = 0",
+        "WHERE f.snapshot_holds\n"
+        "       AND f.execution_id IN (SELECT saved.execution_id FROM saved)\n"
+        "       AND (SELECT count(*) FILTER (WHERE c.status <> 'SUCCEEDED'\n"
+        "                                      AND c.action_id <> f.action_id) = 0",
+    ),
 )
 
 
@@ -333,13 +263,7 @@ class Merged(Schema):
     def _final_item(self, row: dict) -> dict:
         return {**super()._final_item(row), "action_id": "noop", "attempt": 1, "output": {}}
 
-    def finalize(self, conn: psycopg.Connection, rows: list[dict]) -> int:
-        items = [self._final_item(row) for row in rows]
-        params = {"items": Jsonb(items), "actor": "system:worker"}
-        answer = conn.execute(self.FINALIZE, params, prepare=True).fetchall()
-        return sum(1 for row in answer if row["revision"] is not None)  # finalised, not only saved
-
 
 def driver(variant: str) -> Schema:
     """The statements `variant` is drained with."""
-    return {"reshaped": Reshaped, "merged": Merged}.get(variant, Schema)()
+    return Merged() if variant == "merged" else Schema()

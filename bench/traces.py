@@ -17,6 +17,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from bench import slowprovider
+
 # Each execution accepted while the on-runs are measured gets a trace context of its own, the
 # shape the API stores (orquestador/tracing.py: carrier).
 STORED_CONTEXT = """
@@ -75,7 +77,7 @@ def run(
             return bench.throughput(1, executions, label, env=env)
 
         def slow(label: str, env: dict[str, str]) -> dict:
-            return bench._slow_ours(label, n_slow, concurrency, env)
+            return slowprovider.ours(bench, label, n_slow, concurrency, env)
 
         measured = subprocess.run(
             [python, "-c", OFF_PATH], cwd=root, env=bench.env, check=True, capture_output=True

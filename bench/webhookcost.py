@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import webhooks  # noqa: E402
-from bench.worker import PYTHON, Bench  # noqa: E402
+from bench.common import PYTHON  # noqa: E402
+from bench.worker import Bench  # noqa: E402
 
 
 def migrate_to(bench: Bench, tree: str) -> None:

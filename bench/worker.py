@@ -2,84 +2,20 @@
 
     bench/run [--quick] [--only raw,slow] [--executions 10000] [--history 1000000] ...
 
-Everything runs on a throwaway PostgreSQL cluster built here with scripts/localpg.py, with the
-default durable settings (fsync and synchronous_commit on), and removed at the end.
-
-1. Throughput: the queue's tables are vacuumed and analysed (as the raw loop's table is before
-   each of its runs), K `manage.py runworker` processes (concurrency 10, batch 10; then 1 and 2
-   processes at each higher concurrency, --more-concurrency 30,100) are started and idle; N
-   executions of a one-NO_OP-action transition are enqueued in one transaction (with the NOTIFY an
-   acceptance sends). executions/s = N / (last finished_at - commit). Worker RSS (peak) is
-   read from /proc after the run.
-2. Pickup latency under light load: one idle worker (bench/marked_worker.py: runworker whose
-   NO_OP adapter notes time.time() as it is called); executions accepted one at a time, about
-   50 per second; for each, acceptance commit -> adapter call, both on the host's clock (the
-   client's just after the commit returns, the worker's at the call), and the claim
-   (execution.started_at, the database clock) as an indication.
-3. Claim time: the claim statement alone, batch 10, timed from the client, on an empty table
-   and again after ~1,000,000 finished executions were added (then 4 workers again); each set
-   of timings starts after a CHECKPOINT, so the flush of what was just loaded is not counted.
-4. Procrastinate, same cluster, same method as 1: K worker processes started and idle, N no-op
-   jobs deferred in one batch, jobs/s = N / (last succeeded event - commit); 1x1, 1x10, 2x10,
-   4x10 and 1 and 2 processes at the highest --more-concurrency.
-
-5. The raw loop: K plain psycopg processes (bench/rawloop.py: claim batch 10 with SKIP LOCKED,
-   one fenced completion per job, BEGIN/COMMIT around each) on N jobs, in a database of their
-   own on the same cluster: jobs/s = N / (last finished_at - start), beside ours at K.
-6. Procrastinate's pickup (defer commit -> task start, the task taking time.time() first) at
-   light load, beside ours (acceptance commit -> adapter call), with the ratio.
-7. Slow provider: a one-action flow whose http.json provider (bench/provider.py, loopback,
-   TCP_NODELAY) answers after 100 ms; one runworker at each --slow-concurrency: executions/s,
-   the most PostgreSQL connections its role held, peak RSS, CPU per execution; then again at
-   LOG_LEVEL=INFO, the default, for its CPU beside the run at --log-level. Beside it, the
-   database-free ceiling (bench/httpclients.py: one requests.Session per thread, same
-   concurrency, same provider) and Procrastinate posting from an async httpx task. The call is
-   a READ_ONLY action; at the first concurrency it runs again declared an IDEMPOTENT_WRITE,
-   whose checkpoints a read does not write (RUNNING before the call, SUCCEEDED on its own).
-   Traces (bench/traces.py): one runworker on the no-op flow and on the slow provider at the
-   first --slow-concurrency, tracing off and then on (OTLP/HTTP to a loopback sink): CPU per
-   execution of the worker and PostgreSQL, and their ratios.
-8. The API (bench/api.py): transitions, execution reads and list pages of 50 through gunicorn
-   as scripts/start runs it, with real HS256 tokens, at 1, 8 and 32 concurrent clients
-   (bench/apiclients.py): requests/s, p50, p99, each beside the web ceiling (the API's view class
-   reading no database, same server, same run) as a ratio of it.
-9. Lists (bench/lists.py): first- and tenth-page latency of every list filter, in both access
-   modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
-10. Fairness (bench/fairness.py): both claim orders' cost beside a deep backlog, and tenant B's
-   slowest acceptance-to-finish at 2 requests/s beside tenant A's backlog of --fairness-backlog
-   (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each and where B's
-   time went; then A's backlog behind a rate limit (--fairness-limited-backlog at
-   --fairness-rate per second) with tenant C's requests parked beside it.
-11. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
-   throughput at 1 x 10 with a subscription on every event against none (CPU per delivered event).
-12. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
-   slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
-13. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
-   aiohttp (bench/asynchttp.py) at each --slow-concurrency, on asyncio's loop and on uvloop.
-11. limits (bench/limits.py): route limits at 4 x 50 against a 50 ms loopback provider that
-   records each call: max_in_flight = 8, rate_limit = "50/s", an unlimited route's pickup beside
-   a limited backlog, and limits far above need against none.
-
-For each throughput run it also reports PostgreSQL's CPU and commits per execution (all server
-processes' CPU time and pg_stat_database.xact_commit, before and after), and the worker's
-context switches per execution (voluntary and not, every thread's, bench/procstat.py).
-
-`--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, fairness, webhooks,
-limits, lists, pgqueuer, http-async).
-
-Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
+One throwaway durable PostgreSQL cluster (scripts/localpg.py; fsync and synchronous_commit on),
+removed at the end. Each section is a module of bench/ that says what it measures: throughput,
+raw (rawbaseline.py), pickup, claim (claimtime.py), procrastinate (procrastinatepeer.py), slow
+(slowprovider.py), traces, api, lists, fairness, webhooks, limits, pgqueuer and http-async
+(peers.py). `--quick` is a short run of each; `--only` picks some. The report is printed and
+written as JSON to .local/bench-worker-<time>.json.
 """
 
 import argparse
-import asyncio
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,28 +26,39 @@ from pathlib import Path
 from typing import Self
 
 import psycopg
-from psycopg import sql as pgsql
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import api, fairness, lists  # noqa: E402
-from bench import traces as tracing_cost  # noqa: E402
-from bench import webhooks as webhooks_bench  # noqa: E402
-from bench.limits import Limits  # noqa: E402
-from bench.limits import summary_lines as limit_summary_lines  # noqa: E402
-from bench.peers import Peers  # noqa: E402
-from bench.peers import summary_lines as peer_summary_lines  # noqa: E402
-from bench.procstat import context_switches, switches_per, switches_text  # noqa: E402
-from bench.rawloop import SCHEMA as RAW_SCHEMA  # noqa: E402
-from executions import sql  # noqa: E402 (plain SQL constants, no Django needed)
-from executions.worker.pooling import PoolingConfig  # noqa: E402 (no Django either)
+from bench import (
+    api,
+    claimtime,
+    fairness,
+    lists,
+    pickup,
+    procrastinatepeer,
+    rawbaseline,
+    slowprovider,
+    throughput,
+)
+from bench import traces as tracing_cost
+from bench import webhooks as webhooks_bench
+from bench.common import (
+    LIVE_ANY,
+    POLL_SECONDS,
+    PYTHON,
+    READY_TIMEOUT,
+    ROOT,
+    RUN_TIMEOUT,
+    free_port,
+)
+from bench.limits import Limits
+from bench.limits import summary_lines as limit_summary_lines
+from bench.peers import Peers
+from bench.peers import summary_lines as peer_summary_lines
+from bench.procstat import context_switches, switches_per
+from executions import sql  # plain SQL constants, no Django needed
+from executions.worker.pooling import PoolingConfig  # no Django either
 
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
-READY_TIMEOUT = 60  # seconds for worker processes to connect
-RUN_TIMEOUT = 300  # seconds for one throughput run
-POLL_SECONDS = 0.05  # seconds between completion checks
-PICKUP_GAP_SECONDS = 0.02  # seconds between acceptances in the light-load pickup run
 FLOW = {
     "key": "bench",
     "version": 1,
@@ -169,7 +116,6 @@ SECTIONS += ("traces",)  # bench/traces.py: tracing off and on, one runworker
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 LIMIT_SECTIONS = ("limits",)  # bench/limits.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
-JWT_ISSUER, JWT_AUDIENCE = "orquestador", "orquestador-api"
 
 # Bulk acceptance: N requests, each blocked by its PENDING execution, in one transaction.
 ENQUEUE_REQUESTS_AND_EXECUTIONS = """
@@ -189,55 +135,23 @@ UPDATE request AS r SET blocked_by_id = e.id
 """
 # What each throughput configuration starts with (Bench.throughput).
 VACUUM_TABLES = "VACUUM ANALYZE request, execution, action_execution, audit_event"
-# Whether any execution is still to finish: stops at the first one (execution_claim_idx), where a
-# count of every live row took 5-10 ms at 10,000 of them, every POLL_SECONDS, on the cores the
-# workers share (the raw loop's run is not polled at all: its processes exit when done).
-LIVE_ANY = """
-SELECT EXISTS (SELECT FROM execution WHERE status IN ('PENDING', 'RETRY_WAIT', 'RUNNING'))
-"""
 RUN_WINDOW = """
 SELECT count(*) FILTER (WHERE e.status = 'SUCCEEDED'), max(e.finished_at)
   FROM execution AS e JOIN request AS r ON r.id = e.request_id
  WHERE r.scope = %(tag)s
 """
-# ~1,000,000 finished executions of history, under one request, a month old (purgehistory's
-# prey), each with one checkpoint.
-HISTORY = """
-INSERT INTO execution (id, request_id, flow_id, transition_id, status, accepted_revision,
-                       attempts, fencing_token, result, actor_snapshot, created_at,
-                       next_attempt_at, started_at, finished_at)
-SELECT gen_random_uuid(), %(request_id)s, %(flow_id)s, 'go', 'SUCCEEDED', 2, 1, 1,
-       '{"outcome": "DONE", "targetState": "DONE"}', '{}', t, t, t, t
-  FROM generate_series(1, %(n)s) AS g,
-       LATERAL (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS t) AS ts
-"""
-HISTORY_CHECKPOINTS = """
-INSERT INTO action_execution (execution_id, action_id, sequence, capability, capability_version,
-                              effect, status, input_hash, external_key, attempt, fencing_token,
-                              output, started_at, finished_at)
-SELECT e.id, 'noop', 0, 'NO_OP', 1, 'READ_ONLY', 'SUCCEEDED', repeat('0', 64), e.id || ':noop',
-       1, 1, '{}', e.started_at, e.finished_at
-  FROM execution AS e
- WHERE e.request_id = %(request_id)s
-"""
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 2)
 
 
 class Bench:
+    """The harness every section runs on: the cluster and its connections, bulk acceptance, our
+    runworker processes and what /proc says of them, and one throughput run of them."""
+
     def __init__(self, args: argparse.Namespace, base: Path) -> None:
         self.args = args
         self.base = base
         self.report: dict = {"settings": vars(args).copy()}
         self.peers = Peers(self)
+        self.procrastinate = procrastinatepeer.Procrastinate(self)
 
     @classmethod
     def scratch(
@@ -467,6 +381,10 @@ class Bench:
         env: dict[str, str] | None = None,
         command: tuple[str, ...] = ("manage.py", "runworker"),
     ) -> dict:
+        """K = `processes` runworkers started and idle, then n executions accepted in one
+        transaction: executions/s = n / (last finished_at - commit), with the worker's peak RSS,
+        CPU, connections and context switches (every thread's, bench/procstat.py), and
+        PostgreSQL's CPU (every server process) and commits (pg_stat_database) per execution."""
         concurrency = concurrency or self.args.concurrency
         # Each configuration starts from the same state, as the raw loop's does (VACUUM ANALYZE
         # after its insert): the dead rows and stale statistics of the runs before it cleared,
@@ -521,65 +439,6 @@ class Bench:
         )
         return result
 
-    def pickup(self, samples: int) -> dict:
-        """Acceptance commit -> adapter call: the client's clock just after the acceptance
-        commits, and the worker's (bench/marked_worker.py) as its NO_OP adapter is called."""
-        accepted: dict[uuid.UUID, float] = {}
-        marks_file = self.base / "pickup.marks"
-        marks_file.touch()
-        with ExitStack() as stack:
-            self.start_workers(
-                1,
-                stack,
-                "pickup",
-                env={"BENCH_PICKUP_FILE": str(marks_file)},
-                command=("bench/marked_worker.py",),
-            )
-            for _ in range(samples):
-                request_id, execution_id = uuid.uuid4(), uuid.uuid4()
-                with self.runtime.transaction():
-                    self.runtime.execute(
-                        "INSERT INTO request (id, flow_id, owner, scope, data, state, revision, "
-                        "version) VALUES (%s, %s, 'bench', 'pickup', '{}', 'DRAFT', 2, 2)",
-                        [request_id, self.flow_id],
-                    )
-                    self.runtime.execute(
-                        "INSERT INTO execution (id, request_id, flow_id, transition_id, "
-                        "accepted_revision, actor_snapshot) VALUES (%s, %s, %s, 'go', 2, '{}')",
-                        [execution_id, request_id, self.flow_id],
-                    )
-                    self.runtime.execute(
-                        "UPDATE request SET blocked_by_id = %s WHERE id = %s",
-                        [execution_id, request_id],
-                    )
-                    self.runtime.execute(sql.NOTIFY_WORK, {"execution_id": str(execution_id)})
-                accepted[execution_id] = time.time()
-                time.sleep(PICKUP_GAP_SECONDS)
-            deadline = time.monotonic() + RUN_TIMEOUT
-            while self.runtime.execute(LIVE_ANY).fetchone()[0]:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("pickup: not finished")
-                time.sleep(POLL_SECONDS)
-        called = {
-            uuid.UUID(execution_id): float(at)
-            for execution_id, at in (line.split() for line in marks_file.read_text().splitlines())
-        }
-        rows = self.runtime.execute(
-            "SELECT e.id, e.started_at FROM execution e WHERE e.id = ANY(%s)", [list(accepted)]
-        ).fetchall()
-        # The claim's time is the database's clock (same host): an indication, not the target.
-        claim = [r[1].timestamp() - accepted[r[0]] for r in rows]
-        call = [called[e] - at for e, at in accepted.items() if e in called]
-        result = {
-            "samples": len(call),
-            "claim_p50_ms": ms(percentile(claim, 50)),
-            "claim_p99_ms": ms(percentile(claim, 99)),
-            "adapter_call_p50_ms": ms(percentile(call, 50)),
-            "adapter_call_p99_ms": ms(percentile(call, 99)),
-        }
-        print(f"  pickup: {result}", flush=True)
-        return result
-
     def _claimer(self) -> psycopg.Connection:
         """A claiming connection set up as the worker's own (PoolingConfig's session settings
         and prepared statements), only synchronous and without LISTEN."""
@@ -591,159 +450,7 @@ class Bench:
             conn.execute(statement)
         return conn
 
-    def claim_time(self, claims: int, label: str) -> dict:
-        owner = "bench-claimer"
-        self.enqueue(claims * 10)
-        timings = []
-        with self._claimer() as claimer:
-            for _ in range(claims):
-                started = time.perf_counter()
-                claimer.execute(
-                    sql.CLAIM_EXECUTIONS,
-                    {"owner": owner, "limit": 10, "lease_seconds": 60, "outage": False},
-                ).fetchall()
-                timings.append(time.perf_counter() - started)
-        self.owner.execute(
-            "UPDATE execution SET status = 'SUCCEEDED', finished_at = clock_timestamp(), "
-            "lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = %s",
-            [owner],
-        )
-        rows = self.owner.execute("SELECT count(*) FROM execution").fetchone()[0]
-        result = {
-            "executions_in_table": rows,
-            "claims": claims,
-            "p50_ms": ms(statistics.median(timings)),
-            "p99_ms": ms(percentile(timings, 99)),
-        }
-        print(f"  claim time ({label}): {result}", flush=True)
-        return result
-
-    def add_history(self, n: int) -> None:
-        request_id = uuid.uuid4()
-        started = time.monotonic()
-        self.owner.execute(
-            "INSERT INTO request (id, flow_id, owner, scope, data, state) "
-            "VALUES (%s, %s, 'bench', 'history', '{}', 'DONE')",
-            [request_id, self.flow_id],
-        )
-        self.owner.execute(HISTORY, {"request_id": request_id, "flow_id": self.flow_id, "n": n})
-        self.owner.execute(HISTORY_CHECKPOINTS, {"request_id": request_id})
-        self.owner.execute("VACUUM ANALYZE execution")
-        self.owner.execute("VACUUM ANALYZE action_execution")
-        self.checkpoint()
-        print(
-            f"  added {n} finished executions (one checkpoint each) in "
-            f"{time.monotonic() - started:.1f}s",
-            flush=True,
-        )
-
-    def checkpoint(self) -> None:
-        """Flush what was just written: a million rows loaded (and vacuumed) leave gigabytes of
-        WAL behind, and the checkpoint they trigger would otherwise land in the next claim
-        timings as the load's cost, not the table's."""
-        with psycopg.connect(self.admin_url, autocommit=True) as admin:
-            admin.execute("CHECKPOINT")
-
-    def claim_during_purge(self, claims: int) -> dict:
-        """Claim time while `manage.py purgehistory` works through the history beside it."""
-        with ExitStack() as stack:
-            log = open(self.base / "purgehistory.log", "wb")
-            stack.callback(log.close)
-            purge = subprocess.Popen(
-                [PYTHON, "manage.py", "purgehistory", "--older-than", "7", "--pause", "0"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            stack.callback(self._stop, purge)
-            deadline = time.monotonic() + READY_TIMEOUT
-            purged = 0
-            while purged == 0:  # wait until its first batch committed
-                if time.monotonic() > deadline or purge.poll() is not None:
-                    raise RuntimeError(f"purgehistory did not start; see {self.base}")
-                time.sleep(0.05)
-                purged = self._purged()
-            result = self.claim_time(claims, "during a purge")
-            result["purge_running_at_end"] = purge.poll() is None
-            result["purged_during_claims"] = self._purged() - purged
-        return result
-
-    def _purged(self) -> int:
-        return self.owner.execute(
-            "SELECT count(*) FROM execution WHERE purged_at IS NOT NULL"
-        ).fetchone()[0]
-
-    # -- the raw loop -------------------------------------------------------------------------
-
-    def raw_loop(self, counts: list[int], n: int) -> list[dict]:
-        with psycopg.connect(self.admin_url, autocommit=True) as admin:
-            admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier("rawloop")))
-        dsn = self.admin_url.rsplit("/", 1)[0] + "/rawloop"
-        results = []
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(RAW_SCHEMA)
-            for processes in counts:
-                conn.execute("TRUNCATE raw_jobs")
-                conn.execute(
-                    "INSERT INTO raw_jobs (next_attempt_at) "
-                    "SELECT now() - interval '1 s' FROM generate_series(1, %s)",
-                    [n],
-                )
-                conn.execute("VACUUM ANALYZE raw_jobs")
-                with ExitStack() as stack:
-                    loops = []
-                    for _ in range(processes):
-                        loop = subprocess.Popen(
-                            [PYTHON, str(ROOT / "bench" / "rawloop.py"), dsn, "10"],
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE,
-                            text=True,
-                        )
-                        stack.callback(self._stop, loop)
-                        loops.append(loop)
-                    for loop in loops:
-                        if loop.stdout.readline().strip() != "ready":
-                            raise RuntimeError("raw loop did not start")
-                    started = time.time()
-                    for loop in loops:
-                        loop.stdin.write("go\n")
-                        loop.stdin.flush()
-                    for loop in loops:
-                        if loop.wait(RUN_TIMEOUT) != 0:
-                            raise RuntimeError("raw loop failed")
-                done, last = conn.execute(
-                    "SELECT count(*), max(finished_at) FROM raw_jobs WHERE state = 'SUCCEEDED'"
-                ).fetchone()
-                elapsed = last.timestamp() - started
-                result = {
-                    "processes": processes,
-                    "batch": 10,
-                    "jobs": n,
-                    "succeeded": done,
-                    "seconds": round(elapsed, 3),
-                    "jobs_per_second": round(n / elapsed, 1),
-                }
-                print(f"  raw loop {processes} processes: {result['jobs_per_second']} jobs/s")
-                results.append(result)
-        return results
-
-    # -- the slow provider --------------------------------------------------------------------
-
-    def _slow_ours(self, label: str, n: int, concurrency: int, env: dict[str, str]) -> dict:
-        """One runworker at `concurrency` on the slow flow; its throughput, or the error."""
-        try:
-            return self.throughput(
-                1,
-                n,
-                f"{label}, runworker at {concurrency}",
-                concurrency,
-                flow_id=self.slow_flow_id,
-                env=env,
-            )
-        except RuntimeError as exc:
-            print(f"  {label} at {concurrency}: {exc}", flush=True)
-            return {"concurrency": concurrency, "error": str(exc)}
+    # -- the slow provider's route (slow, traces, pgqueuer; cycle.py, workercpu.py) -----------
 
     def slow_route(self, stack: ExitStack, delay: float) -> tuple[int, Path]:
         """bench/provider.py answering after `delay`, stopped with `stack`: its port, and an
@@ -759,233 +466,6 @@ class Bench:
         integrations.write_text(SLOW_INTEGRATIONS.format(port=port))
         return port, integrations
 
-    def slow_provider(self, concurrencies: list[int], calls: int, delay: float) -> dict:
-        with ExitStack() as stack:
-            port, integrations = self.slow_route(stack, delay)
-            url = f"http://127.0.0.1:{port}/slow"
-            env = {"INTEGRATIONS_FILE": str(integrations), "SIMULATION_MODE": "false"}
-            # The same call declared an IDEMPOTENT_WRITE: its RUNNING checkpoint is committed
-            # before the call and its SUCCEEDED one on its own after it (a read's is neither).
-            writes = self.base / "integrations-write.toml"
-            writes.write_text(
-                SLOW_INTEGRATIONS.format(port=port).replace("READ_ONLY", "IDEMPOTENT_WRITE")
-            )
-            report: dict = {
-                "provider_delay_seconds": delay,
-                "ours": [],
-                "ours_write": [],
-                "ours_info": [],
-                "http_only": [],
-            }
-            for concurrency in concurrencies:
-                n = max(calls, concurrency * 10)
-                report["ours"].append(self._slow_ours("slow provider", n, concurrency, env))
-                # The same run at the default level: what logging costs a person who keeps it.
-                report["ours_info"].append(
-                    self._slow_ours(
-                        "slow provider at LOG_LEVEL=INFO",
-                        n,
-                        concurrency,
-                        {**env, "LOG_LEVEL": "INFO"},
-                    )
-                )
-                if concurrency == concurrencies[0]:
-                    report["ours_write"].append(
-                        self._slow_ours(
-                            "slow provider as a write",
-                            n,
-                            concurrency,
-                            {**env, "INTEGRATIONS_FILE": str(writes)},
-                        )
-                    )
-                baseline = subprocess.run(
-                    [
-                        PYTHON,
-                        str(ROOT / "bench" / "httpclients.py"),
-                        url,
-                        str(concurrency),
-                        str(n),
-                    ],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                http_only = {"concurrency": concurrency, **json.loads(baseline.stdout)}
-                http_only["cpu_ms_per_call"] = round(
-                    http_only["cpu_seconds"] / http_only["calls"] * 1000, 3
-                )
-                http_only["context_switches_per_call"] = {
-                    "voluntary": round(http_only["voluntary_ctxt_switches"] / n, 2),
-                    "nonvoluntary": round(http_only["nonvoluntary_ctxt_switches"] / n, 2),
-                }
-                print(
-                    f"  slow provider, requests.Session per thread at {concurrency} (no "
-                    f"database): {http_only['calls_per_second']} calls/s, "
-                    f"{http_only['cpu_ms_per_call']} ms CPU/call, context switches/call "
-                    f"{http_only['context_switches_per_call']['voluntary']} + "
-                    f"{http_only['context_switches_per_call']['nonvoluntary']}",
-                    flush=True,
-                )
-                report["http_only"].append(http_only)
-            if not self.args.skip_procrastinate:
-                report["procrastinate"] = [
-                    self._slow_procrastinate(c, max(calls, c * 10), url) for c in concurrencies
-                ]
-        return report
-
-    def _slow_procrastinate(self, concurrency: int, n: int, url: str) -> dict:
-        """As _slow_ours: one concurrency that does not finish leaves the others measured."""
-        try:
-            return self.procrastinate_run(1, concurrency, n, "post", {"BENCH_PROVIDER_URL": url})
-        except RuntimeError as exc:
-            print(f"  Procrastinate+httpx at {concurrency}: {exc}", flush=True)
-            return {"concurrency": concurrency, "error": str(exc)}
-
-    # -- the API ------------------------------------------------------------------------------
-
-    def api(self, clients: list[int], calls: int) -> dict:
-        return api.run(
-            self,
-            python=PYTHON,
-            root=ROOT,
-            clients=clients,
-            calls=calls,
-            web_workers=self.args.web_workers,
-        )
-
-    # -- Procrastinate ------------------------------------------------------------------------
-
-    def _procrastinate_app(self):
-        """The baseline's app on its own database of this cluster (created once)."""
-        if getattr(self, "_procr", None) is None:
-            from procrastinate import App, PsycopgConnector
-
-            with psycopg.connect(self.admin_url, autocommit=True) as admin:
-                admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier("procr")))
-            dsn = self.admin_url.rsplit("/", 1)[0] + "/procr"
-            app = App(connector=PsycopgConnector(conninfo=dsn))
-            with app.open():
-                app.schema_manager.apply_schema()
-            self._procr = (app, dsn)
-        return self._procr
-
-    def _procrastinate_workers(
-        self,
-        stack: ExitStack,
-        conn: psycopg.Connection,
-        processes: int,
-        concurrency: int,
-        label: str,
-        env: dict[str, str] | None = None,
-    ) -> list[subprocess.Popen]:
-        _, dsn = self._procrastinate_app()
-        conn.execute("DELETE FROM procrastinate_workers")
-        workers = []
-        for index in range(processes):
-            log = open(self.base / f"procr-{label}-{index}.log", "wb")
-            stack.callback(log.close)
-            process = subprocess.Popen(
-                [PYTHON, str(ROOT / "bench" / "procrastinate_worker.py"), dsn, str(concurrency)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-            )
-            stack.callback(self._stop, process)
-            workers.append(process)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while conn.execute("SELECT count(*) FROM procrastinate_workers").fetchone()[0] < processes:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in workers):
-                raise RuntimeError(f"procrastinate workers did not start; see {self.base}")
-            time.sleep(0.1)
-        return workers
-
-    def procrastinate_run(
-        self,
-        processes: int,
-        concurrency: int,
-        n: int,
-        task_name: str = "noop",
-        env: dict[str, str] | None = None,
-    ) -> dict:
-        app, dsn = self._procrastinate_app()
-        label = f"{task_name}-{processes}x{concurrency}"
-        with psycopg.connect(dsn, autocommit=True) as conn, ExitStack() as stack:
-            workers = self._procrastinate_workers(stack, conn, processes, concurrency, label, env)
-            connections_sql = (
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = 'procr' "
-                "AND pid <> pg_backend_pid()"
-            )
-            connections = conn.execute(connections_sql).fetchone()[0]
-            cpu = [self._cpu_seconds(p.pid) for p in workers]
-            first_id = conn.execute(
-                "SELECT coalesce(max(id), 0) FROM procrastinate_jobs"
-            ).fetchone()[0]
-            committed = asyncio.run(_defer(app, task_name, n))
-            deadline = time.monotonic() + RUN_TIMEOUT
-            # As LIVE_ANY: whether any of these jobs is still to finish, not a count of them.
-            while conn.execute(
-                "SELECT EXISTS (SELECT FROM procrastinate_jobs WHERE id > %s "
-                "AND status IN ('todo', 'doing'))",
-                [first_id],
-            ).fetchone()[0]:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"procrastinate {label} did not finish")
-                connections = max(connections, conn.execute(connections_sql).fetchone()[0])
-                time.sleep(POLL_SECONDS)
-            cpu = [
-                self._cpu_seconds(p.pid) - before for p, before in zip(workers, cpu, strict=True)
-            ]
-            memory = [self._memory(p.pid) for p in workers]
-            succeeded, last = conn.execute(
-                "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
-                "(SELECT max(at) FROM procrastinate_events WHERE type IN ('succeeded', 'failed') "
-                "AND job_id > %s) FROM procrastinate_jobs WHERE id > %s",
-                [first_id, first_id],
-            ).fetchone()
-        elapsed = last.timestamp() - committed
-        result = {
-            "task": task_name,
-            "processes": processes,
-            "concurrency": concurrency,
-            "jobs": n,
-            "succeeded": succeeded,
-            "seconds": round(elapsed, 3),
-            "jobs_per_second": round(n / elapsed, 1),
-            "connections": connections,
-            "cpu_ms_per_job": round(sum(cpu) / n * 1000, 3),
-            "rss_mib": memory,
-        }
-        print(
-            f"  procrastinate {label}: {result['jobs_per_second']} jobs/s ({succeeded}/{n} "
-            f"succeeded), {connections} connections, {result['cpu_ms_per_job']} ms CPU/job",
-            flush=True,
-        )
-        return result
-
-    def procrastinate_pickup(self, samples: int) -> dict:
-        app, dsn = self._procrastinate_app()
-        marks_file = self.base / "procr-pickup.marks"
-        marks_file.touch()
-        with psycopg.connect(dsn, autocommit=True) as conn, ExitStack() as stack:
-            self._procrastinate_workers(
-                stack, conn, 1, 1, "pickup", {"BENCH_PICKUP_FILE": str(marks_file)}
-            )
-            deferred = asyncio.run(_defer_one_by_one(app, samples, PICKUP_GAP_SECONDS))
-            deadline = time.monotonic() + RUN_TIMEOUT
-            while len(marks_file.read_text().splitlines()) < samples:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("procrastinate pickup: not finished")
-                time.sleep(POLL_SECONDS)
-        started = dict(line.split() for line in marks_file.read_text().splitlines())
-        pickup = [float(started[str(job_id)]) - at for job_id, at in deferred.items()]
-        result = {
-            "samples": len(pickup),
-            "task_start_p50_ms": ms(percentile(pickup, 50)),
-            "task_start_p99_ms": ms(percentile(pickup, 99)),
-        }
-        print(f"  procrastinate pickup: {result}", flush=True)
-        return result
-
     # -- the whole run ------------------------------------------------------------------------
 
     def run(self) -> dict:
@@ -996,29 +476,28 @@ class Bench:
         print(f"PostgreSQL {self.report['postgres']}", flush=True)
         if "throughput" in wanted:
             print("throughput (empty history):", flush=True)
-            self.report["throughput"] = [
-                self.throughput(k, args.executions, f"{k}-proc") for k in args.processes
-            ]
-            if args.more_concurrency:
-                values = ", ".join(map(str, args.more_concurrency))
-                print(f"throughput at WORKER_CONCURRENCY={values}:", flush=True)
-                self.report["throughput_more_concurrency"] = [
-                    self.throughput(k, args.executions, f"{k}-proc-c{c}", c)
-                    for c in args.more_concurrency
-                    for k in (1, 2)
-                ]
+            self.report |= throughput.run(
+                self,
+                processes=args.processes,
+                executions=args.executions,
+                more=args.more_concurrency,
+            )
         if "raw" in wanted:
             print("raw psycopg SKIP LOCKED loop (batch 10, one fenced completion per job):")
-            self.report["raw_loop"] = self.raw_loop(args.processes, args.executions)
+            self.report["raw_loop"] = rawbaseline.run(self, args.processes, args.executions)
         if "pickup" in wanted:
             print("pickup latency, light load (1 worker, ~50 acceptances/s):", flush=True)
-            self.report["pickup"] = self.pickup(args.pickup_samples)
+            self.report["pickup"] = pickup.ours(self, args.pickup_samples)
             if not args.skip_procrastinate:
-                self.report["procrastinate_pickup"] = self.procrastinate_pickup(args.pickup_samples)
+                self.report["procrastinate_pickup"] = pickup.theirs(self, args.pickup_samples)
         if "slow" in wanted:
             print(f"slow provider ({args.slow_delay * 1000:.0f} ms per call):", flush=True)
-            self.report["slow_provider"] = self.slow_provider(
-                args.slow_concurrency, args.slow_calls, args.slow_delay
+            self.report["slow_provider"] = slowprovider.run(
+                self,
+                args.slow_concurrency,
+                args.slow_calls,
+                args.slow_delay,
+                procrastinate=not args.skip_procrastinate,
             )
         if "traces" in wanted:
             print("traces (one runworker, tracing off then on):", flush=True)
@@ -1033,24 +512,29 @@ class Bench:
             )
         if "api" in wanted:
             print("API through gunicorn, beside the web ceiling:", flush=True)
-            self.report["api"] = self.api(args.api_clients, args.api_calls)
+            self.report["api"] = api.run(
+                self,
+                python=PYTHON,
+                root=ROOT,
+                clients=args.api_clients,
+                calls=args.api_calls,
+                web_workers=args.web_workers,
+            )
         if "claim" in wanted:
             print("claim statement time (the worker's session settings):", flush=True)
-            self.checkpoint()  # each claim timing starts from flushed buffers, as after history
-            self.report["claim_empty"] = self.claim_time(args.claims, "empty history")
-            self.add_history(args.history)
-            self.report["claim_history"] = self.claim_time(args.claims, "with history")
-            self.report["claim_during_purge"] = self.claim_during_purge(args.claims)
-            if "throughput" in wanted:
-                print("throughput with history:", flush=True)
-                self.report["throughput_history"] = self.throughput(
-                    max(args.processes), args.executions, f"{max(args.processes)}-proc+history"
-                )
+            self.report |= claimtime.run(
+                self,
+                claims=args.claims,
+                history=args.history,
+                throughput=(
+                    (max(args.processes), args.executions) if "throughput" in wanted else None
+                ),
+            )
         if "procrastinate" in wanted and not args.skip_procrastinate:
             print("Procrastinate, same cluster:", flush=True)
             self.report["procrastinate"] = [
-                self.procrastinate_run(k, c, args.procrastinate_jobs)
-                for k, c in procrastinate_configurations(args.more_concurrency)
+                self.procrastinate.run(k, c, args.procrastinate_jobs)
+                for k, c in procrastinatepeer.configurations(args.more_concurrency)
             ]
         if "pgqueuer" in wanted:
             print("pgqueuer, same cluster:", flush=True)
@@ -1105,7 +589,7 @@ class Bench:
                 },
                 ROOT,
                 self.base,
-                _free_port(),
+                free_port(),
                 python=PYTHON,
                 rows=args.list_rows,
                 samples=args.list_samples,
@@ -1113,183 +597,24 @@ class Bench:
         return self.report
 
 
-def procrastinate_configurations(more_concurrency: list[int]) -> list[tuple[int, int]]:
-    """(processes, concurrency) of Procrastinate's no-op runs: 1x1, 1x10, 2x10, 4x10, and 1 and 2
-    processes at our highest --more-concurrency, so each side's best is taken from the same
-    configurations."""
-    runs = [(1, 1), (1, 10), (2, 10), (4, 10)]
-    if more_concurrency:
-        runs += [(1, max(more_concurrency)), (2, max(more_concurrency))]
-    return runs
-
-
-async def _defer(app, task_name: str, n: int) -> float:
-    async with app.open_async():
-        await app.configure_task(task_name).batch_defer_async(*({} for _ in range(n)))
-    return time.time()
-
-
-async def _defer_one_by_one(app, n: int, gap: float) -> dict[int, float]:
-    """Defer n `pickup` jobs one at a time; each job id with the time its defer committed."""
-    deferred = {}
-    async with app.open_async():
-        manager = app.configure_task("pickup")
-        for _ in range(n):
-            job_id = await manager.defer_async()
-            deferred[job_id] = time.time()
-            await asyncio.sleep(gap)
-    return deferred
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}x" if theirs else "n/a"
-
-
 def summary(report: dict) -> list[str]:
-    lines = ["", "summary"]
-    runs = report.get("throughput", []) + report.get("throughput_more_concurrency", [])
-    best = max((r["executions_per_second"] for r in runs), default=0)
-    if "throughput" in report:
-        lines.append(
-            "  executions/s by processes: "
-            + ", ".join(
-                f"{r['processes']}: {r['executions_per_second']}" for r in report["throughput"]
-            )
-        )
-        if report.get("throughput_more_concurrency"):
-            lines.append(
-                "  executions/s at higher concurrency: "
-                + ", ".join(
-                    f"{r['processes']}x{r['concurrency']}: {r['executions_per_second']}"
-                    for r in report["throughput_more_concurrency"]
-                )
-            )
-        lines.append(
-            "  worker peak RSS (MiB): "
-            + ", ".join(str(max(m["VmHWM"] for m in r["rss_mib"])) for r in report["throughput"])
-        )
-        lines.append(
-            "  per execution at 1 process: worker CPU "
-            f"{report['throughput'][0]['worker_cpu_ms_per_execution']} ms, PostgreSQL CPU "
-            f"{report['throughput'][0]['postgres_cpu_ms_per_execution']} ms, "
-            f"{report['throughput'][0]['commits_per_execution']} commits, "
-            f"{switches_text(report['throughput'][0]['context_switches_per_execution'])} context "
-            "switches"
-        )
-    if "throughput_history" in report:
-        lines.append(
-            f"  executions/s with history: {report['throughput_history']['executions_per_second']}"
-        )
-    if "raw_loop" in report:
-        raw = {r["processes"]: r["jobs_per_second"] for r in report["raw_loop"]}
-        lines.append(
-            "  raw loop jobs/s by processes: " + ", ".join(f"{k}: {v}" for k, v in raw.items())
-        )
-        for r in report.get("throughput", []):
-            if r["processes"] in raw:
-                lines.append(
-                    f"  ours {r['processes']}x{r['concurrency']} / raw loop at "
-                    f"{r['processes']}: {_ratio(r['executions_per_second'], raw[r['processes']])}"
-                )
-    if "pickup" in report:
-        pickup = report["pickup"]
-        lines.append(
-            f"  pickup p50/p99 (claim): {pickup['claim_p50_ms']} / {pickup['claim_p99_ms']} ms; "
-            f"acceptance commit -> adapter call: {pickup['adapter_call_p50_ms']} / "
-            f"{pickup['adapter_call_p99_ms']} ms"
-        )
-        if "procrastinate_pickup" in report:
-            theirs = report["procrastinate_pickup"]
-            lines.append(
-                f"  Procrastinate pickup p50/p99: {theirs['task_start_p50_ms']} / "
-                f"{theirs['task_start_p99_ms']} ms; ours / theirs: p50 "
-                f"{_ratio(pickup['adapter_call_p50_ms'], theirs['task_start_p50_ms'])}, p99 "
-                f"{_ratio(pickup['adapter_call_p99_ms'], theirs['task_start_p99_ms'])}"
-            )
-    if "claim_empty" in report:
-        lines.append(
-            f"  claim p50/p99: empty {report['claim_empty']['p50_ms']} / "
-            f"{report['claim_empty']['p99_ms']} ms; with "
-            f"{report['claim_history']['executions_in_table']} rows "
-            f"{report['claim_history']['p50_ms']} / {report['claim_history']['p99_ms']} ms "
-            f"(p99 {_ratio(report['claim_history']['p99_ms'], report['claim_empty']['p99_ms'])})"
-        )
-        during = report["claim_during_purge"]
-        lines.append(
-            f"  claim p50/p99 during purgehistory: {during['p50_ms']} / {during['p99_ms']} ms "
-            f"(p99 {_ratio(during['p99_ms'], report['claim_history']['p99_ms'])} of without; "
-            f"{during['purged_during_claims']} executions purged meanwhile, still running at the "
-            f"end: {during['purge_running_at_end']})"
-        )
-    if "slow_provider" in report:
-        slow = report["slow_provider"]
-        http = {r["concurrency"]: r["calls_per_second"] for r in slow["http_only"]}
-        theirs = {
-            r["concurrency"]: r["jobs_per_second"]
-            for r in slow.get("procrastinate", [])
-            if "error" not in r
-        }
-        for r in slow["ours"]:
-            c = r["concurrency"]
-            if "error" in r:
-                lines.append(f"  slow provider at {c}: {r['error']}")
-                continue
-            lines.append(
-                f"  slow provider at {c}: ours {r['executions_per_second']}/s on "
-                f"{r['connections_per_process']} connections, peak RSS "
-                f"{max(m['VmHWM'] for m in r['rss_mib'])} MiB, "
-                f"{r['worker_cpu_ms_per_execution']} ms CPU/execution, "
-                f"{switches_text(r['context_switches_per_execution'])} context switches; "
-                f"HTTP alone {http[c]}/s "
-                f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
-                f"{theirs.get(c, 'n/a')}/s ({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
-            )
-        for r in slow.get("ours_write", []):
-            c = r["concurrency"]
-            if "error" in r:
-                lines.append(f"  slow provider as a write at {c}: {r['error']}")
-                continue
-            lines.append(
-                f"  slow provider as a write at {c}: ours {r['executions_per_second']}/s, "
-                f"{r['worker_cpu_ms_per_execution']} ms CPU/execution, "
-                f"{r['commits_per_execution']} commits/execution; HTTP alone {http[c]}/s "
-                f"({_ratio(r['executions_per_second'], http[c])}); Procrastinate+httpx "
-                f"({_ratio(r['executions_per_second'], theirs.get(c, 0))})"
-            )
-        level = {r["concurrency"]: r for r in slow["ours"] if "error" not in r}
-        for r in slow.get("ours_info", []):
-            c = r["concurrency"]
-            if "error" in r or c not in level:
-                missing = f"no run at {report['settings']['log_level']} beside it"
-                lines.append(f"  slow provider at LOG_LEVEL=INFO at {c}: {r.get('error', missing)}")
-                continue
-            info, usual = r["worker_cpu_ms_per_execution"], level[c]["worker_cpu_ms_per_execution"]
-            lines.append(
-                f"  slow provider at LOG_LEVEL=INFO at {c}: ours {r['executions_per_second']}/s, "
-                f"{info} ms CPU/execution against {usual} ms at "
-                f"{report['settings']['log_level']} ({_ratio(info, usual)})"
-            )
-    lines += api.summary_lines(report)
-    if "procrastinate" in report:
-        theirs = max(report["procrastinate"], key=lambda r: r["jobs_per_second"])
-        ours = max(runs, key=lambda r: r["executions_per_second"], default=None)
-        lines.append(
-            f"  Procrastinate best: {theirs['jobs_per_second']} jobs/s "
-            f"({theirs['processes']}x{theirs['concurrency']}); ours best: {best} executions/s"
-            + (f" ({ours['processes']}x{ours['concurrency']})" if ours else "")
-            + f" ({_ratio(best, theirs['jobs_per_second'])})"
-        )
-    lines += tracing_cost.summary_lines(report.get("traces", {}))
-    if "webhooks" in report:
-        lines += webhooks_bench.summary_lines(report["webhooks"])
-    lines += fairness.summary_lines(report)
-    return lines + peer_summary_lines(report) + limit_summary_lines(report)
+    """The closing summary: each section's lines, in one fixed order."""
+    return [
+        "",
+        "summary",
+        *throughput.summary_lines(report),
+        *rawbaseline.summary_lines(report),
+        *pickup.summary_lines(report),
+        *claimtime.summary_lines(report),
+        *slowprovider.summary_lines(report),
+        *api.summary_lines(report),
+        *procrastinatepeer.summary_lines(report),
+        *tracing_cost.summary_lines(report.get("traces", {})),
+        *(webhooks_bench.summary_lines(report["webhooks"]) if "webhooks" in report else []),
+        *fairness.summary_lines(report),
+        *peer_summary_lines(report),
+        *limit_summary_lines(report),
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -9,45 +9,32 @@ its write and the holder compensates. Each round arms one point for the step
 itself, lets the provider hold the undo while the test kills them; a recovery worker then takes
 each execution over once its lease expired. Every cell asserts the final status and code, the
 undo's calls and key, its checkpoint's attempt, that the forward write ran exactly once, and
-that the request is released as it was (or still blocked, for an uncertain undo).
+that the request is released as it was (or still blocked, for an uncertain undo). The rounds
+themselves: tests/support/crashpoints.py.
 """
-
-import os
-import signal
 
 import pytest
 
 from executions.queue import faultpoints
+from tests.support.crashpoints import IN_CALL, crash_then_recover, declared
 from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (
-    WorkerProcess,
     action,
     audit_events,
     checkpoint_rows,
     create_flow,
-    enqueue,
     execution_row,
     flow_definition,
     request_row,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
-IN_CALL = "adapter.in-call"  # not a hook: the provider holds the undo, the test kills the worker
 STEP = "target:compensate"
 UNDOS = {
     "READ_ONLY": "/undo-read",
     "IDEMPOTENT_WRITE": "/undo-idem",
     "NON_IDEMPOTENT_WRITE": "/undo-charge",
-}
-DEADLINE = 60.0  # seconds for a round's crashes, or its recovery, to happen
-WORKER = {
-    "WORKER_CONCURRENCY": "1",
-    "WORKER_BATCH": "1",
-    "WORKER_LEASE_SECONDS": "4",
-    "WORKER_RENEW_SECONDS": "1",
-    "WORKER_POLL_MS": "100",
 }
 
 DONE_ONCE = ("COMPENSATED", "DECISION_NO_MATCH", 1)  # status, error code, undo calls
@@ -87,24 +74,17 @@ def provider():
 def integrations(tmp_path, provider) -> str:
     path = tmp_path / "integrations.toml"
     undos = "".join(
-        f'[contracts."undo.{route.strip("/")}@1"]\n'
-        f'effect = "{effect}"\n'
-        "max_attempts = 3\n"
-        "timeout_seconds = 2\n"
-        # Probes would settle an uncertain undo on their own: this matrix shows the cell itself.
-        + ('auto_reconcile = "off"\n' if effect == "NON_IDEMPOTENT_WRITE" else "")
-        + f'[routes."undo.{route.strip("/")}@1"]\n'
-        'adapter = "http.json"\n'
-        f'url = "{provider.url(route)}"\n'
-        f'lookup_url = "{provider.url(route)}/by-key/{{key}}"\n'
-        'method = "POST"\n\n'
+        declared(
+            f"undo.{route.strip('/')}",
+            effect,
+            provider.url(route),
+            # Probes would settle an uncertain undo on their own: this matrix shows the cell itself.
+            contract='auto_reconcile = "off"\n' if effect == "NON_IDEMPOTENT_WRITE" else "",
+            route=f'lookup_url = "{provider.url(route)}/by-key/{{key}}"\n',
+        )
         for effect, route in UNDOS.items()
     )
-    path.write_text(
-        '[contracts."crash.hold@1"]\neffect = "IDEMPOTENT_WRITE"\nmax_attempts = 3\n'
-        'timeout_seconds = 2\n[routes."crash.hold@1"]\nadapter = "http.json"\n'
-        f'url = "{provider.url("/hold")}"\nmethod = "POST"\n\n' + undos
-    )
+    path.write_text(declared("crash.hold", "IDEMPOTENT_WRITE", provider.url("/hold")) + undos)
     return str(path)
 
 
@@ -131,62 +111,22 @@ def _flows(conn) -> dict[str, int]:
 def test_compensation_crash_point__recovery_by_another_process_follows_the_table(
     point, process_env, runtime_conn, provider, integrations, tmp_path
 ):
-    flows = _flows(runtime_conn)
-    env = {**process_env, "INTEGRATIONS_FILE": integrations}
-    doomed_env = {
-        **env,
-        "DJANGO_SETTINGS_MODULE": "orquestador.settings_test",
-        "TEST_SETTINGS_ROLE": "runtime",
-    }
     # A run's slot is free once its last call has answered (docs/adr/0014) and taken again when
     # the run goes on to compensate: a worker there before another had claimed could take a
     # second execution and die holding it. Each target call held for a second lets all three be
     # claimed first, one per worker.
     provider.plan("/hold", *[slow(1)] * len(UNDOS))
-    if point == IN_CALL:
-        for route in UNDOS.values():
-            provider.plan(route, slow(30))  # held until the worker is killed
-    else:
-        doomed_env |= {faultpoints.POINT_ENV: point, faultpoints.ACTION_ENV: STEP}
-
-    doomed = [WorkerProcess(doomed_env, tmp_path / f"doomed-{n}.log", **WORKER) for n in range(3)]
-    try:
-        for worker in doomed:
-            worker.wait_for_event("worker started", timeout=DEADLINE)
-        with runtime_conn.transaction():  # one commit, one wake-up: each worker claims one
-            accepted = {
-                effect: enqueue(runtime_conn, flow_id, data={"n": 7})
-                for effect, flow_id in flows.items()
-            }
-        if point == IN_CALL:
-            for route in UNDOS.values():
-                provider.wait_for_calls(1, route, timeout=DEADLINE)
-            wait_until(
-                lambda: all(
-                    STEP in checkpoint_rows(runtime_conn, a.execution_id) for a in accepted.values()
-                ),
-                timeout=DEADLINE,
-                what="every undo's RUNNING checkpoint",
-            )
-            for worker in doomed:
-                os.kill(worker.pid, signal.SIGKILL)
-        for worker in doomed:
-            assert worker.wait(DEADLINE) == -signal.SIGKILL, worker.output()
-            if point != IN_CALL:
-                assert worker.wait_for_event("fault point reached")["point"] == point
-        for item in accepted.values():
-            assert execution_row(runtime_conn, item.execution_id)["attempts"] == 1
-    finally:
-        for worker in doomed:
-            worker.close()
-
-    with WorkerProcess(env, tmp_path / "recovery.log", **WORKER):
-
-        def settled():
-            rows = [execution_row(runtime_conn, a.execution_id) for a in accepted.values()]
-            return all(r["status"] in ("COMPENSATED", "RECONCILIATION_REQUIRED") for r in rows)
-
-        wait_until(settled, timeout=DEADLINE, what="recovery of every execution")
+    accepted = crash_then_recover(
+        point,
+        step=STEP,
+        routes=list(UNDOS.values()),
+        flows=_flows(runtime_conn),
+        env={**process_env, "INTEGRATIONS_FILE": integrations},
+        conn=runtime_conn,
+        provider=provider,
+        logs=tmp_path,
+        ends=("COMPENSATED", "RECONCILIATION_REQUIRED"),
+    )
 
     assert provider.calls("/hold") == 3  # each forward write ran once, never again
     for effect, item in accepted.items():

@@ -8,42 +8,29 @@ action `target` calls the loopback provider through http.json, a NO_OP follows),
 each doomed worker has killed itself at that point. The point "in the adapter call" needs no hook:
 the provider holds the call and the test SIGKILLs the workers. A recovery worker then takes every
 execution over after its lease expires. For every cell the test asserts the final status, the error
-code, the attempts, the target checkpoint's attempt, the provider's call count and the audit trail.
-docs/crash-points.md is the same table in words.
+code, the attempts, the target checkpoint's attempt, the provider's call count and the audit trail
+(the rounds themselves: tests/support/crashpoints.py). docs/crash-points.md is the same table in
+words.
 """
-
-import os
-import signal
 
 import pytest
 
 from executions.queue import faultpoints
+from tests.support.crashpoints import IN_CALL, crash_then_recover, declared
 from tests.support.providers import JsonProvider, slow
 from tests.support.worker import (
-    WorkerProcess,
     action,
     audit_events,
     checkpoint_rows,
     create_flow,
-    enqueue,
     execution_row,
     flow_definition,
     request_row,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
-IN_CALL = "adapter.in-call"  # not a hook: the provider holds the call, the test kills the worker
 EFFECTS = {"READ_ONLY": "/read", "IDEMPOTENT_WRITE": "/idem", "NON_IDEMPOTENT_WRITE": "/charge"}
-DEADLINE = 60.0  # seconds for a round's crashes, or its recovery, to happen
-WORKER = {
-    "WORKER_CONCURRENCY": "1",
-    "WORKER_BATCH": "1",
-    "WORKER_LEASE_SECONDS": "4",
-    "WORKER_RENEW_SECONDS": "1",
-    "WORKER_POLL_MS": "100",
-}
 
 SUCCEEDED_ONCE = ("SUCCEEDED", None, 1)  # status, error code, provider calls
 RETRIED = ("SUCCEEDED", None, 2)
@@ -87,16 +74,8 @@ def integrations(tmp_path, provider) -> str:
     path = tmp_path / "integrations.toml"
     path.write_text(
         "".join(
-            f'[contracts."crash.{name}@1"]\n'
-            f'effect = "{effect}"\n'
-            "max_attempts = 3\n"
-            "timeout_seconds = 2\n"
-            f'[routes."crash.{name}@1"]\n'
-            'adapter = "http.json"\n'
-            f'url = "{provider.url(route)}"\n'
-            'method = "POST"\n\n'
+            declared(f"crash.{route.strip('/')}", effect, provider.url(route))
             for effect, route in EFFECTS.items()
-            for name in [route.strip("/")]
         )
     )
     return str(path)
@@ -123,66 +102,24 @@ def _flows(conn) -> dict[str, int]:
 def test_crash_point__recovery_by_another_process_follows_spec(
     point, process_env, runtime_conn, provider, integrations, tmp_path
 ):
-    flows = _flows(runtime_conn)
-    env = {**process_env, "INTEGRATIONS_FILE": integrations}
-    doomed_env = {
-        **env,
-        "DJANGO_SETTINGS_MODULE": "orquestador.settings_test",
-        "TEST_SETTINGS_ROLE": "runtime",
-    }
-    if point == IN_CALL:
-        for route in EFFECTS.values():
-            provider.plan(route, slow(30))  # held until the worker is killed
-    else:
-        doomed_env |= {faultpoints.POINT_ENV: point, faultpoints.ACTION_ENV: "target"}
+    if point != IN_CALL:
         # A slot is free once its last call has answered (docs/adr/0014), before a save or
         # final point kills the process: a worker that got there before another had claimed
         # could take a second execution and die holding it. Each first call held for a second lets
         # all three be claimed first, one per worker.
         for route in EFFECTS.values():
             provider.plan(route, slow(1))
-
-    doomed = [WorkerProcess(doomed_env, tmp_path / f"doomed-{n}.log", **WORKER) for n in range(3)]
-    try:
-        for worker in doomed:
-            worker.wait_for_event("worker started", timeout=DEADLINE)
-        with runtime_conn.transaction():  # one commit, one wake-up: each worker claims one
-            accepted = {
-                effect: enqueue(runtime_conn, flow_id, data={"n": 7})
-                for effect, flow_id in flows.items()
-            }
-        if point == IN_CALL:
-            for route in EFFECTS.values():
-                provider.wait_for_calls(1, route, timeout=DEADLINE)
-            # Every target's RUNNING checkpoint committed before its call.
-            wait_until(
-                lambda: all(
-                    "target" in checkpoint_rows(runtime_conn, a.execution_id)
-                    for a in accepted.values()
-                ),
-                timeout=DEADLINE,
-                what="every target's RUNNING checkpoint",
-            )
-            for worker in doomed:
-                os.kill(worker.pid, signal.SIGKILL)
-        for worker in doomed:
-            assert worker.wait(DEADLINE) == -signal.SIGKILL, worker.output()
-            if point != IN_CALL:
-                assert worker.wait_for_event("fault point reached")["point"] == point
-        # Each execution was run once, by a doomed worker, and crashed there.
-        for item in accepted.values():
-            assert execution_row(runtime_conn, item.execution_id)["attempts"] == 1
-    finally:
-        for worker in doomed:
-            worker.close()
-
-    with WorkerProcess(env, tmp_path / "recovery.log", **WORKER):
-
-        def settled():
-            rows = [execution_row(runtime_conn, a.execution_id) for a in accepted.values()]
-            return all(row["status"] in ("SUCCEEDED", "RECONCILIATION_REQUIRED") for row in rows)
-
-        wait_until(settled, timeout=DEADLINE, what="recovery of every execution")
+    accepted = crash_then_recover(
+        point,
+        step="target",
+        routes=list(EFFECTS.values()),
+        flows=_flows(runtime_conn),
+        env={**process_env, "INTEGRATIONS_FILE": integrations},
+        conn=runtime_conn,
+        provider=provider,
+        logs=tmp_path,
+        ends=("SUCCEEDED", "RECONCILIATION_REQUIRED"),
+    )
 
     for effect, item in accepted.items():
         status, code, calls, target_attempt, attempts = EXPECTED[point][effect]
