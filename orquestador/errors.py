@@ -80,6 +80,10 @@ RECONCILIATION_ABANDONED = "RECONCILIATION_ABANDONED"
 NOT_IN_RECONCILIATION = "NOT_IN_RECONCILIATION"  # nothing to resolve, or already resolved
 NO_UNCERTAIN_CHECKPOINT = "NO_UNCERTAIN_CHECKPOINT"  # no RUNNING/UNKNOWN action to settle
 REASON_REQUIRED = "REASON_REQUIRED"  # blank, or longer than the limit
+# A choice the provider's answer about the attempt in doubt does not support (a replay with no
+# answer about that attempt, or against "happened"; "happened" against "not found"), made
+# without confirming its risk.
+RISK_NOT_CONFIRMED = "RISK_NOT_CONFIRMED"
 # The two-person rule (reconciliation/approvals.py): a replay of a non-idempotent write needs a
 # proposal and a second operator's approval; one is pending already; the proposal no longer holds
 # (the case changed under it, or it was rejected); the proposer tried to approve their own; or no

@@ -24,7 +24,8 @@ PROPOSE = BY_NAME[explain.WRITE_NOT_HAPPENED]  # the resolution a proposal is of
 
 
 def approval_risk(case: selectors.CaseDetail, proposal: approvals.Proposal) -> str | None:
-    """The risk of approving the replay against the provider's latest answer, named."""
+    """The risk of approving the replay where the provider's latest answer about the attempt
+    it repeats does not support it, named."""
     return explain.risk(explain.WRITE_NOT_HAPPENED, case.latest_lookup(proposal.action_id))
 
 
@@ -104,7 +105,8 @@ class ProposalViews(CaseAdminBase):
         }
         try:
             if approve:
-                approvals.replay_approve(**data)
+                confirmed = bool(form.cleaned_data.get("confirm_risk"))
+                approvals.replay_approve(**data, confirm_risk=confirmed)
             else:
                 approvals.replay_reject(**data)
         except services.ResolutionRefused as exc:

@@ -106,9 +106,7 @@ def _staleness(
         return f"action {payload['actionId']} is no longer uncertain"
     if checkpoint.attempt != payload["attempt"]:
         return f"action {payload['actionId']} is at another attempt"
-    now = lookup_status(
-        latest_lookup(execution_id=checkpoint.execution_id, action_id=checkpoint.action_id)
-    )
+    now = lookup_status(latest_lookup(checkpoint=checkpoint))
     if now != payload["lookupStatus"]:
         return (
             f"the provider's answer changed since it was proposed ({payload['lookupStatus']} "
@@ -176,7 +174,7 @@ def replay_propose(
                 f"{pending.proposer} already proposed a replay of {pending.action_id}; approve or "
                 "reject that proposal first.",
             )
-        lookup = latest_lookup(execution_id=case.execution_id, action_id=action_id)
+        lookup = latest_lookup(checkpoint=checkpoint)
         event_id = case.record(
             type=AuditType.RECONCILIATION_PROPOSED,
             actor=username,
@@ -206,9 +204,17 @@ def _the_proposal(case: LockedExecution, proposal_id: int) -> Proposal:
 
 
 def replay_approve(
-    *, execution_id: uuid.UUID | str, proposal_id: int, reason: str, operator: Operator
+    *,
+    execution_id: uuid.UUID | str,
+    proposal_id: int,
+    reason: str,
+    operator: Operator,
+    confirm_risk: bool = False,
 ) -> Resolved:
-    """Approve another operator's proposal: the replay is applied, with both names audited."""
+    """Approve another operator's proposal: the replay is applied, with both names audited.
+
+    Like any replay (services.replay), refused without the provider's "not found" about the
+    attempt it repeats unless the approver confirms the risk."""
     reason, username = _checked(operator, reason)
     with open_case(execution_id) as case:
         proposal = _the_proposal(case, proposal_id)
@@ -229,6 +235,7 @@ def replay_approve(
             checkpoint,
             reason=reason,
             operator=operator,
+            confirm_risk=confirm_risk,
             approval={
                 "proposalId": proposal.event_id,
                 "proposedBy": proposal.proposer,

@@ -267,8 +267,10 @@ def case_context(
     execution = case.execution
     uncertain = [view.checkpoint for view in case.uncertain] if case.is_open else []
     first = uncertain[0] if uncertain else None
+    # The evidence is about the attempt in doubt; an answer about an earlier one is said apart.
     lookup_view = case.latest_lookup_view(first.action_id) if first else None
     lookup = lookup_view.payload if lookup_view else None
+    earlier = case.earlier_lookup_view(first.action_id) if first and not lookup_view else None
     can_lookup = first is not None and supports_lookup(first.capability, first.capability_version)
     suggestion = explain.suggest(uncertain=uncertain, lookup=lookup, can_lookup=can_lookup)
     events = [entry.event for entry in case.timeline]
@@ -312,6 +314,9 @@ def case_context(
         "lookup_age": display.age((now - lookup_view.event.created_at).total_seconds())
         if lookup_view
         else None,
+        "earlier_lookup": earlier,
+        "earlier_lookup_status": explain.lookup_status(earlier.payload) if earlier else None,
+        "earlier_lookup_at": display.utc(earlier.event.created_at) if earlier else None,
         "can_lookup": can_lookup and may_lookup,
         "suggestion": suggestion,
         "resolutions": resolutions,

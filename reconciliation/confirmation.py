@@ -3,8 +3,8 @@ written: what will be done (or why the case is skipped), what the provider said,
 this resolution for this case.
 
 Read-only: one case_detail read per selected case, nothing written. The bulk "write" resolutions
-apply to a case only where its latest lookup supports them (found with a valid output, or not
-found); the page and the result report case by case.
+apply to a case only where its latest lookup about the attempt in doubt supports them (found
+with a valid output, or not found); the page and the result report case by case.
 """
 
 from dataclasses import dataclass
@@ -61,7 +61,8 @@ def _evidence(detail: selectors.CaseDetail, now: datetime) -> list[str]:
                 f" — asked by {lookup_view.payload.get('operator') or event.actor} at "
                 f"{display.at_and_ago(event.created_at, now)}"
             )
-        lines.append(f"{checkpoint.action_id} ({checkpoint.capability}): {said}")
+        where = f"{checkpoint.action_id} ({checkpoint.capability}), attempt {checkpoint.attempt}"
+        lines.append(f"{where}: {said}")
     return lines or ["no write is in doubt"]
 
 

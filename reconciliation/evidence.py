@@ -2,9 +2,10 @@
 
 Evidence is a JSON-ready snapshot of facts the system already holds (a checkpoint's effect,
 status, attempt, external key, input hash, timestamps and error code) plus, where the route has
-one, the provider's answer to a lookup by external key. It never carries a checkpoint's input, a
-raw provider response or a credential: error details are the adapters' safe text, and even that
-is cut short, because an audit event lives forever.
+one, the provider's answer to a lookup by external key. A lookup names the attempt it was asked
+about, and is evidence about that attempt only. It never carries a checkpoint's input, a raw
+provider response or a credential: error details are the adapters' safe text, and even that is
+cut short, because an audit event lives forever.
 """
 
 from datetime import datetime
@@ -27,6 +28,22 @@ LOOKUP_DETAIL_CHARS = 500  # characters of a lookup's detail recorded
 
 def is_uncertain(checkpoint: ActionExecution) -> bool:
     return checkpoint.status in UNCERTAIN_STATUSES
+
+
+def lookup_attempt(lookup: dict[str, Any]) -> int:
+    """The attempt of the write a recorded lookup was asked about.
+
+    Lookups recorded before they named their attempt count as about attempt 1: a later attempt
+    then never takes an answer given before it was sent (at worst such a lookup is ignored)."""
+    attempt = lookup.get("attempt")
+    return 1 if attempt is None else int(attempt)
+
+
+def speaks_of(lookup: dict[str, Any], checkpoint: ActionExecution) -> bool:
+    """Whether a recorded lookup is evidence about the checkpoint's current attempt."""
+    return lookup.get("actionId") == checkpoint.action_id and (
+        lookup_attempt(lookup) == checkpoint.attempt
+    )
 
 
 def safe_error(checkpoint: ActionExecution) -> str:
@@ -75,6 +92,9 @@ def lookup_evidence(
         "capability": checkpoint.capability,
         "capabilityVersion": checkpoint.capability_version,
         "externalKey": checkpoint.external_key,
+        # The attempt asked about, read before the provider was: an answer about one attempt
+        # says nothing about a later one (a replay sent after it).
+        "attempt": checkpoint.attempt,
         "happened": result.happened,
         # The provider's output object, only when it says the write happened and it fits.
         "output": None if too_large else output,

@@ -2,9 +2,10 @@
 said, and which resolution the evidence suggests, with its consequence in words.
 
 Pure functions of what the case page already read (selectors.CaseDetail): no queries, no clock
-(the caller passes `now`). The suggestion follows the evidence and nothing else: where the
-evidence is inconclusive (no lookup, or a lookup that settled nothing) it is to ask the provider
-again or check with it directly, and no resolution is pre-selected.
+(the caller passes `now`). The evidence is the latest lookup about the attempt in doubt; an
+answer about an earlier attempt is none. The suggestion follows the evidence and nothing else:
+where it is inconclusive (no lookup about this attempt, or one that settled nothing) it is to ask
+the provider (again) or check with it directly, and no resolution is pre-selected.
 """
 
 import json
@@ -161,6 +162,9 @@ def suggest(*, uncertain: list[Any], lookup: dict[str, Any] | None, can_lookup: 
             False,
         )
     where = "Ask the provider again" if status == LOOKUP_ERROR else "Ask the provider"
+    attempt = uncertain[0].attempt
+    if lookup is None and attempt > 1:
+        where += f" about attempt {attempt}"  # what it said before was about an earlier one
     if not can_lookup:
         return Suggestion(
             None,
@@ -169,28 +173,44 @@ def suggest(*, uncertain: list[Any], lookup: dict[str, Any] | None, can_lookup: 
             "its external key, then record what you found. Nothing is pre-selected.",
             False,
         )
+    if lookup is None and attempt > 1:
+        inconclusive = (
+            f"The provider has not been asked about attempt {attempt} (what it said before was "
+            "about an earlier attempt)"
+        )
+    else:
+        inconclusive = "The evidence is inconclusive" + (
+            f" (the last lookup settled nothing: {lookup.get('detail')})" if lookup else ""
+        )
     return Suggestion(
         None,
         f"{where}, or check with it directly.",
-        "The evidence is inconclusive"
-        + (f" (the last lookup settled nothing: {lookup.get('detail')})" if lookup else "")
-        + ": nothing is pre-selected until the provider has answered.",
+        inconclusive + ": nothing is pre-selected until the provider has answered.",
         True,
     )
 
 
 def risk(resolution: str, lookup: dict[str, Any] | None) -> str | None:
-    """The risk of choosing `resolution` against the latest lookup, named; None when none."""
+    """The risk of choosing `resolution` where the latest lookup about the attempt in doubt
+    (None: not asked about it) does not support it, named with why; None when none. A choice
+    with a risk needs the operator's confirmation, on the page and in the services."""
     status = lookup_status(lookup)
     if resolution == WRITE_NOT_HAPPENED and status == HAPPENED:
         return (
-            "The provider said this write happened. Replaying it may repeat it (a second charge "
-            "at a provider that does not deduplicate by key)."
+            "Against the evidence: The provider said this write happened. Replaying it may "
+            "repeat it (a second charge at a provider that does not deduplicate by key)."
+        )
+    if resolution == WRITE_NOT_HAPPENED and status in (NOT_ASKED, LOOKUP_ERROR):
+        return (
+            "Without evidence: No answer from the provider about this attempt says it did not "
+            "happen (it was not asked since this attempt was sent, or its answer settled "
+            "nothing). Replaying it may repeat it (a second charge at a provider that does not "
+            "deduplicate by key). If you checked with the provider directly, say so in the reason."
         )
     if resolution == WRITE_HAPPENED and status == NOT_FOUND:
         return (
-            "The provider said this write did not happen. Recording it as done continues as "
-            "though it had, and nothing will make it happen."
+            "Against the evidence: The provider said this write did not happen. Recording it as "
+            "done continues as though it had, and nothing will make it happen."
         )
     return None
 
@@ -208,11 +228,11 @@ def replay_risk(checkpoint: Any) -> str:
 
 def resolution_risk(resolution: str, *, checkpoint: Any, lookup: dict[str, Any] | None) -> str:
     """The risk of `resolution` for a case whose first uncertain write is `checkpoint` (None: no
-    write is in doubt): the risk against the provider's latest answer when there is one, else
-    what the resolution does to the provider's side if the evidence is wrong."""
-    against = risk(resolution, lookup)
-    if against:
-        return f"Against the evidence: {against}"
+    write is in doubt): the risk where the provider's latest answer about it does not support
+    the resolution, else what it does to the provider's side if the evidence is wrong."""
+    unsupported = risk(resolution, lookup) if checkpoint is not None else None
+    if unsupported:
+        return unsupported
     if checkpoint is None:
         return "No write is in doubt: whatever the provider did stays done."
     if resolution == WRITE_NOT_HAPPENED:

@@ -33,7 +33,8 @@ class ResolutionForm(forms.Form):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        # The risk of this resolution against the provider's latest answer, by action.
+        # The risk of this resolution where the provider's latest answer about the attempt in
+        # doubt does not support it (explain.risk), by action.
         self.risks = {action_id: risk for action_id, risk in (risks or {}).items() if risk}
         if action_ids is not None:
             self.fields["action_id"] = forms.ChoiceField(
@@ -44,8 +45,9 @@ class ResolutionForm(forms.Form):
         if self.risks:
             self.fields["confirm_risk"] = forms.BooleanField(
                 required=False,
-                label="I have read the risk and choose this against the evidence",
-                help_text="Required when the choice goes against the provider's answer.",
+                label="I have read the risk and choose this all the same",
+                help_text="Required when the provider's answer about this attempt goes against "
+                "the choice, or there is none.",
             )
 
     def clean(self) -> dict[str, Any]:
@@ -53,9 +55,7 @@ class ResolutionForm(forms.Form):
         cleaned = self.cleaned_data
         risk = self.risks.get(cleaned.get("action_id") or "")
         if risk and not cleaned.get("confirm_risk"):
-            self.add_error(
-                "confirm_risk", f"Confirm that you choose this against the evidence: {risk}"
-            )
+            self.add_error("confirm_risk", f"{risk} Confirm that you choose this all the same.")
         return cleaned
 
 

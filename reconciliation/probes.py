@@ -6,7 +6,8 @@ Invariants and transaction boundaries:
 - every uncertain write of an open case gets one probe row per attempt (PROBES_ENLIST); its
   schedule is `probe_offsets(window)` after the case opened, window = the contract's
   `probe_window_seconds`. A probe closed because its case was not open at that moment (another
-  write's resolution requeued the execution) opens again when the case is back;
+  write's resolution requeued the execution) opens again when the case is back; a probe whose
+  write is at a later attempt now closes, and that attempt is probed by its own;
 - a probe is claimed like work (PROBES_CLAIM: FOR UPDATE SKIP LOCKED, a lease, token + 1) and
   every later write about it is fenced on that token (PROBE_LOCK), so two workers never probe the
   same case at once and a prober whose probe lease ran out writes nothing;
@@ -90,6 +91,11 @@ class Claimed:
     opened_at: Any
     all_absent: bool
     token: int
+
+    @property
+    def attempt(self) -> int:
+        """The attempt this probe asks about: its key is executionId:actionId:attempt."""
+        return int(self.key.rsplit(":", 1)[1])
 
 
 def probes_enlist() -> int:
@@ -198,6 +204,9 @@ def probe_one(
         or execution.status != ExecutionStatus.RECONCILIATION_REQUIRED
         or checkpoint is None
         or not is_uncertain(checkpoint)
+        # A later attempt (a replay lost too) has a probe, and a window, of its own: this one's
+        # answers were about an earlier attempt and must not settle it.
+        or checkpoint.attempt != probe.attempt
     ):
         return _close(probe, owner=owner, outcome="closed", source=source)
     try:

@@ -13,6 +13,8 @@ from typing import Any
 from . import compensate, permissions, services
 from .forms import ResolutionForm, WriteHappenedForm
 
+CONFIRM_RISK = "confirm_risk"  # the forms' confirmation of a named risk, passed to the services
+
 
 @dataclass(frozen=True)
 class ResolutionAction:
@@ -30,8 +32,13 @@ class ResolutionAction:
     offered: Callable[[Any], bool] | None = None
 
     def apply(self, execution_id: Any, data: dict[str, Any], operator: Any) -> services.Resolved:
-        """Resolve one case through this row's service, with the fields it takes from `data`."""
-        fields = {name: data[name] for name in self.takes}
+        """Resolve one case through this row's service, with the fields it takes from `data`.
+
+        `confirm_risk` is a field only where a risk was named; without it the service refuses
+        a choice the evidence does not support."""
+        fields = {name: data[name] for name in self.takes if name != CONFIRM_RISK}
+        if CONFIRM_RISK in self.takes:
+            fields[CONFIRM_RISK] = bool(data.get(CONFIRM_RISK))
         return self.service(execution_id=execution_id, operator=operator, **fields)
 
     @property
@@ -57,7 +64,7 @@ RESOLUTIONS = (
         form_class=WriteHappenedForm,
         settles_one_action=True,
         service=services.execution_resolve_write_happened,
-        takes=("action_id", "output", "reason"),
+        takes=("action_id", "output", "reason", CONFIRM_RISK),
     ),
     ResolutionAction(
         name="resolve_write_not_happened",
@@ -71,7 +78,7 @@ RESOLUTIONS = (
         form_class=ResolutionForm,
         settles_one_action=True,
         service=services.execution_resolve_write_not_happened,
-        takes=("action_id", "reason"),
+        takes=("action_id", "reason", CONFIRM_RISK),
     ),
     ResolutionAction(
         name="abandon_execution",

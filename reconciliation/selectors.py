@@ -11,7 +11,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Exists, JSONField, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    Count,
+    Exists,
+    IntegerField,
+    JSONField,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from actions.lookup import supports_lookup
@@ -25,12 +38,35 @@ from executions.models import (
 )
 from orquestador.display import clip
 
-from .evidence import checkpoint_evidence, is_uncertain, safe_error
+from .evidence import checkpoint_evidence, is_uncertain, lookup_attempt, safe_error, speaks_of
 from .models import BlockedRequest, ReconciliationCase
 
 QUEUE_ORDER = ("created_at", "id")
 TIMELINE_PAYLOAD_CHARS = 4000  # characters of an audit payload shown on the case page
 TIMELINE_SUMMARY_CHARS = 100  # characters of its one-line summary
+
+# evidence.lookup_attempt in SQL: the attempt a recorded lookup was asked about.
+LOOKUP_ATTEMPT = Coalesce(
+    Cast(KeyTextTransform("attempt", "payload"), IntegerField()),
+    Value(1),
+    output_field=IntegerField(),
+)
+
+
+def _current_lookups(execution: Any) -> QuerySet[AuditEvent]:
+    """The lookups of an execution that speak of the current attempt of their action, newest
+    first: an answer about an earlier attempt is no evidence about the one now in doubt."""
+    current = ActionExecution.objects.filter(
+        execution_id=OuterRef("execution_id"),
+        action_id=OuterRef("action"),
+        attempt=OuterRef("about"),
+    )
+    return (
+        AuditEvent.objects.filter(execution=execution, type=AuditType.RECONCILIATION_EVIDENCE)
+        .alias(about=LOOKUP_ATTEMPT, action=KeyTextTransform("actionId", "payload"))
+        .filter(Exists(current))
+        .order_by("-id")
+    )
 
 
 def cases() -> QuerySet[ReconciliationCase]:
@@ -38,9 +74,7 @@ def cases() -> QuerySet[ReconciliationCase]:
     resolved = AuditEvent.objects.filter(
         execution=OuterRef("pk"), type=AuditType.RECONCILIATION_RESOLVED
     )
-    lookups = AuditEvent.objects.filter(
-        execution=OuterRef("pk"), type=AuditType.RECONCILIATION_EVIDENCE
-    ).order_by("-id")
+    lookups = _current_lookups(OuterRef("pk"))
     # The two-person rule's latest word on the case: PROPOSED means a replay awaits approval.
     decisions = AuditEvent.objects.filter(
         execution=OuterRef("pk"),
@@ -127,10 +161,16 @@ class TimelineEntry:
 class LookupView:
     event: AuditEvent
     output: str  # pretty JSON of the provider's output, or "" when it gave none
+    earlier: bool = False  # about an earlier attempt than its action's current one
 
     @property
     def payload(self) -> dict[str, Any]:
         return self.event.payload
+
+    @property
+    def attempt(self) -> int:
+        """The attempt of the write it was asked about."""
+        return lookup_attempt(self.payload)
 
 
 @dataclass(frozen=True)
@@ -161,9 +201,28 @@ class CaseDetail:
     def uncertain(self) -> list[CheckpointView]:
         return [view for view in self.checkpoints if view.uncertain]
 
+    def checkpoint(self, action_id: str) -> ActionExecution | None:
+        return next(
+            (v.checkpoint for v in self.checkpoints if v.checkpoint.action_id == action_id), None
+        )
+
     def latest_lookup_view(self, action_id: str) -> LookupView | None:
+        """The newest lookup about the action's current attempt (None: not asked about it)."""
+        checkpoint = self.checkpoint(action_id)
+        if checkpoint is None:
+            return None
         for view in reversed(self.lookups):
-            if view.payload.get("actionId") == action_id:
+            if speaks_of(view.payload, checkpoint):
+                return view
+        return None
+
+    def earlier_lookup_view(self, action_id: str) -> LookupView | None:
+        """The newest lookup about an earlier attempt of the action, said apart on the page."""
+        checkpoint = self.checkpoint(action_id)
+        if checkpoint is None:
+            return None
+        for view in reversed(self.lookups):
+            if view.payload.get("actionId") == action_id and view.attempt < checkpoint.attempt:
                 return view
         return None
 
@@ -197,10 +256,12 @@ def case_detail(*, execution_id: uuid.UUID | str) -> CaseDetail:
             "sequence", "id"
         )
     ]
+    attempts = {view.checkpoint.action_id: view.checkpoint.attempt for view in checkpoints}
     lookups = [
         LookupView(
             event=event,
             output="" if event.payload.get("output") is None else _pretty(event.payload["output"]),
+            earlier=lookup_attempt(event.payload) < attempts.get(event.payload.get("actionId"), 0),
         )
         for event in AuditEvent.objects.filter(
             execution=execution, type=AuditType.RECONCILIATION_EVIDENCE
@@ -227,14 +288,17 @@ def case_detail(*, execution_id: uuid.UUID | str) -> CaseDetail:
     )
 
 
-def latest_lookup(*, execution_id: uuid.UUID | str, action_id: str) -> dict[str, Any] | None:
-    """The last lookup recorded for one action of an execution, with its audit event id."""
+def latest_lookup(*, checkpoint: ActionExecution) -> dict[str, Any] | None:
+    """The last lookup recorded about the checkpoint's current attempt, with its audit event id
+    (None: the provider was not asked about this attempt)."""
     event = (
         AuditEvent.objects.filter(
-            execution_id=execution_id,
+            execution_id=checkpoint.execution_id,
             type=AuditType.RECONCILIATION_EVIDENCE,
-            payload__actionId=action_id,
+            payload__actionId=checkpoint.action_id,
         )
+        .alias(about=LOOKUP_ATTEMPT)
+        .filter(about=checkpoint.attempt)
         .order_by("-id")
         .first()
     )

@@ -10,6 +10,10 @@ Invariants (RECONCILIATION.md):
 - "write happened" and "write did not happen" settle one uncertain checkpoint (RUNNING or
   UNKNOWN) and requeue the execution (PENDING, due now, announced to idle workers); "abandon" ends
   it FAILED and releases the request without touching its data, state or revision;
+- the evidence is the latest lookup about the checkpoint's current attempt, read under the lock;
+  a choice it does not support (explain.risk: a replay with no answer about this attempt, or
+  against "happened"; "happened" against "not found") is refused unless the operator confirmed
+  the risk (RISK_NOT_CONFIRMED);
 - a provider lookup runs outside any transaction (an adapter call never holds one) and is then
   appended as RECONCILIATION_EVIDENCE; it changes nothing else.
 
@@ -52,7 +56,7 @@ from executions.queue.outputs import output_errors
 from orquestador import errors
 from orquestador.errors import CodedError
 
-from . import permissions
+from . import explain, permissions
 from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence
 from .selectors import latest_lookup
 
@@ -147,6 +151,18 @@ def _output_schema(checkpoint: ActionExecution) -> dict[str, Any]:
     return binding.contract.output_schema
 
 
+def _confirmed(resolution: str, lookup: dict[str, Any] | None, confirm_risk: bool) -> None:
+    """Refuse a choice the evidence about this attempt does not support, unless its risk, named
+    as the case page names it, was confirmed."""
+    risk = explain.risk(resolution, lookup)
+    if risk and not confirm_risk:
+        raise ResolutionRefused(
+            errors.RISK_NOT_CONFIRMED,
+            f"{risk} Nothing was written: ask the provider, or confirm that you choose this all "
+            "the same.",
+        )
+
+
 def _record(
     case: LockedExecution,
     *,
@@ -222,11 +238,13 @@ def execution_resolve_write_happened(
     output: dict[str, Any],
     reason: str,
     operator: Operator,
+    confirm_risk: bool = False,
 ) -> Resolved:
     """Record that the uncertain write happened, with its output, and requeue the execution.
 
     The output must validate against the capability's current output schema; the worker then
-    reuses the SUCCEEDED checkpoint without calling the provider again.
+    reuses the SUCCEEDED checkpoint without calling the provider again. Against the provider's
+    "not found" about this attempt it is refused unless `confirm_risk`.
     """
     require(operator, permissions.RESOLVE_WRITE_HAPPENED)
     reason = clean_reason(reason, refused=ResolutionRefused)
@@ -238,6 +256,8 @@ def execution_resolve_write_happened(
                 errors.OUTPUT_INVALID,
                 "The output does not match the capability's output schema: " + "; ".join(problems),
             )
+        lookup = latest_lookup(checkpoint=checkpoint)
+        _confirmed(explain.WRITE_HAPPENED, lookup, confirm_risk)
         # Alike finalize.py's audit write by shape only: keyword arguments one a line.
         return _settle_and_requeue(
             case,
@@ -250,7 +270,7 @@ def execution_resolve_write_happened(
             reason=reason,
             evidence={
                 "checkpoint": checkpoint_evidence(checkpoint),
-                "lookup": latest_lookup(execution_id=case.execution_id, action_id=action_id),
+                "lookup": lookup,
                 "recordedOutput": output,
             },
             operator=operator,
@@ -273,12 +293,18 @@ def replay(
     *,
     reason: str,
     operator: Operator,
+    confirm_risk: bool,
     approval: dict[str, Any] | None = None,
 ) -> Resolved:
     """Settle `checkpoint` FAILED with REPLAY_AUTHORIZED under `case`, requeue, record.
 
-    `approval` (the two-person rule's proposer and approver, approvals.py) joins the evidence.
+    Refused (RISK_NOT_CONFIRMED) unless the provider said "not found" about this very attempt,
+    or `confirm_risk`: an answer about an earlier attempt, given before this one was sent, says
+    nothing about it, and replaying a write that happened repeats it. `approval` (the two-person
+    rule's proposer and approver, approvals.py) joins the evidence.
     """
+    lookup = latest_lookup(checkpoint=checkpoint)
+    _confirmed(explain.WRITE_NOT_HAPPENED, lookup, confirm_risk)
     who = operator.get_username()
     if approval:
         who = f"{approval['proposedBy']} (proposed) and {approval['approvedBy']} (approved)"
@@ -297,7 +323,7 @@ def replay(
         reason=reason,
         evidence={
             "checkpoint": checkpoint_evidence(checkpoint),
-            "lookup": latest_lookup(execution_id=case.execution_id, action_id=checkpoint.action_id),
+            "lookup": lookup,
             **({"approval": approval} if approval else {}),
         },
         operator=operator,
@@ -305,14 +331,20 @@ def replay(
 
 
 def execution_resolve_write_not_happened(
-    *, execution_id: uuid.UUID | str, action_id: str, reason: str, operator: Operator
+    *,
+    execution_id: uuid.UUID | str,
+    action_id: str,
+    reason: str,
+    operator: Operator,
+    confirm_risk: bool = False,
 ) -> Resolved:
     """Record that the uncertain write did not happen, authorise one replay, requeue.
 
     The checkpoint becomes FAILED with REPLAY_AUTHORIZED; the worker replays that one action once,
-    with the same external key (so a provider that deduplicates by key still can). Under the
-    two-person rule a non-idempotent write is refused here (APPROVAL_REQUIRED): it is proposed and
-    approved through approvals.py instead.
+    with the same external key (so a provider that deduplicates by key still can). Without the
+    provider's "not found" about the attempt it repeats, it is refused unless `confirm_risk`
+    (`replay`). Under the two-person rule a non-idempotent write is refused here
+    (APPROVAL_REQUIRED): it is proposed and approved through approvals.py instead.
     """
     require(operator, permissions.RESOLVE_WRITE_NOT_HAPPENED)
     reason = clean_reason(reason, refused=ResolutionRefused)
@@ -324,7 +356,7 @@ def execution_resolve_write_not_happened(
                 "The two-person rule is on: replaying a non-idempotent write is proposed by one "
                 "operator and approved by another.",
             )
-        return replay(case, checkpoint, reason=reason, operator=operator)
+        return replay(case, checkpoint, reason=reason, operator=operator, confirm_risk=confirm_risk)
 
 
 def execution_abandon(
@@ -357,10 +389,7 @@ def execution_abandon(
             },
         )
         case.release_request()
-        lookups = (
-            latest_lookup(execution_id=case.execution_id, action_id=checkpoint.action_id)
-            for checkpoint in uncertain
-        )
+        lookups = (latest_lookup(checkpoint=checkpoint) for checkpoint in uncertain)
         return _record(
             case,
             resolution=Resolution.ABANDONED,

@@ -99,7 +99,7 @@ def test_case_page__the_refusal_and_the_replay_risk_are_in_the_first_screen(
     assert _selector_in_first_screen(browser, ".messagelist .error")
     told = browser.find_element(By.CSS_SELECTOR, ".messagelist .error").text
     assert told.startswith("Not done: “The write did not happen” was refused")
-    assert "Confirm that you choose this against the evidence" in told
+    assert "Against the evidence" in told and "Confirm that you choose this all the same" in told
     assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.RECONCILIATION_REQUIRED
 
     # Its link leads to the form, which kept what was typed.

@@ -2,9 +2,11 @@
 1400x1000), with a real worker and a real provider on loopback: each kind of uncertain write
 lands on the desk — the first one a worker SIGKILLed while its charge was in flight — the case
 page explains itself within the first screen, the lookup settles what it can, a choice against
-the provider's answer needs a second confirmation, each request moves on, an operator without
-resolution permissions sees no resolution control, and under the two-person rule a replay is
-proposed by one operator and applied only on another's approval.
+the provider's answer needs a second confirmation, each request moves on, a replay whose answer
+is lost too comes back about its own attempt with nothing pre-selected (a replay on the earlier
+answer is refused) and is settled by asking again, an operator without resolution permissions
+sees no resolution control, and under the two-person rule a replay is proposed by one operator
+and applied only on another's approval.
 
 Screenshots of every step are kept under tests/browser's ARTEFACTS folder (see README)."""
 
@@ -174,7 +176,7 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
                     navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
                     wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
                     form = browser.find_element(By.ID, "resolve-not-happened").text
-                    assert "Confirm that you choose this against the evidence" in form
+                    assert "Confirm that you choose this all the same" in form
                     assert "second charge" in form
                     assert (
                         browser.find_element(By.ID, "not_happened_reason").get_attribute("value")
@@ -212,6 +214,8 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
                 wait.until(ec.text_to_be_present_in_element((By.ID, "case-status"), "SUCCEEDED"))
                 screenshots(browser, f"{kind}-succeeded")
 
+            walk_lost_replay(browser, wait, live_server, provider, worker, log, screenshots)
+
             # An operator without resolution permissions reads the case and sees no control.
             provider.plan(CHARGES, drop(apply=False))
             waiting = accept_charge(amount=99)
@@ -221,7 +225,7 @@ def test_operator_walks_every_kind_of_case_in_the_browser(
             browser.get(f"{live_server.url}/admin/")
             desk = wait.until(ec.presence_of_element_located((By.ID, "desk-overview"))).text
             assert "Open cases 1" in desk and "payments.charge@1: 1" in desk
-            assert "6 by operators" in desk
+            assert "8 by operators" in desk
             screenshots(browser, "home")
             browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
             row = (
@@ -284,7 +288,7 @@ def walk_crash_case(browser, wait, live_server, execution, screenshots) -> None:
     navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
     wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
     form = browser.find_element(By.ID, "resolve-not-happened").text
-    assert "Confirm that you choose this against the evidence" in form
+    assert "Confirm that you choose this all the same" in form
     # The refusal is also said at the top, where the page opens.
     assert in_first_screen(browser, "refusal-form-link")
     assert "Not done" in browser.find_element(By.CSS_SELECTOR, ".messagelist .error").text
@@ -295,6 +299,64 @@ def walk_crash_case(browser, wait, live_server, execution, screenshots) -> None:
     navigate(browser, wait, browser.find_element(By.ID, "submit-happened"))
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1"))
     screenshots(browser, "crash-in-flight-resolved")
+
+
+def walk_lost_replay(browser, wait, live_server, provider, worker, log, screenshots) -> None:
+    """A charge lost before it applied; the provider says "not found" and the operator replays
+    it; the replay applies and its answer is lost too. The page, refreshing itself, comes back
+    to the case about attempt 2: not asked about it, nothing pre-selected, a replay on the
+    answer about attempt 1 refused; asked again, the provider has the charge: charged once."""
+    provider.plan(CHARGES, drop(apply=False), drop(apply=True))
+    execution = accept_charge(amount=77, customer="cus_twice")
+    key = f"{execution.pk}:charge"
+    wait_for_reconciliation(execution, worker, log)
+    case_page(browser, wait, live_server, execution)
+    navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
+    wait.until(
+        ec.text_to_be_present_in_element((By.ID, "case-suggestion"), "The write did not happen")
+    )
+    browser.find_element(By.ID, "not_happened_reason").send_keys(REASON)
+    navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
+    wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1"))
+
+    # The resolved page refreshes itself until the execution is final; the lost replay brings
+    # the case back open, about attempt 2.
+    wait.until(ec.presence_of_element_located((By.ID, "evidence-not-asked")))
+    screenshots(browser, "lost-replay-case")
+    assert "at attempt 2" in browser.find_element(By.ID, "case-why").text
+    evidence = browser.find_element(By.ID, "case-evidence").text
+    assert "not asked yet about attempt 2" in evidence and "was about attempt 1" in evidence
+    suggestion = browser.find_element(By.ID, "case-suggestion").text
+    assert "Ask the provider about attempt 2, or check with it directly." in suggestion
+    assert browser.find_elements(By.CSS_SELECTOR, ".case-suggested") == []  # nothing pre-selected
+    for element_id in ("case-why", "case-evidence", "case-suggestion", "lookup-charge"):
+        assert in_first_screen(browser, element_id), element_id
+
+    # A replay on the answer about attempt 1 is refused, said at the top; nothing is written.
+    browser.find_element(By.ID, "not_happened_reason").send_keys("It said not found.")
+    navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
+    wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
+    told = browser.find_element(By.CSS_SELECTOR, ".messagelist .error").text
+    assert told.startswith("Not done: “The write did not happen” was refused")
+    assert "Without evidence" in told
+    assert in_first_screen(browser, "refusal-form-link")
+    screenshots(browser, "lost-replay-refused")
+    assert (
+        len([r for r in provider.requests(CHARGES) if r.headers.get("idempotency-key") == key]) == 2
+    )
+
+    # Asked about attempt 2, the provider has the charge; recording it finishes the request.
+    navigate(browser, wait, browser.find_element(By.ID, "lookup-charge"))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "case-suggestion"), "The write happened"))
+    assert "about attempt 2" in browser.find_element(By.ID, "case-evidence").text
+    screenshots(browser, "lost-replay-answered")
+    browser.find_element(By.ID, "happened_reason").send_keys(REASON)
+    navigate(browser, wait, browser.find_element(By.ID, "submit-happened"))
+    wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1"))
+    assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
+    sent = [r for r in provider.requests(CHARGES) if r.headers.get("idempotency-key") == key]
+    assert len(sent) == 2  # the lost call and one replay, never a third
+    assert len([e for e in provider.effects(CHARGES) if e.key == key]) == 1  # charged once
 
 
 def walk_two_person_replay(browser, wait, live_server, execution, screenshots) -> None:

@@ -1,5 +1,7 @@
 """What a case says about itself, as pure functions: lookup statuses, the case summary,
-the suggestion the evidence supports, and the risk of choosing against it."""
+the suggestion the evidence supports, and the risk of choosing against it or without it."""
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -28,7 +30,8 @@ def test_summary_fields__read_the_data_at_each_pointer():
     assert explain.summary_fields({}, data) == []
 
 
-UNCERTAIN = [object()]  # suggest() only asks whether there is an uncertain action
+# suggest() asks whether there is an uncertain action, and at which attempt it is.
+UNCERTAIN = [SimpleNamespace(attempt=1)]
 
 
 @pytest.mark.parametrize(
@@ -50,6 +53,14 @@ def test_suggest__follows_the_evidence_and_preselects_nothing_when_inconclusive(
     assert suggestion.headline and suggestion.consequence
 
 
+def test_suggest__a_later_attempt_not_asked_about__asks_about_it():
+    later = [SimpleNamespace(attempt=2)]
+    suggestion = explain.suggest(uncertain=later, lookup=None, can_lookup=True)
+    assert (suggestion.resolution, suggestion.ask_provider) == (None, True)
+    assert suggestion.headline == "Ask the provider about attempt 2, or check with it directly."
+    assert "has not been asked about attempt 2" in suggestion.consequence
+
+
 def test_suggest__with_nothing_uncertain__abandon():
     suggestion = explain.suggest(uncertain=[], lookup=None, can_lookup=False)
     assert suggestion.resolution == explain.ABANDON
@@ -62,10 +73,13 @@ def test_suggest__with_nothing_uncertain__abandon():
         (explain.WRITE_HAPPENED, {"happened": False}, True),
         (explain.WRITE_NOT_HAPPENED, {"happened": False}, False),
         (explain.WRITE_HAPPENED, {"happened": True}, False),
-        (explain.WRITE_NOT_HAPPENED, None, False),
+        (explain.WRITE_NOT_HAPPENED, None, True),  # not asked about this attempt
+        (explain.WRITE_NOT_HAPPENED, {"happened": None}, True),  # an answer that settled nothing
+        (explain.WRITE_HAPPENED, None, False),
         (explain.WRITE_HAPPENED, {"happened": None}, False),
         (explain.ABANDON, {"happened": True}, False),
+        (explain.ABANDON, None, False),
     ],
 )
-def test_risk__only_against_the_provider_s_answer(resolution, lookup, risky):
+def test_risk__where_the_provider_s_answer_does_not_support_the_choice(resolution, lookup, risky):
     assert (explain.risk(resolution, lookup) is not None) == risky

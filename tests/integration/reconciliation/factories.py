@@ -123,6 +123,34 @@ def audit(request: Request, execution: Execution | None, type_: str, **payload: 
     )
 
 
+def lookup(
+    execution: Execution,
+    *,
+    happened: bool | None,
+    output: dict[str, Any] | None = None,
+    attempt: int = 1,
+    operator: str = "olga",
+) -> AuditEvent:
+    """The provider's answer about one attempt of the charge, recorded as evidence the way
+    checkpoint_record_lookup records it."""
+    return AuditEvent.objects.create(
+        request_id=execution.request_id,
+        execution=execution,
+        type=AuditType.RECONCILIATION_EVIDENCE,
+        actor=operator,
+        payload={
+            "actionId": "charge",
+            "attempt": attempt,
+            "happened": happened,
+            "output": output,
+            "outputValid": None if output is None else True,
+            "outputProblems": [],
+            "detail": "" if happened is not None else "503 from the lookup",
+            "operator": operator,
+        },
+    )
+
+
 def reconciliation_case(
     *,
     checkpoint_status: str = CheckpointStatus.UNKNOWN,

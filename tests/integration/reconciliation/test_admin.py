@@ -27,6 +27,7 @@ from .factories import (
     ExecutionFactory,
     FlowFactory,
     audit,
+    lookup,
     reconciliation_case,
     row,
 )
@@ -63,6 +64,7 @@ def test_queue__lists_open_cases_oldest_first(operator, charge_registry):
     newer, older, resolved = reconciliation_case(), reconciliation_case(), reconciliation_case()
     Execution.objects.filter(pk=older.pk).update(created_at=timezone.now() - timedelta(hours=3))
     Execution.objects.filter(pk=newer.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    lookup(resolved, happened=False)
     services.execution_resolve_write_not_happened(
         execution_id=resolved.pk, action_id="charge", reason="r", operator=operator
     )
@@ -207,6 +209,7 @@ def test_lookup__from_the_case_page__is_recorded_and_prefills_the_output(operato
 
 def test_resolve__from_the_case_page__requeues_and_audits(operator, charge_registry):
     case = reconciliation_case()
+    lookup(case, happened=False)
     client = _client(operator)
     response = client.post(
         reverse(QUEUE),

@@ -6,10 +6,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from executions.models import AuditType, CheckpointStatus, Execution, ExecutionStatus
+from executions.models import CheckpointStatus, Execution, ExecutionStatus
 from reconciliation import services
 
-from .factories import audit, reconciliation_case, row
+from .factories import lookup, reconciliation_case, row
 
 pytestmark = pytest.mark.django_db
 
@@ -32,19 +32,8 @@ def _post(case: Execution, action: str, **fields: str) -> dict:
 
 
 def _lookup(case: Execution, *, happened: bool | None, output: dict | None = None) -> None:
-    """A provider lookup recorded as evidence, as checkpoint_record_lookup appends it."""
-    audit(
-        case.request,
-        case,
-        AuditType.RECONCILIATION_EVIDENCE,
-        actionId="charge",
-        happened=happened,
-        output=output,
-        outputValid=None if output is None else True,
-        outputProblems=[],
-        detail="" if happened is not None else "503 from the lookup",
-        operator="olga",
-    )
+    """A provider lookup about the case's first attempt, as checkpoint_record_lookup appends it."""
+    lookup(case, happened=happened, output=output)
 
 
 def _section(page: str, element_id: str) -> str:
@@ -59,7 +48,7 @@ def test_case_page__says_why_what_and_what_next_at_the_top(operator, charge_regi
     assert "Why it needs you:" in top and "is unknown" in top
     assert "read timed out after the request was sent" in top
     assert "customer</b> cus_ada" in top and "amount</b> 42" in top
-    assert "Provider evidence:</strong>\n    not asked yet" in top
+    assert "not asked yet about attempt 1</span> (sent " in _section(top, "case-evidence")
     assert "Suggested resolution:" in top and "Ask the provider, or check with it directly" in top
     assert 'id="lookup-charge"' in top  # the lookup button sits beside the suggestion
     assert "nothing is pre-selected" in top
@@ -118,13 +107,14 @@ def test_replay_after_the_provider_said_happened__needs_a_second_confirmation(
     assert refused.status_code == 200  # the case page again, not a separate one
     again = refused.content.decode()
     assert 'id="case-explained"' in again
-    assert "Confirm that you choose this against the evidence" in again
+    assert "Confirm that you choose this all the same" in again
     assert reason in again  # what the operator typed is kept
     assert row(case.pk) == before
     # The refusal is said at the top, where the page opens, with a way to the form.
     told = [str(m) for m in refused.context["messages"]]
     assert len(told) == 1 and told[0].startswith("Not done: “The write did not happen” was refused")
-    assert "Confirm that you choose this against the evidence" in told[0]
+    assert "Against the evidence: The provider said this write happened" in told[0]
+    assert "Confirm that you choose this all the same" in told[0]
     assert again.index('class="messagelist"') < again.index('id="case-explained"')
     assert 'href="#resolve-not-happened" id="refusal-form-link"' in again
 
@@ -199,6 +189,7 @@ def test_the_operator_who_comes_second__stays_on_the_case_and_sees_who_resolved(
     operator, make_user, charge_registry
 ):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     services.execution_resolve_write_not_happened(
         execution_id=case.pk, action_id="charge", reason="first", operator=operator
     )
@@ -214,6 +205,7 @@ def test_the_operator_who_comes_second__stays_on_the_case_and_sees_who_resolved(
 
 def test_a_resolved_case__shows_who_what_when_why_and_the_live_status(operator, charge_registry):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     services.execution_resolve_write_not_happened(
         execution_id=case.pk,
         action_id="charge",
@@ -286,3 +278,51 @@ def test_replay_offered__the_first_screen_says_what_a_replay_does_at_the_provide
     assert 'id="case-replay-risk"' not in _client(viewer).get(_case_url(case)).content.decode()
     abandoner = make_user("abe", "view_reconciliationcase", "abandon_execution")
     assert 'id="case-replay-risk"' not in _client(abandoner).get(_case_url(case)).content.decode()
+
+
+def test_after_a_lost_replay__the_page_speaks_of_the_new_attempt_and_suggests_no_replay(
+    operator, charge_registry
+):
+    # The provider said "not found" about attempt 1; the replay (attempt 2) was lost too.
+    case = reconciliation_case(attempt=2)
+    earlier = lookup(case, happened=False, attempt=1)
+    client = _client(operator)
+
+    page = client.get(_case_url(case)).content.decode()
+
+    top = _section(page, "case-explained")
+    assert "at attempt 2" in _section(top, "case-why") and "is unknown" in top
+    evidence = _section(top, "case-evidence")
+    assert "not asked yet about attempt 2</span>" in evidence
+    assert "was about attempt 1, given before this attempt was sent" in evidence
+    assert "the write did not happen" not in evidence  # the old answer is not this one's
+    suggestion = _section(page, "case-suggestion")
+    assert "Ask the provider about attempt 2, or check with it directly." in suggestion
+    assert "nothing is pre-selected" in suggestion
+    assert 'value="Ask the provider about attempt 2"' in suggestion
+    assert "— suggested" not in page
+    risk = _section(page, "risk-not-happened")
+    assert risk.startswith('id="risk-not-happened">Without evidence: No answer from the provider')
+    lookups = _section(page, f"lookup-row-{earlier.pk}")
+    assert "1 (an earlier attempt: no evidence about the current one)" in lookups
+    queue = client.get(reverse(QUEUE)).content.decode()
+    assert ">not asked<" in queue and ">not found<" not in queue
+
+    # Replaying on the answer about attempt 1 is refused on the page, nothing written.
+    before = row(case.pk)
+    refused = client.post(
+        reverse(QUEUE),
+        _post(case, "resolve_write_not_happened", action_id="charge", reason="It said not found."),
+    )
+    assert refused.status_code == 200 and 'id="case-explained"' in refused.content.decode()
+    told = [str(m) for m in refused.context["messages"]]
+    assert len(told) == 1 and told[0].startswith("Not done: “The write did not happen” was refused")
+    assert "Without evidence" in told[0] and "Confirm that you choose this all the same" in told[0]
+    assert row(case.pk) == before
+
+    # Once the provider answers about attempt 2, the evidence and the suggestion follow it.
+    lookup(case, happened=True, output=OUTPUT, attempt=2)
+    page = client.get(_case_url(case)).content.decode()
+    assert "— about attempt 2, asked by olga" in _section(page, "case-evidence")
+    assert "The write happened: record the provider" in _section(page, "case-suggestion")
+    assert "— suggested" in _section(page, "resolve-happened")

@@ -2,8 +2,11 @@
 loopback provider, an operator resolves the case, and the worker (still running) finishes it."""
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from executions.models import ActionExecution, AuditEvent, AuditType, CheckpointStatus
+from orquestador import errors
 from reconciliation import services
 from tests.support.providers import JsonProvider, drop
 from tests.support.worker import wait_until
@@ -12,6 +15,7 @@ from .worker import (
     CHARGES,
     accept_charge,
     charged,
+    registry_from,
     request_of,
     runworker,
     status_of,
@@ -79,9 +83,13 @@ def test_write_not_happened__replayed_once_with_the_same_key(
     provider.plan(CHARGES, drop(apply=False))
     execution = accept_charge()
     log = tmp_path / "worker.log"
-    with runworker(process_env, catalog, log) as worker:
+    with registry_from(catalog), runworker(process_env, catalog, log) as worker:
         wait_for_reconciliation(execution, worker, log)
         assert provider.effects(CHARGES) == []
+        asked = services.checkpoint_record_lookup(
+            execution_id=execution.pk, action_id="charge", operator=operator
+        )
+        assert asked.payload["happened"] is False
 
         services.execution_resolve_write_not_happened(
             execution_id=execution.pk,
@@ -96,6 +104,66 @@ def test_write_not_happened__replayed_once_with_the_same_key(
     assert len(provider.effects(CHARGES)) == 1
     checkpoint = ActionExecution.objects.get(execution=execution)
     assert checkpoint.status == CheckpointStatus.SUCCEEDED and checkpoint.attempt == 2
+    assert request_of(execution).state == "CHARGED"
+
+
+def test_a_lost_replay__is_not_replayed_again_on_the_answer_about_the_first_attempt(
+    operator, provider, catalog, process_env, tmp_path
+):
+    # The charge is dropped before the provider applies it; the replay is applied, then dropped.
+    provider.plan(CHARGES, drop(apply=False), drop(apply=True))
+    execution = accept_charge()
+    log = tmp_path / "worker.log"
+    client = Client()
+    client.force_login(operator)
+    case_url = reverse("admin:reconciliation_reconciliationcase_change", args=[execution.pk])
+    with registry_from(catalog), runworker(process_env, catalog, log) as worker:
+        wait_for_reconciliation(execution, worker, log)
+        first = services.checkpoint_record_lookup(
+            execution_id=execution.pk, action_id="charge", operator=operator
+        )
+        assert (first.payload["happened"], first.payload["attempt"]) == (False, 1)
+        services.execution_resolve_write_not_happened(
+            execution_id=execution.pk,
+            action_id="charge",
+            reason="The provider has no charge with this key.",
+            operator=operator,
+        )
+        # The replay's answer is lost too: the case is back, its write at attempt 2.
+        assert wait_for_finish(execution, worker, log) == "RECONCILIATION_REQUIRED"
+        assert ActionExecution.objects.get(execution=execution).attempt == 2
+        assert len(provider.effects(CHARGES)) == 1  # the replay went through
+
+        page = client.get(case_url).content.decode()
+        assert "not asked yet about attempt 2</span>" in page
+        assert "— suggested" not in page
+        with pytest.raises(services.ResolutionRefused) as refused:
+            services.execution_resolve_write_not_happened(
+                execution_id=execution.pk,
+                action_id="charge",
+                reason="The provider said it has no charge.",
+                operator=operator,
+            )
+        assert refused.value.code == errors.RISK_NOT_CONFIRMED
+
+        # Asked about attempt 2, the provider has the charge: recorded, never sent a third time.
+        second = services.checkpoint_record_lookup(
+            execution_id=execution.pk, action_id="charge", operator=operator
+        )
+        assert (second.payload["happened"], second.payload["attempt"]) == (True, 2)
+        assert "The write happened: record" in client.get(case_url).content.decode()
+        services.execution_resolve_write_happened(
+            execution_id=execution.pk,
+            action_id="charge",
+            output=second.payload["output"],
+            reason="The provider's lookup for attempt 2 shows the charge.",
+            operator=operator,
+        )
+        assert wait_for_finish(execution, worker, log) == "SUCCEEDED", log.read_text()
+
+    key = f"{execution.pk}:charge"
+    assert _keys(provider) == [key, key]  # the lost call and the one replay, nothing more
+    assert len(provider.effects(CHARGES)) == 1
     assert request_of(execution).state == "CHARGED"
 
 

@@ -108,8 +108,9 @@ RESOLUTIONS = {
     "happened": lambda execution_id, user: services.execution_resolve_write_happened(
         execution_id=execution_id, action_id="charge", output=OUTPUT, reason="r", operator=user
     ),
+    # The fencing is under test, not the evidence: the operator confirms replaying without it.
     "not_happened": lambda execution_id, user: services.execution_resolve_write_not_happened(
-        execution_id=execution_id, action_id="charge", reason="r", operator=user
+        execution_id=execution_id, action_id="charge", reason="r", operator=user, confirm_risk=True
     ),
     "abandon": lambda execution_id, user: services.execution_abandon(
         execution_id=execution_id, reason="r", operator=user

@@ -398,3 +398,22 @@ def test_found__an_uncertain_undo_is_settled_by_its_own_key_and_stays_compensati
     assert (execution.status, execution.compensation_cause) == ("PENDING", "PERMANENT_FAILURE")
     (resolved,) = _by_prober(AuditType.RECONCILIATION_RESOLVED)
     assert resolved.payload["actionId"] == "charge:compensate"
+
+
+@pytest.mark.django_db
+def test_a_replay_lost_between_two_probes__the_new_attempt_gets_a_probe_of_its_own(provider):
+    """The earlier attempt's probe closes without asking: its answers (and its window) were about
+    an attempt the provider was asked about before the replay was sent."""
+    case = reconciliation_case()
+    with _registry(provider):
+        probes.probes_run_once(owner="w1")  # attempt 1: not found, the next probe in 5 s
+        # Resolved, replayed and lost again before that next probe: attempt 2 is in doubt.
+        ActionExecution.objects.filter(execution=case).update(attempt=2)
+        _due_now()
+        assert probes.probes_run_once(owner="w1") == 2
+    probes_by_attempt = {p.key.rsplit(":", 1)[1]: p for p in CaseProbe.objects.all()}
+    assert probes_by_attempt["1"].outcome == "closed"
+    assert probes_by_attempt["1"].finished_at is not None
+    assert (probes_by_attempt["2"].outcome, probes_by_attempt["2"].probes) == ("waiting", 1)
+    asked = _by_prober(AuditType.RECONCILIATION_EVIDENCE)
+    assert [(e.payload["attempt"], e.payload["probe"]) for e in asked] == [(1, 1), (2, 1)]

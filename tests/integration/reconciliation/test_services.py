@@ -20,7 +20,7 @@ from reconciliation import services
 from tests.support.providers import JsonProvider, drop
 
 from .conftest import charge_catalog
-from .factories import CheckpointFactory, reconciliation_case, row
+from .factories import CheckpointFactory, audit, lookup, reconciliation_case, row
 
 pytestmark = pytest.mark.django_db
 
@@ -66,6 +66,7 @@ def test_write_happened__records_output_and_requeues_under_a_new_token(operator,
 
 def test_write_not_happened__authorises_one_replay_and_requeues(operator, charge_registry):
     case = reconciliation_case(checkpoint_status=CheckpointStatus.RUNNING, fencing_token=7)
+    lookup(case, happened=False)
 
     services.execution_resolve_write_not_happened(
         execution_id=case.pk,
@@ -157,6 +158,7 @@ def test_resolution__refuses_a_blank_or_overlong_reason(operator, reason):
 
 def test_resolution__twice__the_second_finds_nothing_to_resolve(operator, charge_registry):
     case = reconciliation_case()
+    lookup(case, happened=False)
     services.execution_resolve_write_not_happened(
         execution_id=case.pk, action_id="charge", reason="first", operator=operator
     )
@@ -237,6 +239,7 @@ def test_requeue__notifies_idle_workers_after_commit(operator, charge_registry, 
     from executions.sql import NOTIFY_CHANNEL
 
     case = reconciliation_case()
+    lookup(case, happened=False)
     with psycopg.connect(runtime_dsn, autocommit=True) as listener:
         listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
         services.execution_resolve_write_not_happened(
@@ -307,3 +310,149 @@ def test_lookup__where_the_capability_has_no_route__says_so_and_records_nothing(
     assert refused.value.code == errors.INTEGRATION_UNAVAILABLE
     assert "has no provider lookup" in refused.value.detail
     assert not AuditEvent.objects.filter(type=AuditType.RECONCILIATION_EVIDENCE).exists()
+
+
+# --- Evidence about the attempt in doubt ------------------------------------------------------
+
+
+def _after_a_lost_replay() -> Execution:
+    """The case as a lost replay leaves it: the provider said "not found" about attempt 1, the
+    replay (attempt 2) was sent and its answer lost too, so attempt 2 is in doubt."""
+    case = reconciliation_case(attempt=2)
+    lookup(case, happened=False, attempt=1)
+    return case
+
+
+def test_replay__with_evidence_only_about_an_earlier_attempt__is_refused(operator, charge_registry):
+    case = _after_a_lost_replay()
+    before = row(case.pk)
+
+    with pytest.raises(services.ResolutionRefused) as refused:
+        services.execution_resolve_write_not_happened(
+            execution_id=case.pk, action_id="charge", reason="It said not found.", operator=operator
+        )
+
+    assert refused.value.code == errors.RISK_NOT_CONFIRMED
+    assert refused.value.detail.startswith("Without evidence: No answer from the provider about")
+    assert "a second charge" in refused.value.detail
+    assert row(case.pk) == before
+
+
+def test_replay__with_no_lookup_at_all__is_refused_unless_the_risk_is_confirmed(
+    operator, charge_registry
+):
+    case = reconciliation_case()
+    before = row(case.pk)
+    with pytest.raises(services.ResolutionRefused) as refused:
+        services.execution_resolve_write_not_happened(
+            execution_id=case.pk, action_id="charge", reason="r", operator=operator
+        )
+    assert refused.value.code == errors.RISK_NOT_CONFIRMED
+    assert row(case.pk) == before
+
+    services.execution_resolve_write_not_happened(
+        execution_id=case.pk,
+        action_id="charge",
+        reason="The provider's support confirmed by phone that no charge exists.",
+        operator=operator,
+        confirm_risk=True,
+    )
+    assert ActionExecution.objects.get(execution=case).error_code == errors.REPLAY_AUTHORIZED
+    assert _resolved(case).payload["evidence"]["lookup"] is None
+
+
+@pytest.mark.parametrize("answer", [None, True], ids=["settled-nothing", "happened"])
+def test_replay__against_or_without_an_answer_about_this_attempt__is_refused(
+    operator, charge_registry, answer
+):
+    case = _after_a_lost_replay()
+    lookup(case, happened=answer, attempt=2)
+    before = row(case.pk)
+    with pytest.raises(services.ResolutionRefused) as refused:
+        services.execution_resolve_write_not_happened(
+            execution_id=case.pk, action_id="charge", reason="r", operator=operator
+        )
+    assert refused.value.code == errors.RISK_NOT_CONFIRMED
+    assert row(case.pk) == before
+
+
+def test_replay__after_not_found_about_this_attempt__applies_with_that_evidence(
+    operator, charge_registry
+):
+    case = _after_a_lost_replay()
+    asked = lookup(case, happened=False, attempt=2)
+
+    services.execution_resolve_write_not_happened(
+        execution_id=case.pk, action_id="charge", reason="Not found again.", operator=operator
+    )
+
+    evidence = _resolved(case).payload["evidence"]
+    assert evidence["lookup"]["auditEventId"] == asked.pk and evidence["lookup"]["attempt"] == 2
+    assert evidence["checkpoint"]["attempt"] == 2
+
+
+def test_write_happened__against_not_found_about_this_attempt__is_refused_unless_confirmed(
+    operator, charge_registry
+):
+    case = _after_a_lost_replay()
+    # The "not found" was about attempt 1: recording attempt 2 as done goes against nothing.
+    services.execution_resolve_write_happened(
+        execution_id=case.pk, action_id="charge", output=OUTPUT, reason="r", operator=operator
+    )
+    other = reconciliation_case()
+    lookup(other, happened=False)
+    before = row(other.pk)
+    with pytest.raises(services.ResolutionRefused) as refused:
+        services.execution_resolve_write_happened(
+            execution_id=other.pk, action_id="charge", output=OUTPUT, reason="r", operator=operator
+        )
+    assert refused.value.code == errors.RISK_NOT_CONFIRMED
+    assert refused.value.detail.startswith("Against the evidence: The provider said this write")
+    assert row(other.pk) == before
+
+
+def test_a_lookup_recorded_before_lookups_named_their_attempt__counts_for_attempt_1_only(
+    operator, charge_registry
+):
+    first, later = reconciliation_case(), reconciliation_case(attempt=2)
+    for case in (first, later):
+        audit(
+            case.request,
+            case,
+            AuditType.RECONCILIATION_EVIDENCE,
+            actionId="charge",
+            happened=False,
+            operator="olga",
+        )
+    services.execution_resolve_write_not_happened(
+        execution_id=first.pk, action_id="charge", reason="r", operator=operator
+    )
+    with pytest.raises(services.ResolutionRefused) as refused:
+        services.execution_resolve_write_not_happened(
+            execution_id=later.pk, action_id="charge", reason="r", operator=operator
+        )
+    assert refused.value.code == errors.RISK_NOT_CONFIRMED
+
+
+def test_lookup__records_the_attempt_it_asked_about(operator):
+    with JsonProvider() as provider:
+        from actions.catalog import parse_catalog
+        from actions.registry import ADAPTERS, build_registry, use_registry
+
+        catalog = parse_catalog(
+            charge_catalog(provider.url("/charges")),
+            adapters=ADAPTERS,
+            lease_seconds=60,
+            environ={},
+        )
+        with use_registry(build_registry(catalog)):
+            case = _after_a_lost_replay()
+            event = services.checkpoint_record_lookup(
+                execution_id=case.pk, action_id="charge", operator=operator
+            )
+    assert event.payload["attempt"] == 2 and event.payload["happened"] is False
+    # Now there is an answer about attempt 2, the replay follows the evidence.
+    services.execution_resolve_write_not_happened(
+        execution_id=case.pk, action_id="charge", reason="Not found.", operator=operator
+    )
+    assert _resolved(case).payload["evidence"]["lookup"]["auditEventId"] == event.pk

@@ -228,6 +228,7 @@ def test_two_person__two_approvals_at_once__one_replay_applies(
 ):
     third = make_user("quinn", "resolve_write_not_happened")
     case = reconciliation_case()
+    _not_found(case)
     proposal = _propose(case, operator)
 
     results = _race(
@@ -242,3 +243,28 @@ def test_two_person__two_approvals_at_once__one_replay_applies(
     events = AuditEvent.objects.filter(execution=case, type=AuditType.RECONCILIATION_RESOLVED)
     assert events.count() == 1
     assert Execution.objects.get(pk=case.pk).fencing_token == case.fencing_token + 1
+
+
+def test_two_person__approving_a_replay_with_no_answer_about_its_attempt__needs_the_confirmation(
+    operator, second, two_person, charge_registry
+):
+    # The provider said "not found" about attempt 1; the replay (attempt 2) was lost too.
+    case = reconciliation_case(attempt=2)
+    _not_found(case)  # recorded before lookups named their attempt: about attempt 1
+    proposal = _propose(case, operator)
+    assert proposal.lookup == "not asked"  # nothing about attempt 2
+    before = row(case.pk)
+
+    with pytest.raises(services.ResolutionRefused) as refused:
+        _approve(case, proposal, second)
+
+    assert refused.value.code == errors.RISK_NOT_CONFIRMED
+    assert row(case.pk) == before
+    approvals.replay_approve(
+        execution_id=case.pk,
+        proposal_id=proposal.event_id,
+        reason="the provider's support confirmed by phone: no charge under this key",
+        operator=second,
+        confirm_risk=True,
+    )
+    assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING

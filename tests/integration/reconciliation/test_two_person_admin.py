@@ -70,6 +70,7 @@ def test_case_page__offers_a_proposal_not_a_replay(operator, charge_registry):
 
 def test_the_proposer_posting_approval__is_refused_and_changes_nothing(operator, charge_registry):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     client = _client(operator)
     _propose(client, case)
     proposal = approvals.pending_proposal(execution_id=case.pk)
@@ -110,6 +111,7 @@ def test_a_second_operator__approves_and_the_replay_is_applied(operator, second,
 
 def test_approving_against_the_evidence__needs_the_confirmation(operator, second, charge_registry):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     _propose(_client(operator), case)
     proposal = approvals.pending_proposal(execution_id=case.pk)
     # Then the provider is asked and says the write happened: the proposal is stale.
@@ -129,7 +131,7 @@ def test_approving_against_the_evidence__needs_the_confirmation(operator, second
         {"decision": "approve", "proposal": proposal.event_id, "reason": "ok"},
     )
     assert refused.status_code == 200
-    assert "Confirm that you choose this against the evidence" in refused.content.decode()
+    assert "Confirm that you choose this all the same" in refused.content.decode()
     assert row(case.pk) == before
 
     confirmed = client.post(
@@ -147,6 +149,7 @@ def test_approving_against_the_evidence__needs_the_confirmation(operator, second
 
 def test_a_second_operator__rejects_with_a_reason(operator, second, charge_registry):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     _propose(_client(operator), case)
     proposal = approvals.pending_proposal(execution_id=case.pk)
 
@@ -166,6 +169,7 @@ def test_without_the_permission__no_control_and_a_forged_post_is_refused(
     operator, viewer, charge_registry
 ):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     _propose(_client(operator), case)
     proposal = approvals.pending_proposal(execution_id=case.pk)
     client = _client(viewer)
@@ -200,6 +204,7 @@ def test_the_one_person_replay__is_refused_under_the_rule(operator, charge_regis
 
 def test_the_queue__marks_a_case_whose_replay_awaits_approval(operator, charge_registry):
     waiting, other = reconciliation_case(), reconciliation_case()
+    _lookup(waiting, happened=False)
     _propose(_client(operator), waiting)
     page = _client(operator).get(reverse(QUEUE)).content.decode()
     assert page.count("replay proposed") == 1
@@ -211,6 +216,7 @@ def test_rule_turned_off__a_leftover_proposal_is_not_offered(
     operator, second, settings, charge_registry
 ):
     case = reconciliation_case()
+    _lookup(case, happened=False)
     _propose(_client(operator), case)
     settings.RECONCILIATION_TWO_PERSON = False
     page = _client(second).get(_case_url(case)).content.decode()
