@@ -61,7 +61,7 @@ class StreamedDigest:
     """SHA-256 of a body streamed to it. Chunks are hashed in batches: a batch of OFF_LOOP_BYTES
     or more in a thread (hashlib lets go of the interpreter lock for it, so the event loop serves
     other calls meanwhile), the rest, under that size, on the loop, where it costs less than the
-    hand-over (docs/adr/0010)."""
+    hand-over (docs/adr/0016)."""
 
     __slots__ = ("_hash", "_pending", "_pending_bytes")
 

@@ -53,7 +53,7 @@ def parse_json_object(body: bytes) -> dict[str, Any] | None:
 
 async def parsed(body: bytes) -> dict[str, Any] | None:
     """`parse_json_object`, in a thread for a body past OFF_LOOP_JSON_BYTES: strict parsing runs
-    Python for every object, and a large answer would hold the event loop (docs/adr/0010)."""
+    Python for every object, and a large answer would hold the event loop (docs/adr/0016)."""
     if len(body) < OFF_LOOP_JSON_BYTES:
         return parse_json_object(body)
     return await asyncio.to_thread(parse_json_object, body)
