@@ -4,32 +4,27 @@
         [--executions 6000] [--batch 30] [--claim-batch 10] [--rounds 3] [--waldump]
         [--callgrind]
 
-One throwaway durable cluster as bench/worker.py builds it (migrated). Each variant gets a
-database of its own, a copy of the migrated one (bench/pgvariants.py): `schema` as it is;
-`no-trigger`, `no-key-idx`, `no-audit-idx`, `no-audit-fk`, `no-fairness`, `no-lists` (the 11
-list indexes), `no-fk` (every foreign key of the four hot tables), `bare-indexes` (only primary
-keys, the claim's index and the checkpoint key), `bare` (that, no foreign keys, no trigger):
-changed by DDL; `list-checks` / `compact-checks` with the vocabulary CHECK constraints as lists
-or as array constants (docs/adr/0024); `merged`, today's schema with the last checkpoint's
-SUCCEEDED written by the final commit's statement; `reshaped`, the prototype of
-bench/pgreshaped.py (the changing columns in narrow tables of their own). Then round after
-round, the variants in turn (the order reversed every other round): --executions accepted in
-one transaction as bench/worker.py's throughput section does, then drained by one client as the
-worker's statements drain them (executions/sql/ itself for the schema variants; the worker's
-session settings and durability; a connection, so a backend, per phase): claims of
---claim-batch (WORKER_BATCH) until --batch executions are held, then their RUNNING checkpoints,
-SUCCEEDED checkpoints and final commits, each one grouped statement (a batch as group commit
-makes one). Autovacuum is off (each run starts from VACUUM ANALYZE instead).
-No Python of the worker runs and the client's own CPU is not counted: what is left is
-PostgreSQL's work, batched as group commit batches it at that size.
+One throwaway durable cluster as bench/worker.py builds it (migrated). Each variant of
+bench/pgvariants.py (VARIANTS) gets a database of its own, a copy of the migrated one: `schema`
+as it is; indexes, foreign keys or the webhook trigger dropped by DDL (`no-lists`, `no-fk`,
+`bare`, ...); the vocabulary CHECK constraints as lists or array constants (docs/adr/0024);
+`merged`, the last checkpoint's SUCCEEDED written by the final commit's statement; `reshaped`,
+bench/pgreshaped.py's prototype. Then round after round, the variants in turn (the order
+reversed every other round): --executions accepted in one transaction as bench/worker.py's
+throughput section does, then drained by one client as the worker's statements drain them
+(executions/sql/ itself for the schema variants; the worker's session settings and durability;
+a connection, so a backend, per phase): claims of --claim-batch until --batch executions are
+held, then their RUNNING checkpoints, SUCCEEDED checkpoints and final commits, each one grouped
+statement. Autovacuum is off (each run starts from VACUUM ANALYZE). No Python of the worker
+runs and the client's own CPU is not counted: what is left is PostgreSQL's work.
 
 Printed per run and as medians per variant: PostgreSQL's CPU per execution (every server
 process, as bench/worker.py counts it, and each phase's backend from /proc/PID/schedstat), WAL
 bytes and records, commits, heap rows written per table; with --waldump, B-tree leaf inserts
-(index entries) and row locks per execution; with --callgrind, the server runs under valgrind's
-callgrind and each phase's backend reports the instructions it ran per execution (less those
-of a backend that connects and leaves): a count the machine's load moves far less than CPU
-time (still a few per cent from run to run: compare variants within a round).
+and row locks per execution; with --callgrind, the server runs under valgrind's callgrind and
+each phase's backend reports the instructions it ran per execution (less those of a backend
+that connects and leaves): a count the machine's load moves far less than CPU time (still a
+few per cent from run to run: compare variants within a round).
 """
 
 import argparse

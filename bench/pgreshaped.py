@@ -16,8 +16,7 @@ Checkpoints and the audit are as today (their foreign keys point at the narrow r
 holder locks). The statements are today's (executions/sql/), the same fence, locks, checks,
 durability and answers, rewritten over these tables: the claim, the RUNNING and SUCCEEDED
 checkpoints and the final commit, plus the bench's bulk acceptance (bench/pgfloor.py drives
-them with the same items as today's). Past 400 lines: the prototype's DDL and its statements,
-which read best together.
+them with the same items as today's). The prototype's DDL and its statements are kept together.
 """
 
 TABLES = (

@@ -3,72 +3,21 @@
     bench/run [--quick] [--only raw,slow] [--executions 10000] [--history 1000000] ...
 
 Everything runs on a throwaway PostgreSQL cluster built here with scripts/localpg.py, with the
-default durable settings (fsync and synchronous_commit on), and removed at the end.
-
-1. Throughput: the queue's tables are vacuumed and analysed (as the raw loop's table is before
-   each of its runs), K `manage.py runworker` processes (concurrency 10, batch 10; then 1 and 2
-   processes at each higher concurrency, --more-concurrency 30,100) are started and idle; N
-   executions of a one-NO_OP-action transition are enqueued in one transaction (with the NOTIFY an
-   acceptance sends). executions/s = N / (last finished_at - commit). Worker RSS (peak) is
-   read from /proc after the run.
-2. Pickup latency under light load: one idle worker (bench/marked_worker.py: runworker whose
-   NO_OP adapter notes time.time() as it is called); executions accepted one at a time, about
-   50 per second; for each, acceptance commit -> adapter call, both on the host's clock (the
-   client's just after the commit returns, the worker's at the call), and the claim
-   (execution.started_at, the database clock) as an indication.
-3. Claim time: the claim statement alone, batch 10, timed from the client, on an empty table
-   and again after ~1,000,000 finished executions were added (then 4 workers again); each set
-   of timings starts after a CHECKPOINT, so the flush of what was just loaded is not counted.
-4. Procrastinate, same cluster, same method as 1: K worker processes started and idle, N no-op
-   jobs deferred in one batch, jobs/s = N / (last succeeded event - commit); 1x1, 1x10, 2x10,
-   4x10 and 1 and 2 processes at the highest --more-concurrency.
-
-5. The raw loop: K plain psycopg processes (bench/rawloop.py: claim batch 10 with SKIP LOCKED,
-   one fenced completion per job, BEGIN/COMMIT around each) on N jobs, in a database of their
-   own on the same cluster: jobs/s = N / (last finished_at - start), beside ours at K.
-6. Procrastinate's pickup (defer commit -> task start, the task taking time.time() first) at
-   light load, beside ours (acceptance commit -> adapter call), with the ratio.
-7. Slow provider: a one-action flow whose http.json provider (bench/provider.py, loopback,
-   TCP_NODELAY) answers after 100 ms; one runworker at each --slow-concurrency: executions/s,
-   the most PostgreSQL connections its role held, peak RSS, CPU per execution; then again at
-   LOG_LEVEL=INFO, the default, for its CPU beside the run at --log-level. Beside it, the
-   database-free ceiling (bench/httpclients.py: one requests.Session per thread, same
-   concurrency, same provider) and Procrastinate posting from an async httpx task. The call is
-   a READ_ONLY action; at the first concurrency it runs again declared an IDEMPOTENT_WRITE,
-   whose checkpoints a read does not write (RUNNING before the call, SUCCEEDED on its own).
-   Traces (bench/traces.py): one runworker on the no-op flow and on the slow provider at the
-   first --slow-concurrency, tracing off and then on (OTLP/HTTP to a loopback sink): CPU per
-   execution of the worker and PostgreSQL, and their ratios.
-8. The API (bench/api.py): transitions, execution reads and list pages of 50 through gunicorn
-   as scripts/start runs it, with real HS256 tokens, at 1, 8 and 32 concurrent clients
-   (bench/apiclients.py): requests/s, p50, p99, each beside the web ceiling (the API's view class
-   reading no database, same server, same run) as a ratio of it.
-9. Lists (bench/lists.py): first- and tenth-page latency of every list filter, in both access
-   modes, with --list-rows (1,000,000) requests and executions across 100 tenants.
-10. Fairness (bench/fairness.py): both claim orders' cost beside a deep backlog, and tenant B's
-   slowest acceptance-to-finish at 2 requests/s beside tenant A's backlog of --fairness-backlog
-   (20,000), under WORKER_FAIRNESS=tenant and queue, with A's throughput in each and where B's
-   time went; then A's backlog behind a rate limit (--fairness-limited-backlog at
-   --fairness-rate per second) with tenant C's requests parked beside it.
-11. Webhooks (bench/webhooks.py): delivery latency after the commit at light load, and no-op
-   throughput at 1 x 10 with a subscription on every event against none (CPU per delivered event).
-12. pgqueuer (bench/peers.py): no-op throughput by the method of 1 at each --processes, and the
-   slow provider with an aiohttp task at each --slow-concurrency, on the same cluster.
-13. http-async (bench/peers.py): the asynchronous database-free ceiling, one event loop with
-   aiohttp (bench/asynchttp.py) at each --slow-concurrency, on asyncio's loop and on uvloop.
-11. limits (bench/limits.py): route limits at 4 x 50 against a 50 ms loopback provider that
-   records each call: max_in_flight = 8, rate_limit = "50/s", an unlimited route's pickup beside
-   a limited backlog, and limits far above need against none.
+default durable settings (fsync and synchronous_commit on), and removed at the end. The sections
+(`--only`; docs/operations.md#benchmark), each measured as its method or module says:
+throughput (`Bench.throughput`: K runworkers at concurrency 10 for each --processes, then 1 and 2
+at each --more-concurrency), pickup (`Bench.pickup`), claim (`Bench.claim_time`, also during
+`purgehistory`), procrastinate (`Bench.procrastinate_run` at 1x1, 1x10, 2x10, 4x10 and our
+highest concurrency; `procrastinate_pickup`), raw (`Bench.raw_loop`), slow (`Bench.slow_provider`,
+a 100 ms provider at each --slow-concurrency), traces (bench/traces.py), api (bench/api.py),
+lists (bench/lists.py), fairness (bench/fairness.py), webhooks (bench/webhooks.py), limits
+(bench/limits.py), pgqueuer and http-async (bench/peers.py).
 
 For each throughput run it also reports PostgreSQL's CPU and commits per execution (all server
 processes' CPU time and pg_stat_database.xact_commit, before and after), and the worker's
 context switches per execution (voluntary and not, every thread's, bench/procstat.py).
-
-`--quick` is a short run of every section (minutes, not tens of minutes); `--only` picks
-sections (throughput, pickup, claim, raw, procrastinate, slow, traces, api, fairness, webhooks,
-limits, lists, pgqueuer, http-async).
-
-Prints a report and writes it as JSON to .local/bench-worker-<time>.json.
+`--quick` is a short run of every section (minutes, not tens of minutes). Prints a report and
+writes it as JSON to .local/bench-worker-<time>.json.
 """
 
 import argparse
@@ -467,6 +416,10 @@ class Bench:
         env: dict[str, str] | None = None,
         command: tuple[str, ...] = ("manage.py", "runworker"),
     ) -> dict:
+        """`processes` runworkers started and idle, then `n` executions of a one-NO_OP-action
+        transition enqueued in one transaction (with the NOTIFY an acceptance sends):
+        executions/s = n / (last finished_at - commit), the workers' peak RSS read from /proc
+        after the run."""
         concurrency = concurrency or self.args.concurrency
         # Each configuration starts from the same state, as the raw loop's does (VACUUM ANALYZE
         # after its insert): the dead rows and stale statistics of the runs before it cleared,
@@ -522,8 +475,10 @@ class Bench:
         return result
 
     def pickup(self, samples: int) -> dict:
-        """Acceptance commit -> adapter call: the client's clock just after the acceptance
-        commits, and the worker's (bench/marked_worker.py) as its NO_OP adapter is called."""
+        """Acceptance commit -> adapter call under light load: one idle worker, executions
+        accepted one at a time, about 50 per second; the client's clock just after the
+        acceptance commits, and the worker's (bench/marked_worker.py) as its NO_OP adapter is
+        called, with the claim (execution.started_at, the database clock) as an indication."""
         accepted: dict[uuid.UUID, float] = {}
         marks_file = self.base / "pickup.marks"
         marks_file.touch()
@@ -592,6 +547,8 @@ class Bench:
         return conn
 
     def claim_time(self, claims: int, label: str) -> dict:
+        """The claim statement alone, batch 10, timed from the client (run on an empty table,
+        then after ~1,000,000 finished executions were added, each set after a CHECKPOINT)."""
         owner = "bench-claimer"
         self.enqueue(claims * 10)
         timings = []
@@ -677,6 +634,9 @@ class Bench:
     # -- the raw loop -------------------------------------------------------------------------
 
     def raw_loop(self, counts: list[int], n: int) -> list[dict]:
+        """K plain psycopg processes (bench/rawloop.py: claim batch 10 with SKIP LOCKED, one
+        fenced completion per job, BEGIN/COMMIT around each) on n jobs, in a database of their
+        own on the same cluster: jobs/s = n / (last finished_at - start), beside ours at K."""
         with psycopg.connect(self.admin_url, autocommit=True) as admin:
             admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier("rawloop")))
         dsn = self.admin_url.rsplit("/", 1)[0] + "/rawloop"
@@ -760,6 +720,13 @@ class Bench:
         return port, integrations
 
     def slow_provider(self, concurrencies: list[int], calls: int, delay: float) -> dict:
+        """A one-action flow whose http.json provider (bench/provider.py, loopback, TCP_NODELAY)
+        answers after `delay`; one runworker at each concurrency: executions/s, the most
+        connections its role held, peak RSS, CPU per execution, then again at LOG_LEVEL=INFO.
+        Beside it the database-free ceiling (bench/httpclients.py: a requests.Session per
+        thread) and Procrastinate posting from an async httpx task. The call is READ_ONLY; at
+        the first concurrency it runs again declared an IDEMPOTENT_WRITE, whose checkpoints a
+        read does not write (RUNNING before the call, SUCCEEDED on its own)."""
         with ExitStack() as stack:
             port, integrations = self.slow_route(stack, delay)
             url = f"http://127.0.0.1:{port}/slow"
@@ -907,6 +874,8 @@ class Bench:
         task_name: str = "noop",
         env: dict[str, str] | None = None,
     ) -> dict:
+        """Procrastinate by the throughput method, on the same cluster: worker processes started
+        and idle, n jobs deferred in one batch, jobs/s = n / (last succeeded event - commit)."""
         app, dsn = self._procrastinate_app()
         label = f"{task_name}-{processes}x{concurrency}"
         with psycopg.connect(dsn, autocommit=True) as conn, ExitStack() as stack:
@@ -963,6 +932,8 @@ class Bench:
         return result
 
     def procrastinate_pickup(self, samples: int) -> dict:
+        """Procrastinate's pickup at light load: defer commit -> task start, the task taking
+        time.time() first, beside ours."""
         app, dsn = self._procrastinate_app()
         marks_file = self.base / "procr-pickup.marks"
         marks_file.touch()

@@ -1,20 +1,12 @@
-"""An operator's writes on a case: record provider evidence, and the three resolutions.
+"""An operator's writes on a case: record provider evidence, and the three resolutions
+(RECONCILIATION.md#the-resolutions).
 
-Invariants (RECONCILIATION.md):
-- every service checks the operator's permission itself, so no caller writes without one;
-- a resolution is one transaction: lock the request, then the execution (one lock order
-  everywhere), require RECONCILIATION_REQUIRED, write with the token read under the lock and bump
-  it, so a worker still holding an earlier lease is fenced out of every later write; then append
-  RECONCILIATION_RESOLVED {resolution, actionId, reason, evidence, operator}. Any failure rolls
-  all of it back;
-- "write happened" and "write did not happen" settle one uncertain checkpoint (RUNNING or
-  UNKNOWN) and requeue the execution (PENDING, due now, announced to idle workers); "abandon" ends
-  it FAILED and releases the request without touching its data, state or revision;
-- a provider lookup runs outside any transaction (an adapter call never holds one) and is then
-  appended as RECONCILIATION_EVIDENCE; it changes nothing else.
-
-It stays one module past 400 lines because its services share one skeleton (open the case under
-the lock order, check, write, audit) and reading them side by side is how the rule is checked.
+Invariants: every service checks the operator's permission itself; a resolution is one
+`operator_write` (request, then execution locked; still RECONCILIATION_REQUIRED; the token read
+under the lock bumped) appending RECONCILIATION_RESOLVED {resolution, actionId, reason, evidence,
+operator}, all rolled back on any failure; "write happened" and "did not happen" settle one
+uncertain checkpoint and requeue the execution, "abandon" ends it FAILED and releases the request
+unchanged; a provider lookup runs outside any transaction and only appends RECONCILIATION_EVIDENCE.
 """
 
 import enum
@@ -238,7 +230,6 @@ def execution_resolve_write_happened(
                 errors.OUTPUT_INVALID,
                 "The output does not match the capability's output schema: " + "; ".join(problems),
             )
-        # Alike finalize.py's audit write by shape only: keyword arguments one a line.
         return _settle_and_requeue(
             case,
             checkpoint,
