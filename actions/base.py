@@ -1,21 +1,11 @@
 """The contract between the worker and trusted adapters (INTEGRATIONS.md).
 
 An adapter is trusted code registered under a name (`http.json`, `documents.verify`, ...). It is
-handed an `ActionContext` and the `Binding` that says which contract and route it serves, and it
-returns an `ActionResult`: it never touches the ORM and never raises for an expected failure; the
-worker persists what it returns. Every adapter bounds its own time below the lease.
-
-Outcome classes, and what the worker does with each:
-- SUCCEEDED: the output is validated against the contract's output schema and checkpointed.
-- TRANSIENT: the call certainly had no effect, or the effect is safe to repeat (READ_ONLY,
-  IDEMPOTENT_WRITE); retried with backoff within the contract's max_attempts.
-- PERMANENT: the provider refused (a 4xx); never retried.
-- UNKNOWN: the request may have reached the provider and its outcome is unknown (a timeout or a
-  dropped connection after sending). For a NON_IDEMPOTENT_WRITE this goes to reconciliation; for
-  the other effects it is retried like TRANSIENT.
-- ACCEPTED (asynchronous routes only): the provider took the call and will call back; the
-  checkpoint stays ACCEPTED and the execution SUSPENDED until the callback or the contract's
-  callback_timeout_seconds.
+handed an `ActionContext` and the `Binding` of the contract and route it serves, and returns an
+`ActionResult` of one outcome class: SUCCEEDED, TRANSIENT, PERMANENT, UNKNOWN, or ACCEPTED
+(asynchronous routes). Invariants: it never touches the ORM, never raises for an expected
+failure, and bounds its own time below the lease; the worker persists what it returns. What the
+worker does with each class: INTEGRATIONS.md#what-the-worker-does-with-each-class.
 """
 
 import asyncio
@@ -180,7 +170,7 @@ def _resolve(future: "asyncio.Future[None]") -> None:
         future.set_result(None)
 
 
-# Alike the worker's claimed snapshot in its fields, not the same thing: what an adapter may see.
+# What an adapter is told of one attempt: its input and names, never the lease or its token.
 @dataclass(frozen=True)
 class ActionContext:
     input: dict[str, Any]

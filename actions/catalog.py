@@ -1,13 +1,10 @@
 """The trusted integration catalog: contracts and routes from INTEGRATIONS_FILE (INTEGRATIONS.md).
 
 The file is read and validated once, when a process starts; the first problem stops it with an
-`IntegrationConfigError` that names the TOML key (`contracts."payments.charge@1".effect`) and
-says why. No file means an empty catalog. This module reads the file and its contracts; routes
-(how a capability reaches its provider, with the credentials it names but never holds) are
-routes.py's.
-
-Every contract needs a route and every route a contract. Schemas an adapter declares in code are
-part of every contract it serves (a contract's own schemas are added with allOf).
+`IntegrationConfigError` naming the TOML key (`contracts."payments.charge@1".effect`) and why. No
+file means an empty catalog. This module reads the file and its contracts; routes are routes.py's.
+Every contract needs a route and every route a contract; schemas an adapter declares in code are
+part of every contract it serves (a contract's own are added with allOf).
 """
 
 import dataclasses

@@ -1,17 +1,12 @@
-"""`documents.verify`: fetch a document by id from the document store and check its SHA-256.
+"""`documents.verify`: fetch a document by id from the document store and check its SHA-256
+(INTEGRATIONS.md#documentsverify).
 
-The store is the route's `url`, a template with `{documentId}`; the id comes from the action's
-input, is validated by the input schema declared here and URL-quoted before it is placed, so the
-data can choose which document but never where it is fetched from. The body is streamed into the
-hash under `max_bytes` and never kept; a large document is hashed in a thread, batch by batch, so
-it does not hold the event loop. Always READ_ONLY: a contract that declares another effect
-for this adapter is refused at start.
-
-Output: `{verified, sha256, size, mediaType}`; `verified` is true when the hash matches and, if
-`allowed_media_types` is configured, the media type is in it. A missing document (404) or one
-over `max_bytes` is PERMANENT; other failures follow `actions.outcomes` for a read. With
-`async = true` on the route, a 202 from the store is ACCEPTED: it verifies later and posts the
-output to the callback endpoint.
+The id comes from the input, is checked by the schema declared here and URL-quoted into the
+route's `{documentId}`: the data chooses which document, never where. The body is hashed under
+`max_bytes` and never kept, batch by batch in a thread for a large one (why:
+docs/adr/0016-adapters-on-an-asynchronous-client.md). Always READ_ONLY. Output `{verified,
+sha256, size, mediaType}`; 404 or too large is PERMANENT, other failures follow `actions.outcomes`
+for a read; a 202 on an async route is ACCEPTED.
 """
 
 import asyncio
@@ -66,7 +61,7 @@ class StreamedDigest:
     """SHA-256 of a body streamed to it. Chunks are hashed in batches: a batch of OFF_LOOP_BYTES
     or more in a thread (hashlib lets go of the interpreter lock for it, so the event loop serves
     other calls meanwhile), the rest, under that size, on the loop, where it costs less than the
-    hand-over (docs/adr/0010)."""
+    hand-over (docs/adr/0016)."""
 
     __slots__ = ("_hash", "_pending", "_pending_bytes")
 

@@ -1,16 +1,11 @@
-"""`http.json`: a generic JSON-over-HTTP call to the route's URL (INTEGRATIONS.md).
+"""`http.json`: a generic JSON-over-HTTP call to the route's URL (INTEGRATIONS.md#httpjson).
 
 It sends the resolved input as the JSON body and the external key as `Idempotency-Key`, and
-takes the JSON object it gets back as the output. The route's contract declares the effect of
-the endpoint; `actions.outcomes` turns what happened into an outcome class for that effect.
-
-A 2xx whose body is not a JSON object (not strict JSON, not an object, over `max_response_bytes`) is
-OUTPUT_INVALID: PERMANENT for a read; for a write the provider acted, so it is UNKNOWN — the
-worker retries an IDEMPOTENT_WRITE with the same key and sends a NON_IDEMPOTENT_WRITE to
-reconciliation, where the lookup by key or an operator supplies the output.
-
-Credentials come only from the environment variables named in `headers_from_env`, read at each
-call; they are never logged, stored or put in a result.
+takes the JSON object it gets back as the output; `actions.outcomes` classifies the rest for the
+contract's effect. A 2xx whose body is not a JSON object (or is over `max_response_bytes`) is
+OUTPUT_INVALID: PERMANENT for a read, UNKNOWN for a write (the provider acted). Credentials come
+only from the variables named in `headers_from_env`, read at each call; they are never logged,
+stored or put in a result.
 """
 
 import asyncio
@@ -58,7 +53,7 @@ def parse_json_object(body: bytes) -> dict[str, Any] | None:
 
 async def parsed(body: bytes) -> dict[str, Any] | None:
     """`parse_json_object`, in a thread for a body past OFF_LOOP_JSON_BYTES: strict parsing runs
-    Python for every object, and a large answer would hold the event loop (docs/adr/0010)."""
+    Python for every object, and a large answer would hold the event loop (docs/adr/0016)."""
     if len(body) < OFF_LOOP_JSON_BYTES:
         return parse_json_object(body)
     return await asyncio.to_thread(parse_json_object, body)

@@ -1,18 +1,10 @@
-"""How an HTTP call's fate maps to an outcome class, given the effect of what was called.
+"""How an HTTP call's fate maps to an outcome class, given the effect of what was called (the
+table and why each choice: INTEGRATIONS.md#outcome-classes).
 
-The rules (INTEGRATIONS.md has the table):
-- nothing was sent (connect refused or timed out, the budget was gone): TRANSIENT for every
-  effect — the provider cannot have acted;
-- sent, but no status came back (read timeout, dropped connection): TRANSIENT for a read,
-  UNKNOWN for a write;
-- 408 and 429: TRANSIENT for every effect (the provider says it did not process the request);
-- other 5xx: TRANSIENT for READ_ONLY and IDEMPOTENT_WRITE; UNKNOWN for a NON_IDEMPOTENT_WRITE,
-  because a 500 may come after a commit and a 502/503/504 from a proxy after the upstream got the
-  request (only reads and idempotent writes retry a 5xx: docs/worker-protocol.md#retries);
-- 3xx (never followed): PERMANENT for a read; UNKNOWN for a write (303 See Other answers a
-  processed POST);
-- other 4xx: PERMANENT.
-Error details are fixed phrases plus a status code: never a header or a byte of the body.
+Nothing sent: TRANSIENT. Sent without a status: TRANSIENT for a read, UNKNOWN for a write. 408,
+429: TRANSIENT. Other 5xx: TRANSIENT, but UNKNOWN for a NON_IDEMPOTENT_WRITE. 3xx (never
+followed): PERMANENT for a read, UNKNOWN for a write. Other 4xx: PERMANENT. Error details are
+fixed phrases plus a status code: never a header or a byte of the body.
 """
 
 import dataclasses

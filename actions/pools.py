@@ -1,19 +1,12 @@
-"""Pooled HTTP connections: one aiohttp `ClientSession` per event loop, so one per worker process.
+"""Pooled HTTP connections: one aiohttp `ClientSession` per event loop, so one per worker process
+(why each setting: docs/adr/0016-adapters-on-an-asynchronous-client.md).
 
-A session keeps no cookie (a dummy jar: nothing kept, nothing sent), follows no redirect (the
-transport asks for none), retries nothing (not even an idempotent method on a reused connection
-that turns out dropped: the worker decides, with the effect in hand), sets no time limit of its
-own (the transport's watchdog holds every limit) and takes nothing from the environment: no
-proxies, no netrc, no CA overrides; certificates are checked against certifi's bundle, as
-`requests` does. Its connector tells the call's watchdog when the connection is had, which is
-the moment a request may start to reach the provider (watchdog.py); a call given a start gate
-(`start_gate`: a rate's moment, executions/worker/limiter.py) awaits it there, before the
-watchdog is told, so nothing that varies from call to call comes between the gate and the
-request's first byte.
-
-Sessions belong to their loop: `close_client()` closes the running loop's, and must be awaited
-before that loop closes (the worker at shutdown, actions/blocking.py after each synchronous
-run, the tests after each test).
+A session keeps no cookie, follows no redirect, retries nothing (not even on a reused connection
+found dropped), sets no time limit of its own (the watchdog holds them) and takes nothing from
+the environment. Its connector tells the call's watchdog when the connection is had, where
+"sent" begins; a call's start gate (a rate's moment, executions/worker/limiter.py) is awaited
+just before, so nothing varies between the gate and the request's first byte. Sessions belong
+to their loop: `close_client()` must be awaited before that loop closes.
 """
 
 import asyncio

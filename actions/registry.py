@@ -1,14 +1,10 @@
 """The trusted, version-aware adapter registry (INTEGRATIONS.md).
 
 `resolve(capability, version)` returns the `Binding` (contract, route, adapter) that serves an
-action, or raises `IntegrationUnavailable` before any call is made. Adapters are registered in
-code; contracts and routes come from the trusted catalog (INTEGRATIONS_FILE, empty by default).
-Simulation capabilities (NO_OP) resolve only when SIMULATION_MODE is true.
-
-The process registry is built once: the worker calls `load_registry()` at start, so a bad
-INTEGRATIONS_FILE stops it with an `IntegrationConfigError` naming the TOML key; anything else
-that resolves first builds it the same way. Tests that need adapters of their own install a
-registry with `use_registry`.
+action, or raises `IntegrationUnavailable` before any call. Adapters are registered in code,
+contracts and routes come from the catalog (INTEGRATIONS_FILE); NO_OP resolves only when
+SIMULATION_MODE is true. The process registry is built once (`load_registry()`, at the worker's
+start, so a bad file stops it naming the TOML key); tests install their own with `use_registry`.
 """
 
 import contextlib

@@ -1,32 +1,12 @@
-"""The demo's provider: a small shop backend on loopback that can fail after applying a write.
+"""The demo's provider: a small shop backend on loopback that can fail after applying a write
+(`manage.py sandboxprovider`; its endpoints are in INTEGRATIONS.md#the-sandbox-provider, why it
+fails on purpose in docs/adr/0010-a-sandbox-that-fails-on-purpose.md).
 
-`manage.py sandboxprovider` serves it for `examples/order.json` through
-`examples/integrations.toml` (INTEGRATIONS.md). Its state lives in memory and ends with it.
-
-- `POST /reservations {sku, quantity}` and `POST /releases {reservationId}` hold and free stock;
-  `POST /refunds {chargeId}` refunds a charge. All three deduplicate by `Idempotency-Key`: the
-  same key again returns the stored answer and applies nothing (an `IDEMPOTENT_WRITE`).
-- `POST /charges {amount, currency, customer?}` charges, and does NOT deduplicate: every request
-  is a new charge, whatever its key, so a replay after a lost answer charges twice (a
-  `NON_IDEMPOTENT_WRITE`, which is why an uncertain charge goes to an operator). A customer
-  whose id starts with `cus_declined` is refused for good (402 `CARD_DECLINED`, nothing
-  applied, no fault drawn): `examples/checkout.json` then releases the stock it reserved.
-- `GET /<collection>/by-key/<key>`: 200 with the record the key's first write made (for charges
-  with `chargesWithKey`, how many that key made), 404 when no write with that key was applied.
-- `GET /documents/<id>`: a small PDF for any id, for `documents.verify`.
-
-Payments (charges, refunds and their lookups) want an `Authorization` header, any value: the
-route sends it from `headers_from_env`, as it would a real provider's key.
-
-Faults: each write draws once from a random generator (seeded with `seed` for a repeatable
-run); with probability `after_apply` it is applied and then the connection is dropped unanswered
-(the caller cannot know it happened), with probability `before_apply` it is dropped before
-anything is applied. Lookups and documents never fail. Bad input is a JSON 4xx `{code, detail}`.
-
-Bounds: 127.0.0.1 only; request bodies at most MAX_BODY_BYTES with a Content-Length; a socket
-that stays silent for IDLE_SECONDS is closed; at most MAX_CONNECTIONS connections are served at
-once; at most MAX_RECORDS writes are kept (then writes answer 429). What each write needs and
-makes is the shop's (sandboxshop.py).
+Reservations, releases and refunds deduplicate by `Idempotency-Key`; charges do not. Each write
+draws once from a generator seeded with `seed`: applied then dropped unanswered (`after_apply`),
+or dropped before anything is applied (`before_apply`); lookups and documents never fail. State
+lives in memory; 127.0.0.1 only, bodies at most MAX_BODY_BYTES with a Content-Length, silent
+sockets closed after IDLE_SECONDS, at most MAX_CONNECTIONS and MAX_RECORDS (then 429).
 """
 
 import json

@@ -1,23 +1,12 @@
-"""HTTP transport shared by the trusted adapters, on one asynchronous client (aiohttp).
+"""HTTP transport shared by the trusted adapters, on one asynchronous client (aiohttp), answering
+the question every classification hangs on: could the request have reached the provider (`Stage`)?
 
-Every classification an adapter makes hangs on one question: could the request have reached the
-provider? This module answers it with `Stage` and keeps these invariants:
-- one aiohttp session per event loop, so one per worker process (pools.py), with no automatic
-  retries, no redirects followed, no cookie kept or sent and nothing taken from the environment
-  (no proxies, netrc or CA overrides: certificates are checked against certifi's bundle), so a
-  call goes to the route's URL and nowhere else, and carries nothing of an earlier call;
-- every call has a connect timeout and a total budget, held by its watchdog (watchdog.py): the
-  budget bounds the wait for the status line and every read of the body, so a provider dripping
-  its headers or body byte by byte cannot hold a call past it; the watchdog also stops the call
-  as soon as the execution is told to stop (its `StopSignal` set: cancelled, lease lost,
-  shutdown), so a stopped holder does not wait on a slow provider;
-- a body is read only up to a byte limit;
-- failures are `TransportError` values with a fixed, safe reason: no exception text from the
-  network stack, no header, no byte of the provider's body ever leaves this module in an error.
-
-Why aiohttp, and what it costs against the threaded urllib3 transport before it, is in
-docs/adr/0016-adapters-on-an-asynchronous-client.md. What requests checked before sending (header
-names and values, the URL) is checked here, with the same classification.
+Invariants: one session per event loop (pools.py), with no retries, redirects, cookies or
+environment (certificates checked against certifi's bundle); every call has a connect timeout
+and a total budget held by its watchdog (watchdog.py), which also stops it when the execution's
+`StopSignal` is set; a body is read only up to a byte limit; headers and the URL are checked
+before sending; failures are `TransportError` values with a fixed, safe reason, never network
+text, a header or a byte of the body. Why: docs/adr/0016-adapters-on-an-asynchronous-client.md.
 """
 
 import email.utils

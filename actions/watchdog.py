@@ -1,14 +1,11 @@
-"""The watchdog that holds an HTTP call to its time limits and to the execution's stop signal.
+"""The watchdog that holds an HTTP call to its time limits and to the execution's stop signal
+(a timer on the loop, not a thread: docs/adr/0016-adapters-on-an-asynchronous-client.md).
 
-A call runs inside `async with Watchdog(...)`: one timer on the event loop holds it to the
-connect timeout until the connection is had (`connected`, called by the pooled connector,
-pools.py), then to the total budget; the execution's `StopSignal`, set from any thread, is handed
-to the loop. Either cancels the calling task at once, wherever it waits (connecting, for the
-status line, for a byte of the body), so a provider dripping bytes cannot hold a call past its
-deadline and a stopped holder does not wait on a slow provider. The watchdog records why it
-fired and how far the call had got (`Stage`), which is all the transport needs to classify the
-interruption; a cancellation that is not the watchdog's (the task cancelled from outside) is
-never swallowed.
+A call runs inside `async with Watchdog(...)`: held to the connect timeout until the pooled
+connector says the connection is had (`connected`), then to the total budget; a `StopSignal` set
+from any thread is handed to the loop. Either cancels the calling task wherever it waits, and
+the watchdog records why it fired and how far the call had got (`Stage`) for the transport to
+classify; a cancellation that is not the watchdog's is never swallowed.
 """
 
 import asyncio

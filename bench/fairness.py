@@ -8,28 +8,23 @@ the queue's order, with one tenant's backlog beside another tenant's steady tric
    accepting 2 requests/s (one at a time, as the API does) for --fairness-seconds; B's
    acceptance-to-finish (finished_at - created_at, the database's clock): p50 and the slowest.
 3. The same beside tenant A's backlog of --fairness-backlog, accepted in one transaction as B
-   starts, B going on at 2/s until A's backlog has drained: under `tenant`, then under `queue`.
-   A's throughput (its executions / (its last finish - its commit)) and B's slowest in each.
-   Before them one drain of a quarter of that backlog, not reported: the first large drain on a
-   fresh cluster cost 0.88 ms (queue) and 0.99 ms (tenant) of PostgreSQL CPU per execution,
-   the ones after it 0.47-0.59 in either order, so the order measured first took a penalty.
+   starts, B going on at 2/s until A's backlog has drained, under `tenant`, then `queue` (after
+   a warm-up drain, not reported): A's throughput (its executions / (its last finish - its
+   commit)) and B's slowest in each.
 4. The same with A's backlog (--fairness-limited-backlog) behind a route with
-   `rate_limit = "--fairness-rate/s"`: A's flow calls a loopback provider through it, B's does
-   not. Beside them tenant C, one request every C_EVERY seconds on A's route: parked beside
-   A's backlog, its turns show whether parked executions come back in tenant order (C's wait:
-   acceptance to the limiter's grant). Under `tenant`, then `queue`: B's p50 and slowest
-   against alone, A's throughput (the rate, in both orders), C's wait p50 and slowest.
+   `rate_limit = "--fairness-rate/s"` that B's flow does not call, and tenant C sending one
+   request every C_EVERY seconds on A's route, parked beside A's backlog (C's wait, acceptance
+   to the limiter's grant, shows whether parked executions come back in tenant order). Under
+   `tenant`, then `queue`: B's p50 and slowest against alone, A's throughput (the rate, in both
+   orders), C's wait p50 and slowest.
 
 For each run, where B's milliseconds went (`steps`), medians and the slowest's, by the
 database's clock and the worker's mark of B's call (bench/marked_worker.py; one host, one
-clock): `accept`, the acceptance's transaction from its start (where acceptance-to-finish
-starts) to its last statement; `claim`, from there (its commit included) to the start of the
-claim that took it; `start`, that claim to its RUNNING checkpoint's write; `call`, that write to
-the adapter's call (its commit, the way back to the run); `save`, the call to the SUCCEEDED
-checkpoint's write; `final`, that write to the final commit's.
-
-Every execution but A's and C's in part 4 runs one NO_OP action, so the backlog drains as fast
-as the database lets it.
+clock): `accept`, the acceptance's transaction from its start to its last statement; `claim`,
+from there (its commit included) to the start of the claim that took it; `start`, that claim
+to its RUNNING checkpoint's write; `call`, that write to the adapter's call; `save`, the call
+to the SUCCEEDED checkpoint's write; `final`, that write to the final commit's. Every execution
+but A's and C's in part 4 runs one NO_OP action, so the backlog drains as fast as it can.
 """
 
 import statistics
@@ -323,6 +318,9 @@ def run(
 ) -> dict:
     shape = {"processes": processes, "concurrency": concurrency, "seconds": seconds}
     report: dict[str, Any] = {"claim": claim_cost(bench, backlog, bench.args.claims)}
+    # One drain of a quarter of the backlog first, not reported: the first large drain on a fresh
+    # cluster cost 0.88 ms (queue) and 0.99 ms (tenant) of PostgreSQL CPU per execution, the ones
+    # after it 0.47-0.59 in either order, so the order measured first took a penalty.
     print("  warm-up (not reported):", flush=True)
     drain(bench, fairness="queue", backlog=backlog // 4, **shape)
     report["b_alone"] = drain(bench, fairness="tenant", backlog=0, **shape)

@@ -113,6 +113,10 @@ def _checks(as_list: bool) -> str:
 AUDIT_FOREIGN_KEYS = FOREIGN_KEYS.replace(
     "('request', 'execution', 'action_execution', 'audit_event')", "('audit_event')"
 )
+# Each variant's DDL from the migrated schema: `no-lists` drops the 11 list indexes, `no-fk` every
+# foreign key of the four hot tables, `bare-indexes` every index but the primary keys, the
+# claim's index and the checkpoint key, `bare` that with no foreign key and no trigger;
+# `list-checks` and `compact-checks` rewrite the vocabulary CHECK constraints (docs/adr/0024).
 VARIANTS: dict[str, str] = {
     "schema": "",
     "no-trigger": WEBHOOK_TRIGGER,

@@ -1,22 +1,12 @@
-"""The durable model (docs/worker-protocol.md#data-model): flows, requests, executions, checkpoints
-and the audit trail.
+"""The durable model (docs/worker-protocol.md#data-model): flows, requests, executions,
+checkpoints and the audit trail; their vocabularies are in executions/choices.py.
 
-Invariants kept by the database itself, not only by Python:
-- statuses and effects are CHECK constraints;
-- a checkpoint is unique per (execution, action_id);
-- a RUNNING execution has a lease owner and expiry, and its `next_attempt_at` mirrors the lease
-  expiry, so one partial index serves the whole claim (due PENDING/RETRY_WAIT work, RUNNING
-  work whose lease expired and SUSPENDED work whose wait's deadline passed), ordered
-  `next_attempt_at, created_at, id`;
-- an event is unique per (execution, eventId), so a retried event is recognised, never applied
-  twice;
-- audit events are append-only (a trigger refuses UPDATE and DELETE for every role; the runtime
-  role additionally has no such privilege).
-
-Writes go through services and the queue SQL in `executions/sql/`; lease times come from the
-database clock. Their vocabularies (statuses, effects, audit types) are in executions/choices.py,
-named here too. One module past 400 lines, as Django expects an app's models: the constraints
-between these tables read best side by side.
+Invariants kept by the database itself: statuses and effects are CHECK constraints; a checkpoint
+is unique per (execution, action_id), an event per (execution, eventId); a RUNNING execution has
+a lease owner and expiry, mirrored in `next_attempt_at`, so one partial index serves the whole
+claim (`next_attempt_at, created_at, id`); audit events are append-only (a trigger refuses UPDATE
+and DELETE for every role). Writes go through services and the queue SQL in `executions/sql/`;
+lease times come from the database clock.
 """
 
 import uuid

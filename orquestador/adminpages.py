@@ -1,15 +1,11 @@
 """The admin's plain pages, for when it cannot show itself: a request refused for a NUL character,
-and the outage page.
+and the outage page (docs/adr/0011-the-admin-refuses-nul-and-pages-its-outages.md).
 
-Both render `templates/admin/plain_page.html` without the request (no context processor, no
-session, no user, no static file), so they need neither the database nor a collected static
-manifest, and they show nothing of the exception. Under the admin every answer is HTML; the API
-keeps its JSON (orquestador/errorpages.py, orquestador/database.py).
-
-A NUL (U+0000) cannot be stored in or compared with a PostgreSQL text column: a filter, search or
-id holding one would make the driver refuse the query, a 500. `RefuseNulMiddleware` answers 400
-before any view runs, for the path, every query parameter (name or value), every posted form field
-and every cookie of an admin page, whichever changelist, filter or action it is meant for.
+Both render `templates/admin/plain_page.html` without the request (no context processor, session,
+user or static file), so they need neither the database nor a static manifest, and they show
+nothing of the exception; the API keeps its JSON. `RefuseNulMiddleware` answers 400 before any
+view runs for a NUL (which PostgreSQL text cannot hold) in the path, any query parameter's name
+or value, any posted form field or any cookie of an admin page.
 """
 
 from collections.abc import Callable, Iterable

@@ -1,19 +1,12 @@
 """Bearer-token authentication: JWTs validated locally with PyJWT
-(docs/api.md#authentication-and-scopes).
+(docs/api.md#authentication-and-scopes). The principal is the caller as the token states it:
+`sub` owns what it creates, `tenant` is its scope, `scope` its space-separated permissions.
 
-Invariants:
-- the algorithm is decided by the configured key, never by the token: HS256 with `JWT_SECRET`,
-  RS256 with an RSA `JWT_PUBLIC_KEY`, ES256 with a P-256 `JWT_PUBLIC_KEY`; a token that names any
-  other algorithm (`none` included) is refused before its signature is looked at;
-- `exp`, `iss`, `aud`, `sub` and `tenant` are required; `exp` and `nbf` are enforced with a small
-  leeway for clock skew; `iss` and `aud` must equal `JWT_ISSUER` and `JWT_AUDIENCE`;
-- refusals say what is wrong with the token, never echo it, and never reach the logs with it;
-- a token that verified is remembered until its `exp` under the settings it verified with
-  (orquestador/tokencache.py), so a client's next call skips the verification; a refused one
-  never is.
-
-The principal is the caller as the token states it: `sub` is the owner of what it creates,
-`tenant` its scope, and `scope` the space-separated permissions below.
+Invariants: the configured key decides the algorithm (HS256, RS256 or ES256), never the token,
+and any other (`none` included) is refused before the signature is looked at; `exp`, `iss`,
+`aud`, `sub` and `tenant` are required, `exp` and `nbf` enforced with a small leeway; refusals
+never echo the token nor log it; a token that verified is remembered until its `exp`
+(orquestador/tokencache.py), a refused one never is.
 """
 
 from __future__ import annotations

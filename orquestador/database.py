@@ -1,18 +1,12 @@
-"""What the web process answers while PostgreSQL cannot be reached.
+"""What the web process answers while PostgreSQL cannot be reached
+(docs/api.md#when-the-database-is-down).
 
-Any view that needs the database and cannot reach it (refused, restarting, shut down, the
-connection cut under it) answers `503 {"code": "DATABASE_UNAVAILABLE", "detail"}` with a
-Retry-After, never a stack trace: `DatabaseUnavailableMiddleware` turns the error into that
-answer, and the 500 handler does the same for an error raised outside a view. Under the admin the
-503 is an HTML page saying the same (orquestador/adminpages.py), with the same Retry-After. Nothing
-was written: every write is one transaction, and a transaction the server never committed is
-rolled back. Django drops the broken connection at the end of the request (its health check
-catches the rest), so the first request after the database returns is served normally.
-
-Only connection-level failures count (no SQLSTATE, class 08, or the server shutting down or
-starting up); any other database error is a fault of ours and stays a 500. `/healthz` never
-touches the database, so it stays 200 throughout; `/readyz` says why the database is unavailable
-with `reason()`. The warning is logged at most once per `LOG_EVERY_SECONDS`, not once per request.
+`DatabaseUnavailableMiddleware`, and the 500 handler for an error raised outside a view, turn a
+connection-level failure (no SQLSTATE, class 08, the server shutting down or starting up) into
+`503 {"code": "DATABASE_UNAVAILABLE", "detail"}` with a Retry-After, an HTML page under the admin
+(orquestador/adminpages.py); any other database error stays a 500. Nothing was written: every
+write is one transaction. `/healthz` never touches the database; `/readyz` says why with
+`reason()`. The warning is logged at most once per `LOG_EVERY_SECONDS`.
 """
 
 import logging

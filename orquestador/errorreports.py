@@ -1,15 +1,11 @@
-"""What an error report may show: Django's debug page and error e-mails, whatever DEBUG says.
+"""What an error report may show: Django's debug page and error e-mails, whatever DEBUG says
+(docs/operations.md#error-pages).
 
-Django's `SafeExceptionReporterFilter` hides settings whose names look secret (KEY, TOKEN,
-SECRET, PASS, ...), but not a password inside a URL (`DATABASE_URL`, `MIGRATION_DATABASE_URL`),
-and under `runserver` the request's META holds the whole process environment. This filter:
-- masks the credentials of every URL-shaped value (`scheme://user:password@host` becomes
-  `scheme://********@host`) in settings (`DATABASE_URL`, `MIGRATION_DATABASE_URL`, any `*_URL`),
-  META and traceback variables;
-- hides every META entry copied from the process environment (only the request's own CGI and
-  HTTP entries are shown; HTTP_AUTHORIZATION and cookies stay masked as Django does);
-- masks any variable or setting whose name looks secret (KEY, TOKEN, SECRET, PASS, CREDENTIAL,
-  DSN, ...), as Django does for settings.
+This filter masks the credentials of every URL-shaped value (`scheme://user:password@host`
+becomes `scheme://********@host`) in settings (any `*_URL`), META and traceback variables; hides
+every META entry copied from the process environment (only the request's own CGI and HTTP
+entries show; HTTP_AUTHORIZATION and cookies stay masked as Django does); and masks any variable
+or setting whose name looks secret (KEY, TOKEN, SECRET, PASS, CREDENTIAL, DSN, ...).
 """
 
 import os

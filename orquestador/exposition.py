@@ -1,10 +1,7 @@
-"""The Prometheus text exposition format, version 0.0.4: metric families in, text out.
-
-Shared by the web process's `/metrics` (executions/metrics/views.py) and the worker's endpoint
-(executions/worker/metrics.py). Written by hand rather than with prometheus_client: the metric set
-is small and fixed, label values come from closed sets (statuses, bucket bounds), and the worker
-then keeps its counters behind one lock of its own
-(docs/adr/0005-metrics-without-a-client-library.md).
+"""The Prometheus text exposition format, version 0.0.4: metric families in, text out, for the
+web process's `/metrics` (executions/metrics/views.py) and the worker's endpoint
+(executions/worker/metrics.py). Written by hand, not with prometheus_client: why in
+docs/adr/0005-metrics-without-a-client-library.md.
 
 Invariants: every family has one `# HELP` and one `# TYPE` line before its samples; label values
 and help text are escaped as the format requires; numbers are written so that Go's ParseFloat

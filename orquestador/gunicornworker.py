@@ -1,15 +1,12 @@
 """gunicorn's workers (sync, and threaded: gthread), answering what gunicorn refuses itself as
-the application would.
+the application would (docs/adr/0013-refusals-before-the-application.md).
 
-gunicorn refuses a request line or header fields over its limits, malformed ones and framing it
-cannot trust before the application sees the request, with an HTML page of its own
-(docs/adr/0013-refusals-before-the-application.md). This worker answers every such refusal, and
-a fault of ours the application let through, in the project's format: JSON `{"code", "detail"}`
-under errors.JSON_PREFIXES, plain text elsewhere, with the status the code stands for (431
-HEADERS_TOO_LARGE for a head over the limits). Its path is read from the request gunicorn parsed
-or, when parsing failed before it had one, from the first bytes the connection received.
-
-Nothing of Django is imported here: gunicorn loads this class before the application.
+A request line or header fields over gunicorn's limits, malformed ones, framing it cannot trust,
+and a fault of ours the application let through are answered in the project's format: JSON
+`{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere, with the status the code
+stands for. The path is read from the request gunicorn parsed or, when parsing failed first,
+from the first bytes the connection received. Nothing of Django is imported here: gunicorn
+loads this class before the application.
 """
 
 import json

@@ -1,19 +1,12 @@
-"""`pattern` in every JSON Schema runs on RE2, a linear-time regular-expression engine.
-
-Python's `re` backtracks: `"^(a+)+$"` against thirty characters takes seconds, and a schema is
-written by whoever publishes a flow or configures an integration while the text is sent by any
-caller. RE2 matches in time linear in the text, always. This module holds:
+"""`pattern` in every JSON Schema runs on RE2, a linear-time regular-expression engine (Python's
+`re` backtracks, and a schema's author is not the text's sender: INTEGRATIONS.md#the-format).
 
 - `linear_validator(cls)`: a jsonschema validator class whose `pattern`, `patternProperties` and
-  `additionalProperties` (which consults `patternProperties`) search with RE2; `validator_for`
-  picks the class for a schema's `$schema` (Draft 2020-12 by default) and makes it linear;
-- `pattern_problems(schema, path)`: every pattern RE2 cannot compile (lookarounds,
-  backreferences, possessive quantifiers, repetition counts over 1000), with its path, for
-  `loadflow`, `POST /api/v1/flows` and the integrations check to refuse before anything runs.
-
-RE2 follows Perl/Python syntax without backtracking features; `\\d`, `\\w` and `\\s` are ASCII.
-A schema that combines `unevaluatedProperties` with `patternProperties` is refused too: jsonschema
-evaluates that pair with Python's `re`, out of this module's reach.
+  `additionalProperties` search with RE2; `validator_for` picks the class for a schema's `$schema`
+  (Draft 2020-12 by default) and makes it linear;
+- `pattern_problems(schema, path)`: every pattern RE2 cannot compile, with its path, so `loadflow`,
+  `POST /api/v1/flows` and the integrations check refuse it before anything runs; so is a schema
+  pairing `unevaluatedProperties` with `patternProperties` (jsonschema runs that pair on `re`).
 """
 
 import functools

@@ -1,21 +1,12 @@
-"""JSON Schema validation of data, inputs and outputs: the one place validators are built.
+"""JSON Schema validation of data, inputs and outputs: the one place validators are built, for
+the API (a request's data against its flow's `dataSchema`), the runner (an action's input and
+output against its contract) and reconciliation evidence.
 
-Used by the API (`flows.publication.validate_data`: a request's data against its flow's
-`dataSchema`), the runner (an action's input and output against its contract) and reconciliation
-evidence (an operator's or a provider's output against the contract).
-
-Invariants:
-- every validator is built by `_build`, and only there, with `pattern` searched in linear time
-  (RE2, orquestador/patterns.py);
-- a flow's `dataSchema` is validated without format checks (formats are annotations in Draft
-  2020-12) and a contract's schemas with them; the same schema and the same instance get the same
-  answer whoever asks;
-- a schema that asserts nothing but `"type": "object"` (the default of a contract and of most
-  flows) answers an instance it plainly accepts without a validator (`_plainly_valid`); any
-  other answer, and every error, comes from the validator;
-- the cache is keyed by the schema object and bounded (`CACHE_SIZE`): long-lived schemas (cached
-  flows, registered contracts) are compiled once per process; a schema loaded per API call costs
-  at most one build and is forgotten.
+Invariants: every validator is built by `_build`, with `pattern` searched in linear time (RE2,
+orquestador/patterns.py); a flow's `dataSchema` is checked without formats (annotations in Draft
+2020-12), a contract's schemas with them; a schema that asserts only `"type": "object"` answers
+an instance it plainly accepts without a validator, every other answer and error comes from the
+validator; the cache is keyed by the schema object and bounded (`CACHE_SIZE`).
 """
 
 import threading
@@ -31,6 +22,8 @@ from . import patterns
 
 # Draft 2020-12 with every `pattern` searched in linear time.
 DRAFT = patterns.linear_validator(jsonschema.Draft202012Validator)
+# Bounded: long-lived schemas (cached flows, registered contracts) are built once per process, and
+# one loaded per API call costs at most one build and is forgotten.
 CACHE_SIZE = 512  # validators kept per process, least recently used dropped first
 
 _cache: OrderedDict[tuple[int, bool], tuple[Any, jsonschema.protocols.Validator]] = OrderedDict()

@@ -1,13 +1,11 @@
-"""Bearer tokens already verified, remembered so a client's next call skips the verification.
+"""Bearer tokens already verified, remembered so a client's next call skips the verification
+(docs/adr/0021-an-entrance-as-fast-as-the-engine.md).
 
-A client sends the same token on every call until it expires; verifying it again each time (the
-header, the signature, the claims) is most of what authentication costs. What is remembered is
-only a token that verified in full, with its principal, under the key, issuer and audience it
-verified against, and only until the first of: the token's own `exp` (the leeway is never
-extended: past `exp` it is verified again, and refused when it should be), MAX_AGE_SECONDS after it
-was verified, or a change of the JWT settings. A refused token is never remembered, so a forged,
-expired or not-yet-valid one is verified (and refused) on every call. Entries are keyed by a
-digest of the token, so the cache holds no token; at most MAX_ENTRIES, the oldest dropped first.
+Only a token that verified in full is kept, with its principal, under the key, issuer and
+audience it verified against, until the first of: its own `exp` (the leeway is never extended),
+MAX_AGE_SECONDS after it was verified, or a change of the JWT settings. A refused token is never
+kept, so a forged or expired one is refused on every call. Entries are keyed by a digest of the
+token (the cache holds no token); at most MAX_ENTRIES, the oldest dropped first.
 """
 
 from __future__ import annotations

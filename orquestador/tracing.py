@@ -1,19 +1,11 @@
 """OpenTelemetry traces, configured only by the standard OTEL_* variables (docs/operations.md).
 
-On when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, off otherwise,
-and off whenever OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. Each process that traces
-calls `setup` once at start (the web application in orquestador/wsgi.py, `runworker`): an SDK
-tracer provider with the OTLP/HTTP exporter behind a batch processor (its OTEL_EXPORTER_OTLP_*
-and OTEL_BSP_* variables are the SDK's own), the sampler of OTEL_TRACES_SAMPLER, and the standard
-instrumentations of Django, psycopg and the aiohttp client (which sends `traceparent` on every
-call).
-
-Off costs nothing but a test: the SDK is never imported, no thread or exporter starts, and every
-helper here returns at its first line (`span` hands back one shared do-nothing context manager).
-
-What crosses the queue is only the W3C trace context (`traceparent`, `tracestate`) of the span
-that accepted a transition, stored with its execution (`carrier`) and continued by every run of
-it (`continued`): never the caller's baggage, which would otherwise reach every provider.
+On when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set, off otherwise and whenever
+OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. Each process that traces calls `setup` once
+at start: the SDK's provider, the OTLP/HTTP exporter, the sampler, and the Django, psycopg and
+aiohttp client instrumentations. Off, the SDK is never imported and every helper returns at its
+first line. Only the W3C trace context of the span that accepted a transition crosses the queue
+(`carrier`, `continued`), never baggage. Why: docs/adr/0018-traces-across-the-queue.md.
 """
 
 import contextlib

@@ -1,10 +1,8 @@
 """The worker's configuration (docs/worker-protocol.md#configuration), validated once, at start,
-from the raw WORKER_* strings.
-
-`worker_config(settings.WORKER_ENV)` returns a `WorkerConfig` or raises `WorkerConfigError` whose
-message names the variable and the rule it breaks; `WorkerDisabled` when WORKER_ENABLED is false.
-Nothing is claimed before this has passed. `database_pooler` checks DATABASE_POOLER, which every
-process reads (the worker's connections follow it in executions/worker/pooling.py).
+from the raw WORKER_* strings: `worker_config(settings.WORKER_ENV)` returns a `WorkerConfig` or
+raises `WorkerConfigError` naming the variable and the rule it breaks (`WorkerDisabled` when
+WORKER_ENABLED is false); nothing is claimed before it has passed. `database_pooler` checks
+DATABASE_POOLER, which every process reads (executions/worker/pooling.py follows it).
 
 It imports nothing of the project: settings validates with it, and the adapters' registry bounds
 its timeouts by the lease, so it sits below the apps.

@@ -1,21 +1,12 @@
-"""The two-person rule (RECONCILIATION_TWO_PERSON): a replay of a NON_IDEMPOTENT_WRITE ("the write
-did not happen") is proposed by one operator and applied only when a second one approves it.
+"""The two-person rule (RECONCILIATION.md#two-person-rule): a replay of a NON_IDEMPOTENT_WRITE is
+proposed by one operator and applied only when a second one approves it.
 
-Invariants (RECONCILIATION.md, "Two-person rule"):
-- under the rule, services.execution_resolve_write_not_happened refuses such a replay
-  (APPROVAL_REQUIRED); `replay_approve` is the only way to it, and it applies the replay through
-  the same fenced operator_write (executions/queue/operatorwrites.py) and services.replay as a
-  one-person resolution;
-- propose, approve and reject are each one operator_write: request then execution locked, the
-  case still RECONCILIATION_REQUIRED. Two approvals of one proposal are therefore serialised, and
-  the second finds the case resolved and writes nothing;
-- the proposal is the latest RECONCILIATION_PROPOSED event of the execution unless a REJECTED or
-  RESOLVED one follows it, read under those locks. It holds while the case is as the proposer saw
-  it: the same execution token, the same uncertain checkpoint at the same attempt, the provider's
-  latest answer the same. Otherwise it is stale, and approving it is refused (PROPOSAL_STALE)
-  with nothing written;
-- the approver holds resolve_write_not_happened and is not the proposer (by username), checked
-  here, not only in the admin. Anyone holding it may reject, the proposer included (a withdrawal).
+Invariants: under the rule the one-person service refuses such a replay (APPROVAL_REQUIRED), and
+`replay_approve` applies it through the same operator_write and services.replay; propose, approve
+and reject are each one operator_write, so of two approvals the second finds the case resolved;
+the proposal (the latest RECONCILIATION_PROPOSED not followed by REJECTED or RESOLVED) holds only
+while token, checkpoint, attempt and the provider's latest answer are as proposed (else
+PROPOSAL_STALE); the approver holds the permission and is not the proposer, checked here.
 """
 
 import uuid

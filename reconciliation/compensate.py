@@ -1,16 +1,12 @@
-"""The "compensate" resolution (RECONCILIATION.md#compensate): undo what the execution did, by
-the compensations its flow declares, instead of replaying or abandoning it.
+"""The "compensate" resolution (RECONCILIATION.md#compensate): undo what the execution did, by the
+compensations its flow declares, instead of replaying or abandoning it.
 
-Invariants (one operator write, like every resolution in services.py):
-- offered only where the execution's transition declares compensations;
-- the operator states that every uncertain forward write did not happen: each is recorded
-  FAILED (RECORDED_NOT_HAPPENED), never replayed; an uncertain compensation step is recorded
-  FAILED with REPLAY_AUTHORIZED, so it runs once more with the same key;
-- refused, with nothing written, when the succeeded writes cannot all be undone under the
-  catalog (a write with no compensation, an undo with no contract): the reason says which;
-- the execution is requeued under token + 1 with its compensation cause set (its error code
-  when it was not compensating yet), and RECONCILIATION_RESOLVED {resolution: COMPENSATE} is
-  appended; a worker then claims it and runs the compensations (executions/worker/compensation.py).
+One operator write, like every resolution in services.py, offered only where the transition
+declares compensations: every uncertain forward write is recorded FAILED (RECORDED_NOT_HAPPENED),
+never replayed, and an uncertain undo FAILED with REPLAY_AUTHORIZED; refused with nothing written
+(the reason says which) when a succeeded write cannot be undone under the catalog; otherwise
+requeued under token + 1 with its compensation cause and RECONCILIATION_RESOLVED {resolution:
+COMPENSATE}, for a worker to compensate (executions/worker/compensation.py).
 """
 
 import uuid

@@ -1,20 +1,12 @@
-"""The prober's database: Django's ORM, in the prober's thread, on a connection borrowed from the
-runworker's own, so a runworker stays within its connection budget (README, "Connections").
+"""The prober's database: Django's ORM in the prober's thread, on the runworker's prober
+connection, so a runworker stays within its connection budget
+(docs/worker-protocol.md#connections-per-process).
 
-The prober reads cases and resolves them through the operators' services, which speak Django's
-ORM. `orm_on(source)` borrows the worker's prober connection (LocalWorkerRuntime.connection,
-autocommit) for one step — a few statements or one transaction, never across a provider call —
-and lends it to Django's connection of this thread for that step only:
-- Django sees it through `_Lent`: its cursors are Django's own client-binding cursors with
-  Django's loaders (jsonb as text, time zones), so the ORM reads and writes exactly as on its own
-  connection, and the worker's connection keeps its own adapters, prepared statements and
-  session settings; nothing is SET on it (through a transaction pooler a SET would outlive the
-  step);
-- the step ends with the connection idle (a transaction is committed or rolled back by
-  `transaction.atomic`; anything left open is rolled back here), then Django lets go of it and
-  the pool takes it back, checking it. Django never closes it.
-Without a source (`None`: tests, a remote runtime with no shared connections) Django uses its own
-connection as usual.
+`orm_on(source)` borrows that connection (autocommit) for one step, a few statements or one
+transaction, never across a provider call, and lends it to this thread's Django connection
+through `_Lent`: Django's own client-binding cursors and loaders, nothing SET on it. The step
+ends with the connection idle (anything left open rolled back), the pool takes it back, and
+Django never closes it. Without a source (tests, a remote runtime) Django uses its own.
 """
 
 import contextlib
@@ -92,7 +84,6 @@ def orm_on(source: ConnectionSource | None) -> Iterator[None]:
 
 def _lend(conn: psycopg.Connection) -> None:
     """Django's connection of this thread becomes `conn`, as connect() would leave it."""
-    # A run of attribute resets, like any constructor's by shape only (the worker's heartbeat).
     connection.in_atomic_block = False
     connection.savepoint_ids = []
     connection.atomic_blocks = []

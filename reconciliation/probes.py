@@ -1,27 +1,13 @@
 """Automatic provider probes: runworker asks the provider about an uncertain write before anyone
-is paged, and settles the case itself when the provider's answer is conclusive
-(RECONCILIATION.md#automatic-probes).
+is paged, and settles the case itself when the answer is conclusive, as the contract's
+`auto_reconcile` allows (RECONCILIATION.md#automatic-probes).
 
-Invariants and transaction boundaries:
-- every uncertain write of an open case gets one probe row per attempt (PROBES_ENLIST); its
-  schedule is `probe_offsets(window)` after the case opened, window = the contract's
-  `probe_window_seconds`. A probe closed because its case was not open at that moment (another
-  write's resolution requeued the execution) opens again when the case is back; a probe whose
-  write is at a later attempt now closes, and that attempt is probed by its own;
-- a probe is claimed like work (PROBES_CLAIM: FOR UPDATE SKIP LOCKED, a lease, token + 1) and
-  every later write about it is fenced on that token (PROBE_LOCK), so two workers never probe the
-  same case at once and a prober whose probe lease ran out writes nothing;
-- the provider is asked outside any transaction; its answer is appended as
-  RECONCILIATION_EVIDENCE by `system:prober` together with the probe's settlement, in one
-  transaction;
-- an automatic resolution goes through the operators' fenced services (services.py) as
-  `system:prober`, in their own transaction: they lock the request, then the execution, and
-  require RECONCILIATION_REQUIRED, so a probe and an operator never both resolve a case;
-- `auto_reconcile = "found"` resolves "write happened" when the provider reports the write with an
-  output valid against the contract; `"found-or-absent"` with `lookup_authoritative = true` also
-  resolves "did not happen" (one replay, same key) once every probe across the whole window said
-  "not found" — except with RECONCILIATION_TWO_PERSON, where the prober never replays;
-  `"off"` probes nothing.
+Invariants: every uncertain write of an open case gets one probe row per attempt (PROBES_ENLIST),
+scheduled `probe_offsets(window)` after the case opened, reopened when the case comes back,
+closed when its write is at a later attempt (that attempt is probed by its own); a
+probe is claimed like work (PROBES_CLAIM: SKIP LOCKED, a lease, token + 1), every later write
+fenced on that token (PROBE_LOCK); the provider is asked outside any transaction, its answer and
+the probe's settlement appended in one; a resolution goes through services.py as system:prober.
 """
 
 import functools

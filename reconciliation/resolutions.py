@@ -50,7 +50,8 @@ class ResolutionAction:
         return self.key.replace("-", "_")
 
 
-# The rows share one shape because they are rows of one table: each is data, not logic.
+# Every resolution an operator may choose: the admin's actions, confirmations and case forms
+# are made from these rows (docs/architecture.md, "A new resolution").
 RESOLUTIONS = (
     ResolutionAction(
         name="resolve_write_happened",

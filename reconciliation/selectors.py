@@ -278,7 +278,6 @@ def case_detail(*, execution_id: uuid.UUID | str) -> CaseDetail:
         )
         for event in AuditEvent.objects.filter(request_id=execution.request_id).order_by("id")
     ]
-    # Keyword arguments one a line, like the worker's retry call by shape only.
     return CaseDetail(
         execution=execution,
         request=execution.request,

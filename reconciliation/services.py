@@ -1,24 +1,11 @@
-"""An operator's writes on a case: record provider evidence, and the three resolutions.
+"""An operator's writes on a case: record provider evidence, and the three resolutions
+(RECONCILIATION.md#the-resolutions).
 
-Invariants (RECONCILIATION.md):
-- every service checks the operator's permission itself, so no caller writes without one;
-- a resolution is one transaction: lock the request, then the execution (one lock order
-  everywhere), require RECONCILIATION_REQUIRED, write with the token read under the lock and bump
-  it, so a worker still holding an earlier lease is fenced out of every later write; then append
-  RECONCILIATION_RESOLVED {resolution, actionId, reason, evidence, operator}. Any failure rolls
-  all of it back;
-- "write happened" and "write did not happen" settle one uncertain checkpoint (RUNNING or
-  UNKNOWN) and requeue the execution (PENDING, due now, announced to idle workers); "abandon" ends
-  it FAILED and releases the request without touching its data, state or revision;
-- the evidence is the latest lookup about the checkpoint's current attempt, read under the lock;
-  a choice it does not support (explain.risk: a replay with no answer about this attempt, or
-  against "happened"; "happened" against "not found") is refused unless the operator confirmed
-  the risk (RISK_NOT_CONFIRMED);
-- a provider lookup runs outside any transaction (an adapter call never holds one) and is then
-  appended as RECONCILIATION_EVIDENCE; it changes nothing else.
-
-It stays one module past 400 lines because its services share one skeleton (open the case under
-the lock order, check, write, audit) and reading them side by side is how the rule is checked.
+Invariants: every service checks the operator's permission itself; a resolution is one
+`operator_write` (request, then execution locked; still RECONCILIATION_REQUIRED; the token bumped)
+appending RECONCILIATION_RESOLVED, all rolled back on any failure; the evidence is the latest
+lookup about the checkpoint's current attempt, and a choice it does not support (explain.risk) is
+refused unless the operator confirmed the risk; a lookup runs outside any transaction.
 """
 
 import enum
@@ -258,7 +245,6 @@ def execution_resolve_write_happened(
             )
         lookup = latest_lookup(checkpoint=checkpoint)
         _confirmed(explain.WRITE_HAPPENED, lookup, confirm_risk)
-        # Alike finalize.py's audit write by shape only: keyword arguments one a line.
         return _settle_and_requeue(
             case,
             checkpoint,

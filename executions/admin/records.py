@@ -215,7 +215,7 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     exclude = ("idempotency_fingerprint",)
     readonly_fields = ("lease_now", "takeovers", "timeline")
     change_form_template = "admin/executions/execution/change_form.html"  # its timeline first
-    # Declared as RequestAdmin's columns are, by shape only: each admin names its own.
+    # The change list's columns (ids cut short and linked, moments in UTC with their age).
     short = columns.short_id()
     request_link = columns.linked_id("request_id", "request", description="request")
     created = columns.moment("created_at", description="created")

@@ -1,22 +1,12 @@
-"""Accepting a transition on a request (docs/api.md): two statements, no explicit transaction.
+"""Accepting a transition on a request (docs/api.md): two statements, no explicit transaction
+(why: docs/adr/0021-an-entrance-as-fast-as-the-engine.md).
 
-Invariants and transaction boundaries:
-- the read (ACCEPT_READ) finds the caller's request with the caller's owner and tenant in its
-  WHERE clause, and the execution an Idempotency-Key already names on it; every check is made on
-  what it found, in the order the API documents: NOT_FOUND, the key (IDEMPOTENCY_KEY_REUSED, or
-  the earlier execution returned as it is now, even after the request moved on),
-  UNKNOWN_TRANSITION, TRANSITION_NOT_ALLOWED, REQUEST_BLOCKED, REVISION_CONFLICT;
-- the write (ACCEPT_WRITE) is one statement, so one transaction: the request's revision, version
-  and block, the PENDING execution, TRANSITION_ACCEPTED and the NOTIFY commit together or not at
-  all. It writes only if the request still has the state and revision that were checked and
-  nothing blocks it, re-checked under the row's lock; so of concurrent acceptances on one
-  request exactly one wins, and each other one reads the request again and is refused for what
-  it then finds (or, with the same Idempotency-Key, gets the winner's execution back);
-- the unique constraint on (request, idempotency_key) stays the backstop if two inserts with one
-  key ever race: the loser reads again and finds the winner's execution;
-- idle workers are notified inside the write: PostgreSQL delivers the NOTIFY at commit only.
-
-The flow's definition comes from executions/flows/cache.py: published versions never change.
+Invariants: the read (ACCEPT_READ) has the caller's owner and tenant in its WHERE clause, and
+every check is made on what it found, in the documented order; the write (ACCEPT_WRITE) is one
+statement, so the request's revision, version and block, the PENDING execution,
+TRANSITION_ACCEPTED and the NOTIFY (delivered at commit) commit together, and only if the request
+still has the state and revision checked and nothing blocks it; of concurrent acceptances one
+wins, the others read again; the unique (request, idempotency_key) is the backstop.
 """
 
 import contextlib

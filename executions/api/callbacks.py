@@ -1,20 +1,12 @@
-"""Callbacks of asynchronous providers: `POST /api/v1/callbacks/{capability}@{version}`.
+"""Callbacks of asynchronous providers: `POST /api/v1/callbacks/{capability}@{version}`
+(INTEGRATIONS.md#asynchronous-providers, docs/worker-protocol.md#asynchronous-callbacks).
 
-An asynchronous route (`async = true`) lets a provider answer 202: the action's checkpoint stays
-ACCEPTED and the execution SUSPENDED until the provider posts `{"externalKey", "output"}`, signed
-`X-Signature: sha256=<hex HMAC-SHA256 of the raw body>` with the secret in the route's
-`callback_secret_from_env`.
-
-Invariants and transaction boundary (`callback_receive` owns one transaction):
-- nothing is read from the database before the signature is verified against the raw body (a
-  constant-time comparison), so an unsigned caller learns nothing, not even whether a key exists;
-- the external key must name a checkpoint of this capability@version; the output must pass the
-  contract's output schema (OUTPUT_INVALID otherwise, nothing changes);
-- under the locks of the request, then the execution: ACCEPTED becomes SUCCEEDED with the output,
-  the SUSPENDED execution PENDING and due now under token + 1, EXECUTION_RESUMED (actor
-  `callback:<capability@version>`) and NOTIFY commit together;
-- a replay (the checkpoint already SUCCEEDED with this very output) changes nothing and is
-  answered like the first time; any other state is NOT_WAITING.
+Invariants; `callback_receive` owns one transaction: nothing is read from the database before
+the signature is verified against the raw body in constant time; the external key must name a
+checkpoint of this capability@version and the output pass the contract's schema; under the locks
+of the request, then the execution, ACCEPTED becomes SUCCEEDED, the SUSPENDED execution PENDING
+and due under token + 1, and EXECUTION_RESUMED and NOTIFY commit together; a replay (SUCCEEDED
+with this very output) changes nothing and is answered alike; any other state is NOT_WAITING.
 """
 
 import hashlib

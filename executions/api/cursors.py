@@ -1,15 +1,11 @@
-"""The lists' cursors: where the next page starts, opaque to clients and tamper-evident.
+"""The lists' cursors: where the next page starts, opaque to clients and tamper-evident
+(docs/api.md, docs/adr/0015-lists-by-keyset-on-their-own-indexes.md).
 
 A cursor is the last row's position (created_at, id) and an HMAC-SHA256, keyed from SECRET_KEY,
-over that position, the list it was made for, the caller (tenant, subject, access mode) and the
-filters, in base64url. So a cursor only opens the next page of the list it came from: one changed
-by a byte, made for another caller, or sent with other filters fails the HMAC and is
-INVALID_CURSOR. `limit` is not in it, so the page size may change from page to page.
-
-The HMAC is Django's `salted_hmac` with this module's salt, computed as it does, byte for byte,
-but with its key derived once per SECRET_KEY and the digest taken in one call to hashlib's C
-code: per cursor, `salted_hmac` derived the key again and built Python's HMAC object, most of a
-cursor's cost. The id travels as the text the rows give (no UUID object on either side).
+over that position, the list, the caller (tenant, subject, access mode) and the filters, in
+base64url: anything else is INVALID_CURSOR; `limit` is not in it. The HMAC is Django's
+`salted_hmac` byte for byte, its key derived once per SECRET_KEY (why:
+docs/adr/0021-an-entrance-as-fast-as-the-engine.md). The id travels as text.
 """
 
 import base64

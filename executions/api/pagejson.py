@@ -1,14 +1,12 @@
-"""A page's body written as JSON text row by row, one f-string per row (the `%` operator with a
-template cost four times as much), and so one row's for an acceptance and the reads by id: the
-very bytes DRF's JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028 and U+2029
-escaped), without building the dicts for the encoder to walk, which cost a page more than its
-statement (and an acceptance's model instance and dict a sixth of its instructions).
+"""A page's body, and an acceptance's or a read's, written as JSON text row by row, one f-string
+per row: the very bytes DRF's JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028
+and U+2029 escaped), without building the dicts for the encoder to walk (why:
+docs/adr/0021-an-entrance-as-fast-as-the-engine.md).
 
-Every text that is not an id or a time is written by `encode_basestring`, the function the
-encoder itself uses for a string; a request's `data` by the encoder; the times as the rows hold
-them, already the API's text in UTC (executions/sql/rows.py), or by `render.moment` in another zone.
-A row with an optional object (waitingFor, throttled) is encoded from its dict.
-tests/integration/api/test_pagejson.py holds the two to the same bytes.
+Every text that is not an id or a time goes through `encode_basestring`, the encoder's own; a
+request's `data` through the encoder; times as the rows hold them (executions/sql/rows.py) or by
+`render.moment` in another zone; a row with an optional object (waitingFor, throttled) from its
+dict. tests/integration/api/test_pagejson.py holds the two to the same bytes.
 """
 
 import datetime

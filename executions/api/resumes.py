@@ -1,15 +1,12 @@
-"""Resuming (docs/worker-protocol.md#waits): an event delivered through the API to a waiting
-execution, or kept for a wait it has not reached yet. The worker's side of waiting is waits.py.
+"""Resuming (docs/worker-protocol.md#waits, docs/api.md#events): an event delivered through the
+API to a waiting execution, or kept for a wait it has not reached yet (the worker's side is
+executions/queue/waits.py).
 
-Invariants and transaction boundaries (`execution_resume` is exactly one transaction): lock the
-request, then the execution, as `waits.wait_reach` does. A known eventId is a replay (same event
-and payload: nothing changes) or IDEMPOTENCY_KEY_REUSED. SUSPENDED on a wait for this event: the
-payload is validated, then the checkpoint SUCCEEDED with it, the execution PENDING and due now
-under token + 1 (any stale holder is fenced out), the event ACCEPTED, EXECUTION_RESUMED and NOTIFY
-commit together. PENDING, RETRY_WAIT or RUNNING with a wait for this event ahead (no checkpoint
-yet, nothing kept for it): the event is KEPT, at most MAX_KEPT_EVENTS per execution. Anything
-else is NOT_WAITING. Every resume of one execution holds its row lock while deciding, so of
-concurrent resumes exactly one is accepted.
+Invariants; `execution_resume` is exactly one transaction, locking the request, then the
+execution, as `waits.wait_reach` does: a known eventId is a replay or IDEMPOTENCY_KEY_REUSED; a
+SUSPENDED wait for this event takes the validated payload, the checkpoint SUCCEEDED, the
+execution PENDING under token + 1, EXECUTION_RESUMED and NOTIFY together; a wait ahead keeps the
+event (at most MAX_KEPT_EVENTS); anything else is NOT_WAITING. Of concurrent resumes one wins.
 """
 
 from dataclasses import dataclass
@@ -38,7 +35,6 @@ def event_fingerprint(*, event: str, payload: Any) -> str:
     return sha256_hex({"event": event, "payload": payload})
 
 
-# Shaped like checkpoints.SucceedItem only by chance: a row of another table, nothing shared.
 @dataclass(frozen=True)
 class _Delivery:
     """One event sent to one execution: what its row and its audit event record."""

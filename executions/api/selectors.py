@@ -2,14 +2,10 @@
 and executions, the published flows.
 
 Requests and executions are read through `executions.access`, so the caller's owner and tenant
-are in the query; anything outside them raises NOT_FOUND exactly like a missing row, and a list
-holds only what the caller may read. The reads the API serves most (a request, an execution, a
-page of either) are fixed statements (executions/sql/reads.py) answering named rows
-(executions/sql/rows.py), with no ORM query built and no model instance per row.
-
-Lists are newest first, (created_at, id) descending, paged by keyset: a page is the rows before a
-position, read by one index walk that starts there (the indexes are the models' `*_list_idx`),
-never an OFFSET that would read every row before it.
+are in the query: anything outside them is NOT_FOUND like a missing row. The reads served most
+are fixed statements (executions/sql/reads.py) answering named rows (executions/sql/rows.py).
+Lists are newest first, (created_at, id) descending, paged by keyset along the models'
+`*_list_idx`, never by OFFSET (docs/adr/0015-lists-by-keyset-on-their-own-indexes.md).
 """
 
 import datetime

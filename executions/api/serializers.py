@@ -1,8 +1,8 @@
 """The API's JSON shapes, in camelCase: bodies it accepts (strict) and views it returns.
 
 Input serializers refuse what they do not know: an unknown field, a string where an integer is
-expected (no "5" for 5, no true for 1), a non-object body. Each refusal names the field. One
-module past 400 lines: every shape the API speaks, read side by side with docs/api.md.
+expected (no "5" for 5, no true for 1), a non-object body. Each refusal names the field. Every
+shape the API speaks is here, to be read beside docs/api.md.
 """
 
 import re

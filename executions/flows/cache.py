@@ -1,13 +1,11 @@
-"""Published flow versions, kept in the process once read: an acceptance checks its transition
-against the flow without reading the definition from the database each time, and a page of
-requests names each one's flow without joining the flow table (a quarter of the page's
-PostgreSQL CPU, planning the join included).
+"""Published flow versions kept in the process once read: an acceptance checks its transition
+without reading the definition each time, and a page of requests names each one's flow without
+joining the flow table (docs/adr/0021-an-entrance-as-fast-as-the-engine.md).
 
-A published version never changes (flow_publish refuses other content under the same key and
-version, and nothing else writes or deletes the table), so a definition or a name read once
-stays right. Definitions are keyed by the flow's id and checksum all the same, so a row that did
-change is read again rather than trusted. At most MAX_ENTRIES of each, the least recently used
-definition dropped first, every name when there are more.
+A published version never changes (nothing but flow_publish writes the table, and it refuses other
+content under a key and version), so what is read once stays right; definitions are keyed by id
+and checksum all the same. At most MAX_ENTRIES of each, the least recently used definition
+dropped first, every name when there are more.
 """
 
 import threading

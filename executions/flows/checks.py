@@ -1,27 +1,12 @@
-"""Whole-definition validation of flow versions (docs/flow-format.md).
+"""Whole-definition validation of flow versions: every key and rule of docs/flow-format.md,
+unknown keys refused at every level, pointers checked against what runs before them (and against
+what a wait's payloadSchema can produce, where that is decidable). Pure: no database, no I/O.
 
-A definition is JSON with exactly these top-level keys: `key`, `version`, `initialState`,
-`states`, `dataSchema` (JSON Schema, Draft 2020-12) and `transitions`. A transition has `id`,
-`from`, `actions` (may be empty), `decision` and, optionally, `updates` (default none) and
-`onFailure` (compensations.py). An action has `id`, `capability`, `version`, `input` (an object
-of values) and optionally `compensate`, or is a wait action: `id` and
-`wait` (`event`, `payloadSchema`, `timeoutSeconds` and optionally `onTimeout: {payload}`), whose
-output is the payload of the event that resumes it (docs/flow-format.md#wait-actions). A rule has
-`id`, `when` (a condition), `target` and `outcome`. An update has `path` (a pointer into the data)
-and exactly one of `from` (a pointer into the context) or `value` (a literal, taken as is). Unknown
-keys are refused at every level, so a misspelt key never silently means "absent".
-
-Pointers in values start with `/data` or `/actions/<actionId>`. An action's input may read only
-actions that run before it in the same transition; rules and updates may read any action of the
-transition; a pointer into a wait action's output must be one its payloadSchema can produce, where
-that is decidable without running anything. Problems are reported all at once, each with a
-JSON-path-like location such as
-`$.transitions[0].actions[1].input.amount.from`. Pure: no database, no I/O.
-
-The walk is `_Checker`: it holds what every check reads (the states, the actions before each one,
-what each wait can produce) and builds on the checks of values, pointers and conditions
-(expressions.py) and of the shapes every level shares (problems.py); what a payloadSchema lets
-through is payloads.py.
+Problems are reported all at once, each with a JSON-path-like location such as
+`$.transitions[0].actions[1].input.amount.from`. The walk is `_Checker`: it holds what every
+check reads (the states, the actions before each one, what each wait can produce) and builds on
+the checks of values, pointers and conditions (expressions.py), of the shapes every level
+shares (problems.py) and of compensations (compensations.py); payloads.py reads payloadSchemas.
 """
 
 import re

@@ -1,16 +1,11 @@
 """Declared compensations (docs/flow-format.md#compensation): what undoes a transition's writes.
 
-An action may declare `"compensate": {"capability", "version", "input"}`; a transition opts in
-with `"onFailure": "compensate"` (default `"reconcile"`). Three layers, all pure:
-- the shape, checked with the rest of the definition (checks.py calls `CompensationChecks`);
-- the catalog checks, which need the trusted contracts (which actions are writes, which routes
-  have a lookup) and so run where the catalog is loaded: `catalog_problems`;
-- the run-time plan, from the checkpoints an execution has: `compensation_steps`, which says in
-  words why a transition must fall back to reconciliation when it cannot compensate.
-
-A compensation step is checkpointed like any action under the id `<actionId>:compensate` (an
-action id never holds a ':'), so its external key is `executionId:actionId:compensate`; its
-sequence places the steps after every forward action, in reverse order of the actions they undo.
+Three layers, all pure: the shape, checked with the rest of the definition (`CompensationChecks`,
+used by checks.py); the catalog checks, which need the trusted contracts and run where the
+catalog is loaded (`catalog_problems`); and the run-time plan from an execution's checkpoints
+(`compensation_steps`), which says in words why a transition falls back to reconciliation when
+it cannot compensate. A step is checkpointed as `<actionId>:compensate` (an action id never
+holds a ':'), its sequence after every forward action, in reverse order of what it undoes.
 """
 
 from collections.abc import Callable, Mapping

@@ -1,29 +1,11 @@
-"""The pure evaluator of the flow format (docs/flow-format.md): values, conditions, hit policies and
-data updates.
+"""The pure evaluator of the flow format: values, conditions, hit policies and data updates, as
+docs/flow-format.md (#values-and-pointers, #conditions, #decisions, #updates) defines them.
 
-Everything here is a function of (transition, context) and nothing else: no I/O, no clock, no
-ORM. The context is `{"data": <accepted data>, "actions": {<actionId>: <output>}}`. Definitions
-are validated when published (`executions.flows.publication`), so this module assumes
-well-formed input and raises `ValueError` for a malformed condition rather than guessing.
-
-Values. A value is a literal, or a mapping `{"from": POINTER}` read from the context; a pointer to
-nothing resolves to `None`. A dict whose only key is `"from"` is always a mapping; any other dict
-is an object whose members are values themselves, and a list is a list of values, so an action's
-input can build nested objects (`{"customer": {"id": {"from": "/data/customerId"}}}`).
-
-Conditions. `true`, `false`, `{"eq"|"ne"|"lt"|"le"|"gt"|"ge": [a, b]}`, `{"in": [a, list]}`,
-`{"exists": POINTER}`, `{"all": [...]}`, `{"any": [...]}`, `{"not": c}`.
-- `eq`/`ne` are JSON equality: numbers compare by value (`1 == 1.0`), booleans are not numbers
-  (`true != 1`), objects and arrays compare member by member.
-- `lt`/`le`/`gt`/`ge` compare two numbers or two strings (by code point); any other pair, such
-  as a missing value, a boolean or mixed types, is simply false, never an error.
-- `in` is true when the first operand equals (JSON equality) an element of the second; a second
-  operand that does not resolve to a list makes it false.
-- `exists` is true when the pointer reaches a value, even `null`.
-
-Updates write into a deep copy of the data; their values come from the context (the accepted data
-snapshot and the action outputs), never from the copy being written, so their order only matters
-when two of them write the same place.
+Invariants: everything is a function of (transition, context) and nothing else — no I/O, no
+clock, no ORM; the context is `{"data": <accepted data>, "actions": {<actionId>: <output>}}`.
+Definitions are validated when published (`executions.flows.publication`), so a malformed
+condition raises `ValueError` rather than being guessed at. Updates write into a deep copy of the
+data, reading only the context, never the copy being written.
 """
 
 import copy

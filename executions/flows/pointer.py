@@ -1,17 +1,10 @@
 """JSON Pointer (RFC 6901) with the write rules of docs/flow-format.md#updates.
 
-Reading (`resolve`) never raises for an absent path: it returns `MISSING`. Writing
-(`set_value`) is deliberately narrower than RFC 6902 "add":
-
-- objects: any member may be set; missing object parents are created as `{}`;
-- arrays: only positions that already exist may be replaced; no append `-`, no sparse indices
-  past the end, no leading zeros (`"01"`);
-- the root `""` is never written: a caller replaces a document, it does not point at it;
-- the token `-` is refused everywhere, even on objects, because a flow author writing it means
-  "append", which is not supported.
-
-Malformed pointers and impossible writes raise `PointerError`, whose message names the pointer and
-the problem. Nothing here does I/O.
+Reading (`resolve`) never raises for an absent path: it returns `MISSING`. Writing (`set_value`)
+is narrower than RFC 6902 "add": any object member, missing object parents created as `{}`;
+only array positions that already exist; never the root `""`; the token `-` nowhere. Malformed
+pointers and impossible writes raise `PointerError`, naming the pointer and the problem. Nothing
+here does I/O.
 """
 
 import json

@@ -1,18 +1,12 @@
-"""`GET /metrics`: the queue as Prometheus gauges, read from the database at each scrape.
+"""`GET /metrics`: the queue as Prometheus gauges, read from the database at each scrape
+(docs/operations.md#metrics, docs/adr/0005-metrics-without-a-client-library.md).
 
-Always on, like /healthz. It answers with counts and ages only (queue depth and due work by
-status, the age of the oldest due execution, the reconciliation backlog, blocked requests,
-webhook deliveries on their way and failing subscriptions): no
-id, owner, tenant or secret. When METRICS_TOKEN is set, a scrape must present it as
-`Authorization: Bearer <token>`; the worker's endpoint asks for the same token
-(executions/worker/metrics.py).
-
-Executions by final status are not here: counting them means scanning finished history, which
-grows without bound. Each worker counts the executions it finishes
-(`orquestador_worker_executions_finished_total`); sum those across workers.
-
-When the database cannot be read, the answer is still 200 with `orquestador_database_up 0` and
-no queue gauges, so an alert can tell "database unreadable" from "web process down".
+Always on, like /healthz. Counts and ages only, never an id, owner, tenant or secret; no
+executions by final status (that would scan finished history: each worker counts its own).
+When METRICS_TOKEN is set a scrape presents it as `Authorization: Bearer <token>`, as for the
+worker's endpoint. When the database cannot be read the answer is still 200, with
+`orquestador_database_up 0` and no queue gauges, so an alert tells "database unreadable" from
+"web process down".
 """
 
 import logging

@@ -1,16 +1,12 @@
-"""A flow version drawn as its state machine, for the admin's flow and request pages.
+"""A flow version drawn as its state machine, for the admin's flow and request pages
+(docs/adr/0012-pictures-drawn-on-the-server.md).
 
-The picture is SVG made on the server by Graphviz's `dot` (docs/adr/0010): this module writes
-the DOT text itself from the definition, with every name escaped and cut to a length and every
-node and edge id made here from positions (never from the flow's text), runs `dot -Tsvg` with a
-time limit on bounded input, keeps only the SVG elements and attributes it expects
-(svgsafety.py), and caches the drawing per flow version (flows are immutable). States are
-rounded boxes (the initial one bold, those no transition leaves shaded); each transition is a box
-listing its actions in order, each tinted by the effect the catalog gives its capability@version,
-waits and asynchronous calls said as such; the decision's rules label the edges to their targets.
-
-A request's page highlights its state, the transition in flight and its current action with a
-style sheet over those ids (`highlight`), so the one cached drawing serves every request.
+Invariants: the DOT text is written here from the definition, every name escaped and cut to a
+length, every node and edge id made from positions (never from the flow's text); `dot -Tsvg`
+runs with a time limit on bounded input; only the SVG elements and attributes svgsafety.py
+expects are kept; the drawing is cached per flow version (flows are immutable). Transitions are
+boxes listing their actions tinted by effect; a request's page highlights its state, transition
+and action with a style sheet over those ids (`highlight`), so one drawing serves every request.
 """
 
 import html

@@ -1,13 +1,11 @@
 """An execution as a timeline, for the admin's execution and case pages: every attempt of every
-action as a span on a time axis (start, end, status), the backoff before each retry, waits and
-asynchronous calls, and the execution's own moments from its audit trail: acceptance, queueing,
-suspensions and resumes, lease takeovers, reconciliation, probes and lookups, proposals and
-resolutions, compensation, the end (each compensation step is a lane of its own).
+action as a span on a time axis, the backoff before each retry, waits and asynchronous calls, and
+the execution's moments from its audit trail (acceptance, suspensions, takeovers, reconciliation,
+probes, resolutions, compensation, the end); each compensation step is a lane of its own.
 
-A checkpoint holds only its latest attempt; the earlier ones that did not succeed are in the
-attempt history (ActionAttempt, written by the statement that settles them). An attempt that
-never ended (its worker died or lost its lease) left no row: it is marked where the takeover
-that followed it was recorded. Read-only; `execution_timeline` reads and timelinesvg.py draws.
+Earlier attempts come from the attempt history (ActionAttempt); one that never ended left no row
+and is marked at the takeover that followed (docs/adr/0012-pictures-drawn-on-the-server.md).
+Read-only; `execution_timeline` reads and timelinesvg.py draws.
 """
 
 from dataclasses import dataclass, field

@@ -1,20 +1,12 @@
-"""Durable cancellation of an execution (docs/worker-protocol.md#cancellation), which never depends
-on reaching a worker.
+"""Durable cancellation of an execution, which never depends on reaching a worker
+(docs/worker-protocol.md#cancellation).
 
-Invariants and transaction boundary (`execution_cancel` is one `operator_write`, see
-operatorwrites.py):
-- lock the request, then the execution, and write with the token read under the lock, bumping
-  it: whoever holds the lease is fenced out of every later write, and its heartbeat sees the
-  lease lost and stops that run;
-- with no write outstanding, the execution ends CANCELLED and its request is released (data,
-  state and revision unchanged); with a write SUCCEEDED, RUNNING or UNKNOWN it cannot simply
-  stop: it becomes RECONCILIATION_REQUIRED (UNCERTAIN_WRITE, or CANCELLED_AFTER_WRITE) and the
-  request stays blocked for an operator; unless its writes all SUCCEEDED and its transition
-  compensates them (compensation.py): then it is requeued PENDING to compensate, the request
-  still blocked until a worker has undone them;
-- EXECUTION_CANCELLED is appended either way, with the actor and the written reason;
-- a RUNNING execution's worker is told on sql.CANCEL_CHANNEL when this commits, and its
-  runtime's best-effort `cancel` stops the holder (executions/worker/scheduler.py).
+`execution_cancel` is one `operator_write` (operatorwrites.py): the token read under the locks is
+bumped, so the holder is fenced out. With no write outstanding the execution ends CANCELLED and
+its request is released unchanged; with one SUCCEEDED, RUNNING or UNKNOWN it goes to
+RECONCILIATION_REQUIRED, the request blocked, unless all SUCCEEDED and its transition compensates
+them: then it is requeued PENDING to compensate. EXECUTION_CANCELLED records actor and reason; a
+RUNNING execution's worker hears sql.CANCEL_CHANNEL on commit and its runtime stops the holder.
 """
 
 import uuid

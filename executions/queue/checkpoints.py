@@ -1,20 +1,12 @@
-"""Checkpoints: the durable record of each action of an execution, written around its adapter call.
+"""Checkpoints: the durable record of each action, written around its adapter call
+(docs/worker-protocol.md#actions-and-checkpoints).
 
-Invariants and transaction boundaries:
-- before any action's adapter is called, reads included, its RUNNING checkpoint (input hash,
-  external key, effect, attempt) is committed by `checkpoints_start`, one statement in its own
-  transaction; after the call, `checkpoints_succeed` commits SUCCEEDED with the validated output
-  before the next action starts. No transaction is open while the adapter runs. Each takes one
-  or many holders (grouped by executions/worker/groupcommit.py), each item fenced on its own;
-- each locks the execution row and check the fence against the database clock inside the
-  statement that commits, so a stale holder can neither start nor save a checkpoint: it is
-  missing from the result, and the runner raises `ExecutionSuperseded`;
-- the external key is always "<executionId>:<actionId>", the same on every attempt;
-  `checkpoint.attempt` counts the calls of that action (+1 per call);
-- `checkpoint_settle` (FAILED or UNKNOWN) never commits by itself: it is the first statement of
-  the caller's retry or failure transaction (executions/queue/finalize.py);
-- each is a plan (executions/queue/steps.py): defined once, run on an asynchronous connection by the
-  worker or on a synchronous one.
+Before any adapter is called, reads included, `checkpoints_start` commits its RUNNING checkpoint
+(input hash, external key "<executionId>:<actionId>", effect, attempt + 1) in its own transaction;
+`checkpoints_succeed` commits SUCCEEDED with the output before the next action; no transaction is
+open during the call. Each takes one or many holders (grouped by the worker), each fenced inside
+the committing statement: a stale one is missing from the result (`ExecutionSuperseded`).
+`checkpoint_settle` never commits alone: it opens the caller's retry or failure transaction.
 """
 
 import uuid

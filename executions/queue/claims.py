@@ -1,24 +1,12 @@
-"""Claiming executions and loading what a holder needs to run one.
+"""Claiming executions and loading what a holder needs to run one (docs/worker-protocol.md#claim,
+docs/adr/0001-claims-with-skip-locked.md).
 
-Invariants and transaction boundaries:
-- `executions_claim` is one statement, hence one transaction, committed (autocommit) before any
-  evaluation or adapter call: it takes only due rows (PENDING, due RETRY_WAIT, RUNNING with an
-  expired lease) with FOR UPDATE SKIP LOCKED, in (next_attempt_at, created_at, id) order (with
-  WORKER_FAIRNESS=tenant, by rank within the tenant first: executions/sql/fairness.py), at most
-  `limit` (the caller's free slots), and gives each attempts + 1, token + 1, this owner and a
-  lease from the database clock; a takeover of an expired lease also appends LEASE_TAKEN_OVER
-  (previous owner, token and lease expiry; new owner and token) in that same statement;
-- the claim also returns the principal of whoever caused this dispatch (None: system; see
-  sql.CLAIM_EXECUTIONS), the trace context stored at the acceptance (orquestador/tracing.py),
-  the accepted request snapshot and, for a reclaimed execution, its
-  checkpoints, read under the new token in the same statement, so the holder starts without
-  another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
-  `ExecutionSuperseded`, never data;
-- flows are immutable once published, so their definitions are read once per process and cached.
-
-Each claimed row is read by column name (a psycopg row factory) into one `Dispatch`, the object
-the worker carries from the claim to its last write and its result: a slot's `Holding` refers to
-it, the runtime's `ExecutionPackage` wraps it, and the run and its endings read it, never a copy.
+Invariants: `executions_claim` is one statement, committed before any evaluation or call: due rows
+only, FOR UPDATE SKIP LOCKED, in claim order (executions/sql/fairness.py), at most `limit`, each
+with attempts + 1, token + 1, this owner and a lease from the database clock, a takeover audited
+in the same statement; it returns the dispatch principal, the stored trace context, the accepted
+snapshot and a reclaimed execution's checkpoints; `execution_load` is that read alone, fenced.
+Each row is read by name into one `Dispatch`, which the worker carries to its last write.
 """
 
 import threading

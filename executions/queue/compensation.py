@@ -1,21 +1,12 @@
-"""Compensation's writes (docs/flow-format.md#compensation): beginning it, ending COMPENSATED,
+"""Compensation's writes (docs/worker-protocol.md#compensation): beginning it, ending COMPENSATED,
 and whether a cancellation requeues an execution to compensate.
 
-Invariants and transaction boundaries (each plan is exactly one transaction):
-- `execution_begin_compensation` replaces the failure of an opted-in transition: lock the
-  request, read the checkpoints, and decide (pure, executions/flows/compensations.py). With a
-  write SUCCEEDED, none uncertain, and a compensation for each, it settles the attempt that
-  failed, records the failure's code as the compensation's cause and appends
-  COMPENSATION_STARTED; the execution stays RUNNING under the same holder, which runs the
-  steps. Otherwise it fails the execution by the usual rule (finalize.py's `execution_fail`:
-  FAILED, or RECONCILIATION_REQUIRED with why it did not compensate in the detail);
-- `execution_compensated` ends it: COMPENSATED with the cause as its error code, only when
-  every step it ran is SUCCEEDED and no write is uncertain; the request released in the state
-  it had; EXECUTION_COMPENSATED appended. Any failure rolls all of it back and keeps the
-  checkpoints, for recovery by lease;
-- every write is fenced; one that matches nothing raises `ExecutionSuperseded`;
-- `cancel_compensates` is a read inside the cancellation's transaction (executions/queue/cancel.py),
-  after its locks: whether the cancelled execution is requeued to compensate.
+Each plan is one transaction, every write fenced. `execution_begin_compensation` replaces an
+opted-in transition's failure: under the request lock it decides (executions/flows/
+compensations.py) and either records the cause and COMPENSATION_STARTED, the holder keeping the
+execution RUNNING, or fails it by the usual rule with why in the detail. `execution_compensated`
+ends it COMPENSATED only when every step SUCCEEDED and no write is uncertain, the request
+released as it was. `cancel_compensates` is a read inside the cancellation's transaction.
 """
 
 import uuid

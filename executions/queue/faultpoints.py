@@ -1,15 +1,11 @@
-"""Named crash points at the worker's persistence boundaries, for the crash-point matrix only.
+"""Named crash points at the worker's persistence boundaries, for the crash-point matrix only
+(docs/crash-points.md lists them and what recovery must do after each).
 
-A test names one point in the environment (`ORQUESTADOR_FAULT_POINT`, optionally narrowed to one
-action with `ORQUESTADOR_FAULT_ACTION`) and the process SIGKILLs itself the first time it reaches
-it: deterministic, at exactly that boundary, with nothing after it run (no `finally`, no
-rollback by the client: the server sees the connection vanish). `docs/crash-points.md` lists the
-points, and what recovery by another process must do after each.
-
-Production cannot arm it: the environment variable is read only when the settings say
-`FAULT_POINTS_ENABLED = True`, which `orquestador/settings.py` fixes to False (no variable reads
-it) and only `orquestador/settings_test.py` sets. An unknown point name stops the process at
-start, naming it.
+A test names one point in `ORQUESTADOR_FAULT_POINT` (optionally one action in
+`ORQUESTADOR_FAULT_ACTION`) and the process SIGKILLs itself the first time it reaches it, with
+nothing after it run. Production cannot arm it: the variable is read only when the settings say
+`FAULT_POINTS_ENABLED = True`, which only `orquestador/settings_test.py` sets. An unknown point
+name stops the process at start, naming it.
 """
 
 import functools

@@ -1,24 +1,12 @@
-"""How a run ends: completed, retry scheduled, failed, or handed to an operator.
+"""How a run ends: completed, retry scheduled, failed, or handed to an operator
+(docs/worker-protocol.md: finalisation, retries, recovery).
 
-Invariants and transaction boundaries (each function is exactly one transaction):
-- `executions_finalize` is one statement for one or many holders (grouped by
-  executions/worker/groupcommit.py), each item on its own: lock the request (still the accepted
-  snapshot), then the execution (fenced), check every expected checkpoint is SUCCEEDED, write the
-  request's new data, state, revision and version and release it, mark the execution SUCCEEDED
-  with its result, append TRANSITION_COMPLETED. Any failure rolls all of it back together and
-  leaves the execution RUNNING with its checkpoints, for recovery by lease. A holder it refused
-  learns why from `finalize_refusal` (superseded, or what changed);
-- `execution_schedule_retry`: the attempt's checkpoint (FAILED or UNKNOWN), RETRY_WAIT with its
-  next_attempt_at from the database clock, and RETRY_SCHEDULED commit together; earlier
-  SUCCEEDED checkpoints are untouched;
-- `execution_fail`: lock the request, then settle the attempt's checkpoint and the execution.
-  With any write outstanding (a write effect SUCCEEDED, RUNNING or UNKNOWN), or when asked, the
-  execution becomes RECONCILIATION_REQUIRED and the request stays blocked
-  (RECONCILIATION_REQUIRED audit); otherwise FAILED, the request released (EXECUTION_FAILED);
-- every write is fenced; a write that matches nothing raises `ExecutionSuperseded` and the
-  transaction rolls back;
-- each is a plan (executions/queue/steps.py): its statements and decisions defined here once, run by
-  the worker on its asynchronous connections or on a synchronous one.
+Each function is one transaction and a plan (steps.py), every write fenced (`ExecutionSuperseded`
+rolls it back). `executions_finalize`, one statement for many holders each on its own, locks the
+request, then the execution, checks every checkpoint SUCCEEDED, writes and releases the request,
+ends the execution SUCCEEDED, appends TRANSITION_COMPLETED; a failure leaves RUNNING and the
+checkpoints (`finalize_refusal` says why). `execution_schedule_retry`: checkpoint, RETRY_WAIT and
+RETRY_SCHEDULED together. `execution_fail`: FAILED, or to an operator when a write is outstanding.
 """
 
 import datetime

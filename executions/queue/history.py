@@ -1,20 +1,12 @@
-"""History that does not grow forever: `manage.py purgehistory --older-than DAYS`.
+"""History that does not grow forever: `manage.py purgehistory --older-than DAYS`
+(docs/operations.md#history).
 
-Invariants and transaction boundaries:
-- only final executions (SUCCEEDED, FAILED, CANCELLED) finished before the cutoff are purged:
-  never RECONCILIATION_REQUIRED (an operator needs its evidence) and never live work;
-- each batch is one short transaction of one statement (sql.PURGE_BATCH): it deletes the batch's
-  checkpoints, their attempt history and the events sent to them and clears the executions'
-  payloads, or does nothing; a purge stopped at any point leaves every execution either purged or
-  untouched, and running it again carries on;
-- workers keep running meanwhile: a batch locks only final execution rows (SKIP LOCKED), which
-  no worker and no claim ever locks, and it holds them for one statement;
-- the route limiter's records of calls that ended before the cutoff go too, in batches of
-  their own, after the executions;
-- the audit trail is append-only and stays whole; the execution row stays too (the audit and the
-  request's history refer to it), with what the execution view shows. Once purged, an execution
-  has no checkpoints and no events, so nothing can be found by its external keys or event ids any
-  more (a replayed callback or eventId for it must answer 404 NOT_FOUND).
+Invariants: only final executions (SUCCEEDED, FAILED, CANCELLED) finished before the cutoff are
+purged, never RECONCILIATION_REQUIRED nor live work; each batch is one statement in its own short
+transaction (sql.PURGE_BATCH), so a purge stopped anywhere leaves each execution purged or
+untouched; a batch locks only final rows (SKIP LOCKED), which no worker locks; the route
+limiter's records go after, in batches of their own; the audit trail and the execution rows stay,
+but nothing can be found by a purged execution's external keys or event ids (404 NOT_FOUND).
 """
 
 import logging

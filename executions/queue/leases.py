@@ -1,17 +1,12 @@
-"""Leases and fencing: who holds an execution, and the errors a holder meets when it no longer does.
+"""Leases and fencing: who holds an execution, and the errors a holder meets when it no longer does
+(docs/worker-protocol.md#fencing, docs/adr/0002-fencing-tokens.md).
 
-Invariants:
-- a holder is the tuple (execution id, request id, fencing token, lease owner); every write after
-  a claim names all four and requires status RUNNING and an unexpired lease by database time
-  (executions/sql/fence.py), so a holder whose token is stale cannot load, start or save a
-  checkpoint, fail, retry or complete the execution;
-- a fenced write that matches no row raises `ExecutionSuperseded` naming the execution; the
-  dispatcher settles it and never retries it (a retry would take a newer token and fence out
-  the holder that won);
-- renewal needs the exact holder and an unexpired lease; an expired lease never revives.
-  `leases_renew` renews every held lease of a process in one statement (its own transaction)
-  and reports which ones came back lost. Like every protocol statement it is a plan
-  (executions/queue/steps.py), run on the worker's asynchronous connections or a synchronous one.
+Invariants: a holder is (execution id, request id, fencing token, lease owner); every write after a
+claim names all four and requires RUNNING and an unexpired lease by database time
+(executions/sql/fence.py); one that matches no row raises `ExecutionSuperseded`, which the
+dispatcher settles and never retries (a retry would fence out the winner). An expired lease never
+revives: `leases_renew` renews every lease of a process in one statement, its own transaction,
+and reports which came back lost. Like every protocol statement it is a plan (steps.py).
 """
 
 import os

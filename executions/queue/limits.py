@@ -1,25 +1,12 @@
-"""Route limits (INTEGRATIONS.md#flow-control, docs/adr/0022): calls of a route in flight and
-started per window, across every worker, kept in PostgreSQL. Past 400 lines: the worker's and
-the prober's plans and calls, the declarations at start, the operators' pauses and the reads
-(/metrics, the Workers page, `throttled`) of one limiter.
+"""Route limits across every worker, kept in PostgreSQL (INTEGRATIONS.md#flow-control,
+docs/adr/0022-route-limits-in-postgresql.md): the worker's and the prober's plans, declarations
+at start, operators' pauses, and the reads of /metrics, the Workers page and `throttled`. The
+statements are executions/sql/limits.py's; the worker's side is executions/worker/limiter.py.
 
-Invariants and transaction boundaries (each plan is one statement, in autocommit):
-- `route_take` (worker, fenced): a limited call gets its place (a route_call row) or its
-  execution is parked: PENDING, lease cleared, due at its turn or the pause's end, or later,
-  when a call in flight ends (`route_end` wakes it, the sweep catches what an ending missed).
-  A parked call started no attempt: its RUNNING checkpoint was never written;
-- a rate's start is granted for a moment, W/N after the one before (`Taken.at`), which the
-  caller keeps to within `late_seconds`, or takes another (`route_retime`); on a route
-  declared `tenant` a park waits for its turn to be dealt, a second ahead, lowest rank within
-  its tenant first (`Taken.dealt_turns`, the sweep);
-- a place is held under the holder's lease: when its execution moves on, or its lease
-  expires (a SIGKILLed worker), it stops counting (the function route_call_live);
-- on a route far above need a worker leases places and a share of the rate in a batch
-  (`route_lease_take`, one route_call counted whole), renewed by its sweep
-  (`route_lease_renew`) and counted only while its hold lasts;
-- a provider's 429 with Retry-After pauses the route for everyone (`route_pause_by_provider`),
-  an operator pauses and resumes it (`route_operator_pause`, audited in route_event).
-The statements are executions/sql/limits.py's; the worker's side is executions/worker/limiter.py.
+Each plan is one statement in autocommit. Invariants: `route_take` (fenced) grants a place or
+parks the execution (PENDING, lease cleared, no attempt started); a rate's start is granted a
+moment W/N after the one before, kept or retaken (`route_retime`); a place counts only under its
+holder's live lease (route_call_live); a lease of places counts whole (`route_lease_take`).
 """
 
 import datetime

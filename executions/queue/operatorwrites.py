@@ -1,14 +1,12 @@
-"""The skeleton of every operator write: cancellation and the three resolutions.
+"""The skeleton of every operator write: cancellation and the three resolutions
+(RECONCILIATION.md#the-resolutions).
 
-Each is one transaction, `operator_write`: lock the request, then the execution (the lock order of
-finalisation, one order everywhere), check the status the write expects, then the caller settles
-what it must, requeues the execution or ends it, and records the audit event — all with the token
-read under the lock, bumped by the write, so a worker still holding an earlier lease is fenced out
-of every later write and its heartbeat sees the lease lost. Any refusal or failure rolls all of it
-back. The reason rule (written, at most MAX_REASON_CHARS) is `clean_reason`, for every writer.
-
-It belongs to executions: cancellation (cancel.py) is an execution write that the API,
-`cancelexecution` and the executions admin make, and reconciliation's resolutions build on it.
+Each is one transaction, `operator_write`: lock the request, then the execution (one lock order
+everywhere), check the status the write expects, let the caller settle, requeue or end it and
+record the audit event, all with the token read under the lock and bumped by the write, so a
+worker holding an earlier lease is fenced out. Any refusal or failure rolls all of it back. The
+reason rule (written, at most MAX_REASON_CHARS) is `clean_reason`, for every writer. It lives in
+executions because cancellation is an execution write; reconciliation's resolutions build on it.
 """
 
 import uuid

@@ -1,14 +1,12 @@
-"""Statements as plans: each protocol write or read is defined once, run on either connection.
+"""Statements as plans: each protocol write or read is defined once, run on either connection
+(docs/adr/0014-one-event-loop-per-worker.md, "One definition of each statement").
 
-A plan is a generator that yields `Query`s (a statement of executions/sql/ with its parameters
-and how much of its answer it needs) and receives each answer; what it returns is the
-protocol function's result. The decisions between statements (a fenced write that matched
-nothing raises `ExecutionSuperseded`, which settlement follows, what to audit) live in the
-plan only; `run_sync` runs it on a psycopg connection (tests, tools) and `run_async` on the
-worker's asynchronous ones, so the two can never disagree. `Plan.atomic` says whether the
-plan is one transaction of its own: the runners open it, a failure rolls all of it back.
-A protocol function is its generator under `@as_plan()`: its parameters are written once, and
-calling it returns the `Plan` (nothing runs until a runner drives it).
+A plan is a generator that yields `Query`s (a statement of executions/sql/, its parameters, how
+much of its answer it needs), receives each answer and returns the protocol function's result;
+the decisions between statements live in the plan only. `run_sync` runs it on a psycopg
+connection, `run_async` on the worker's asynchronous ones, so the two never disagree;
+`Plan.atomic` says whether it is one transaction of its own (a failure rolls all of it back). A
+protocol function is its generator under `@as_plan()`: calling it returns the `Plan`.
 """
 
 import functools

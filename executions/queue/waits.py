@@ -1,24 +1,12 @@
-"""Waiting (docs/worker-protocol.md#waits): wait actions reached by the worker, their deadlines,
-what they wait for.
+"""Waiting (docs/worker-protocol.md#waits): wait actions reached by the worker, their deadlines.
+A wait's checkpoint is READ_ONLY (`wait:<event>`): WAITING while the execution is SUSPENDED, then
+SUCCEEDED with the event's payload as the action's output.
 
-A wait action `{"id", "wait": {"event", "payloadSchema", "timeoutSeconds", "onTimeout"?}}` has
-a checkpoint like any action (capability `wait:<event>`, READ_ONLY, never a write): WAITING while
-the execution is SUSPENDED, then SUCCEEDED with the event's payload as the action's output.
-
-Invariants and transaction boundaries (each function is exactly one transaction):
-- `wait_reach` (worker, fenced): lock the request, then the execution; an event kept for this
-  wait is consumed at once (checkpoint SUCCEEDED with its payload, EXECUTION_RESUMED with its
-  sender as actor) and the run goes on; otherwise the WAITING checkpoint, SUSPENDED until the
-  deadline (`next_attempt_at`, database clock; lease cleared, request still blocked) and
-  EXECUTION_SUSPENDED commit together. Because a resume (resumes.py) holds the same locks while it
-  decides, an event is either kept before the wait is reached (and consumed here) or finds the
-  execution SUSPENDED: never lost between the two;
-- `wait_time_out_continue` (worker, fenced, the deadline passed): the checkpoint becomes
-  SUCCEEDED with the wait's onTimeout payload under the holder's token, EXECUTION_RESUMED with
-  actor `system` and `timedOut: true`. Without onTimeout the runner fails the execution with
-  EVENT_TIMEOUT under the usual rule (finalize.execution_fail), after `wait_checkpoint_expire`.
-
-Resumes by events, from the API, are in resumes.py; they take the same locks in the same order.
+Each function is one fenced transaction. `wait_reach` locks the request, then the execution (as
+resumes.py does: an event is kept before the wait is reached or finds it SUSPENDED), and consumes
+a kept event or commits the WAITING checkpoint, SUSPENDED until the deadline (database clock,
+lease cleared) and EXECUTION_SUSPENDED together. `wait_time_out_continue` succeeds it with
+onTimeout's payload (`system`, `timedOut: true`); without one the runner fails it EVENT_TIMEOUT.
 """
 
 import datetime

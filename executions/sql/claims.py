@@ -123,7 +123,7 @@ SELECT c.id, c.request_id, c.flow_id, c.transition_id, c.attempts, c.fencing_tok
 CLAIM_EXECUTIONS = _CLAIM.replace("{due}", ORDERS["queue"])  # WORKER_FAIRNESS=queue, the default
 
 # The claim under WORKER_FAIRNESS=tenant: the same statement, its due rows taken by their rank
-# within their tenant, then by age (executions/sql/fairness.py; docs/adr/0017).
+# within their tenant, then by age (executions/sql/fairness.py; docs/adr/0019).
 # Locks: as CLAIM_EXECUTIONS; rows are locked only in its last step, each tenant's quota.
 # Index: execution_fair_idx (the tenants, and each one's due rows in order), execution_held_idx
 # (each one's held executions); then as CLAIM_EXECUTIONS.

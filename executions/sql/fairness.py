@@ -1,10 +1,6 @@
-"""The order in which due work is taken: `WORKER_FAIRNESS` (docs/adr/0019).
-
-`queue` (the default) takes due executions oldest first, in one walk of execution_claim_idx.
-`tenant` takes them by their rank within their tenant, then by age: an execution's rank is one
-plus the executions of its tenant held under a live lease right now plus its tenant's due
-executions ahead of it, so every tenant's first turn comes before any tenant's second, across
-claims and workers alike, computed from the rows at each claim (nothing else is kept).
+"""The order in which due work is taken: `WORKER_FAIRNESS` (docs/worker-protocol.md#tenant-fairness,
+docs/adr/0019-tenant-fairness-in-the-claim.md). `queue` (the default) takes due executions oldest
+first, in one walk of execution_claim_idx; `tenant` by their rank within their tenant, then age.
 
 Each order is a fragment that ends in a CTE named `due` (id, row_ctid, was_status, was_owner,
 was_token, was_expires_at: the rows locked FOR UPDATE SKIP LOCKED, row_ctid the version locked),

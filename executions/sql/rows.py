@@ -1,17 +1,12 @@
 """What the API's fixed reads (executions/sql/reads.py) hand its views: a request's and an
 execution's view columns by name, in the statements' column order, with no model instance built
-per row. executions/api/render.py builds the JSON from them; an Execution instance has the same
+per row; executions/api/render.py builds the JSON from them. An Execution instance has the same
 attribute names, so an acceptance's answer is built by the same code as a read's.
 
-Their times are text, as the API writes them in UTC ("2026-12-01T23:59:58.123456Z": Python's
-isoformat of the time with a Z, as DRF writes it), written by the statement itself (see
-executions/sql/reads.py): psycopg's loading of a time and isoformat() writing it again cost a
-third of a page's rows, where PostgreSQL's to_char costs it little; `render.moment` writes them
-in another zone when one is current. Ids come as text, as their views write them: psycopg's UUID
-(built by uuid.UUID's pure-Python constructor), its str() and its hash as a page's key cost more
-than the rest of the row. Of an execution's result only its outcome and target state, the texts
-its view shows, not the JSON to decode. A request's data is the JSON text PostgreSQL writes,
-decoded (`json_value`) only as it is rendered.
+Times come as the API writes them, text in UTC ("2026-12-01T23:59:58.123456Z", DRF's isoformat),
+written by the statement (`render.moment` rewrites them when another zone is current); ids come as
+text; of a result only its outcome and target state; a request's data as JSON text, decoded
+(`json_value`) only as it is rendered. Why: docs/adr/0021-an-entrance-as-fast-as-the-engine.md.
 """
 
 import datetime

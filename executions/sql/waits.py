@@ -49,7 +49,6 @@ VALUES (%(execution_id)s, %(action_id)s, %(sequence)s, %(capability)s, 1, 'READ_
 
 # Suspend: SUSPENDED until the wait's deadline (next_attempt_at, by the database clock), lease
 # cleared, the request still blocked; the row stays in execution_claim_idx keyed by its deadline.
-# Alike EXECUTION_SCHEDULE_RETRY in shape only (another status, clock and error): each stays whole.
 # Locks: the execution row (already locked by WAIT_HOLDER_LOCK).
 # Index: execution_pkey.
 EXECUTION_SUSPEND = fenced(

@@ -1,36 +1,12 @@
-"""The delivery loop `runworker` runs beside its claim loop, on the same event loop.
+"""The delivery loop `runworker` runs beside its claim loop, on the same event loop
+(docs/adr/0020-webhooks-from-an-outbox.md, "Delivered by runworker").
 
-Invariants:
-- connections: none of its own. Each cycle borrows one of the runtime's shared connections for
-  its one or two autocommit statements (executions/worker/runtime.py), so the process stays
-  within its budget; an attempt in flight holds none;
-- at least once, with a stable event id: a delivery is claimed (one more attempt, a new claim
-  token, held for the timeout plus a margin) before it is sent, and its result written after,
-  fenced by that token. A process that dies in between leaves it PENDING; it is due again once
-  the hold passes, and some process sends it again (same event id, same body);
-- cycles, not statements per attempt: an attempt's end only adds its result to a list; a cycle
-  writes every result waiting in one statement, then claims, on one borrowed connection. A
-  claim comes at most every CLAIM_SPACING_SECONDS (sooner after a full one); a result waits at
-  most RESULT_WAIT_SECONDS, for a claim or a cycle of its own (docs/adr/0020);
-- in order per execution for each subscription: the claim skips a delivery while an earlier one
-  of the same execution and subscription is PENDING, in flight or its result not yet written
-  included (sql.WEBHOOK_DELIVERIES_CLAIM); the statement that writes the earlier one's result
-  says whether such a later one waits, and the cycle claims it at once;
-- a result lost with a database crash (it commits asynchronously) only means the event is sent
-  again: the claim is synchronous, and WAL is flushed in order, so an earlier event's result is
-  durable before a later event of its execution is claimed and sent;
-- retries: exponential backoff with full jitter (a uniform delay up to WEBHOOK_RETRY_BASE_SECONDS
-  doubled per attempt, at most RETRY_MAX_SECONDS) until WEBHOOK_MAX_AGE_HOURS, then FAILED;
-- wake-ups: `poke` (the scheduler's, after each run ends here), `notified` (the scheduler's
-  listening connection heard NOTIFY_WEBHOOKS: the API's or an operator's changes, a ping, a
-  redelivery, the remote runtime's endpoint), a timer at the earliest retry this loop scheduled,
-  and a poll every POLL_SECONDS for the rest (other runworkers' runs, a lost notification, a
-  worker that cannot LISTEN). Wake-ups close together share one claim;
-- no wake-up per event: an attempt's end wakes the loop only when it is the first result
-  waiting or frees the one slot a full loop waits for; every other wait is on a deadline;
-- stopping (`stop`, from any thread): a cycle still waiting for a connection (the database may
-  be gone) is dropped at once; attempts in flight, then the writing of their results, get
-  STOP_GRACE_SECONDS, so the worker's exit waits on neither.
+Invariants: no connection of its own (a cycle borrows one of the runtime's shared ones, an
+attempt in flight holds none); at least once, with a stable event id (claimed under a new token
+and a hold before it is sent, its result written after under that token); in order per execution
+for each subscription; results written in cycles, one statement for all waiting, then a claim (at
+most every CLAIM_SPACING_SECONDS; a result waits at most RESULT_WAIT_SECONDS); retries with full
+jitter until WEBHOOK_MAX_AGE_HOURS; `stop` drops a cycle waiting for a connection.
 """
 
 import asyncio

@@ -1,14 +1,12 @@
 """The webhook tables: subscriptions, the outbox of events, and one delivery per event and
-subscription.
+subscription (docs/adr/0020-webhooks-from-an-outbox.md).
 
-Invariants kept by the database itself:
-- an event is written by the trigger `webhook_outbox_write` (migration 0014) in the transaction
-  that changes an execution's status to one a webhook reports, so no event exists for a change
-  that rolled back and none is missing for one that committed;
-- a delivery is PENDING until a 2xx (DELIVERED) or until its retries outlive
-  WEBHOOK_MAX_AGE_HOURS (FAILED): never removed while PENDING (purgehistory keeps the execution's
-  events until every delivery of them is settled);
-- deleting a subscription deletes its deliveries; deleting an event deletes its deliveries.
+Invariants kept by the database itself: an event is written by the trigger
+`webhook_outbox_write` (migration 0017) in the transaction that changes an execution's status to
+one a webhook reports, so none exists for a change that rolled back and none is missing for one
+that committed; a delivery is PENDING until a 2xx (DELIVERED) or until its retries outlive
+WEBHOOK_MAX_AGE_HOURS (FAILED), and is never removed while PENDING; deleting a subscription or an
+event deletes its deliveries.
 """
 
 import uuid

@@ -1,18 +1,11 @@
-"""Per-route call metrics: how long each adapter call took and how it ended, by capability.
+"""Per-route call metrics: how long each adapter call took and how it ended, by capability
+(docs/operations.md#metrics). Recorded where the adapter is called (executions/worker/calls.py),
+served with the worker's other metrics (`WorkerMetrics.families()` appends these).
 
-Recorded where the adapter is called (executions/worker/calls.py), so the run loop keeps no
-metrics code of its own for calls. Served with the worker's other metrics
-(executions/worker/metrics.py): `WorkerMetrics.families()` appends these.
-
-Invariants:
-- one registry per process (`CALLS`): a worker process has one catalog and one endpoint, and the
-  call site needs no handle threaded through the run loop. A remote runtime's calls are counted
-  in the process that makes them;
-- label values come from closed sets: `capability` is `capability@version` from the trusted
-  catalog (never request data), `outcome` one of the adapter outcomes (actions.base.Outcome);
-- a capability's series appear with its first call (all its outcomes at zero), the families
-  with the first call of any;
-- recording is a bisect and one lock; a scrape copies under the lock and formats outside it.
+Invariants: one registry per process (`CALLS`: one catalog, one endpoint; a remote runtime's calls
+count where they are made); labels from closed sets, `capability` as `capability@version` from
+the trusted catalog and `outcome` an adapter outcome; a capability's series appear with its first
+call, all its outcomes at zero; recording is a bisect and one lock, a scrape copies under it.
 """
 
 import bisect

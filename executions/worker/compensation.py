@@ -1,22 +1,12 @@
-"""The holder's side of compensation (docs/flow-format.md#compensation): undo a failed
-transition's writes, in reverse, as actions of their own.
+"""The holder's side of compensation (docs/flow-format.md#compensation,
+docs/worker-protocol.md#compensation): undo a failed transition's writes, in reverse, as actions.
 
-Invariants:
-- only a FAIL decision of a transition whose onFailure is "compensate" is compensated; a
-  RECONCILE decision (an uncertain or untrustworthy write) goes to an operator as always, and
-  so does a failure the plan cannot compensate (executions/queue/compensation.py decides, under the
-  request lock, and writes the usual ending then);
-- each step is an action run by the runner's own path (`_Run.action`): input mapped and
-  validated, binding resolved, RUNNING checkpoint committed under the fence, adapter called with
-  the key `executionId:actionId:compensate`, SUCCEEDED committed; the recovery table applies to
-  its checkpoint by its own effect class, and its calls count against its route's limits there,
-  like every action's;
-- a step that ends the run: RETRY schedules RETRY_WAIT as usual (the claim that follows
-  compensates again: `compensation_cause` stays set); FAIL becomes RECONCILIATION_REQUIRED
-  COMPENSATION_FAILED (a failed undo is never left unsaid); RECONCILE stays reconciliation;
-- the end, COMPENSATED with the request released, is one transaction with its audit.
-
-Transactions: those of the writes it calls; none is open while a compensation runs.
+Invariants: only a FAIL of a transition whose onFailure is "compensate" is compensated, and only
+when executions/queue/compensation.py so decides under the request lock; each step runs the
+runner's own action path (key `executionId:actionId:compensate`, RUNNING before the call, the
+recovery table by its own effect, its route's limits); a step's RETRY schedules RETRY_WAIT (the
+next claim compensates again), FAIL becomes COMPENSATION_FAILED, RECONCILE stays; the end,
+COMPENSATED with the request released, is one transaction. None is open during a step's call.
 """
 
 import logging

@@ -1,17 +1,12 @@
 """How a run ends, written: the fail, reconcile and retry decisions of recovery.py.
 
-Invariants:
-- a decision is written after it is made, never while an exception is being built: the runner
-  decides (pure), unwinds to its top, then calls `run_end` once;
-- each ending is one fenced transaction of executions/queue/finalize.py, on a connection borrowed
-  for that write only: FAIL and RECONCILE through `execution_fail` (which hands the run to an
-  operator when a write is outstanding, under the request lock), RETRY through
-  `execution_schedule_retry` with a backoff from the worker's configuration; a holder that no longer
-  holds the execution gets `ExecutionSuperseded`;
-- INTERRUPT writes nothing: the RUNNING checkpoint stays for recovery by lease;
-- the poison cap ends an execution without a run: `poison_settle` writes RECLAIMS_EXHAUSTED on
-  the claim's own connection and token (executions/worker/scheduler.py calls it for a claim
-  past WORKER_MAX_RECLAIMS).
+Invariants: a decision is written after it is made, never while an exception is being built (the
+runner decides, unwinds, then calls `run_end` once); each ending is one fenced transaction of
+executions/queue/finalize.py on a connection borrowed for that write: FAIL and RECONCILE through
+`execution_fail` (an operator gets it when a write is outstanding), RETRY through
+`execution_schedule_retry`; a holder that no longer holds gets `ExecutionSuperseded`; INTERRUPT
+writes nothing. `poison_settle` ends a claim past WORKER_MAX_RECLAIMS without a run, on the
+claim's own connection and token (docs/worker-protocol.md#poison-cap).
 """
 
 import datetime

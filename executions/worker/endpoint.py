@@ -1,32 +1,12 @@
-"""The worker endpoint (docs/worker-protocol.md#runtime-spi): runs ExecutionPackages posted by a
-`RemoteWorkerRuntime`.
+"""The worker endpoint, mounted under /internal/worker/ only when WORKER_ENDPOINT_ENABLED is true
+(docs/worker-protocol.md#runtime-spi, docs/adr/0006-remote-worker-runtime.md): `POST execute` runs
+a package through a `LocalWorkerRuntime` here and answers its result, or `409 {"code":
+"superseded" | "interrupted", "executionId"}`; `POST cancel` signals the holder, best effort.
 
-Mounted under /internal/worker/ only when WORKER_ENDPOINT_ENABLED is true:
-- `POST execute` takes an ExecutionPackage as JSON, runs it through a `LocalWorkerRuntime` in
-  this process and answers the ExecutionResult as JSON (200); a superseded refusal answers exactly
-  `409 {"code": "superseded", "executionId"}`, a holder stopped by a cancel
-  `409 {"code": "interrupted", "executionId"}`;
-- `POST cancel` `{executionId, fence, reason}` signals the exact holder here, best effort, and
-  answers `{"cancelled": bool}`.
-
-Invariants:
-- the local runtime runs principal-less packages as the worker's system identity
-  (`runs_as_system`), so this endpoint never runs without its authentication gate: settings refuse
-  WORKER_ENDPOINT_ENABLED without a WORKER_ENDPOINT_TOKEN, and `endpoint_runtime` refuses again;
-- every call must present `Authorization: Bearer <WORKER_ENDPOINT_TOKEN>`, compared in constant
-  time, before its body is read; a package's `principal` is therefore only ever honoured from an
-  authenticated caller;
-- a malformed package is a 400 `{"code": "INVALID_BODY", "detail"}`, never a 500; a fault of ours
-  is logged and answered 500 `INTERNAL_ERROR` without detail;
-- a web thread is never held longer than WORKER_ENDPOINT_RUN_SECONDS for one package: the run
-  is a task on the runtime's event loop (a thread of this process), and past that limit it is
-  told to stop (its stop signal: it starts no further action and abandons a provider wait) and
-  the endpoint answers
-  503 `{"code": "RUN_TIME_LIMIT", "detail"}`, which the dispatcher treats as a remote timeout
-  (left for recovery by lease, nothing uncertain repeated). Meanwhile the dispatcher keeps
-  renewing the lease, so a run of many actions is bounded by this limit, not by one lease;
-- no transaction here: the runtime's own connections write, each write its own short
-  transaction, exactly as in `runworker`.
+Invariants: never without its token (settings and `endpoint_runtime` refuse), compared in constant
+time before the body is read, so a package's `principal` is honoured only from that caller; a
+malformed package is 400 INVALID_BODY, a fault of ours 500 without detail; a run past
+WORKER_ENDPOINT_RUN_SECONDS is told to stop and answered 503 RUN_TIME_LIMIT; no transaction here.
 """
 
 import concurrent.futures

@@ -1,35 +1,12 @@
-"""Group commit: the checkpoint and finalisation writes of concurrent runs, merged.
+"""Group commit: the checkpoint and finalisation writes of concurrent runs share one statement and
+one commit (docs/adr/0004-group-commit-of-hot-path-writes.md; futures and cancellation in ADR 14,
+urgent runs in docs/adr/0019-tenant-fairness-in-the-claim.md, "Inside the worker").
 
-A worker process runs many executions at once, and each one's hot path is a few short writes
-(per action a start and a save, then the final commit). Written one by one, every execution pays
-a statement and a commit for each; on a small machine that, not the work, bounds throughput. Here
-the runs that want the same kind of write at the same moment share one statement and one
-commit.
-
-Invariants:
-- leader/follower, no timer: the first run to arrive writes at once, on a connection it
-  borrows from the process's few shared ones for that statement only, everything queued at
-  that moment (a batch of one when the process is idle, so latency is never traded for
-  throughput); runs arriving meanwhile queue up and the first of them leads the next batch;
-- every caller waits for its own item (a future): `submit` returns only once the statement that
-  carried it has committed (or failed), so a RUNNING checkpoint is durable before the adapter
-  is called;
-- a batch, once led, is written whatever happens to the run that leads it (shielded from its
-  cancellation: a stuck run given back), and the lead always passes on, so no follower waits
-  for a leader that is gone; a follower awaits its ticket unshielded (one future, no more): its
-  cancellation reaches only that future, and a lead handed to a run being cancelled is led
-  without it;
-- each item is fenced on its own inside the grouped statement (executions/sql/): an item whose
-  holder was superseded is simply absent from the result (None), and never affects the others;
-- a batch whose statement fails is retried item by item, so one execution's fault (a trigger, a
-  constraint) fails only that execution;
-- a run never holds a database lock while it waits for its turn: every grouped write is one
-  autocommit statement, and multi-row locks are taken in id order;
-- an urgent run (under WORKER_FAIRNESS=tenant, one whose tenant is far below its share of the
-  process: holdings.Slots.urgent) is not grouped: it writes its item at once, alone, in its own
-  task (`Alone`), taking the next of the shared connections before any batch's leader
-  (`WriteGate`): a newcomer waits neither for a big tenant's batch in flight nor inside the
-  next one (docs/adr/0019, "Inside the worker").
+Invariants: leader/follower, no timer (an idle process writes a batch of one at once); `submit`
+returns only once the statement carrying its item has committed or failed; a batch once led is
+written whatever happens to its leader, and the lead always passes on; each item is fenced on
+its own (a superseded one is absent, None); a failed batch is retried item by item; no run holds
+a lock while it waits; an urgent run (holdings.Slots.urgent) writes alone, first (`WriteGate`).
 """
 
 import asyncio

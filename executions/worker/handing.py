@@ -1,13 +1,11 @@
-"""Places passed on at a call's end (limiter.Handoff, docs/adr/0022): the dispatcher's side.
+"""Places passed on at a call's end (limiter.Handoff): the dispatcher's side
+(docs/adr/0022-route-limits-in-postgresql.md). Everything here runs on the scheduler's loop.
 
-Invariants:
-- a slot is kept for the execution a place may be passed to before the end is sent, and the
-  claim loop leaves kept slots free (`kept`), so what the end claims always has a slot;
-- the end that claims is one statement (sql.CLAIM_PASSED) under this process's owner and
-  lease, counted as a claim only when it claimed something;
-- stopping, no slot is kept: the end then only ends the call (the oldest parked is woken and
-  announced for another worker).
-Everything here runs on the scheduler's event loop.
+Invariants: a slot is kept for the execution a place may be passed to before the end is sent, and
+the claim loop leaves kept slots free (`kept`), so what the end claims always has a slot; the end
+that claims is one statement (sql.CLAIM_PASSED) under this process's owner and lease, counted as
+a claim only when it claimed something; stopping, no slot is kept, and the end only ends the call
+(the oldest parked is woken and announced for another worker).
 """
 
 import threading

@@ -1,20 +1,12 @@
-"""The heartbeat of `runworker`: lease renewal, the worker registry row, and stuck runs.
+"""The heartbeat of `runworker`: lease renewal, the worker registry row, and stuck runs
+(docs/worker-protocol.md#lease-and-renewal, #poison-cap).
 
-Invariants:
-- a task on the worker's event loop: every WORKER_RENEW_SECONDS it renews every held lease in
-  one statement, and refreshes this worker's registry row (sql.WORKER_SEEN) in one more, on a
-  connection borrowed from the runtime's shared ones (with a remote runtime, one of its own:
-  executions/worker/scheduler.py counts them);
-- a lease that comes back lost cancels exactly that holder (execution id and token): its
-  per-execution stop signal, never a task by position, so a renewal that returns late cannot
-  disturb a different execution now held by the same slot. If renewals cannot reach the database
-  for a whole lease, the holders are cancelled too: their leases have expired;
-- stuck runs: each run reports its deadline (its remaining actions' timeouts plus a margin,
-  runner.deadline_seconds); past it the heartbeat stops renewing that lease, cancels the run
-  in-process, counts and logs it, gives its slot back and cancels its task. Another worker
-  recovers the execution once the lease expires; any late write of the stuck run is fenced out;
-- a connection opened before an outage fails its first statement once the server is back: that
-  is retried once on a fresh connection before it counts as an outage (logged once per outage).
+Invariants: a task on the worker's loop that every WORKER_RENEW_SECONDS renews every held lease in
+one statement and refreshes this worker's row (sql.WORKER_SEEN) in one more, on a borrowed shared
+connection (a remote runtime's heartbeat has its own); a lease that comes back lost cancels
+exactly that holder (execution id and token), never a task by position, and renewals failing
+for a whole lease cancel them all; a run past its deadline is no longer renewed, its slot given
+back and its task cancelled; a connection opened before an outage gets one retry on a new one.
 """
 
 import importlib.metadata

@@ -1,16 +1,12 @@
 """The slots of one `runworker` process and the executions held in them.
 
-Everything here runs on the worker's event loop, so the count of slots in use and the
-executions by id always agree without a lock held across a wait; a short lock guards only the
-dict, for threads that read it (the metrics endpoint, the prober's "is a slot free?"). A
-`Holding` is one holder (execution id and token): a renewal that answers late, or a slot given
-back, never touches a later holder of the same execution. It refers to its claim's `Dispatch`
-and keeps only what changes while a slot holds it; the runtime is handed the holding itself
-(`WorkerRuntime.allocate`).
-
-Under WORKER_FAIRNESS=tenant the slots also count what each tenant holds here, so that a run of
-a tenant far below its share of this process's slots writes ahead of the others (`urgent`:
-docs/adr/0019, "Inside the worker").
+Everything here runs on the worker's event loop, so slots in use and executions by id agree
+without a lock held across a wait (a short lock guards the dict for threads that read it). A
+`Holding` is one holder (execution id and token): a late renewal or a slot given back never
+touches a later holder of the same execution. It refers to its claim's `Dispatch`, keeps only
+what changes while held, and is what the runtime allocates for. Under WORKER_FAIRNESS=tenant
+the slots count what each tenant holds, so a run of a tenant far below its share writes first
+(`urgent`: docs/adr/0019-tenant-fairness-in-the-claim.md, "Inside the worker").
 """
 
 import asyncio

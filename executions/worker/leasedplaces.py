@@ -1,19 +1,12 @@
-"""Places leased in batches on routes far above need (docs/adr/0022, migration 0020).
+"""Places leased in batches on routes far above need (docs/adr/0022-route-limits-in-postgresql.md,
+"Places leased in batches"; migration 0020). Thread-safe: the runs on the loop, the sweep not.
 
-Invariants:
-- a route is far above need when its max_in_flight (if any) is at least FAR_ABOVE times this
-  worker's slots and a SHARE_PART of its rate (if any) at least its slots: the worker then
-  leases as many places as it has slots and that share of the rate in one statement, and its
-  calls take from the lease with no statement (a run has one call at a time, so the slots
-  bound the places it uses; a local sliding window bounds its starts to the share);
-- the limiter grants a lease only with room for all of it, under the route's row lock, and
-  counts it whole, so the route's limits hold across every worker as they do per call;
-- the lease is held while the worker renews it (its sweep, about every second, reporting what
-  it has in use and started, which /metrics shows); a worker killed stops renewing and its
-  places return when the lease's hold (one execution lease) ends; a stopping worker gives its
-  leases back;
-- a route without a lease, its lease used up, or known to be paused takes per call as before.
-Thread-safe: the runs use it on the loop, the sweep from its thread.
+Invariants: a route is far above need when its max_in_flight is at least FAR_ABOVE times this
+worker's slots and SHARE_PART of its rate at least its slots; then one statement leases that many
+places and that share, granted only with room for all of it and counted whole, so the limits hold
+across every worker; calls take from the lease with no statement (a local sliding window bounds
+their starts); the sweep renews it; a killed worker's places return when its hold ends, a
+stopping worker gives them back; without a lease a route takes per call.
 """
 
 import threading

@@ -1,30 +1,12 @@
-"""A worker's side of the route limits (executions/queue/limits.py, docs/adr/0022). Past 400 lines:
-the call inside its limits, its place or lease, its moment, its end and handoff, the provider's
-pauses, and the sweeper thread.
+"""A worker's side of the route limits (executions/queue/limits.py; docs/worker-protocol.md and
+docs/adr/0022-route-limits-in-postgresql.md): a call's place, moment, end and hand-off, the
+provider's pauses (`ROUTE_PAUSES`), the sweeper thread (`RouteSweeper`), the turns (`turns.TURNS`).
 
-Invariants:
-- an unlimited route costs nothing: no statement, unless this worker knows the route is
-  paused (a provider's 429, an operator), and then only while the pause lasts;
-- a route far above need costs no statement per call either: its calls take places this
-  process leased in a batch (leasedplaces.py), renewed by the sweep;
-- a limited call takes its place (one statement) after the recovery table let it go and
-  before its RUNNING checkpoint: a call held back has started no attempt, and its execution is
-  parked (PENDING, no lease), so the slot and its task are free at once;
-- a call granted on a route with a rate starts at the moment granted (after its checkpoint),
-  never before, and never later than three quarters of the rate's spacing after it: one that
-  would takes a new moment (`Moment`), kept again as its HTTP request is about to be written,
-  so the provider sees the moments' spacing;
-- a call taken on a route with max_in_flight is ended (one statement) as soon as the adapter
-  returns, whatever it returned, which also wakes the oldest execution parked for a place;
-  when this process has a free slot, the end is instead this process's claim of that
-  execution with the place granted, in one statement (`Handoff`): no announcement, no other
-  worker's claim racing for it, and no take in the woken run; a run that never ends it
-  (killed, stuck) stops counting when its lease is gone;
-- a provider's 429 with Retry-After pauses the route for every worker, capped like every retry.
-The pauses this process knows are shared by its runs and its sweep (`ROUTE_PAUSES`), which
-refreshes them about every second (`RouteSweeper`). The turns of the executions this process
-parked until a time (a rate's turns, its peers' included; a pause's end), and of those its
-takes dealt in tenant order, wake its claim loop then (`turns.TURNS`), not at its next poll.
+Invariants: an unlimited route costs no statement unless known paused; one far above need takes
+from places leased in a batch (leasedplaces.py); a limited call takes its place after the recovery
+table and before its RUNNING checkpoint, one held back parked with no attempt started; a granted
+call starts at its moment, never before nor past three quarters of the rate's spacing (`Moment`);
+an end is sent as the adapter returns, claiming the woken execution when a slot is free (`Handoff`).
 """
 
 import asyncio

@@ -1,14 +1,12 @@
 """Background loops a runworker process runs beside its scheduler, registered by the app that
-owns each one.
+owns each one (reconciliation's automatic prober registers from its AppConfig.ready, so runworker
+starts it without importing reconciliation, which sits above executions).
 
-Reconciliation's automatic prober is one: it asks providers about uncertain writes while the
-worker has a free slot. Reconciliation registers it from its AppConfig.ready, so runworker starts
-it without importing reconciliation, which sits above executions. A loop is a thread built with
-what the worker shares with it: its lease owner name, whether a slot is free, its metrics, and
-its prober connection; runworker starts each loop before the scheduler runs, sets its `stop`
-when the scheduler returns, closes the prober connection's pool (a loop waiting for it fails at
-once, whether the database is there or not; a step in flight keeps it to its end), and waits for
-all of them at most LOOP_JOIN_SECONDS together.
+A loop is a thread built with what the worker shares with it: its lease owner name, whether a
+slot is free, its metrics and its prober connection. runworker starts each loop before the
+scheduler runs, sets its `stop` when the scheduler returns, closes the prober connection's pool
+(a loop waiting for it fails at once; a step in flight keeps it to its end), and waits for all
+of them at most LOOP_JOIN_SECONDS together.
 """
 
 import threading

@@ -1,22 +1,12 @@
 """The worker's own metrics: counters and a claim latency histogram kept in the runworker process,
-served in the Prometheus text format on an optional port.
+served in the Prometheus text format on an optional port (docs/operations.md#metrics; why by hand:
+docs/adr/0005-metrics-without-a-client-library.md).
 
-Invariants:
-- recording an event is one lock acquisition and an integer addition (a histogram observation:
-  a bisect, then one lock for its bucket, sum and count): no I/O, no database round trip. The
-  scheduler records claims, takeovers, run outcomes and lease losses
-  (executions/worker/scheduler.py), the prober its lookups and automatic resolutions
-  (reconciliation/probes.py), the adapter call site its per-route calls
-  (executions/worker/callmetrics.py);
-  nothing on the execution path itself waits for a scrape;
-- a scrape copies the values under that lock and formats them outside it;
-- label values come from closed sets (final statuses, probe outcomes, resolutions, bucket
-  bounds), so the text never carries
-  an execution or request id, an owner, a tenant, a lease owner or a secret;
-- the endpoint is off unless WORKER_METRICS_PORT is set. It listens on WORKER_METRICS_HOST
-  (127.0.0.1 by default) from one small stdlib `http.server` thread, answers `GET /metrics`
-  only, and asks for METRICS_TOKEN as a bearer token when that is set. Both variables are
-  validated at start, before anything is claimed, with messages that name them.
+Invariants: recording is one lock acquisition and an addition (a histogram, a bisect more), so
+nothing on the execution path waits for a scrape, which copies under the lock and formats outside
+it; label values come from closed sets, never an id, owner, tenant, lease owner or secret; the
+endpoint is off unless WORKER_METRICS_PORT is set, listens on WORKER_METRICS_HOST from one stdlib
+thread, answers `GET /metrics` only, asks for METRICS_TOKEN when set; both validated at start.
 """
 
 import bisect

@@ -1,14 +1,12 @@
-"""Held work through a database outage: one probe per process that says when PostgreSQL answers
-again, so that every holder whose write met the outage writes again at once (writeretry.Ride).
+"""Held work through a database outage (docs/worker-protocol.md#database-outages): one probe per
+process that says when PostgreSQL answers again, so every holder whose write met the outage
+writes again at once (writeretry.Ride).
 
-Invariants:
-- one probe task at a time, whoever waits: a thousand held writes cost one connection attempt
-  per PROBE_PAUSE_SECONDS, never one each;
-- it borrows from the runtime's own pool (a short wait for a connection each time), so when it
-  answers the pool has a working connection for the writes that follow, and no connection is
-  opened beside the process's usual ones;
-- a waiter leaves as soon as its holder's stop signal is set (its lease lost, or told to stop):
-  the probe goes on for the others, and ends once it has answered or the pool is closed.
+Invariants: one probe task at a time, whoever waits (a thousand held writes cost one connection
+attempt per PROBE_PAUSE_SECONDS); it borrows from the runtime's own pool, so when it answers the
+pool has a working connection and none is opened beside the usual ones; a waiter leaves as soon
+as its holder's stop signal is set, the probe going on for the others until it has answered or
+the pool is closed.
 """
 
 import asyncio

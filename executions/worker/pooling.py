@@ -1,23 +1,11 @@
-"""Running behind a connection pooler (PgBouncer in transaction pooling mode), validated at start.
+"""Running behind a transaction pooler (PgBouncer), validated at start
+(docs/operations.md#behind-pgbouncer says what each rule is for).
 
-`DATABASE_POOLER=transaction` says DATABASE_URL goes through a transaction pooler: consecutive
-transactions of one client connection may run on different server sessions. Then nothing may
-rely on session state:
-- no prepared statements (PgBouncer 1.18 has no protocol-level support for them);
-- no session settings (SET): they would stay on a server session another client gets next;
-- LISTEN needs a session of its own, so it goes to `WORKER_LISTEN_DATABASE_URL`, a direct
-  connection to the same database as the same role, which also carries the claims (so a process
-  keeps to its four connections); without it the worker polls every WORKER_POLL_MS and says so
-  at start.
-Without a pooler nothing changes (LISTEN/NOTIFY on DATABASE_URL,
-docs/operations.md#behind-pgbouncer).
-
-`pooling_config(raw, database_url=...)` refuses combinations that cannot work, naming the
-variables: an unknown pooler mode, a listen URL without a pooler (it would change nothing but
-open one more connection), a listen URL on another database (notifications would never arrive)
-or through the same host and port as DATABASE_URL (the pooler itself: LISTEN would be lost),
-or as another user than DATABASE_URL's (the claims would run as a role the start-up check never
-saw).
+With `DATABASE_POOLER=transaction` nothing relies on session state: no prepared statements, no
+session settings, and LISTEN (with the claims) goes to `WORKER_LISTEN_DATABASE_URL`, a direct
+connection to the same database as the same role; without it the worker polls every
+WORKER_POLL_MS and says so at start. `pooling_config(raw, database_url=...)` refuses, naming the
+variables, every combination that cannot work. Without a pooler nothing changes.
 """
 
 from collections.abc import Mapping

@@ -1,32 +1,11 @@
-"""The recovery table (docs/worker-protocol.md#recovery) as pure decisions: what a run does, given
-what it finds.
+"""The recovery table (docs/worker-protocol.md#recovery) and what the worker does with each
+outcome (INTEGRATIONS.md#what-the-worker-does-with-each-class), as pure decisions.
 
 Each function takes what the runner knows (a checkpoint, an effect, an attempt, hashes, an
-adapter's result) and returns one `Decision`; the runner applies it (executions/worker/runner.py)
-and nothing here reads or writes anything. The verbs:
-- REUSE: a SUCCEEDED checkpoint whose input hash, external key and effect still match: its
-  output is used, the adapter is not called;
-- PROCEED: go on (call the adapter, save its output, or start the actions);
-- RETRY: settle the attempt and schedule the next one (RETRY_WAIT);
-- FAIL: end the run with `code`; FAILED with the request released, unless a write is
-  outstanding, in which case finalize.py hands it to an operator under the request lock;
-- RECONCILE: end the run RECONCILIATION_REQUIRED at once, the request kept blocked;
-- INTERRUPT: the holder was told to stop mid-call; write nothing, leave the RUNNING checkpoint
-  for recovery by lease.
-
-The table, for an action that already has a checkpoint (`before_call`):
-- its input hash, external key or effect differ from what would be sent now: RECONCILE
-  CONTRACT_MISMATCH (a foreign result is never used);
-- SUCCEEDED: REUSE;
-- RUNNING or UNKNOWN of a NON_IDEMPOTENT_WRITE: RECONCILE UNCERTAIN_WRITE (never repeated
-  without an operator);
-- attempts used up (FAILED, or RUNNING/UNKNOWN of a safe effect): FAIL RETRIES_EXHAUSTED, except
-  that an operator's REPLAY_AUTHORIZED grants exactly one more attempt;
-- otherwise PROCEED with the same external key, attempt + 1.
-After the call (`after_call`): SUCCEEDED with a valid output PROCEEDs; an invalid output FAILs a
-read (no effect) and RECONCILEs a write (it happened, its result cannot be trusted); PERMANENT
-FAILs; UNKNOWN of a NON_IDEMPOTENT_WRITE RECONCILEs; TRANSIENT, or UNKNOWN of a safe effect,
-RETRYs while attempts remain and FAILs RETRIES_EXHAUSTED after.
+adapter's result) and returns one `Decision`, a `Verb` with its code; the runner applies it and
+nothing here reads or writes anything. `before_call` decides for an action that already has a
+checkpoint (a foreign result is never used, an uncertain non-idempotent write never repeated, an
+operator's REPLAY_AUTHORIZED grants exactly one more attempt); `after_call` for the answer.
 """
 
 import enum
@@ -53,12 +32,12 @@ UNCERTAIN = (CheckpointStatus.RUNNING, CheckpointStatus.UNKNOWN, CheckpointStatu
 
 
 class Verb(enum.StrEnum):
-    REUSE = "reuse"
-    PROCEED = "proceed"
-    RETRY = "retry"
-    FAIL = "fail"
-    RECONCILE = "reconcile"
-    INTERRUPT = "interrupt"
+    REUSE = "reuse"  # a SUCCEEDED checkpoint that still matches: its output, no call
+    PROCEED = "proceed"  # go on: call the adapter, save its output, or start the actions
+    RETRY = "retry"  # settle the attempt and schedule the next one (RETRY_WAIT)
+    FAIL = "fail"  # FAILED, request released; with a write outstanding, finalize.py reconciles
+    RECONCILE = "reconcile"  # RECONCILIATION_REQUIRED at once, the request kept blocked
+    INTERRUPT = "interrupt"  # told to stop mid-call: write nothing, RUNNING left for the lease
 
 
 @dataclass(frozen=True)

@@ -1,35 +1,12 @@
-"""`RemoteWorkerRuntime` (docs/worker-protocol.md#runtime-spi): the worker runtime SPI over HTTP to
-a worker endpoint.
+"""`RemoteWorkerRuntime`: the runtime SPI over HTTP to this application's worker endpoint
+(executions/worker/endpoint.py; docs/adr/0006-remote-worker-runtime.md). Delivers no webhooks.
 
-The endpoint is this same application (executions/worker/endpoint.py), serving
-`POST <WORKER_REMOTE_URL>/execute` and `POST <WORKER_REMOTE_URL>/cancel` behind the shared
-bearer token WORKER_ENDPOINT_TOKEN; it runs each package through a `LocalWorkerRuntime`.
-
-Invariants:
-- the only URL it ever calls is the one the operator configured (WORKER_REMOTE_URL, validated at
-  start); it follows no redirect and reads no proxy or credentials from the environment;
-- the dispatcher keeps renewing the lease (its heartbeat, fenced) while the endpoint works, so a
-  run of many actions is not bounded by one lease: every call has a connect timeout of at most
-  one renewal period, and `execute` a read timeout of WORKER_ENDPOINT_RUN_SECONDS (the longest
-  the endpoint holds a web thread; it answers 503 RUN_TIME_LIMIT then) plus one renewal period;
-  both that answer and a timeout are a `RemoteWorkerError`, left for recovery by lease
-  (docs/adr/0006);
-- if the holder is told to stop while the endpoint works (lease lost, cancelled, shutdown past
-  the drain), `execute` stops waiting at once and abandons the answer (`ExecutionInterrupted`);
-  the renewals for it have stopped, the endpoint is told (`cancel`), and its writes are fenced;
-- `409 {"code": "superseded", "executionId"}` naming this very package's execution becomes the
-  same `ExecutionSuperseded` the local runtime raises, so `is_superseded_refusal` and
-  `dispatch_once` settle it exactly alike; `409 {"code": "interrupted", ...}` becomes
-  `ExecutionInterrupted`. Anything else that is not a result (a transport failure, a timeout, any
-  other status, a refusal naming another execution) is a `RemoteWorkerError`, never superseded;
-- `cancel` is best effort: it signals the exact local holder (execution id and token) at once and
-  then tells the endpoint, swallowing any failure to reach it;
-- one `aiohttp.ClientSession` on the worker's loop carries every call (its connections kept
-  alive between calls, no cookie kept), closed by `close()`;
-- webhooks: a runworker on this runtime delivers none (it has no connection to claim them on,
-  and gets none past its budget); the endpoint's commits announce their events
-  (sql.NOTIFY_WEBHOOKS, from the outbox trigger) to the runworkers with the local runtime, which
-  deliver them (docs/adr/0020).
+Invariants: it calls only WORKER_REMOTE_URL, with WORKER_ENDPOINT_TOKEN, following no redirect and
+reading nothing from the environment; the dispatcher renews the lease while the endpoint works,
+`execute` reading for at most WORKER_ENDPOINT_RUN_SECONDS plus a renewal period; a holder told to
+stop stops waiting at once (`ExecutionInterrupted`) and the endpoint is told; only a 409
+superseded naming this very execution is `ExecutionSuperseded`, anything else not a result a
+`RemoteWorkerError`; one aiohttp session on the worker's loop carries every call.
 """
 
 import asyncio

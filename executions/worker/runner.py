@@ -1,22 +1,12 @@
 """Run one claimed execution, action by action (docs/worker-protocol.md).
 
-Invariants:
-- the accepted snapshot and the pinned flow are loaded with a fenced read; a request no longer at
-  its accepted revision stops the run before any adapter call (REQUEST_MODIFIED);
-- every action, reads included: input mapped and validated, binding resolved, RUNNING checkpoint
-  committed, adapter called, output validated, SUCCEEDED committed, and only then the next action;
-- what a run does with an existing checkpoint, an adapter's result or a refused final commit is
-  a pure decision (recovery.py); this module applies it and writes endings through endings.py;
-- the final commit (finalize.py) checks that every checkpoint is SUCCEEDED; one that fails
-  leaves RUNNING and the checkpoints for recovery by lease;
-- a holder told to stop writes nothing more (`ExecutionInterrupted`); a fenced write that
-  matches nothing raises `ExecutionSuperseded`.
-
-Transactions: none is open while an adapter runs; each write is its own transaction, the
-hot-path ones (start, save, finalise) grouped with other runs' (groupcommit.py), each fenced.
-
-One module past 400 lines because a run is one object read top to bottom; what hooks into it
-(limits, compensation, spans, the outage ride) lives in modules of its own and is called here.
+Invariants: the accepted snapshot and pinned flow come from a fenced read, and a request no longer
+at its accepted revision stops the run before any call (REQUEST_MODIFIED); every action, reads
+included, commits its RUNNING checkpoint before its adapter is called and SUCCEEDED before the
+next; what to do with a checkpoint, a result or a refused final commit is recovery.py's decision,
+written through endings.py; a holder told to stop writes nothing more. No transaction is open
+while an adapter runs; each write is its own, fenced, the hot-path ones grouped (groupcommit.py).
+Limits, compensation, spans and the outage ride hook in from modules of their own.
 """
 
 import logging
@@ -222,7 +212,6 @@ class _Run:
         attempt, result = await limiter.limited_call(self, prepared, snapshot)
         return await self.settle(attempt, result, last=last)
 
-    # The parameters of action(), whose first step this is: a signature repeats, not logic.
     async def prepare(
         self,
         sequence: int,

@@ -1,31 +1,12 @@
-"""The worker runtime SPI (docs/worker-protocol.md#runtime-spi): where and how one claimed execution
-runs.
+"""The worker runtime SPI (docs/worker-protocol.md#runtime-spi): where and how one claimed
+execution runs. `dispatch_once` is the exchange: `allocate(holding)` (the slot's `Holding`, with
+the claim's `Dispatch`) -> a `Reservation` (not the database lease), `execute(reservation,
+package)` -> result, `release`, and a best-effort `cancel` of the exact holder.
 
-The dispatcher (executions/worker/scheduler.py) hands each claimed execution to a `WorkerRuntime`:
-`allocate(holding) -> reservation` (the slot's `Holding`, which carries the claim's `Dispatch` and
-its fencing token), `execute(reservation, package) -> result`, `release(reservation)`, and a
-best-effort `cancel(execution_id, ...)`. `dispatch_once` is that whole exchange. The
-`ExecutionPackage` (executions/worker/wire.py) wraps the same `Dispatch`: the holder and resume
-coordinates only, never code; the runtime resolves the pinned flow by id. A `Reservation` is what a
-runtime sets aside for one holder; it refers to the holding and is not the database lease
-(`lease_owner`/`lease_expires_at`, renewed by the heartbeat). In-process the package stays a typed
-value; only the remote runtime turns it into JSON.
-
-Invariants:
-- a refusal because another holder owns the execution is *superseded*, not failed:
-  `is_superseded_refusal(err, execution_id)` is true only for an `ExecutionSuperseded` naming
-  this very execution; the dispatcher settles it and never retries it;
-- the SPI is asynchronous: each method is a coroutine on the worker's event loop (one per
-  process: docs/adr/0010); a runtime never blocks the loop;
-- `cancel` is best effort: the durable cancellation is a fenced write in the database
-  (executions/queue/cancel.py) that never depends on reaching a worker. In the local runtime it sets
-  the per-execution stop signal the adapters watch (`ActionContext.cancelled`), and only
-  for the exact holder (execution id and token) it names;
-- `LocalWorkerRuntime` keeps WRITE_CONNECTIONS persistent asynchronous connections that all its
-  slots share, each borrowed for one statement (autocommit; each write is its own short
-  transaction), so a slot waiting on a provider holds none; it groups the hot-path writes of its
-  slots (executions/worker/groupcommit.py), and runs principal-less packages as the worker's
-  system identity (`runs_as_system`).
+Invariants: a refusal by another holder is superseded, not failed (`is_superseded_refusal`:
+`ExecutionSuperseded` naming this very execution), settled, never retried; each method is a
+coroutine that never blocks the loop (docs/adr/0014-one-event-loop-per-worker.md); the local
+runtime shares WRITE_CONNECTIONS among its slots, one autocommit statement per borrow.
 """
 
 import asyncio

@@ -1,48 +1,12 @@
-"""The dispatcher of `runworker`: claim loop, LISTEN/NOTIFY wake-ups, heartbeat and shutdown.
+"""The dispatcher of `runworker`: claim loop, LISTEN/NOTIFY wake-ups, heartbeat and shutdown, all
+tasks on one event loop (docs/adr/0014-one-event-loop-per-worker.md; the protocol in
+docs/worker-protocol.md: claim, lease, cancellation, shutdown, poison cap, connections).
 
-Invariants:
-- one event loop per process (docs/adr/0010): the claim loop, the heartbeat and every run are
-  tasks on it, so a slot costs a task, not a thread;
-- it claims only free capacity: a claim asks for at most min(WORKER_BATCH, free slots) rows, and
-  every claimed execution starts its run as a task at once, so no claimed work waits in a
-  local backlog while its lease ticks away. Each is one `Dispatch` (executions/queue/claims.py),
-  held in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps
-  it and the holding is the request to allocate;
-- a slot is free again once its run's last call has answered (`Holding.release_slot`, at the
-  submission of that call's save): the run still holds the execution, its lease renewed and
-  its writes fenced, until its final commit lands, and the drain waits for it; a run that goes
-  on after a decision (a refused final commit, a failed evaluation) counts the slot busy again;
-- idle, it waits on LISTEN (NOTIFY_WORK wakes it as soon as work commits) and claims anyway every
-  WORKER_POLL_MS (due retries, expired leases, lost notifications);
-- the same connection LISTENs for webhook announcements (NOTIFY_WEBHOOKS, from writers other
-  than a runworker's runs), each handed to `webhooks_notified` (the delivery loop's wake-up);
-- the same connection LISTENs for cancellations (NOTIFY_CANCEL, sent when a cancellation fences
-  out a RUNNING execution), read while idle and, when every slot is busy, between waits for a
-  free one; one naming an execution held here under an older token stops that holder at once,
-  exactly as a lost lease does (the runtime's `cancel`). The renewal that finds the lease lost
-  is the fallback (polling, a missed notification);
-- the heartbeat (executions/worker/heartbeat.py) renews every held lease in one statement every
-  WORKER_RENEW_SECONDS, cancels exactly the holder whose lease comes back lost, and gives the slot
-  of a run stuck past its deadline back at once (its task is cancelled);
-- SIGTERM/SIGINT (`request_stop`): stop claiming at once; keep renewing while running work
-  drains for up to WORKER_DRAIN_SECONDS (a second signal ends the drain); then signal the
-  remaining work to stop, stop renewing, cancel what has not stopped within a grace period and
-  return. Abandoned work keeps its lease and
-  checkpoints; another worker recovers it once the lease expires;
-- a superseded refusal is settled (logged, slot released), never retried;
-- the poison cap: a claim returned with more consecutive takeovers without progress than
-  WORKER_MAX_RECLAIMS is settled on the claim connection (RECLAIMS_EXHAUSTED: FAILED, or
-  RECONCILIATION_REQUIRED when a write succeeded or is uncertain) instead of run; takeovers
-  within a lease of this process losing the database do not count.
-
-Connections, all asynchronous but the prober's: at most 4 per process whatever
-WORKER_CONCURRENCY: the runtime's shared ones (runtime.WRITE_CONNECTIONS, borrowed per statement
-by the runs and by the heartbeat), one that LISTENs and also runs the claim statement
-(notifications that arrive meanwhile are buffered, not lost; behind a transaction pooler it is
-the direct WORKER_LISTEN_DATABASE_URL, or a pooled one that only claims, and the worker polls),
-and the prober's (opened when it probes); with a remote runtime the heartbeat has one of its
-own. Django's own is closed after the start-up role check. All autocommit; no transaction spans
-more than one short write.
+Invariants: a claim asks for at most min(WORKER_BATCH, free slots) and each claimed `Dispatch`
+starts at once (no local backlog); a slot is free once its run's last call has answered, the
+execution held until its final commit; one connection claims and LISTENs for work, webhooks and
+cancellations, polling every WORKER_POLL_MS; a superseded refusal is settled, never retried; a
+claim past WORKER_MAX_RECLAIMS is settled, not run; at most 4 connections, all autocommit.
 """
 
 import asyncio

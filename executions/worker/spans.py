@@ -1,15 +1,11 @@
-"""A run's spans (docs/operations.md#traces): the run, each action, each attempt, each write.
+"""A run's spans (docs/operations.md#traces, docs/adr/0018-traces-across-the-queue.md): the run,
+each action, each attempt, each write.
 
-`execution run` continues the trace context stored with the execution at its acceptance
-(`Dispatch.trace_context`), so every run of it, on any worker and after any crash or wait, is
-in the trace of the API call that accepted it. Inside it: `action <id>` for each action (a wait
-too), `attempt <capability@version>` for each adapter call (the aiohttp client's span below it
-sends `traceparent` to the provider), and `write <STATEMENT>` for each fenced write of the run's
-hot path (EXECUTION_FINALIZE is the final commit), with psycopg's statement spans under them.
-
-With tracing off each helper hands back what it is given, after one test: no coroutine of
-its own, so none to make and none to pass through each time the run wakes up (a run wakes
-about five times, through every frame between the loop and where it waits).
+`execution run` continues the trace context stored at acceptance (`Dispatch.trace_context`), on
+any worker, after any crash or wait; inside it `action <id>` for each action (a wait too),
+`attempt <capability@version>` for each adapter call, and `write <STATEMENT>` for each fenced
+write of the hot path. With tracing off each helper hands back what it is given, after one test:
+no coroutine of its own, so none to pass through each time the run wakes up.
 """
 
 from collections.abc import Awaitable, Callable

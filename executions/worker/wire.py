@@ -1,21 +1,12 @@
 """What crosses the worker runtime boundary (docs/worker-protocol.md#runtime-spi), and its one JSON
-form.
+form: an `ExecutionPackage` in (the claim's `Dispatch`, never code), an `ExecutionResult` out
+(`RunOutcome` folded into `completed`, `suspended`, `failed`; `dispatch_once` adds `superseded`
+and `interrupted`). Only the remote runtime and the endpoint make or read the JSON, whose field
+names are public (another release's endpoint reads them): never rename them.
 
-Going in, an `ExecutionPackage`: the claim's `Dispatch` (the holder and what to run, never code)
-and why it runs. Coming out, an `ExecutionResult`: the same dispatch and where the run left the
-execution (`RunOutcome`), folded into the SPI's `completed` / `suspended` / `failed`;
-`dispatch_once` adds `superseded` and `interrupted` for a dispatch that ended without a result.
-Both are typed values in-process; their JSON form is made here, and only the remote runtime and
-the worker endpoint make or read it, so the JSON field names below are written once. They are
-public (a worker endpoint of another release reads them): never rename them.
-
-Invariants:
-- the holder is one `Fence` in one `Dispatch` end to end (claim -> slot -> package -> run ->
-  every write -> result); the JSON carries it as `executionId`, `requestId`, `fencingToken`,
-  `leaseOwner`;
-- reading is strict: `package_read` refuses unknown fields and wrong types with a
-  `PackageInvalid` naming the field, and `result_read` refuses anything that is not a result for
-  the expected execution with a `ResultInvalid`.
+Invariants: the holder is one `Fence` in one `Dispatch` end to end, in JSON `executionId`,
+`requestId`, `fencingToken`, `leaseOwner`; `package_read` and `result_read` are strict, refusing
+unknown fields, wrong types or another execution's result, naming the field.
 """
 
 import datetime

@@ -1,21 +1,11 @@
-"""A fenced write that fails with a database error: logged by statement name, retried with backoff
-inside the lease, and only then given up.
+"""A fenced write that fails with a database error: logged by statement name, retried with
+jittered backoff for at most `budget_seconds` (the runner gives half the lease), then raised so
+the run is left for recovery by lease (why: docs/worker-protocol.md#poison-cap).
 
-A checkpoint, retry, failure or final write can fail for a reason that passes (a serialization
-failure, a deadlock victim, a lock or statement timeout, a trigger that refused once). Giving the
-lease up at the first error would cost a takeover and a lease timeout every time; retrying
-forever would hold the execution under a lease that renewals keep alive. So: retry with jittered
-exponential backoff for at most `budget_seconds` (the runner gives half the lease: renewals keep
-the lease alive meanwhile, and what is left of it is never spent waiting), then raise the last
-error so the run is left for recovery by lease, where the poison cap (WORKER_MAX_RECLAIMS) bounds
-how often that may happen.
-
-Not retried here: a refusal because another holder owns the execution (`ExecutionSuperseded`, a
-value, not a database error). A lost connection (the database unreachable) is retried only with a
-`Ride`: the holder keeps its lease, waits until the database answers again (`Ride.reachable`,
-one probe for the whole process) and writes again, for as long as its stop signal stays clear;
-the heartbeat sets it once renewals have failed for a whole lease, and fencing decides whatever
-the retried write finds. Without a `Ride`, a lost connection is raised.
+`ExecutionSuperseded` is a value, never retried. A lost connection is retried only with a `Ride`
+(docs/worker-protocol.md#database-outages): the holder keeps its lease, waits until the database
+answers again (`Ride.reachable`, one probe per process) and writes again while its stop signal
+stays clear; fencing decides what the retried write finds. Without a `Ride` it is raised.
 """
 
 import asyncio

@@ -1,28 +1,12 @@
-"""Django's PostgreSQL backend (ENGINE "orquestador.postgresql"), with these changes for the API's
-hot path (docs/adr/0021-an-entrance-as-fast-as-the-engine.md):
+"""Django's PostgreSQL backend (ENGINE "orquestador.postgresql") with these additions for the
+API's hot path (why: docs/adr/0021-an-entrance-as-fast-as-the-engine.md, Decision):
 
-- **`fixed_cursor()`** is a cursor for the fixed statements whose plan does not depend on their
-  values (an acceptance's two, a read by id): its parameters are bound by the server instead of
-  quoted into the text in Python, and its statement is prepared on its connection the first time
-  it runs, so PostgreSQL parses and plans it once. Django turns psycopg's preparing off
-  (`prepare_threshold` None, for poolers); here it is on but only for these cursors, unless
-  OPTIONS sets `prepare_threshold` itself, as the settings do behind a transaction pooler
-  (DATABASE_POOLER=transaction), where the next transaction may run on another server session:
-  then the statement is bound by the server and nothing is prepared. The ORM and the pages keep
-  Django's client-side binding, which never prepares (a page's plan is made with its values: a
-  generic plan would know neither its LIMIT nor its ranges; bound by the server without being
-  prepared, a page measured no cheaper).
-- **`read_rows()`** and **`write_rows()`** run a fixed statement on a cursor kept for the
-  connection, outside Django's cursor wrapper unless a statement is to be logged or wrapped
-  (DEBUG, tests, execute_wrapper): making a cursor and the wrapper's work cost a page a fifth
-  of its statement's client-side instructions.
-- **`read_rows()`** runs a read-only statement without the health check Django makes before a
-  request's first statement (CONN_HEALTH_CHECKS: a `SELECT 1` round trip on every request). The
-  read is the check: when the connection turns out to be gone as it runs (PostgreSQL ended its
-  backend, restarted, or the network cut it), it is replaced and the read runs once more on the
-  new one, as the check would have replaced it first; a read run twice changes nothing. Only
-  where the check was due (the request's first statement, outside a transaction): anywhere else
-  a lost connection fails the statement, as it does in Django.
+- `fixed_cursor()`: a cursor for statements whose plan does not depend on their values, bound by
+  the server and prepared once per connection (never when OPTIONS sets `prepare_threshold`, as
+  behind a transaction pooler); the ORM and the pages keep Django's client-side binding;
+- `read_rows()`, `write_rows()`: a fixed statement on a cursor kept per connection, outside
+  Django's wrapper unless a statement is logged or wrapped; a read is its own health check, run
+  once more on a new connection only where Django's check was due (a request's first statement).
 """
 
 import sys

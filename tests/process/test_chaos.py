@@ -3,37 +3,25 @@
 On its own durable cluster (fsync and synchronous_commit on: an immediate restart must not lose a
 commit the engine was told was durable), a three-action flow (READ_ONLY quote, IDEMPOTENT_WRITE
 reserve, NON_IDEMPOTENT_WRITE charge) runs against a loopback provider that draws a fault for
-every request from the seed: 503s on reads, a connection dropped after an idempotent write was
-applied, a 500 before or after a non-idempotent write was applied, delays so that kills land
-mid-call. The charge endpoint does not deduplicate, so a charge sent twice shows as two effects.
+every request from the seed: 503s on reads, drops after an idempotent write was applied, a 500
+before or after a charge was applied, delays so that kills land mid-call. The charge endpoint
+does not deduplicate, so a charge sent twice shows as two effects; it has a lookup by key, so
+the workers' prober settles every uncertain charge the provider applied. The reserve route is
+limited (`max_in_flight`). A quarter of the requests run a compensating flow instead (a charge
+refused for good a quarter of the time releases its reservation).
 
-During the storm: SIGKILLs of random workers (a supervisor starts a new one for every process
-that ends, as an orchestrator would), one SIGSTOP held until another worker has taken over the
-stopped one's executions then SIGCONT, `pg_terminate_backend` of every runtime-role connection,
-and one `pg_ctl -m immediate` restart. Transitions are submitted through a real web process while
-this happens, each retried with its Idempotency-Key until it is accepted.
+During the storm: SIGKILLs of random workers (a supervisor restarts each, as an orchestrator
+would), one SIGSTOP held until another worker took the stopped one's executions over,
+`pg_terminate_backend` of every runtime-role connection, one `pg_ctl -m immediate` restart, and
+transitions submitted through a real web process, each retried with its Idempotency-Key.
 
-The reserve route is limited (`max_in_flight`): the provider never has more of its calls in
-progress at once, whatever is killed, stopped, cut or restarted.
-
-The charge has a lookup by key, so the workers' automatic prober asks the provider about every
-charge that lands on the desk with an unknown outcome and settles it when the provider applied it.
-
-A quarter of the requests run a compensating flow instead (IDEMPOTENT_WRITE reserve, then a
-NON_IDEMPOTENT_WRITE charge that the provider refuses for good a quarter of the time; the
-transition compensates, releasing the reservation): every reservation the provider applied is
-followed by a charge, or released exactly once, or waits for an operator with its charge
-uncertain; and no release is made for a reservation that was charged or never made.
-
-Then every invariant of the engine is checked: nothing lost or stuck, no charge applied twice,
-every SUCCEEDED request in its target state with the provider's output and released, every case
-in reconciliation with its request blocked, one TRANSITION_COMPLETED per SUCCEEDED execution and
-none for the others; and the prober's: every uncertain charge the provider applied (its own
-ledger) was resolved "the write happened" by system:prober with the provider's output, and its
-execution SUCCEEDED; no person resolved anything, nothing was resolved twice or against the
-ledger, and every case left open is a charge the provider never applied. The counts are
-printed with the seed; `CHAOS_SEED=<seed>` replays the same faults and storm schedule (thread
-timing still varies).
+Then every invariant is checked: nothing lost or stuck, no charge applied twice, the route's
+limit never passed, every SUCCEEDED request in its target state with the provider's output and
+released, every case with its request blocked, one TRANSITION_COMPLETED per SUCCEEDED execution;
+every reservation charged, released exactly once, or waiting with its charge uncertain, and no
+release of one charged or never made; every applied uncertain charge resolved by system:prober,
+nothing by a person, nothing twice, and every case left open a charge the provider never applied.
+`CHAOS_SEED=<seed>` replays the same faults and storm schedule (thread timing still varies).
 """
 
 import collections

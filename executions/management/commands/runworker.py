@@ -143,7 +143,6 @@ class Command(BaseCommand):
             if remote is not None
             else LocalWorkerRuntime(conninfo=conninfo, config=config, pooling=pooling)
         )
-        # Keyword arguments, alike other calls (wait_reach) in form only: nothing to share.
         scheduler = Scheduler(
             owner=owner,
             config=config,
