@@ -5,7 +5,8 @@ connections use; `WorkerConnections` opens the dispatcher's (the runtime's share
 executions/worker/runtime.py's). `DatabaseState` is what the claim loop and the heartbeat share
 about outages: it logs once per change (unreachable, reachable again), never once per failed
 attempt, and remembers when the last outage ended (the poison cap does not count takeovers
-caused by it).
+caused by it). An outage ends once the runtime's shared connections serve again, not when the
+first loop gets an answer: until then, what any loop meets belongs to the same outage.
 """
 
 import logging
@@ -54,11 +55,13 @@ class DatabaseState:
     """Whether this process can reach PostgreSQL, as its claim loop and heartbeat see it.
 
     Logs once per change (unreachable, reachable again), not once per failed attempt, and says
-    how long an outage has lasted so far."""
+    how long an outage has lasted so far. `on_return` says whether the connections the runs and
+    renewals share serve again (replacing those the outage broke); the outage ends only then."""
 
-    def __init__(self, owner: str, on_return: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self, owner: str, on_return: Callable[[], Awaitable[bool]] | None = None) -> None:
         self._owner = owner
-        self._on_return = on_return  # called once when the database is reachable again
+        self._on_return = on_return
+        self._returning = False  # a caller is waiting for on_return: the others go on
         self._lock = threading.Lock()
         self.down_since: float | None = None
         self.back_since: float | None = None  # when the last outage ended (the poison cap)
@@ -81,17 +84,36 @@ class DatabaseState:
         )
 
     async def reached(self, where: str) -> None:
+        """`where` got an answer. A loop on a connection of its own (the claims) may get one while
+        the shared pool still reconnects on its backoff, and a renewal would then time out on it:
+        so the outage ends once `on_return` says the shared connections serve, and not before."""
         with self._lock:
-            if self.down_since is None:
+            if self.down_since is None or self._returning:
                 return
-            lasted, self.down_since = time.monotonic() - self.down_since, None
-            self.back_since = time.monotonic()
+            self._returning = True
+        back, lasted = False, 0.0
+        try:
+            back = await self._serving()
+        finally:
+            with self._lock:
+                self._returning = False
+                if back and self.down_since is not None:
+                    lasted, self.down_since = time.monotonic() - self.down_since, None
+                    self.back_since = time.monotonic()
+        if not back:
+            return  # not serving yet: the same outage goes on; the next answer asks again
         logger.warning(
             "database reachable again",
             extra={"owner": self._owner, "where": where, "outage_seconds": round(lasted, 3)},
         )
-        if self._on_return is not None:
-            await self._on_return()
+
+    async def _serving(self) -> bool:
+        if self._on_return is None:
+            return True
+        try:
+            return await self._on_return()
+        except psycopg.Error:  # the pool closing, say: it does not serve either
+            return False
 
     def down_for(self) -> float:
         """Seconds the current outage has lasted (0 when the database is reachable)."""

@@ -11,6 +11,7 @@ the pool is closed.
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
@@ -23,6 +24,16 @@ PROBE_BORROW_SECONDS = 0.5  # seconds one probe waits for a connection from the 
 PROBE_PAUSE_SECONDS = 0.2  # seconds between two probes while the database does not answer
 
 Borrow = Callable[[float], AbstractAsyncContextManager[psycopg.AsyncConnection]]
+
+
+class Deadline:
+    """A stop signal that sets itself `seconds` from now: a waiter that gives up by the clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self._at = time.monotonic() + seconds
+
+    def is_set(self) -> bool:
+        return time.monotonic() >= self._at
 
 
 class DatabaseProbe:

@@ -33,7 +33,7 @@ from .groupcommit import GroupWrites
 from .holdings import Holding
 from .leasedplaces import LEASES
 from .limiter import Handoff
-from .outage import DatabaseProbe
+from .outage import DatabaseProbe, Deadline
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
 from .wire import Ending, ExecutionPackage, ExecutionResult
@@ -60,6 +60,10 @@ POOL_RECONNECT_SECONDS = 1.0
 # so a longer wait means the database is away): a held write then waits for it through the
 # outage probe (executions/worker/outage.py) instead of the pool's queue.
 RUN_BORROW_SECONDS = 5.0
+# Seconds the end of an outage waits for the shared connections to serve (refresh_connections):
+# the pool retries a lost connection about POOL_RECONNECT_SECONDS after it failed, so it may be
+# that far behind a loop that reached the database on a connection of its own.
+RETURN_WAIT_SECONDS = 2 * POOL_RECONNECT_SECONDS
 # Executions of a statement before psycopg prepares it on a connection: 0, at once. The worker
 # runs a handful of fixed statements for its whole life (sql.WORKER_SESSION keeps their plans).
 PREPARE_THRESHOLD = 0
@@ -310,11 +314,14 @@ class LocalWorkerRuntime(Reservations):
         """The prober's connection for one step, from its thread (reconciliation/probedb.py)."""
         return self._prober_pool.connection()
 
-    async def refresh_connections(self) -> None:
+    async def refresh_connections(self) -> bool:
         """After a database outage: test the idle shared connections and replace broken ones,
-        so no run (nor the prober) borrows a connection the outage closed."""
+        so no run (nor the prober) borrows a connection the outage closed; then wait, at most
+        RETURN_WAIT_SECONDS, for the shared ones to serve a statement (the outage probe).
+        Whether they do: until then the outage is not over (database.DatabaseState)."""
         await self._pool.check()
         await asyncio.to_thread(self._prober_pool.check)
+        return await self._probe.reachable(Deadline(RETURN_WAIT_SECONDS))
 
     async def __aenter__(self) -> "LocalWorkerRuntime":
         return await self.open()
