@@ -3,11 +3,10 @@ is paged, and settles the case itself when the answer is conclusive, as the cont
 `auto_reconcile` allows (RECONCILIATION.md#automatic-probes).
 
 Invariants: every uncertain write of an open case gets one probe row per attempt (PROBES_ENLIST),
-scheduled `probe_offsets(window)` after the case opened, reopened when the case comes back,
-closed when its write is at a later attempt (that attempt is probed by its own); a
-probe is claimed like work (PROBES_CLAIM: SKIP LOCKED, a lease, token + 1), every later write
-fenced on that token (PROBE_LOCK); the provider is asked outside any transaction, its answer and
-the probe's settlement appended in one; a resolution goes through services.py as system:prober.
+scheduled `probe_offsets(window)` after the case opened, reopened when the case comes back, closed
+when its write moved to a later attempt; a probe is claimed like work (PROBES_CLAIM, a lease,
+token + 1), every later write fenced on that token; the provider is asked outside any transaction,
+its answer and the settlement appended in one; a resolution goes through services.py.
 """
 
 import functools
