@@ -24,7 +24,7 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from executions.worker import groupcommit, holdings, runner, scheduler
+    from executions.worker import groupcommit, runner, scheduler, slots
 
     clock = time.perf_counter
     marks: dict[str, dict[str, float]] = {}
@@ -47,7 +47,7 @@ def main() -> None:
 
     scheduler.run_async = claimed
 
-    take, free = holdings.Slots.take, holdings.Slots.free
+    take, free = slots.Slots.take, slots.Slots.free
 
     def taken(self, dispatch):
         mark(dispatch.execution_id, "taken")
@@ -57,15 +57,15 @@ def main() -> None:
         mark(holding.dispatch.execution_id, "freed")
         return free(self, holding)
 
-    holdings.Slots.take, holdings.Slots.free = taken, freed
-    release = getattr(holdings.Slots, "release", None)
+    slots.Slots.take, slots.Slots.free = taken, freed
+    release = getattr(slots.Slots, "release", None)
     if release is not None:  # a tree whose slot is released at the final commit's submission
 
         def released(self, holding):
             mark(holding.dispatch.execution_id, "released")
             return release(self, holding)
 
-        holdings.Slots.release = released
+        slots.Slots.release = released
 
     writes_init = groupcommit.GroupWrites.__init__
 

@@ -6,7 +6,7 @@ declares compensations: every uncertain forward write is recorded FAILED (RECORD
 never replayed, and an uncertain undo FAILED with REPLAY_AUTHORIZED; refused with nothing written
 (the reason says which) when a succeeded write cannot be undone under the catalog; otherwise
 requeued under token + 1 with its compensation cause and RECONCILIATION_RESOLVED {resolution:
-COMPENSATE}, for a worker to compensate (executions/worker/compensation.py).
+COMPENSATE}, for a worker to compensate (executions/worker/compensating.py).
 """
 
 import uuid

@@ -143,7 +143,7 @@ def route_lease_take(
     *, route: Route, owner: str, places: int, share: int, hold_seconds: float
 ) -> Plan[int | None]:
     """Lease `places` places and a share of `share` starts per window on `route` for `owner`
-    (executions/worker/leasedplaces.py): the lease's id, or None when the route has not room
+    (executions/worker/placebatches.py): the lease's id, or None when the route has not room
     for all of it now."""
     return Plan(_lease_take(route, owner, places, share, hold_seconds))
 

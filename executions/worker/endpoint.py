@@ -29,9 +29,9 @@ from orquestador.bearer import MIN_TOKEN_LENGTH, bearer_matches
 from orquestador.workerconfig import worker_tunables
 
 from ..models import Request
-from .holdings import Holding
 from .loopthread import LoopThread
 from .runtime import LocalWorkerRuntime, dispatch_once
+from .slots import Holding
 from .wire import (
     Ending,
     ExecutionPackage,

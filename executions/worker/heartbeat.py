@@ -30,9 +30,9 @@ from ..queue.leases import leases_renew
 from ..queue.steps import run_async
 from .database import DatabaseState
 from .groupcommit import ConnectionSource
-from .holdings import Holding, Slots
 from .metrics import WorkerMetrics
 from .runtime import WorkerRuntime
+from .slots import Holding, Slots
 from .writeretry import signal_wait
 
 logger = logging.getLogger("executions.worker")

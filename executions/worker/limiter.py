@@ -40,11 +40,11 @@ from ..queue.limits import (
 )
 from ..queue.steps import Plan, run_sync
 from .groupcommit import Database, on
-from .leasedplaces import LEASES
 from .loops import ConnectionSource
 from .metrics import WorkerMetrics
+from .placebatches import LEASES
 from .stops import RunSuspended
-from .turns import TURNS
+from .wakeups import TURNS
 from .wire import RunOutcome
 
 logger = logging.getLogger("executions.worker")

@@ -25,7 +25,7 @@ class DaemonThreads(concurrent.futures.ThreadPoolExecutor):
     each, at most), threads kept for the next calls, and none of them keeps the process from
     exiting: a call still stuck at shutdown is abandoned, as the process abandons its lease.
     Needed by the BRIDGE for synchronous adapters (removed at merge with them); the large-document
-    steps (executions/worker/offloop.py) use it too.
+    steps (executions/worker/offload.py) use it too.
     """
 
     # A ThreadPoolExecutor by type only (asyncio accepts nothing else as a default executor);

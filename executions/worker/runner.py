@@ -33,13 +33,13 @@ from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..queue.waits import CALLBACK_EVENT, call_accept, is_wait
 from . import limiter, recovery
 from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
-from .compensation import compensate_failure, compensate_resumed
+from .compensating import compensate_failure, compensate_resumed
 from .endings import RunScope, run_end
 from .evaluation import final_item
 from .groupcommit import Database, GroupWrites, on
-from .holdings import Holding
-from .offloop import off_loop_if_large
+from .offload import off_loop_if_large
 from .recovery import Decision, Verb
+from .slots import Holding
 from .spans import traced_action, traced_call, traced_run, traced_writes
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step

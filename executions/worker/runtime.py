@@ -30,12 +30,12 @@ from ..queue.claims import FlowCache
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
-from .holdings import Holding
-from .leasedplaces import LEASES
 from .limiter import Handoff
 from .outage import DatabaseProbe, Deadline
+from .placebatches import LEASES
 from .pooling import PoolingConfig
 from .runner import Resolver, RunnerDeps, execution_run
+from .slots import Holding
 from .wire import Ending, ExecutionPackage, ExecutionResult
 
 logger = logging.getLogger("executions.worker")

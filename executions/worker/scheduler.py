@@ -28,14 +28,14 @@ from ..queue.leases import lease_owner_name
 from ..queue.steps import run_async
 from .database import DatabaseState, WorkerConnections
 from .endings import poison_settle
-from .handing import Handing
+from .handoffs import Handoffs
 from .heartbeat import Heartbeat
-from .holdings import Holding, Slots
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
 from .runtime import WorkerRuntime, dispatch_once
-from .turns import TURNS
+from .slots import Holding, Slots
+from .wakeups import TURNS
 from .wire import ExecutionPackage
 from .writeretry import signal_wait
 
@@ -103,9 +103,9 @@ class Scheduler:
         # another writer announces webhook deliveries (its `notified`).
         self.after_run: Callable[[], None] | None = None
         self.webhooks_notified: Callable[[], None] | None = None
-        # Slots kept for executions a route's place is being passed to (handing.py): the claim
+        # Slots kept for executions a route's place is being passed to (handoffs.py): the claim
         # loop leaves them free.
-        self.handing = Handing(
+        self.handoffs = Handoffs(
             config=config,
             owner=self.owner,
             slots=self.slots,
@@ -116,7 +116,7 @@ class Scheduler:
         )
         hand_off_to = getattr(runtime, "hand_off_to", None)
         if hand_off_to is not None:
-            hand_off_to(self.handing.handoff())
+            hand_off_to(self.handoffs.handoff())
 
     # -- control ---------------------------------------------------------------------------
 
@@ -256,7 +256,7 @@ class Scheduler:
             await slots.wait_free(at_most=config.concurrency - target, timeout=REFILL_WAIT_SECONDS)
         if self._stop_claiming.is_set():
             return 0
-        return max(0, min(config.batch, config.concurrency - slots.in_use - self.handing.kept))
+        return max(0, min(config.batch, config.concurrency - slots.in_use - self.handoffs.kept))
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS or when a turn this process

@@ -45,9 +45,9 @@ from executions.queue.finalize import FinalizeItem, executions_finalize, finaliz
 from executions.queue.leases import ExecutionSuperseded, Fence
 from executions.queue.steps import run_sync
 from executions.worker import runtime as worker_runtime
-from executions.worker.holdings import Holding
 from executions.worker.runtime import LocalWorkerRuntime
 from executions.worker.scheduler import Scheduler
+from executions.worker.slots import Holding
 from executions.worker.wire import ExecutionPackage, ExecutionResult
 from orquestador.workerconfig import WorkerConfig
 from tests.conftest import manage

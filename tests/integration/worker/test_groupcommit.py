@@ -192,7 +192,7 @@ def test_group_commit__a_run_cancelled_while_it_waits_strands_nobody(
 def test_group_commit__an_urgent_write_goes_alone_beside_a_batch_in_flight(
     conn, make_flow, runtime_dsn, loop
 ):
-    # Under WORKER_FAIRNESS=tenant a newcomer's run is urgent (holdings.Slots.urgent): its
+    # Under WORKER_FAIRNESS=tenant a newcomer's run is urgent (slots.Slots.urgent): its
     # start is written at once on the other connection, not behind the batch in flight nor in
     # the next one with the runs queued behind that batch.
     ids, _, items = _claimed_starts(conn, make_flow, 3)

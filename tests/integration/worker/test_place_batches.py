@@ -1,4 +1,4 @@
-"""Places leased on a route far above need (executions/worker/leasedplaces.py): a burst of a
+"""Places leased on a route far above need (executions/worker/placebatches.py): a burst of a
 worker's first calls, every slot at once, asks the limiter for one lease and makes no take per
 call, however many ask before it is granted."""
 
@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from actions.base import Route, RouteLimits
-from executions.worker.leasedplaces import LEASES
 from executions.worker.limiter import leased
+from executions.worker.placebatches import LEASES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,7 +2,7 @@
 
 import datetime
 
-from executions.worker.turns import TURN_LAG_SECONDS, ParkedTurns
+from executions.worker.wakeups import TURN_LAG_SECONDS, ParkedTurns
 
 
 def _at(seconds: float) -> datetime.datetime:

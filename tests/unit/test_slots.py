@@ -5,7 +5,7 @@ import uuid
 
 from executions.queue.claims import Dispatch, Snapshot
 from executions.queue.leases import Fence
-from executions.worker.holdings import Slots
+from executions.worker.slots import Slots
 
 
 class CountingEvent(asyncio.Event):

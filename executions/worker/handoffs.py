@@ -15,12 +15,12 @@ from orquestador.workerconfig import WorkerConfig
 
 from ..queue.claims import Dispatch, execution_claim_passed
 from ..queue.steps import Plan
-from .holdings import Slots
 from .limiter import Handoff
 from .metrics import WorkerMetrics
+from .slots import Slots
 
 
-class Handing:
+class Handoffs:
     """The slots kept for executions a route's place is being passed to."""
 
     def __init__(
