@@ -6,7 +6,7 @@ Invariants: leader/follower, no timer (an idle process writes a batch of one at 
 returns only once the statement carrying its item has committed or failed; a batch once led is
 written whatever happens to its leader, and the lead always passes on; each item is fenced on
 its own (a superseded one is absent, None); a failed batch is retried item by item; no run holds
-a lock while it waits; an urgent run (holdings.Slots.urgent) writes alone, first (`WriteGate`).
+a lock while it waits; an urgent run (slots.Slots.urgent) writes alone, first (`WriteGate`).
 """
 
 import asyncio

@@ -1,9 +1,9 @@
 """A worker's side of the route limits (executions/queue/limits.py; docs/worker-protocol.md and
 docs/adr/0022-route-limits-in-postgresql.md): a call's place, moment, end and hand-off, the
-provider's pauses (`ROUTE_PAUSES`), the sweeper thread (`RouteSweeper`), the turns (`turns.TURNS`).
+provider's pauses (`ROUTE_PAUSES`), the sweeper thread (`RouteSweeper`), the turns (`wakeups.TURNS`).
 
 Invariants: an unlimited route costs no statement unless known paused; one far above need takes
-from places leased in a batch (leasedplaces.py); a limited call takes its place after the recovery
+from places leased in a batch (placebatches.py); a limited call takes its place after the recovery
 table and before its RUNNING checkpoint, one held back parked with no attempt started; a granted
 call starts at its moment, never before nor past three quarters of the rate's spacing (`Moment`);
 an end is sent as the adapter returns, claiming the woken execution when a slot is free (`Handoff`).
@@ -157,7 +157,7 @@ _ASKING: dict[str, asyncio.Event] = {}
 
 
 async def leased(db: Database, route: Route, *, owner: str) -> bool:
-    """A place from this process's lease on `route` (leasedplaces.py), asking the limiter for
+    """A place from this process's lease on `route` (placebatches.py), asking the limiter for
     the lease first when the route is far above need and has none; False: take per call."""
     if PAUSES.paused(route.key):
         return False
@@ -399,7 +399,7 @@ class RouteSweeper(threading.Thread):
         self._give_back()
 
     def _renew(self, conn: Any) -> None:
-        """Renew this process's leases of places (leasedplaces.py), reporting their use."""
+        """Renew this process's leases of places (placebatches.py), reporting their use."""
         ids, in_use, starts, at = LEASES.report()
         if not ids:
             return

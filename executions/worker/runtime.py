@@ -159,7 +159,7 @@ class Reservations:
     finds its holder, by the same rules whatever runs the execution."""
 
     def __init__(self) -> None:
-        self._reservations: dict[str, Reservation] = {}  # by id text (holdings.py says why)
+        self._reservations: dict[str, Reservation] = {}  # by id text (slots.py says why)
         self._reservations_lock = threading.Lock()
 
     async def allocate(self, holding: Holding) -> Reservation:
@@ -247,7 +247,7 @@ class LocalWorkerRuntime(Reservations):
         self._prober_pool: ConnectionPool[psycopg.Connection] = _pool(
             ConnectionPool, conninfo, pooling, name="worker-prober", sizes=(0, 1)
         )
-        # Leased places (leasedplaces.py): as many as the slots, held for one lease.
+        # Leased places (placebatches.py): as many as the slots, held for one lease.
         LEASES.configure(
             slots=slots if slots is not None else config.concurrency,
             hold_seconds=config.lease_seconds,

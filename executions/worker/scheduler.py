@@ -260,7 +260,7 @@ class Scheduler:
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Idle: return on a notification, after WORKER_POLL_MS or when a turn this process
-        parked comes (turns.TURNS), or when told to stop."""
+        parked comes (wakeups.TURNS), or when told to stop."""
         deadline = time.monotonic() + self.config.poll_seconds
         notifier = self.connections.notifier(conn)
         self.idle.set()
