@@ -1,6 +1,6 @@
 """A worker's side of the route limits (executions/queue/limits.py; docs/worker-protocol.md and
 docs/adr/0022-route-limits-in-postgresql.md): a call's place, moment, end and hand-off, the
-provider's pauses (`ROUTE_PAUSES`), the sweeper thread (`RouteSweeper`), the turns (`wakeups.TURNS`).
+provider's pauses (`ROUTE_PAUSES`), the sweeper (`RouteSweeper`), the turns (`wakeups.TURNS`).
 
 Invariants: an unlimited route costs no statement unless known paused; one far above need takes
 from places leased in a batch (placebatches.py); a limited call takes its place after the recovery
