@@ -352,6 +352,14 @@ def limits_declare(*, owner: str, routes: Iterable[Route], fairness: str = "queu
         cursor.execute(sql.DECLARE_LIMITS, params)
 
 
+def limits_withdraw(*, owner: str) -> None:
+    """A worker that stopped cleanly (its work drained) withdraws the limits it declared at
+    start (Django's connection): no later start counts it live, so a fleet stopped and started
+    with other limits starts at once; a killed worker's count until its registry row ages out."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.LIMITS_WITHDRAW, {"owner": owner})
+
+
 def limits_text(limits: RouteLimits) -> str:
     parts = []
     if limits.max_in_flight is not None:
@@ -456,6 +464,7 @@ __all__ = [
     "Taken",
     "late_seconds",
     "limits_declare",
+    "limits_withdraw",
     "lookup_place",
     "lookup_place_end",
     "route_end",

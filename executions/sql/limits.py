@@ -166,6 +166,7 @@ SELECT (SELECT count(*) FROM due) AS due, pg_notify('orquestador_executions', %(
 
 # Declare this worker's limits at start. Returns, first, every route whose limits another live
 # worker declared differently (the caller refuses to start, naming both); declares nothing then.
+# A worker that stopped cleanly is not live (LIMITS_WITHDRAW); a killed one is until its row ages.
 # Locks: nothing (the declaration is DECLARE_LIMITS, run only when this finds no conflict).
 # Index: route_limit_pkey; worker_process_pkey.
 LIMITS_CONFLICTS = """
@@ -177,6 +178,7 @@ SELECT l.route, l.declared_by, l.max_in_flight, l.rate_count, l.rate_window_seco
                  rate_window_seconds integer) ON mine.route = l.route
  WHERE l.declared_by <> %(owner)s
    AND w.last_seen_at > clock_timestamp() - make_interval(secs => 2 * w.lease_seconds)
+   AND w.stopped_at IS NULL
    AND (l.max_in_flight, l.rate_count, l.rate_window_seconds)
        IS DISTINCT FROM (mine.max_in_flight, mine.rate_count, mine.rate_window_seconds)
    AND (mine.route IS NOT NULL OR l.max_in_flight IS NOT NULL OR l.rate_count IS NOT NULL)
@@ -212,6 +214,31 @@ ON CONFLICT (route) DO UPDATE
        rate_window_seconds = EXCLUDED.rate_window_seconds,
        declared_by = EXCLUDED.declared_by, declared_at = EXCLUDED.declared_at,
        wake_order = EXCLUDED.wake_order
+"""
+
+
+# A worker stopped cleanly (its work drained) withdraws what it declared at start: its registry
+# row is marked stopped, so no start counts it live any more, and the routes it declared last
+# pass to another live worker (the one seen last), or to none. Any other live worker started
+# before it declared (a later one would have declared since, or been refused), and each start is
+# checked against the declarer then: it enforces the same limits, and a start with other limits
+# is still refused, naming it.
+# Locks: this worker's worker_process row; the route_limit rows it declared.
+# Index: worker_process_pkey; route_limit (a scan: one row per limited or paused route);
+# worker_process (a scan: one row per worker, as the Workers page reads it).
+LIMITS_WITHDRAW = """
+WITH stopped AS (
+    UPDATE worker_process SET stopped_at = clock_timestamp() WHERE owner = %(owner)s
+),
+heir AS (
+    SELECT w.owner FROM worker_process AS w
+     WHERE w.owner <> %(owner)s AND w.stopped_at IS NULL
+       AND w.last_seen_at > clock_timestamp() - make_interval(secs => 2 * w.lease_seconds)
+     ORDER BY w.last_seen_at DESC
+     LIMIT 1
+)
+UPDATE route_limit AS l SET declared_by = (SELECT heir.owner FROM heir)
+ WHERE l.declared_by = %(owner)s
 """
 
 

@@ -27,7 +27,7 @@ Invariants:
 - SIGTERM/SIGINT (`request_stop`): stop claiming at once; keep renewing while running work
   drains for up to WORKER_DRAIN_SECONDS (a second signal ends the drain); then signal the
   remaining work to stop, stop renewing, cancel what has not stopped within a grace period and
-  return. Abandoned work keeps its lease and
+  return (`drained` when nothing was abandoned). Abandoned work keeps its lease and
   checkpoints; another worker recovers it once the lease expires;
 - a superseded refusal is settled (logged, slot released), never retried;
 - the poison cap: a claim returned with more consecutive takeovers without progress than
@@ -132,6 +132,7 @@ class Scheduler:
             borrow=(lambda: borrow(timeout=config.renew_seconds)) if borrow else None,
         )
         self.outage_exit = False  # set when it stopped because of WORKER_DB_OUTAGE_EXIT_SECONDS
+        self.drained = False  # set when it stopped with nothing abandoned: a clean stop
         self.running = threading.Event()  # set once it listens and claims
         self.idle = threading.Event()  # set while it waits for a notification or the poll
         self.finished = threading.Event()  # set when run() has returned
@@ -432,6 +433,7 @@ class Scheduler:
         for task in runs:  # signalled and still running: abandoned, lease and checkpoints kept
             task.cancel()
         await asyncio.gather(heartbeat, *runs, return_exceptions=True)
+        self.drained = not abandoned
         logger.info(
             "worker stopped",
             extra={"owner": self.owner, "claimed": self.claimed, "abandoned": len(abandoned)},
