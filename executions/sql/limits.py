@@ -280,16 +280,27 @@ SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
 """
 
 
-# What a PENDING execution parked by a limit shows (`throttled`): its action, route and until
-# (NULL while it waits for a place, or for its turn to be dealt).
+# What an execution a limit holds back shows (`throttled`): its action, route and until. Parked
+# (PENDING, its route_park): until its turn or the pause's end, NULL while it waits for a place
+# or for its turn to be dealt. Held by its worker for a rate's moment granted below the horizon
+# (RUNNING, its call's start still ahead): until that moment, read from the route_call the take
+# wrote (started_at, moved by a retime), so the worker writes nothing more for it.
 # Locks: nothing.
-# Index: route_park_pkey; execution_pkey.
+# Index: route_park_pkey; execution_pkey; route_call_started_idx (per limited route, only the
+# moments still ahead: a horizon's worth of the rate).
 THROTTLED_OF = """
 SELECT p.execution_id::text, p.action_id, p.route, nullif(p.until, 'infinity')
   FROM route_park AS p
   JOIN execution AS e ON e.id = p.execution_id
- WHERE p.execution_id = ANY (%(ids)s::uuid[])
+ WHERE p.execution_id = ANY (%(parked)s::uuid[])
    AND e.status = 'PENDING' AND e.fencing_token = p.fencing_token
+UNION ALL
+SELECT rc.execution_id::text, rc.action_id, rc.route, rc.started_at
+  FROM route_limit AS l
+  JOIN route_call AS rc ON rc.route = l.route AND rc.started_at > statement_timestamp()
+  JOIN execution AS e ON e.id = rc.execution_id
+ WHERE rc.execution_id = ANY (%(held)s::uuid[])
+   AND e.status = 'RUNNING' AND e.fencing_token = rc.fencing_token
 """
 
 
