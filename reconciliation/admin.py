@@ -268,7 +268,8 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(RouteControls, ViewOnly, admin.ModelAdmin):
-    """Every runworker as it last reported itself: live, silent or gone, and what it holds."""
+    """Every runworker as it last reported itself: live, silent, gone or stopped, and what it
+    holds."""
 
     list_display = (
         "owner",

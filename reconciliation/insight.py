@@ -4,7 +4,8 @@ executions/pictures/insight.py's).
 
 Read-only (the worker writes its row: sql.WORKER_SEEN, once per heartbeat). A worker is live
 while it was seen within two renewal intervals, silent until its leases would have run out, and
-gone after that: whatever it held is then reclaimable by any worker.
+gone after that: whatever it held is then reclaimable by any worker. One that stopped cleanly,
+its work drained, is stopped (sql.LIMITS_WITHDRAW).
 """
 
 from dataclasses import dataclass, field
@@ -18,10 +19,12 @@ from orquestador.display import age
 
 from .models import WorkerProcess
 
-LIVE, SILENT, GONE = "live", "silent", "gone"
+LIVE, SILENT, GONE, STOPPED = "live", "silent", "gone", "stopped"
 
 
 def state_of(worker: WorkerProcess, now: datetime) -> str:
+    if worker.stopped_at is not None:
+        return STOPPED
     quiet = (now - worker.last_seen_at).total_seconds()
     if quiet <= 2 * worker.renew_seconds:
         return LIVE

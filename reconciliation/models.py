@@ -45,6 +45,9 @@ class WorkerProcess(models.Model):
     renew_seconds = models.FloatField()  # its WORKER_RENEW_SECONDS
     lease_seconds = models.FloatField()  # its WORKER_LEASE_SECONDS
     version = models.CharField(max_length=50)
+    # When it stopped cleanly, its work drained (executions.sql.LIMITS_WITHDRAW); None while it
+    # runs, and for a worker killed or stopped with work left behind.
+    stopped_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "worker_process"

@@ -114,7 +114,8 @@ def request_list_answer(request: DrfRequest) -> Response:
 
 def _executions(rows: list) -> list[str]:
     # Each reads only for the rows that can wait (SUSPENDED) or be throttled (PENDING, claimed
-    # before), and answers only those that do: a page of neither writes every row from its text.
+    # before, or RUNNING), and answers only those that do: a page of neither writes every row
+    # from its text.
     waiting, throttled = waiting_for_each(rows), throttled_each(rows)
     return execution_items(rows, current_zone(), waiting, throttled)
 

@@ -339,6 +339,14 @@ def limits_declare(*, owner: str, routes: Iterable[Route], fairness: str = "queu
         cursor.execute(sql.DECLARE_LIMITS, params)
 
 
+def limits_withdraw(*, owner: str) -> None:
+    """A worker that stopped cleanly (its work drained) withdraws the limits it declared at
+    start (Django's connection): no later start counts it live, so a fleet stopped and started
+    with other limits starts at once; a killed worker's count until its registry row ages out."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.LIMITS_WITHDRAW, {"owner": owner})
+
+
 def limits_text(limits: RouteLimits) -> str:
     parts = []
     if limits.max_in_flight is not None:
@@ -416,15 +424,21 @@ def route_stats(cursor: Any) -> list[RouteStats]:
 
 
 def throttled_each(executions: Iterable[Any]) -> dict[str, dict[str, Any]]:
-    """`throttled` ({actionId, capability, until}) of each PENDING execution parked by a limit,
-    by id as text (a page's rows have no other), in one statement; none at all when no
-    execution can be parked: only one claimed before (attempts > 0) can, so an acceptance's
-    answer costs no statement."""
-    ids = [e.id for e in executions if e.status == "PENDING" and e.attempts > 0]
-    if not ids:
+    """`throttled` ({actionId, capability, until}) of each execution a limit holds back, by id
+    as text (a page's rows have no other), in one statement: PENDING and parked, or RUNNING
+    and held by its worker until its rate's moment. None at all when no execution can be held
+    back: only one claimed before (attempts > 0) can, so an acceptance's answer costs no
+    statement."""
+    parked, held = [], []
+    for e in executions:
+        if e.status == "PENDING" and e.attempts > 0:
+            parked.append(e.id)
+        elif e.status == "RUNNING":
+            held.append(e.id)
+    if not parked and not held:
         return {}
     with connection.cursor() as cursor:
-        cursor.execute(sql.THROTTLED_OF, {"ids": ids})
+        cursor.execute(sql.THROTTLED_OF, {"parked": parked, "held": held})
         rows = cursor.fetchall()
     return {
         execution_id: {"actionId": action_id, "capability": route, "until": until}
@@ -443,6 +457,7 @@ __all__ = [
     "Taken",
     "late_seconds",
     "limits_declare",
+    "limits_withdraw",
     "lookup_place",
     "lookup_place_end",
     "route_end",

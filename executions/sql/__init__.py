@@ -52,6 +52,7 @@ from .leases import (
 from .limits import (
     DECLARE_LIMITS,
     LIMITS_CONFLICTS,
+    LIMITS_WITHDRAW,
     PURGE_ROUTE_CALLS,
     ROUTE_CALL_END,
     ROUTE_CALL_RETIME,
@@ -188,6 +189,7 @@ __all__ = [
     "FLOW_VERSION_IDS",
     "LEASE_PROBE",
     "LIMITS_CONFLICTS",
+    "LIMITS_WITHDRAW",
     "LISTEN_CANCELS",
     "LISTEN_WEBHOOKS",
     "LISTEN_WORK",

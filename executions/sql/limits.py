@@ -166,6 +166,7 @@ SELECT (SELECT count(*) FROM due) AS due, pg_notify('orquestador_executions', %(
 
 # Declare this worker's limits at start. Returns, first, every route whose limits another live
 # worker declared differently (the caller refuses to start, naming both); declares nothing then.
+# A worker that stopped cleanly is not live (LIMITS_WITHDRAW); a killed one is until its row ages.
 # Locks: nothing (the declaration is DECLARE_LIMITS, run only when this finds no conflict).
 # Index: route_limit_pkey; worker_process_pkey.
 LIMITS_CONFLICTS = """
@@ -177,6 +178,7 @@ SELECT l.route, l.declared_by, l.max_in_flight, l.rate_count, l.rate_window_seco
                  rate_window_seconds integer) ON mine.route = l.route
  WHERE l.declared_by <> %(owner)s
    AND w.last_seen_at > clock_timestamp() - make_interval(secs => 2 * w.lease_seconds)
+   AND w.stopped_at IS NULL
    AND (l.max_in_flight, l.rate_count, l.rate_window_seconds)
        IS DISTINCT FROM (mine.max_in_flight, mine.rate_count, mine.rate_window_seconds)
    AND (mine.route IS NOT NULL OR l.max_in_flight IS NOT NULL OR l.rate_count IS NOT NULL)
@@ -212,6 +214,31 @@ ON CONFLICT (route) DO UPDATE
        rate_window_seconds = EXCLUDED.rate_window_seconds,
        declared_by = EXCLUDED.declared_by, declared_at = EXCLUDED.declared_at,
        wake_order = EXCLUDED.wake_order
+"""
+
+
+# A worker stopped cleanly (its work drained) withdraws what it declared at start: its registry
+# row is marked stopped, so no start counts it live any more, and the routes it declared last
+# pass to another live worker (the one seen last), or to none. Any other live worker started
+# before it declared (a later one would have declared since, or been refused), and each start is
+# checked against the declarer then: it enforces the same limits, and a start with other limits
+# is still refused, naming it.
+# Locks: this worker's worker_process row; the route_limit rows it declared.
+# Index: worker_process_pkey; route_limit (a scan: one row per limited or paused route);
+# worker_process (a scan: one row per worker, as the Workers page reads it).
+LIMITS_WITHDRAW = """
+WITH stopped AS (
+    UPDATE worker_process SET stopped_at = clock_timestamp() WHERE owner = %(owner)s
+),
+heir AS (
+    SELECT w.owner FROM worker_process AS w
+     WHERE w.owner <> %(owner)s AND w.stopped_at IS NULL
+       AND w.last_seen_at > clock_timestamp() - make_interval(secs => 2 * w.lease_seconds)
+     ORDER BY w.last_seen_at DESC
+     LIMIT 1
+)
+UPDATE route_limit AS l SET declared_by = (SELECT heir.owner FROM heir)
+ WHERE l.declared_by = %(owner)s
 """
 
 
@@ -253,16 +280,27 @@ SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
 """
 
 
-# What a PENDING execution parked by a limit shows (`throttled`): its action, route and until
-# (NULL while it waits for a place, or for its turn to be dealt).
+# What an execution a limit holds back shows (`throttled`): its action, route and until. Parked
+# (PENDING, its route_park): until its turn or the pause's end, NULL while it waits for a place
+# or for its turn to be dealt. Held by its worker for a rate's moment granted below the horizon
+# (RUNNING, its call's start still ahead): until that moment, read from the route_call the take
+# wrote (started_at, moved by a retime), so the worker writes nothing more for it.
 # Locks: nothing.
-# Index: route_park_pkey; execution_pkey.
+# Index: route_park_pkey; execution_pkey; route_call_started_idx (per limited route, only the
+# moments still ahead: a horizon's worth of the rate).
 THROTTLED_OF = """
 SELECT p.execution_id::text, p.action_id, p.route, nullif(p.until, 'infinity')
   FROM route_park AS p
   JOIN execution AS e ON e.id = p.execution_id
- WHERE p.execution_id = ANY (%(ids)s::uuid[])
+ WHERE p.execution_id = ANY (%(parked)s::uuid[])
    AND e.status = 'PENDING' AND e.fencing_token = p.fencing_token
+UNION ALL
+SELECT rc.execution_id::text, rc.action_id, rc.route, rc.started_at
+  FROM route_limit AS l
+  JOIN route_call AS rc ON rc.route = l.route AND rc.started_at > statement_timestamp()
+  JOIN execution AS e ON e.id = rc.execution_id
+ WHERE rc.execution_id = ANY (%(held)s::uuid[])
+   AND e.status = 'RUNNING' AND e.fencing_token = rc.fencing_token
 """
 
 

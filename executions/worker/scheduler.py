@@ -96,6 +96,7 @@ class Scheduler:
             borrow=(lambda: borrow(timeout=config.renew_seconds)) if borrow else None,
         )
         self.outage_exit = False  # set when it stopped because of WORKER_DB_OUTAGE_EXIT_SECONDS
+        self.drained = False  # set when it stopped with nothing abandoned: a clean stop
         self.running = threading.Event()  # set once it listens and claims
         self.idle = threading.Event()  # set while it waits for a notification or the poll
         self.finished = threading.Event()  # set when run() has returned
@@ -396,6 +397,7 @@ class Scheduler:
         for task in runs:  # signalled and still running: abandoned, lease and checkpoints kept
             task.cancel()
         await asyncio.gather(heartbeat, *runs, return_exceptions=True)
+        self.drained = not abandoned
         logger.info(
             "worker stopped",
             extra={"owner": self.owner, "claimed": self.claimed, "abandoned": len(abandoned)},

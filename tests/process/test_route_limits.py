@@ -1,10 +1,12 @@
 """Route limits with real `runworker` processes and a loopback provider that records when each
 call starts and ends (tests/support/meteredprovider.py): a limit is never exceeded across
 processes, waiting consumes no attempt, a SIGKILLed worker's places come back within a lease,
-a 429 pauses the route for every worker, and bad limits stop a worker naming the route and key.
+a 429 pauses the route for every worker, bad limits stop a worker naming the route and key, and
+a worker stopped with SIGTERM withdraws its limits for one started with others.
 """
 
 import itertools
+import signal
 import subprocess
 import time
 
@@ -444,3 +446,44 @@ def test_other_limits_on_a_live_worker__second_worker_refuses_naming_both(
     assert done.returncode != 0
     assert "route metered.call@1" in done.stderr
     assert "max_in_flight = 5" in done.stderr and "max_in_flight = 4" in done.stderr
+
+
+def test_sigterm__the_stopped_worker_withdraws_its_limits__one_with_others_starts_at_once(
+    process_env, runtime_conn, tmp_path
+):
+    """A worker stopped with SIGTERM drains its work, then withdraws the limits it declared: a
+    worker started right after with another max_in_flight for the route starts, not refused
+    until the stopped one's registry row ages out (two of its leases: a minute here)."""
+    with MeteredProvider(delay=0.3) as provider:
+        first_file = integrations(tmp_path, provider, "max_in_flight = 4\n")
+        other = tmp_path / "other"
+        other.mkdir()
+        second_file = integrations(other, provider, "max_in_flight = 5\n")
+        ids = accept(runtime_conn, 1)
+        with WorkerProcess(
+            {**process_env, "INTEGRATIONS_FILE": first_file},
+            tmp_path / "a.log",
+            WORKER_LEASE_SECONDS="30",
+        ) as stopped:
+            wait_until(lambda: provider.current == 1, what="its call in flight")
+            stopped.signal(signal.SIGTERM)
+            status, _ = stopped.wait_after_stopped()
+        assert status == 0, stopped.output()
+        assert all_succeeded(runtime_conn, ids)  # drained, nothing abandoned
+        with WorkerProcess(
+            {**process_env, "INTEGRATIONS_FILE": second_file}, tmp_path / "b.log"
+        ) as second:
+            wait_until(
+                lambda: (
+                    second.process.poll() is not None
+                    or any(e.get("event") == "worker started" for e in second.events())
+                ),
+                timeout=60,
+                what="the second worker to start or exit",
+            )
+            assert second.process.poll() is None, second.output()
+            declared = runtime_conn.execute(
+                "SELECT max_in_flight FROM route_limit WHERE route = 'metered.call@1'"
+            ).fetchone()
+
+    assert declared == (5,)

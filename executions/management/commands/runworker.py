@@ -8,12 +8,12 @@ from typing import Any
 import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from actions.registry import IntegrationConfigError, load_registry
 from executions.flows.publication import flows_compensation_problems
 from executions.queue.leases import lease_owner_name
-from executions.queue.limits import LimitsConflict, limits_declare
+from executions.queue.limits import LimitsConflict, limits_declare, limits_withdraw
 from executions.webhooks.running import webhook_delivery
 from executions.worker.collector import collector_settled
 from executions.worker.database import database_conninfo
@@ -166,4 +166,19 @@ class Command(BaseCommand):
                 "WORKER_DB_OUTAGE_EXIT_SECONDS"
             )
             sys.exit(OUTAGE_EXIT_STATUS)
+        if scheduler.drained:
+            self._withdraw(owner)
         self.stdout.write("worker stopped")
+
+    def _withdraw(self, owner: str) -> None:
+        """Its work drained: withdraw the route limits it declared at start, so a worker started
+        now with other limits is not refused. Work abandoned at the stop may still be calling
+        under them: then, as for a killed worker, they lapse with its registry row."""
+        try:
+            limits_withdraw(owner=owner)
+        except DatabaseError as exc:
+            self.stderr.write(
+                f"route limits not withdrawn ({exc}); they lapse with this worker's registry row"
+            )
+        finally:
+            connection.close()

@@ -2,9 +2,11 @@
 
 An acceptance is two statements whatever the request, with no BEGIN or COMMIT of its own: the
 read, then the write that is its one transaction (executions/api/acceptance.py); reading an
-execution is one statement. A change that adds a query to these paths fails here and must say
-why in this file.
+execution is one statement, two while it is RUNNING. A change that adds a query to these paths
+fails here and must say why in this file.
 """
+
+import datetime
 
 import pytest
 from django.db import connection
@@ -24,6 +26,8 @@ REPLAY_STATEMENTS = ["SELECT", "SELECT"]  # the read finds the key's execution; 
 # The first acceptance on a flow version in a process also reads its definition, once.
 FIRST_ON_FLOW_STATEMENTS = ["SELECT", "SELECT", "WITH"]
 GET_STATEMENTS = ["SELECT"]  # the caller's execution, access filtered in the WHERE clause
+# A RUNNING one may be held by its worker for a rate's moment: whether it is (`throttled`), too.
+GET_RUNNING_STATEMENTS = ["SELECT", "SELECT"]
 
 
 def verbs(captured: CaptureQueriesContext) -> list[str]:
@@ -111,6 +115,26 @@ def test_get_execution__is_one_statement(alice, flow):
 
     assert response.status_code == 200, response.content
     assert verbs(captured) == GET_STATEMENTS, sent(captured)
+
+
+def test_get_execution__running__also_reads_whether_a_limit_holds_it(alice, flow):
+    from django.utils import timezone
+
+    from executions.models import Execution
+
+    created = alice.create()
+    accepted = alice.accept(created["id"], "submit", 1).json()
+    until = timezone.now() + datetime.timedelta(seconds=30)  # as a claim leaves it
+    Execution.objects.filter(id=accepted["id"]).update(
+        status="RUNNING", attempts=1, lease_owner="w", lease_expires_at=until, next_attempt_at=until
+    )
+
+    with CaptureQueriesContext(connection) as captured:
+        response = alice.get(f"/api/v1/executions/{accepted['id']}")
+
+    assert response.status_code == 200, response.content
+    assert verbs(captured) == GET_RUNNING_STATEMENTS, sent(captured)
+    assert "route_call" in captured.captured_queries[1]["sql"]
 
 
 # Lists: one statement per page whatever its size (the rows with their flows; the caller's access

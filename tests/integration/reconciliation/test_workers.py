@@ -1,7 +1,7 @@
 """Workers and leases in sight: a real runworker registers itself and refreshes its row on every
-heartbeat; the Workers page reads each worker as live, silent or gone with what it holds; the
-Execution page says who holds its lease and how fresh it is, or when it runs next and why; the
-Request and Execution pages show the request's numbered timeline."""
+heartbeat; the Workers page reads each worker as live, silent, gone or stopped with what it
+holds; the Execution page says who holds its lease and how fresh it is, or when it runs next and
+why; the Request and Execution pages show the request's numbered timeline."""
 
 import re
 from datetime import timedelta
@@ -78,11 +78,14 @@ def test_runworker__registers_and_refreshes_its_row_on_every_heartbeat(process_e
 
 
 @pytest.mark.django_db
-def test_state_of__live_silent_gone():
+def test_state_of__live_silent_gone_stopped():
     now = timezone.now()
     assert insight.state_of(_worker("a", seen_seconds_ago=3), now) == insight.LIVE
     assert insight.state_of(_worker("b", seen_seconds_ago=20), now) == insight.SILENT
     assert insight.state_of(_worker("c", seen_seconds_ago=60), now) == insight.GONE
+    # Stopped cleanly, its work drained (executions.sql.LIMITS_WITHDRAW): not live, however fresh.
+    stopped = _worker("d", seen_seconds_ago=1, stopped_at=now)
+    assert insight.state_of(stopped, now) == insight.STOPPED
 
 
 @pytest.mark.django_db

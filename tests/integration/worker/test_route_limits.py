@@ -1,7 +1,7 @@
 """Route limits in PostgreSQL (executions/queue/limits.py): a call a limit holds back parks its
 execution with no attempt started, and wakes when a call in flight ends or at its turn; a dead
-holder's place comes back with its lease; a 429 and an operator pause the route. A rate's
-moments: test_route_rates.py."""
+holder's place comes back with its lease; a 429 and an operator pause the route; a worker
+stopped cleanly withdraws the limits it declared. A rate's moments: test_route_rates.py."""
 
 import dataclasses
 import datetime
@@ -15,6 +15,9 @@ from executions.models import Execution
 from executions.queue.claims import execution_claim_passed
 from executions.queue.limits import (
     RATE_HORIZON_SECONDS,
+    LimitsConflict,
+    limits_declare,
+    limits_withdraw,
     route_end,
     route_lease_release,
     route_lease_renew,
@@ -530,6 +533,45 @@ def test_lookup__counts_against_max_in_flight_and_is_never_parked(conn, make_flo
         [third],
     ).fetchone() == ("lookup", None, True)
     assert conn.execute("SELECT count(*) FROM route_park").fetchone()[0] == 0
+
+
+def _registered(conn, owner):
+    """A worker's registry row as its heartbeat writes it: seen now, live for two leases."""
+    conn.execute(
+        "INSERT INTO worker_process (owner, host, pid, started_at, last_seen_at, concurrency,"
+        "                            running, renew_seconds, lease_seconds, version)"
+        " VALUES (%s, 'h', 1, clock_timestamp(), clock_timestamp(), 1, 0, 0.5, 30, 't')",
+        [owner],
+    )
+
+
+def test_withdraw__a_stopped_workers_limits_hold_no_start_back__a_live_ones_still_do(conn):
+    """A worker stopped cleanly withdraws what it declared (limits_withdraw): the routes it
+    declared last pass to another live worker, so a start with other limits is still refused,
+    naming that one; once every worker stopped, it starts. A killed worker withdraws nothing:
+    its limits hold a start back until its registry row ages out, as before."""
+    four = [limited(ScriptedAdapter(), max_in_flight=4).route]
+    five = [limited(ScriptedAdapter(), max_in_flight=5).route]
+    for owner in ("a", "b"):
+        _registered(conn, owner)
+        limits_declare(owner=owner, routes=four)
+
+    limits_withdraw(owner="b")  # the last to declare
+    with pytest.raises(LimitsConflict, match="live worker a enforces max_in_flight = 4"):
+        limits_declare(owner="c", routes=five)
+    limits_withdraw(owner="a")
+    _registered(conn, "c")
+    limits_declare(owner="c", routes=five)  # killed next: it withdraws nothing
+    with pytest.raises(LimitsConflict, match="live worker c enforces max_in_flight = 5"):
+        limits_declare(owner="d", routes=four)
+
+    stopped = conn.execute(
+        "SELECT owner FROM worker_process WHERE stopped_at IS NOT NULL ORDER BY owner"
+    ).fetchall()
+    assert stopped == [("a",), ("b",)]
+    assert conn.execute(
+        "SELECT max_in_flight, declared_by FROM route_limit WHERE route = %s", [ROUTE]
+    ).fetchone() == (5, "c")
 
 
 def _lease(conn, route, owner, places, share=0, hold=30.0):

@@ -195,7 +195,8 @@ def test_take__tenant_order__turns_dealt_to_the_lowest_rank_within_its_tenant_fi
     assert {until for until, _ in _turns(conn, parked).values()} == {None}
     hour_away = conn.execute("SELECT clock_timestamp() + interval '50 minutes'").fetchone()[0]
     assert all(due > hour_away for _, due in _turns(conn, parked).values())
-    assert conn.execute(sql.THROTTLED_OF, {"ids": [b]}).fetchall() == [(str(b), "a", ROUTE, None)]
+    throttled = conn.execute(sql.THROTTLED_OF, {"parked": [b], "held": []}).fetchall()
+    assert throttled == [(str(b), "a", ROUTE, None)]
 
     (dealt,) = conn.execute("SELECT route_sweep(0.05, 0.25, 600)").fetchone()
 

@@ -298,6 +298,7 @@ def test_shutdown__drains_running_work_and_claims_nothing_more(conn, make_flow, 
         assert sched.finished.wait(10)
         assert status_of(conn, running.execution_id) == "SUCCEEDED"
         assert not gate.cancelled_seen.is_set()
+        assert sched.drained  # a clean stop: runworker withdraws its route limits
     later_row = execution_row(conn, later.execution_id)
     assert (later_row["status"], later_row["attempts"]) == ("PENDING", 0)
 
@@ -315,6 +316,7 @@ def test_shutdown__past_the_drain_leaves_the_rest_recoverable(conn, make_flow, r
         sched.request_stop()
         assert sched.finished.wait(10)
         assert gate.cancelled_seen.is_set()  # told to stop, per execution
+        assert not sched.drained  # its route limits lapse with its registry row
 
     # Left as a dead worker leaves it: RUNNING, its checkpoint RUNNING, its lease not renewed.
     assert status_of(conn, accepted.execution_id) == "RUNNING"
