@@ -14,14 +14,14 @@ Invariants and transaction boundaries:
   checkpoints, read under the new token in the same statement, so the holder starts without
   another round trip; `execution_load` is the same read on its own, fenced: a stale holder gets
   `ExecutionSuperseded`, never data;
-- flows are immutable once published, so their definitions are read once per process and cached.
+- flows are immutable once published, so their definitions are read once per process
+  (`flow_definition_load`, kept by executions/flows/cache.py).
 
 Each claimed row is read by column name (a psycopg row factory) into one `Dispatch`, the object
 the worker carries from the claim to its last write and its result: a slot's `Holding` refers to
 it, the runtime's `ExecutionPackage` wraps it, and the run and its endings read it, never a copy.
 """
 
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -264,27 +264,10 @@ def execution_load(*, fence: Fence) -> Steps[Snapshot]:
 
 @as_plan()
 def flow_definition_load(*, flow_id: int) -> Steps[dict[str, Any]]:
-    """A published flow's definition (read once per process: `FlowCache`)."""
+    """A published flow's definition (read once per process: executions/flows/cache.py)."""
     definition = yield Query(
         sql.FLOW_DEFINITION, {"flow_id": flow_id}, fetch="one", row_factory=scalar_row
     )
     if definition is None:  # impossible: executions reference their flow (PROTECT)
         raise LookupError(f"flow {flow_id} not found")
     return definition
-
-
-class FlowCache:
-    """Flow definitions by id. Published flows never change, so an entry never goes stale."""
-
-    def __init__(self) -> None:
-        self._definitions: dict[int, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-
-    def cached(self, flow_id: int) -> dict[str, Any] | None:
-        """The definition if this process has read it already (no connection needed)."""
-        return self._definitions.get(flow_id)  # one dict read: atomic, no lock
-
-    def store(self, flow_id: int, definition: dict[str, Any]) -> dict[str, Any]:
-        """Keep a definition read by `flow_definition_load`; the first one kept wins."""
-        with self._lock:
-            return self._definitions.setdefault(flow_id, definition)

@@ -32,12 +32,13 @@ from actions.registry import IntegrationUnavailable
 from orquestador import errors, jsonlog
 from orquestador.workerconfig import WorkerConfig
 
+from ..flows.cache import cached_definition, store_definition
 from ..flows.evaluator import build_context
 from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import find_transition
 from ..models import ExecutionStatus
 from ..queue.checkpoints import StartItem, SucceedItem, external_key
-from ..queue.claims import Dispatch, FlowCache, Snapshot, execution_load, flow_definition_load
+from ..queue.claims import Dispatch, Snapshot, execution_load, flow_definition_load
 from ..queue.finalize import finalize_refusal
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..queue.waits import CALLBACK_EVENT, call_accept, is_wait
@@ -70,7 +71,6 @@ class RunnerDeps:
 
     config: WorkerConfig
     resolve: Resolver
-    flows: FlowCache
     rng: random.Random
     writes: GroupWrites
     # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
@@ -144,10 +144,10 @@ class _Run:
     async def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
         if snapshot is None:
             snapshot = await on(self.db, execution_load(fence=self.fence))
-        definition = self.deps.flows.cached(flow_id)
+        definition = cached_definition(flow_id)
         if definition is None:  # the first run of this flow in this process
             loaded = await on(self.db, flow_definition_load(flow_id=flow_id))
-            definition = self.deps.flows.store(flow_id, loaded)
+            definition = store_definition(flow_id, loaded)
         transition = find_transition(definition, self.transition_id)
         try:
             decision = recovery.before_run(

@@ -45,7 +45,6 @@ from actions.pools import client, close_client
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
 
-from ..queue.claims import FlowCache
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
@@ -270,7 +269,6 @@ class LocalWorkerRuntime(Reservations):
         self._deps = RunnerDeps(
             config=config,
             resolve=resolve or registry_resolve,
-            flows=FlowCache(),
             rng=rng or random.SystemRandom(),
             # The write gate serves urgent writes, which only tenant order has.
             writes=GroupWrites(
