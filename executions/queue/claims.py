@@ -19,7 +19,8 @@ Invariants and transaction boundaries:
 
 Each claimed row is read by column name (a psycopg row factory) into one `Dispatch`, the object
 the worker carries from the claim to its last write and its result: a slot's `Holding` refers to
-it, the runtime's `ExecutionPackage` wraps it, and the run and its endings read it, never a copy.
+it, the run and its endings read it, never a copy, and an `ExecutionPackage` wraps it only to
+cross to a remote runtime.
 """
 
 import uuid

@@ -6,7 +6,7 @@ dict, for threads that read it (the metrics endpoint, the prober's "is a slot fr
 `Holding` is one holder (execution id and token): a renewal that answers late, or a slot given
 back, never touches a later holder of the same execution. It refers to its claim's `Dispatch`
 and keeps only what changes while a slot holds it; the runtime is handed the holding itself
-(`WorkerRuntime.allocate`).
+(`runtime.dispatch_held`), and the run works from it and its dispatch.
 
 Under WORKER_FAIRNESS=tenant the slots also count what each tenant holds here, so that a run of
 a tenant far below its share of this process's slots writes ahead of the others (`urgent`:

@@ -6,8 +6,8 @@ Invariants:
 - it claims only free capacity: a claim asks for at most min(WORKER_BATCH, free slots) rows, and
   every claimed execution starts its run as a task at once, so no claimed work waits in a
   local backlog while its lease ticks away. Each is one `Dispatch` (executions/queue/claims.py),
-  held in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is: the package wraps
-  it and the holding is the request to allocate;
+  held in a slot (`Slots.take` -> `Holding`) and handed to the runtime as it is (`dispatch_held`):
+  the local runtime runs the holding itself; a package is made only for a remote runtime;
 - a slot is free again once its run's last call has answered (`Holding.release_slot`, at the
   submission of that call's save): the run still holds the execution, its lease renewed and
   its writes fenced, until its final commit lands, and the drain waits for it; a run that goes
@@ -70,9 +70,8 @@ from .holdings import Holding, Slots
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
-from .runtime import WorkerRuntime, dispatch_once
+from .runtime import WorkerRuntime, dispatch_held
 from .turns import TURNS
-from .wire import ExecutionPackage
 from .writeretry import signal_wait
 
 logger = logging.getLogger("executions.worker")
@@ -370,7 +369,7 @@ class Scheduler:
     async def _run(self, holding: Holding) -> None:
         cancelled = False
         try:
-            result = await dispatch_once(self.runtime, ExecutionPackage(holding.dispatch), holding)
+            result = await dispatch_held(self.runtime, holding)
             self.metrics.run_ended(result)
             if self.after_run is not None:
                 self.after_run()

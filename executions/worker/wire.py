@@ -10,9 +10,9 @@ the worker endpoint make or read it, so the JSON field names below are written o
 public (a worker endpoint of another release reads them): never rename them.
 
 Invariants:
-- the holder is one `Fence` in one `Dispatch` end to end (claim -> slot -> package -> run ->
-  every write -> result); the JSON carries it as `executionId`, `requestId`, `fencingToken`,
-  `leaseOwner`;
+- the holder is one `Fence` in one `Dispatch` end to end (claim -> slot -> run -> every write
+  -> result, with a package between slot and run only where it crosses to a remote runtime);
+  the JSON carries it as `executionId`, `requestId`, `fencingToken`, `leaseOwner`;
 - reading is strict: `package_read` refuses unknown fields and wrong types with a
   `PackageInvalid` naming the field, and `result_read` refuses anything that is not a result for
   the expected execution with a `ResultInvalid`.
