@@ -20,16 +20,12 @@ One module past 400 lines because a run is one object read top to bottom; what h
 """
 
 import logging
-import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-from actions.base import ActionContext, ActionResult, Binding, Outcome
+from actions.base import ActionContext, ActionResult, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors, jsonlog
-from orquestador.workerconfig import WorkerConfig
 
 from ..flows.cache import cached_definition, store_definition
 from ..flows.evaluator import build_context
@@ -42,19 +38,20 @@ from ..queue.finalize import finalize_refusal
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..queue.waits import CALLBACK_EVENT, call_accept, is_wait
 from . import limiter, recovery
-from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
+from .calls import Call, adapter_call, calls_seconds, input_checks, output_problem
 from .compensation import compensate_failure, compensate_resumed
-from .endings import RunScope, run_end
+from .endings import run_end
 from .evaluation import final_item
-from .groupcommit import Database, GroupWrites, on
+from .groupcommit import Database, on
 from .holdings import Holding
 from .offloop import off_loop_if_large
 from .recovery import Decision, Verb
+from .runs import RunnerDeps
 from .spans import traced_action, traced_call, traced_run, traced_writes
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
 from .wire import RunOutcome
-from .writeretry import Flag, Ride, fenced_write
+from .writeretry import Ride, fenced_write
 
 logger = logging.getLogger("executions.worker")
 
@@ -63,44 +60,11 @@ logger = logging.getLogger("executions.worker")
 DEADLINE_MARGIN_LEASES = 2
 
 
-@dataclass
-class RunnerDeps:
-    """What a run needs besides its connection and holder; shared by every run of a process."""
-
-    config: WorkerConfig
-    resolve: Resolver
-    rng: random.Random
-    writes: GroupWrites
-    # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
-    reachable: Callable[[Flag], Awaitable[bool]] | None = None
-    # The dispatcher's, when it claims the executions this process's calls pass places to.
-    handoff: limiter.Handoff | None = None
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One attempt of one action; its attempt number once `_Run.start` ran."""
-
-    start: StartItem
-    binding: Binding
-    action_input: dict[str, Any]
-    dispatch: Dispatch
-    attempt: int = 0
-
-    @cached_property
-    def extra(self) -> dict[str, Any]:
-        """Its log fields, built when first wanted: below INFO a call that goes well wants none."""
-        return {
-            **self.dispatch.log_extra,
-            "action_id": self.start.action_id,
-            "action_attempt": self.attempt,
-        }
-
-
 class _Run:
     """One run of one dispatch: the claim's `dispatch` (the holder, the transition, the
     principal, the log and audit fields) and the slot's `holding` (its stop signal, its
-    deadline report), each read from where it lives, never copied into the run."""
+    deadline report), each read from where it lives, never copied into the run. The helpers it
+    calls see it as a `runs.Run`."""
 
     def __init__(
         self, dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
@@ -109,8 +73,8 @@ class _Run:
         self.holding = holding
         self.db = db  # a connection, or where to borrow one for each step
         self.deps = deps
-        ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
-        self.scope = RunScope(dispatch, db, deps.config, deps.rng, ride=ride)
+        # How its writes ride through a database outage: until its stop signal is set.
+        self.ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
         # A route's place granted with the claim, until its call uses it (limiter.handed).
         self.handed = dispatch.place
 
@@ -168,7 +132,7 @@ class _Run:
             # compensation's calls), so the slot is counted busy again until it ends.
             self.holding.retake_slot()
             compensated = await compensate_failure(self, ended.decision, transition, snapshot)
-            return compensated or await run_end(ended.decision, self.scope)
+            return compensated or await run_end(ended.decision, self)
         except RunSuspended as suspended:
             return suspended.outcome
 
@@ -219,7 +183,7 @@ class _Run:
         action: dict[str, Any],
         snapshot: Snapshot,
         outputs: dict[str, dict[str, Any]],
-    ) -> _Call | dict[str, Any]:
+    ) -> Call | dict[str, Any]:
         """Map the input, resolve the trusted binding and apply the recovery table to the
         checkpoint found: the call to make, or the output reused; anything else ends the run."""
         action_id, fence = action["id"], self.dispatch.fence
@@ -258,9 +222,9 @@ class _Run:
             input_hash=input_hash,
             previous_attempt=decision.previous_attempt,
         )
-        return _Call(start, binding, action_input, self.dispatch)
+        return Call(start, binding, action_input, self.dispatch)
 
-    async def start(self, call: _Call) -> _Call:
+    async def start(self, call: Call) -> Call:
         """Commit the attempt's RUNNING checkpoint, reads included, before the adapter runs."""
         action_id = call.start.action_id
         self.check_not_cancelled(f"start {action_id}")
@@ -270,13 +234,13 @@ class _Run:
             step=f"start {action_id}",
         )
         # Built directly: dataclasses.replace walks the fields in Python on every call.
-        started = _Call(call.start, call.binding, call.action_input, call.dispatch, attempt)
+        started = Call(call.start, call.binding, call.action_input, call.dispatch, attempt)
         if logger.isEnabledFor(logging.INFO):  # no log fields built per call for a level off
             capability = call.binding.contract.key
             jsonlog.info(logger, "action started", {**started.extra, "capability": capability})
         return started
 
-    def call(self, call: _Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
+    def call(self, call: Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
         """The adapter's call, to await, no transaction open (executions/worker/calls.py); not a
         coroutine of its own, one frame less on each wake-up of the call."""
         action_id, fence = call.start.action_id, self.dispatch.fence
@@ -296,7 +260,7 @@ class _Run:
         return traced_call(call.binding, call.attempt, called)
 
     async def settle(
-        self, call: _Call, result: ActionResult, *, last: bool = False
+        self, call: Call, result: ActionResult, *, last: bool = False
     ) -> dict[str, Any]:
         """Apply the call's result: suspend on an asynchronous ACCEPTED, end the run as the
         recovery table says, or commit SUCCEEDED and return the output. After the run's `last`
@@ -358,7 +322,7 @@ class _Run:
             log_extra=self.log_extra,
             rng=self.deps.rng,
             stop=self.holding.cancelled,
-            ride=self.scope.ride,
+            ride=self.ride,
         )
         if written is None and step is not None:
             raise ExecutionSuperseded(self.fence.execution_id, step=step, token=self.fence.token)
@@ -446,4 +410,4 @@ def execution_run(
     return traced_run(dispatch, run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot))
 
 
-__all__ = ["RunnerDeps", "execution_run"]
+__all__ = ["execution_run"]

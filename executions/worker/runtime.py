@@ -46,6 +46,7 @@ from orquestador.workerconfig import WorkerConfig
 
 from ..queue.claims import Dispatch
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
+from .calls import Resolver
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .holdings import Holding
@@ -53,7 +54,8 @@ from .leasedplaces import LEASES
 from .limiter import Handoff
 from .outage import DatabaseProbe
 from .pooling import PoolingConfig
-from .runner import Resolver, RunnerDeps, execution_run
+from .runner import execution_run
+from .runs import RunnerDeps
 from .wire import Ending, ExecutionPackage, ExecutionResult
 
 logger = logging.getLogger("executions.worker")
