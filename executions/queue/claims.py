@@ -3,13 +3,12 @@ docs/adr/0001-claims-with-skip-locked.md).
 
 Invariants: `executions_claim` is one statement, committed before any evaluation or call: due rows
 only, FOR UPDATE SKIP LOCKED, in claim order (executions/sql/fairness.py), at most `limit`, each
-with attempts + 1, token + 1, this owner and a lease from the database clock, a takeover audited
-in the same statement; it returns the dispatch principal, the stored trace context, the accepted
-snapshot and a reclaimed execution's checkpoints; `execution_load` is that read alone, fenced.
-Each row is read by name into one `Dispatch`, which the worker carries to its last write.
+with attempts + 1, token + 1, this owner and a database-clock lease, a takeover audited; it returns
+the dispatch principal, the stored trace context, the accepted snapshot and a reclaimed execution's
+checkpoints; `execution_load` is that read alone, fenced. Each row is read by name into one
+`Dispatch`, carried to its last write; definitions are kept by executions/flows/cache.py.
 """
 
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -252,27 +251,10 @@ def execution_load(*, fence: Fence) -> Steps[Snapshot]:
 
 @as_plan()
 def flow_definition_load(*, flow_id: int) -> Steps[dict[str, Any]]:
-    """A published flow's definition (read once per process: `FlowCache`)."""
+    """A published flow's definition (read once per process: executions/flows/cache.py)."""
     definition = yield Query(
         sql.FLOW_DEFINITION, {"flow_id": flow_id}, fetch="one", row_factory=scalar_row
     )
     if definition is None:  # impossible: executions reference their flow (PROTECT)
         raise LookupError(f"flow {flow_id} not found")
     return definition
-
-
-class FlowCache:
-    """Flow definitions by id. Published flows never change, so an entry never goes stale."""
-
-    def __init__(self) -> None:
-        self._definitions: dict[int, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-
-    def cached(self, flow_id: int) -> dict[str, Any] | None:
-        """The definition if this process has read it already (no connection needed)."""
-        return self._definitions.get(flow_id)  # one dict read: atomic, no lock
-
-    def store(self, flow_id: int, definition: dict[str, Any]) -> dict[str, Any]:
-        """Keep a definition read by `flow_definition_load`; the first one kept wins."""
-        with self._lock:
-            return self._definitions.setdefault(flow_id, definition)

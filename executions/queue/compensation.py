@@ -32,7 +32,13 @@ from ..models import (
 )
 from . import faultpoints
 from .claims import CheckpointRecord
-from .finalize import AttemptSettlement, _audit, _settle, execution_fail
+from .finalize import (
+    AttemptSettlement,
+    attempt_settle,
+    execution_audit,
+    execution_fail,
+    request_release_audited,
+)
 from .leases import ExecutionSuperseded, Fence
 from .steps import Plan, Query, Steps, as_plan
 
@@ -97,11 +103,11 @@ def execution_begin_compensation(
         ).steps
         return Begun(status=status)
     if settlement is not None:
-        yield from _settle(fence, settlement)
+        yield from attempt_settle(fence, settlement)
     params = {**fence.params(), "error_code": error_code, "error_detail": error_detail}
     if (yield Query(sql.EXECUTION_BEGIN_COMPENSATION, params, fetch="one")) is None:
         raise ExecutionSuperseded(fence.execution_id, step="begin compensation", token=fence.token)
-    yield _audit(
+    yield execution_audit(
         fence,
         type=AuditType.COMPENSATION_STARTED,
         actor=actor,
@@ -137,12 +143,7 @@ def _compensated(
     if row is None:
         raise ExecutionSuperseded(fence.execution_id, step="compensated", token=fence.token)
     cause: str = row[0]
-    yield Query(
-        sql.REQUEST_RELEASE,
-        {"request_id": fence.request_id, "execution_id": fence.execution_id},
-        fetch="none",
-    )
-    yield _audit(
+    yield from request_release_audited(
         fence,
         type=AuditType.EXECUTION_COMPENSATED,
         actor=actor,

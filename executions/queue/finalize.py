@@ -48,8 +48,9 @@ class AttemptSettlement:
     output: dict[str, Any] | None = None
 
 
-def _settle(fence: Fence, settlement: AttemptSettlement) -> Steps[None]:
-    """Settle the attempt's checkpoint: the first statement of a retry or failure transaction."""
+def attempt_settle(fence: Fence, settlement: AttemptSettlement) -> Steps[None]:
+    """Settle the attempt's checkpoint: the first statement of a transaction that ends an
+    attempt without success (a retry, a failure, the beginning of a compensation)."""
     yield from checkpoint_settle(
         fence=fence,
         action_id=settlement.action_id,
@@ -61,9 +62,24 @@ def _settle(fence: Fence, settlement: AttemptSettlement) -> Steps[None]:
     )
 
 
-def _audit(fence: Fence, *, type: str, actor: str, payload: dict[str, Any]) -> Query:
+def execution_audit(fence: Fence, *, type: str, actor: str, payload: dict[str, Any]) -> Query:
+    """Append the audit event `type` of the holder's execution and its request (a step)."""
     ids = {"request_id": fence.request_id, "execution_id": fence.execution_id}
     return audit_query(**ids, type=type, actor=actor, payload=payload)
+
+
+def request_release_audited(
+    fence: Fence, *, type: str, actor: str, payload: dict[str, Any]
+) -> Steps[None]:
+    """The tail of a plan that ends an execution and frees its request (FAILED, COMPENSATED):
+    release the request (data, state and revision as they are), then append the ending's audit
+    event `type`, in the plan's transaction."""
+    yield Query(
+        sql.REQUEST_RELEASE,
+        {"request_id": fence.request_id, "execution_id": fence.execution_id},
+        fetch="none",
+    )
+    yield execution_audit(fence, type=type, actor=actor, payload=payload)
 
 
 @dataclass(frozen=True)
@@ -167,7 +183,7 @@ def execution_schedule_retry(
     payload: dict[str, Any],
 ) -> Steps[datetime.datetime]:
     """Settle the attempt and schedule the next one, in one transaction; return when it is due."""
-    yield from _settle(fence, settlement)
+    yield from attempt_settle(fence, settlement)
     row = yield Query(
         sql.EXECUTION_SCHEDULE_RETRY,
         {
@@ -181,7 +197,7 @@ def execution_schedule_retry(
     if row is None:
         raise ExecutionSuperseded(fence.execution_id, step="schedule retry", token=fence.token)
     due: datetime.datetime = row[0]
-    yield _audit(
+    yield execution_audit(
         fence,
         type=AuditType.RETRY_SCHEDULED,
         actor=actor,
@@ -209,7 +225,7 @@ def execution_fail(
     """
     yield Query(sql.REQUEST_LOCK, {"request_id": fence.request_id}, fetch="none")
     if settlement is not None:
-        yield from _settle(fence, settlement)
+        yield from attempt_settle(fence, settlement)
     uncertain, succeeded, last_write = _one(
         (yield Query(sql.WRITES_OUTSTANDING, {"execution_id": fence.execution_id}, fetch="one"))
     )
@@ -218,7 +234,7 @@ def execution_fail(
     if reconcile or uncertain or succeeded:
         if (yield Query(sql.EXECUTION_REQUIRE_RECONCILIATION, params, fetch="one")) is None:
             raise ExecutionSuperseded(fence.execution_id, step="reconcile", token=fence.token)
-        yield _audit(
+        yield execution_audit(
             fence,
             type=AuditType.RECONCILIATION_REQUIRED,
             actor=actor,
@@ -227,12 +243,7 @@ def execution_fail(
         return ExecutionStatus.RECONCILIATION_REQUIRED
     if (yield Query(sql.EXECUTION_FAIL, params, fetch="one")) is None:
         raise ExecutionSuperseded(fence.execution_id, step="fail", token=fence.token)
-    yield Query(
-        sql.REQUEST_RELEASE,
-        {"request_id": fence.request_id, "execution_id": fence.execution_id},
-        fetch="none",
-    )
-    yield _audit(
+    yield from request_release_audited(
         fence,
         type=AuditType.EXECUTION_FAILED,
         actor=actor,

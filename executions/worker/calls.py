@@ -1,4 +1,5 @@
-"""One adapter call of a run: what the adapter is given, and how its answer is read.
+"""One adapter call of a run: the attempt (`Call`), what the adapter is given, and how its answer
+is read.
 
 No transaction is open here and nothing is written: the runner has committed the attempt's
 RUNNING checkpoint before it calls, and commits what the recovery table decides after.
@@ -9,6 +10,8 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from actions.base import ActionContext, ActionResult, Binding, Contract, Outcome
@@ -17,13 +20,35 @@ from orquestador import errors
 from orquestador.schemas import contract_problem
 
 from ..models import CheckpointStatus
-from ..queue.claims import Snapshot
+from ..queue.checkpoints import StartItem
+from ..queue.claims import Dispatch, Snapshot
 from .callmetrics import CALLS
 from .recovery import input_hash
 
 logger = logging.getLogger("executions.worker")
 
 Resolver = Callable[[str, int], Binding]  # capability, version -> the trusted binding
+
+
+@dataclass(frozen=True)
+class Call:
+    """One attempt of one action, prepared by its run; its attempt number once its RUNNING
+    checkpoint is committed (the run's `start`)."""
+
+    start: StartItem
+    binding: Binding
+    action_input: dict[str, Any]
+    dispatch: Dispatch
+    attempt: int = 0
+
+    @cached_property
+    def extra(self) -> dict[str, Any]:
+        """Its log fields, built when first wanted: below INFO a call that goes well wants none."""
+        return {
+            **self.dispatch.log_extra,
+            "action_id": self.start.action_id,
+            "action_attempt": self.attempt,
+        }
 
 
 async def adapter_call(

@@ -3,22 +3,20 @@ docs/worker-protocol.md#compensation): undo a failed transition's writes, in rev
 
 Invariants: only a FAIL of a transition whose onFailure is "compensate" is compensated, and only
 when executions/queue/compensation.py so decides under the request lock; each step runs the
-runner's own action path (key `executionId:actionId:compensate`, RUNNING before the call, the
-recovery table by its own effect, its route's limits); a step's RETRY schedules RETRY_WAIT (the
-next claim compensates again), FAIL becomes COMPENSATION_FAILED, RECONCILE stays; the end,
+runner's own action path (`Run.action`) (key `executionId:actionId:compensate`, RUNNING before the
+call, the recovery table by its own effect, its route's limits); a step's RETRY schedules RETRY_WAIT
+(the next claim compensates again), FAIL becomes COMPENSATION_FAILED, RECONCILE stays; the end,
 COMPENSATED with the request released, is one transaction. None is open during a step's call.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from orquestador import errors
 
 from ..flows.compensations import (
     CannotCompensate,
-    Resolve,
     Step,
     compensated_action,
     compensation_steps,
@@ -28,57 +26,19 @@ from ..models import CheckpointStatus, ExecutionStatus
 from ..queue import faultpoints
 from ..queue.claims import CheckpointRecord, Snapshot
 from ..queue.compensation import Begun, execution_begin_compensation, execution_compensated
-from ..queue.leases import Fence
 from . import recovery
-from .endings import WORKER_ACTOR, RunScope, run_end
-from .groupcommit import Database, on
+from .endings import WORKER_ACTOR, run_end
+from .groupcommit import on
 from .recovery import Decision, Verb
+from .runs import Run
 from .stops import RunEnded, RunSuspended
 from .wire import RunOutcome
 
 logger = logging.getLogger("executions.worker")
 
 
-class _Resolving(Protocol):
-    @property
-    def resolve(self) -> Resolve: ...
-
-
-class CompensatingRun(Protocol):
-    """What compensation needs of a run (runner._Run)."""
-
-    @property
-    def deps(self) -> _Resolving: ...
-
-    @property
-    def fence(self) -> Fence: ...
-
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def audit(self) -> dict[str, Any]: ...
-
-    @property
-    def log_extra(self) -> dict[str, Any]: ...
-
-    scope: RunScope
-
-    async def action(
-        self,
-        sequence: int,
-        action: dict[str, Any],
-        snapshot: Snapshot,
-        outputs: dict[str, dict[str, Any]],
-    ) -> dict[str, Any]: ...
-
-    async def write(
-        self, statement: str, write: Callable[[], Awaitable[Any]], step: str | None = None
-    ) -> Any: ...
-
-
 async def compensate_failure(
-    run: CompensatingRun,
+    run: Run,
     decision: Decision,
     transition: dict[str, Any] | None,
     snapshot: Snapshot,
@@ -125,7 +85,7 @@ async def compensate_failure(
 
 
 async def compensate_resumed(
-    run: CompensatingRun, transition: dict[str, Any], snapshot: Snapshot
+    run: Run, transition: dict[str, Any], snapshot: Snapshot
 ) -> RunOutcome:
     """Go on compensating an execution claimed with its compensation begun (after a crash, a
     retry, an operator's requeue or a cancellation): the steps whose checkpoint SUCCEEDED are
@@ -134,13 +94,12 @@ async def compensate_resumed(
         steps = compensation_steps(transition, snapshot.checkpoints, run.deps.resolve)
     except CannotCompensate as exc:
         return await run_end(
-            recovery.reconcile(errors.COMPENSATION_FAILED, f"cannot compensate: {exc}"),
-            run.scope,
+            recovery.reconcile(errors.COMPENSATION_FAILED, f"cannot compensate: {exc}"), run
         )
     return await _run_steps(run, steps, snapshot)
 
 
-async def _run_steps(run: CompensatingRun, steps: list[Step], snapshot: Snapshot) -> RunOutcome:
+async def _run_steps(run: Run, steps: list[Step], snapshot: Snapshot) -> RunOutcome:
     outputs = {
         action_id: record.output or {}
         for action_id, record in snapshot.checkpoints.items()
@@ -150,7 +109,7 @@ async def _run_steps(run: CompensatingRun, steps: list[Step], snapshot: Snapshot
         try:
             await run.action(step.sequence, step.action, snapshot, outputs)
         except RunEnded as ended:
-            return await run_end(_undo_failed(ended.decision, step), run.scope)
+            return await run_end(_undo_failed(ended.decision, step), run)
         except RunSuspended as suspended:  # an asynchronous undo: its callback resumes it
             return suspended.outcome
     step_ids = [step.action_id for step in steps]

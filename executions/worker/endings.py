@@ -11,15 +11,12 @@ claim's own connection and token (docs/worker-protocol.md#poison-cap).
 
 import datetime
 import logging
-import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from orquestador import errors
-from orquestador.workerconfig import WorkerConfig
 
 from ..models import ExecutionStatus
 from ..queue.claims import Dispatch
@@ -31,59 +28,47 @@ from ..queue.finalize import (
 )
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
 from ..queue.steps import run_async
-from .groupcommit import Database, on
+from .groupcommit import on
 from .recovery import Decision, Verb
 from .retry import retry_delay_seconds
+from .runs import Run
 from .wire import RunOutcome
-from .writeretry import Ride, fenced_write
+from .writeretry import fenced_write
 
 logger = logging.getLogger("executions.worker")
 
 WORKER_ACTOR = "system:worker"  # the audit actor of everything the worker writes
 
 
-@dataclass(frozen=True)
-class RunScope:
-    """Where a run's ending is written: its dispatch (the holder, the transition, the principal
-    for the audit) and what only the ending needs beside it; fixed for the whole run."""
-
-    dispatch: Dispatch
-    db: Database  # a connection, or where to borrow one for each write
-    config: WorkerConfig  # the lease (the write's retry budget) and the retry backoff
-    rng: random.Random
-    ride: Ride | None = None  # how its writes ride through a database outage (writeretry.py)
-
-
-async def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
+async def run_end(decision: Decision, run: Run) -> RunOutcome:
     """Write the ending `decision` chose for this holder's run; return where it left the run."""
-    dispatch = scope.dispatch
     if decision.verb == Verb.INTERRUPT:
-        raise ExecutionInterrupted(dispatch.execution_id, step="end")
+        raise ExecutionInterrupted(run.fence.execution_id, step="end")
     if decision.verb == Verb.RETRY and decision.settlement is not None:
-        return await _retry(decision.settlement, decision.retry_after, scope)
+        return await _retry(decision.settlement, decision.retry_after, run)
     settlement = decision.settlement
     code = decision.code or errors.PERMANENT_FAILURE
 
     async def fail() -> str:
         return await on(
-            scope.db,
+            run.db,
             execution_fail(
-                fence=dispatch.fence,
+                fence=run.fence,
                 error_code=code,
                 error_detail=decision.detail,
                 settlement=settlement,
                 reconcile=decision.verb == Verb.RECONCILE,
                 actor=WORKER_ACTOR,
-                payload=dispatch.audit,
+                payload=run.audit,
             ),
         )
 
-    status = await _write("EXECUTION_FAIL", fail, scope)
+    status = await _write("EXECUTION_FAIL", fail, run)
     reconciled = status == ExecutionStatus.RECONCILIATION_REQUIRED
     logger.warning(
         "reconciliation required" if reconciled else "execution failed",
         extra={
-            **dispatch.log_extra,
+            **run.log_extra,
             "status": status,
             "error_code": code,
             "action_id": settlement.action_id if settlement else None,
@@ -93,23 +78,24 @@ async def run_end(decision: Decision, scope: RunScope) -> RunOutcome:
     return RunOutcome(status=ExecutionStatus(status), error_code=code)
 
 
-async def _retry(
-    settlement: AttemptSettlement, retry_after: float | None, scope: RunScope
-) -> RunOutcome:
+async def _retry(settlement: AttemptSettlement, retry_after: float | None, run: Run) -> RunOutcome:
     delay = retry_delay_seconds(
-        attempt=settlement.attempt, retry_after=retry_after, config=scope.config, rng=scope.rng
+        attempt=settlement.attempt,
+        retry_after=retry_after,
+        config=run.deps.config,
+        rng=run.deps.rng,
     )
 
     async def schedule() -> datetime.datetime:
         return await on(
-            scope.db,
+            run.db,
             execution_schedule_retry(
-                fence=scope.dispatch.fence,
+                fence=run.fence,
                 settlement=settlement,
                 delay_seconds=delay,
                 actor=WORKER_ACTOR,
                 payload={
-                    **scope.dispatch.audit,
+                    **run.audit,
                     "actionId": settlement.action_id,
                     "attempt": settlement.attempt,
                     "errorCode": settlement.error_code,
@@ -119,11 +105,11 @@ async def _retry(
             ),
         )
 
-    due = await _write("EXECUTION_SCHEDULE_RETRY", schedule, scope)
+    due = await _write("EXECUTION_SCHEDULE_RETRY", schedule, run)
     logger.info(
         "retry scheduled",
         extra={
-            **scope.dispatch.log_extra,
+            **run.log_extra,
             "action_id": settlement.action_id,
             "action_attempt": settlement.attempt,
             "error_code": settlement.error_code,
@@ -143,17 +129,17 @@ def _retry_after(retry_after: float | None) -> dict[str, float]:
     return {"retryAfterSeconds": round(float(retry_after), 3)}
 
 
-async def _write(statement: str, write: Callable[[], Awaitable[Any]], scope: RunScope) -> Any:
+async def _write(statement: str, write: Callable[[], Awaitable[Any]], run: Run) -> Any:
     """An ending is a fenced write: a database error is logged with `statement` and retried with
     backoff for up to half the lease, then raised; a lost connection waits for the database,
     lease kept (executions/worker/writeretry.py)."""
     return await fenced_write(
         statement,
         write,
-        budget_seconds=scope.config.lease_seconds / 2,
-        log_extra=scope.dispatch.log_extra,
-        rng=scope.rng,
-        ride=scope.ride,
+        budget_seconds=run.deps.config.lease_seconds / 2,
+        log_extra=run.log_extra,
+        rng=run.deps.rng,
+        ride=run.ride,
     )
 
 

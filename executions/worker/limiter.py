@@ -23,7 +23,7 @@ from actions.base import ActionResult, Binding, Route
 from actions.pools import start_gate
 
 from ..models import ExecutionStatus
-from ..queue.claims import Dispatch
+from ..queue.claims import Dispatch, Snapshot
 from ..queue.leases import ExecutionSuperseded, Fence
 from ..queue.limits import (
     RouteSuperseded,
@@ -39,10 +39,12 @@ from ..queue.limits import (
     route_take,
 )
 from ..queue.steps import Plan, run_sync
+from .calls import Call
 from .groupcommit import Database, on
 from .loops import ConnectionSource
 from .metrics import WorkerMetrics
 from .placebatches import LEASES
+from .runs import Run
 from .stops import RunSuspended
 from .wakeups import TURNS
 from .wire import RunOutcome
@@ -99,8 +101,8 @@ def limited(route: Route) -> bool:
     return route.limits is not None or PAUSES.paused(route.key)
 
 
-async def limited_call(run: Any, call: Any, snapshot: Any) -> tuple[Any, ActionResult]:
-    """One call of a run (runner._Run) with its prepared `call`: its RUNNING checkpoint
+async def limited_call(run: Run, call: Call, snapshot: Snapshot) -> tuple[Call, ActionResult]:
+    """One call of a run (a `Run`) with its prepared `call`: its RUNNING checkpoint
     (`run.start`) then the adapter (`run.call`), inside a place of its route when the route is
     limited; parks the execution instead (`RunSuspended`) when a limit holds the call back. A
     429 with Retry-After pauses the route."""
@@ -206,7 +208,7 @@ _TAKING: dict[str, asyncio.Lock] = {}
 _NO_WAIT = contextlib.nullcontext()
 
 
-def handed(run: Any, call: Any) -> Taken | None:
+def handed(run: Run, call: Call) -> Taken | None:
     """The place granted with this run's claim (a call's end passed it: CLAIM_PASSED), once,
     for the action and attempt it was granted to. Any other (never seen: a parked action is the
     run's first call) is left to stop counting when the run moves past it."""

@@ -25,6 +25,7 @@ from orquestador.workerconfig import DEFAULT_RUNTIME, RUNTIMES, WorkerConfig, Wo
 
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
 from .runtime import Reservation, Reservations
+from .slots import Holding
 from .wire import (
     INTERRUPTED,
     SUPERSEDED,
@@ -255,11 +256,9 @@ class RemoteWorkerRuntime(Reservations):
             f"the worker endpoint answered {status}" + (f" {str(code)[:40]!r}" if code else "")
         )
 
-    async def _cancel_elsewhere(
-        self, reservation: Reservation, reason: str | None
-    ) -> dict[str, Any]:
+    async def _cancel_elsewhere(self, holding: Holding, reason: str | None) -> dict[str, Any]:
         """Tell the endpoint too, best effort (its own holder stops; its writes are fenced)."""
-        fence = reservation.holding.dispatch.fence
+        fence = holding.dispatch.fence
         body = cancel_json(fence.execution_id, fence.token, reason)
         try:
             status, _ = await self._post(self._cancel_url, body, self._cancel_timeout)

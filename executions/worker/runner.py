@@ -10,147 +10,101 @@ Limits, compensation, spans and the outage ride hook in from modules of their ow
 """
 
 import logging
-import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from functools import cached_property
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any
 
-from actions.base import ActionContext, ActionResult, Binding, Outcome, StopSignal
+from actions.base import ActionContext, ActionResult, Outcome
 from actions.registry import IntegrationUnavailable
 from orquestador import errors, jsonlog
-from orquestador.workerconfig import WorkerConfig
 
+from ..flows.cache import cached_definition, store_definition
 from ..flows.evaluator import build_context
 from ..flows.evaluator import resolve_input as map_input
 from ..flows.publication import find_transition
 from ..models import ExecutionStatus
 from ..queue.checkpoints import StartItem, SucceedItem, external_key
-from ..queue.claims import Dispatch, FlowCache, Snapshot, execution_load, flow_definition_load
+from ..queue.claims import Dispatch, Snapshot, execution_load, flow_definition_load
 from ..queue.finalize import finalize_refusal
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence
 from ..queue.waits import CALLBACK_EVENT, call_accept, is_wait
 from . import limiter, recovery
-from .calls import Resolver, adapter_call, calls_seconds, input_checks, output_problem
+from .calls import Call, adapter_call, calls_seconds, input_checks, output_problem
 from .compensating import compensate_failure, compensate_resumed
-from .endings import RunScope, run_end
+from .endings import run_end
 from .evaluation import final_item
-from .groupcommit import Database, GroupWrites, on
+from .groupcommit import Database, on
 from .offload import off_loop_if_large
 from .recovery import Decision, Verb
+from .runs import RunnerDeps
 from .slots import Holding
 from .spans import traced_action, traced_call, traced_run, traced_writes
 from .stops import RunEnded, RunSuspended, run_suspended, stop_unless_proceeding
 from .waiting import wait_step
 from .wire import RunOutcome
-from .writeretry import Flag, Ride, fenced_write
+from .writeretry import Ride, fenced_write
 
 logger = logging.getLogger("executions.worker")
 
 # A run's deadline (stuck runs): the timeouts of the actions it still has to call, plus this
 # many leases for its own writes (each may retry for half a lease) and the scheduling around them.
 DEADLINE_MARGIN_LEASES = 2
-Value = TypeVar("Value")  # what one of a run's read-through attributes holds
-
-
-@dataclass
-class RunnerDeps:
-    """What a run needs besides its connection and holder; shared by every run of a process."""
-
-    config: WorkerConfig
-    resolve: Resolver
-    flows: FlowCache
-    rng: random.Random
-    writes: GroupWrites
-    # The runtime's database probe: held writes wait on it through an outage (writeretry.Ride).
-    reachable: Callable[[Flag], Awaitable[bool]] | None = None
-    # The dispatcher's, when it claims the executions this process's calls pass places to.
-    handoff: limiter.Handoff | None = None
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One attempt of one action; its attempt number once `_Run.start` ran."""
-
-    start: StartItem
-    binding: Binding
-    action_input: dict[str, Any]
-    dispatch: Dispatch
-    attempt: int = 0
-
-    @cached_property
-    def extra(self) -> dict[str, Any]:
-        """Its log fields, built when first wanted: below INFO a call that goes well wants none."""
-        return {
-            **self.dispatch.log_extra,
-            "action_id": self.start.action_id,
-            "action_attempt": self.attempt,
-        }
-
-
-class _Of(property, Generic[Value]):
-    """An attribute of a run that is its dispatch's or its holding's, read when asked: an
-    attribute path read in C (`attrgetter`), since a run reads these about 30 times."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(attrgetter(path))
-
-    if TYPE_CHECKING:
-
-        def __get__(  # type: ignore[override]
-            self, run: Any, owner: type | None = None, /
-        ) -> Value: ...
 
 
 class _Run:
-    """One run of one dispatch. Its coordinates are read from the dispatch (`fence`, `attempts`,
-    `principal`, `log_extra`, `audit`) and its stop signal from the slot's holding, never copied."""
+    """One run of one dispatch: the claim's `dispatch` (the holder, the transition, the
+    principal, the log and audit fields) and the slot's `holding` (its stop signal, its
+    deadline report), each read from where it lives, never copied into the run. The helpers it
+    calls see it as a `runs.Run`."""
 
     def __init__(
         self, dispatch: Dispatch, *, holding: Holding, db: Database, deps: RunnerDeps
     ) -> None:
+        self.dispatch = dispatch
         self.holding = holding
+        self.db = db  # a connection, or where to borrow one for each step
         self.deps = deps
-        ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
-        self.scope = RunScope(dispatch, db, deps.config, deps.rng, ride=ride)
+        # How its writes ride through a database outage: until its stop signal is set.
+        self.ride = Ride(holding.cancelled, deps.reachable) if deps.reachable is not None else None
         # A route's place granted with the claim, until its call uses it (limiter.handed).
         self.handed = dispatch.place
 
-    # Read from the dispatch and the slot's holding when asked, never copied into the run.
-    dispatch: _Of[Dispatch] = _Of("scope.dispatch")
-    db: _Of[Database] = _Of("scope.db")
-    fence: _Of[Fence] = _Of("scope.dispatch.fence")
-    attempts: _Of[int] = _Of("scope.dispatch.attempts")
-    transition_id: _Of[str] = _Of("scope.dispatch.transition_id")
-    principal: _Of[str] = _Of("scope.dispatch.principal_name")  # `sub@tenant`, or `system`
-    log_extra: _Of[dict[str, Any]] = _Of("scope.dispatch.log_extra")
-    audit: _Of[dict[str, Any]] = _Of("scope.dispatch.audit")  # what each audit event starts with
-    cancelled: _Of[StopSignal] = _Of("holding.cancelled")
-    report_deadline: _Of[Callable[[float], None]] = _Of("holding.set_deadline")
+    # Its dispatch's, as the run and the helpers that call back into it read them (limiter.py,
+    # compensation.py).
+    @property
+    def fence(self) -> Fence:
+        return self.dispatch.fence
+
+    @property
+    def log_extra(self) -> dict[str, Any]:
+        return self.dispatch.log_extra
+
+    @property
+    def audit(self) -> dict[str, Any]:
+        """What each audit event of the run starts with."""
+        return self.dispatch.audit
 
     # -- the run ---------------------------------------------------------------------------
 
     async def run(self, *, flow_id: int, snapshot: Snapshot | None) -> RunOutcome:
         if snapshot is None:
             snapshot = await on(self.db, execution_load(fence=self.fence))
-        definition = self.deps.flows.cached(flow_id)
+        definition = cached_definition(flow_id)
         if definition is None:  # the first run of this flow in this process
             loaded = await on(self.db, flow_definition_load(flow_id=flow_id))
-            definition = self.deps.flows.store(flow_id, loaded)
-        transition = find_transition(definition, self.transition_id)
+            definition = store_definition(flow_id, loaded)
+        transition_id = self.dispatch.transition_id
+        transition = find_transition(definition, transition_id)
         try:
             decision = recovery.before_run(
                 transition_found=transition is not None,
-                transition_id=self.transition_id,
+                transition_id=transition_id,
                 flow_id=flow_id,
                 revision=snapshot.revision,
                 accepted_revision=snapshot.accepted_revision,
             )
             if decision.ends_run or transition is None:
                 raise RunEnded(decision)
-            if self.report_deadline is not None:
-                self.report_deadline(self.deadline_seconds(transition, snapshot))
+            self.holding.set_deadline(self.deadline_seconds(transition, snapshot))
             if snapshot.compensation_cause is not None:  # its compensation began: go on with it
                 return await compensate_resumed(self, transition, snapshot)
             outputs: dict[str, dict[str, Any]] = {}
@@ -168,7 +122,7 @@ class _Run:
             # compensation's calls), so the slot is counted busy again until it ends.
             self.holding.retake_slot()
             compensated = await compensate_failure(self, ended.decision, transition, snapshot)
-            return compensated or await run_end(ended.decision, self.scope)
+            return compensated or await run_end(ended.decision, self)
         except RunSuspended as suspended:
             return suspended.outcome
 
@@ -188,7 +142,7 @@ class _Run:
             action=action,
             snapshot=snapshot,
             audit=self.audit,
-            cancelled=self.cancelled,
+            cancelled=self.holding.cancelled,
             log_extra=self.log_extra,
         )
 
@@ -218,10 +172,10 @@ class _Run:
         action: dict[str, Any],
         snapshot: Snapshot,
         outputs: dict[str, dict[str, Any]],
-    ) -> _Call | dict[str, Any]:
+    ) -> Call | dict[str, Any]:
         """Map the input, resolve the trusted binding and apply the recovery table to the
         checkpoint found: the call to make, or the output reused; anything else ends the run."""
-        action_id = action["id"]
+        action_id, fence = action["id"], self.dispatch.fence
         action_input = map_input(action, build_context(snapshot.data, outputs))
         try:
             binding = self.deps.resolve(action["capability"], action["version"])
@@ -238,7 +192,7 @@ class _Run:
                 snapshot.checkpoints.get(action_id),
                 action_id=action_id,
                 input_hash=input_hash,
-                external_key=external_key(self.fence.execution_text, action_id),
+                external_key=external_key(fence.execution_text, action_id),
                 effect=binding.effect,
                 max_attempts=contract.max_attempts,
                 input_problem=input_problem,
@@ -248,7 +202,7 @@ class _Run:
             logger.info("action reused", extra={**self.log_extra, "action_id": action_id})
             return decision.output or {}
         start = StartItem(
-            fence=self.fence,
+            fence=fence,
             action_id=action_id,
             sequence=sequence,
             capability=action["capability"],
@@ -257,9 +211,9 @@ class _Run:
             input_hash=input_hash,
             previous_attempt=decision.previous_attempt,
         )
-        return _Call(start, binding, action_input, self.dispatch)
+        return Call(start, binding, action_input, self.dispatch)
 
-    async def start(self, call: _Call) -> _Call:
+    async def start(self, call: Call) -> Call:
         """Commit the attempt's RUNNING checkpoint, reads included, before the adapter runs."""
         action_id = call.start.action_id
         self.check_not_cancelled(f"start {action_id}")
@@ -269,33 +223,33 @@ class _Run:
             step=f"start {action_id}",
         )
         # Built directly: dataclasses.replace walks the fields in Python on every call.
-        started = _Call(call.start, call.binding, call.action_input, call.dispatch, attempt)
+        started = Call(call.start, call.binding, call.action_input, call.dispatch, attempt)
         if logger.isEnabledFor(logging.INFO):  # no log fields built per call for a level off
             capability = call.binding.contract.key
             jsonlog.info(logger, "action started", {**started.extra, "capability": capability})
         return started
 
-    def call(self, call: _Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
+    def call(self, call: Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
         """The adapter's call, to await, no transaction open (executions/worker/calls.py); not a
         coroutine of its own, one frame less on each wake-up of the call."""
-        action_id = call.start.action_id
+        action_id, fence = call.start.action_id, self.dispatch.fence
         ctx = ActionContext(
             input=call.action_input,
-            request_id=self.fence.request_text,
-            execution_id=self.fence.execution_text,
+            request_id=fence.request_text,
+            execution_id=fence.execution_text,
             action_id=action_id,
             owner=snapshot.owner,
             scope=snapshot.scope,
-            external_key=external_key(self.fence.execution_text, action_id),
+            external_key=external_key(fence.execution_text, action_id),
             attempt=call.attempt,
-            cancelled=self.cancelled,
-            principal=self.principal,
+            cancelled=self.holding.cancelled,
+            principal=self.dispatch.principal_name,
         )
         called = adapter_call(call.binding, ctx, lambda: call.extra)
         return traced_call(call.binding, call.attempt, called)
 
     async def settle(
-        self, call: _Call, result: ActionResult, *, last: bool = False
+        self, call: Call, result: ActionResult, *, last: bool = False
     ) -> dict[str, Any]:
         """Apply the call's result: suspend on an asynchronous ACCEPTED, end the run as the
         recovery table says, or commit SUCCEEDED and return the output. After the run's `last`
@@ -323,7 +277,7 @@ class _Run:
             effect=binding.effect,
             max_attempts=contract.max_attempts,
             output_problem=await off_loop_if_large(result.output, output_problem, contract, result),
-            cancelled=self.cancelled.is_set(),
+            cancelled=self.holding.cancelled.is_set(),
         )
         if decision.verb == Verb.INTERRUPT:
             raise ExecutionInterrupted(self.fence.execution_id, step=f"settle {action_id}")
@@ -356,15 +310,15 @@ class _Run:
             budget_seconds=self.deps.config.lease_seconds / 2,
             log_extra=self.log_extra,
             rng=self.deps.rng,
-            stop=self.cancelled,
-            ride=self.scope.ride,
+            stop=self.holding.cancelled,
+            ride=self.ride,
         )
         if written is None and step is not None:
             raise ExecutionSuperseded(self.fence.execution_id, step=step, token=self.fence.token)
         return written
 
     def check_not_cancelled(self, step: str) -> None:
-        if self.cancelled.is_set():
+        if self.holding.cancelled.is_set():
             raise ExecutionInterrupted(self.fence.execution_id, step=step)
 
     async def finish(
@@ -445,4 +399,4 @@ def execution_run(
     return traced_run(dispatch, run(flow_id=dispatch.flow_id, snapshot=dispatch.snapshot))
 
 
-__all__ = ["RunnerDeps", "execution_run"]
+__all__ = ["execution_run"]

@@ -3,10 +3,10 @@ execution runs. `dispatch_once` is the exchange: `allocate(holding)` (the slot's
 the claim's `Dispatch`) -> a `Reservation` (not the database lease), `execute(reservation,
 package)` -> result, `release`, and a best-effort `cancel` of the exact holder.
 
-Invariants: a refusal by another holder is superseded, not failed (`is_superseded_refusal`:
-`ExecutionSuperseded` naming this very execution), settled, never retried; each method is a
-coroutine that never blocks the loop (docs/adr/0014-one-event-loop-per-worker.md); the local
-runtime shares WRITE_CONNECTIONS among its slots, one autocommit statement per borrow.
+Invariants: a refusal by another holder (`is_superseded_refusal`) is superseded, settled, never
+retried; every method is a coroutine that never blocks the loop (docs/adr/0014); the local runtime
+shares WRITE_CONNECTIONS among its slots and runs the holding itself (`dispatch_held`), a package
+and a reservation being made only where one crosses to another process.
 """
 
 import asyncio
@@ -26,15 +26,17 @@ from actions.pools import client, close_client
 from actions.registry import resolve as registry_resolve
 from orquestador.workerconfig import WorkerConfig
 
-from ..queue.claims import FlowCache
+from ..queue.claims import Dispatch
 from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded
+from .calls import Resolver
 from .endings import WORKER_ACTOR
 from .groupcommit import GroupWrites
 from .limiter import Handoff
 from .outage import DatabaseProbe, Deadline
 from .placebatches import LEASES
 from .pooling import PoolingConfig
-from .runner import Resolver, RunnerDeps, execution_run
+from .runner import execution_run
+from .runs import RunnerDeps
 from .slots import Holding
 from .wire import Ending, ExecutionPackage, ExecutionResult
 
@@ -71,7 +73,8 @@ PREPARE_THRESHOLD = 0
 
 @dataclass(frozen=True, eq=False)
 class Reservation:
-    """What a runtime set aside for one holding; a package runs on it only under that holder.
+    """What a runtime set aside for one holding, for a package that crosses to it; the package
+    runs on it only under that holder.
 
     In-process only: the holding's stop signal (which adapters watch) and its deadline report
     reach the run through it, never through the package."""
@@ -154,19 +157,28 @@ def _pool(
 
 
 class Reservations:
-    """The reservations a runtime has handed out, by execution id: allocate, check, release, and
-    the stop signal of a cancel. Every runtime is one, so that a package is refused, and a cancel
-    finds its holder, by the same rules whatever runs the execution."""
+    """The holdings a runtime runs, by execution id: held while their run lasts (`allocate` and
+    `release` for a package, `LocalWorkerRuntime.run_held` for a holding run as it is), so that
+    a package is refused, and a cancel finds its holder, by the same rules whatever runs the
+    execution."""
 
     def __init__(self) -> None:
-        self._reservations: dict[str, Reservation] = {}  # by id text (slots.py says why)
-        self._reservations_lock = threading.Lock()
+        self._held: dict[str, Holding] = {}  # by id text (slots.py says why)
+        self._held_lock = threading.Lock()
+
+    def _hold(self, holding: Holding) -> None:
+        with self._held_lock:
+            self._held[holding.dispatch.fence.execution_text] = holding
+
+    def _unhold(self, holding: Holding) -> None:
+        execution_id = holding.dispatch.fence.execution_text
+        with self._held_lock:
+            if self._held.get(execution_id) is holding:
+                del self._held[execution_id]
 
     async def allocate(self, holding: Holding) -> Reservation:
-        reservation = Reservation(holding)
-        with self._reservations_lock:
-            self._reservations[holding.dispatch.fence.execution_text] = reservation
-        return reservation
+        self._hold(holding)
+        return Reservation(holding)
 
     @staticmethod
     def check(reservation: Reservation, package: ExecutionPackage) -> None:
@@ -176,10 +188,7 @@ class Reservations:
             raise ExecutionSuperseded(fence.execution_id, step="execute", token=fence.token)
 
     async def release(self, reservation: Reservation) -> None:
-        execution_id = reservation.holding.dispatch.fence.execution_text
-        with self._reservations_lock:
-            if self._reservations.get(execution_id) is reservation:
-                del self._reservations[execution_id]
+        self._unhold(reservation.holding)
 
     async def cancel(
         self, execution_id: str, reason: str | None = None, *, token: int | None = None
@@ -191,27 +200,25 @@ class Reservations:
             key = uuid.UUID(str(execution_id))
         except ValueError:
             return False
-        with self._reservations_lock:
-            reservation = self._reservations.get(str(key))
-        if reservation is None:
+        with self._held_lock:
+            holding = self._held.get(str(key))
+        if holding is None:
             return False
-        dispatch = reservation.holding.dispatch
+        dispatch = holding.dispatch
         if token is not None and dispatch.fence.token != token:
             return False
-        reservation.holding.cancelled.set()
+        holding.cancelled.set()
         logger.info(
             "execution cancel signalled",
             extra={
                 **dispatch.log_extra,
                 "reason": reason,
-                **(await self._cancel_elsewhere(reservation, reason)),
+                **(await self._cancel_elsewhere(holding, reason)),
             },
         )
         return True
 
-    async def _cancel_elsewhere(
-        self, reservation: Reservation, reason: str | None
-    ) -> dict[str, Any]:
+    async def _cancel_elsewhere(self, holding: Holding, reason: str | None) -> dict[str, Any]:
         """After the local stop signal: tell the process that runs it, if another one does;
         returns what to log about it."""
         return {}
@@ -255,7 +262,6 @@ class LocalWorkerRuntime(Reservations):
         self._deps = RunnerDeps(
             config=config,
             resolve=resolve or registry_resolve,
-            flows=FlowCache(),
             rng=rng or random.SystemRandom(),
             # The write gate serves urgent writes, which only tenant order has.
             writes=GroupWrites(
@@ -329,16 +335,38 @@ class LocalWorkerRuntime(Reservations):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def run_held(self, holding: Holding) -> ExecutionResult:
+        """Run the dispatch `holding` holds, as it is: nothing crosses a boundary, so no package
+        and no reservation; held here meanwhile, so a cancel finds it. Its result, or its
+        refusal settled, as `dispatch_once` returns them."""
+        dispatch = holding.dispatch
+        self._hold(holding)
+        try:
+            return await self._run(dispatch, holding)
+        except (ExecutionSuperseded, ExecutionInterrupted) as err:
+            return refusal_result(dispatch, err)
+        finally:
+            self._unhold(holding)
+
     async def execute(self, reservation: Reservation, package: ExecutionPackage) -> ExecutionResult:
         Reservations.check(reservation, package)
+        return await self._run(package.dispatch, reservation.holding)
+
+    async def _run(self, dispatch: Dispatch, holding: Holding) -> ExecutionResult:
         # Each step borrows a connection and gives it back at once; the pool checks a returned
         # connection, so one left broken by a failed statement is replaced.
-        dispatch = package.dispatch
-        holding = reservation.holding
         outcome = await execution_run(
             dispatch, holding=holding, db=self._run_borrow, deps=self._deps
         )
         return ExecutionResult.of(dispatch, outcome)
+
+
+def dispatch_held(runtime: WorkerRuntime, holding: Holding) -> Awaitable[ExecutionResult]:
+    """Run what a slot holds (the dispatcher's way): a local runtime runs the holding and its
+    dispatch directly; any other is sent the package that crosses to it (`dispatch_once`)."""
+    if isinstance(runtime, LocalWorkerRuntime):
+        return runtime.run_held(holding)
+    return dispatch_once(runtime, ExecutionPackage(holding.dispatch), holding)
 
 
 async def dispatch_once(
@@ -350,17 +378,25 @@ async def dispatch_once(
     The result is completed, suspended or failed with the run's outcome, or superseded or
     interrupted (no run: nothing more was written).
     """
-    dispatch = package.dispatch
     reservation = await runtime.allocate(holding)
     try:
         return await runtime.execute(reservation, package)
-    except ExecutionSuperseded as err:
-        if not is_superseded_refusal(err, dispatch.execution_id):
-            raise
-        logger.info("execution superseded", extra={**dispatch.log_extra, "step": err.step})
-        return ExecutionResult(dispatch, Ending.SUPERSEDED)
-    except ExecutionInterrupted as err:
-        logger.info("execution interrupted", extra={**dispatch.log_extra, "step": err.step})
-        return ExecutionResult(dispatch, Ending.INTERRUPTED)
+    except (ExecutionSuperseded, ExecutionInterrupted) as err:
+        return refusal_result(package.dispatch, err)
     finally:
         await runtime.release(reservation)
+
+
+def refusal_result(
+    dispatch: Dispatch, err: ExecutionSuperseded | ExecutionInterrupted
+) -> ExecutionResult:
+    """A run of `dispatch` refused, settled: superseded (another holder owns this very
+    execution) or interrupted (its holder was told to stop); nothing more was written. A
+    superseded refusal naming another execution is raised again."""
+    if isinstance(err, ExecutionInterrupted):
+        logger.info("execution interrupted", extra={**dispatch.log_extra, "step": err.step})
+        return ExecutionResult(dispatch, Ending.INTERRUPTED)
+    if not is_superseded_refusal(err, dispatch.execution_id):
+        raise err
+    logger.info("execution superseded", extra={**dispatch.log_extra, "step": err.step})
+    return ExecutionResult(dispatch, Ending.SUPERSEDED)

@@ -3,10 +3,10 @@ tasks on one event loop (docs/adr/0014-one-event-loop-per-worker.md; the protoco
 docs/worker-protocol.md: claim, lease, cancellation, shutdown, poison cap, connections).
 
 Invariants: a claim asks for at most min(WORKER_BATCH, free slots) and each claimed `Dispatch`
-starts at once (no local backlog); a slot is free once its run's last call has answered, the
-execution held until its final commit; one connection claims and LISTENs for work, webhooks and
-cancellations, polling every WORKER_POLL_MS; a superseded refusal is settled, never retried; a
-claim past WORKER_MAX_RECLAIMS is settled, not run; at most 4 connections, all autocommit.
+starts at once (no local backlog), the local runtime running the holding itself; a slot is free once
+its run's last call has answered, the execution held until its final commit; one connection claims
+and LISTENs for work, webhooks and cancellations, polling every WORKER_POLL_MS; a superseded refusal
+is settled, never retried; past WORKER_MAX_RECLAIMS a claim is settled, not run; 4 connections.
 """
 
 import asyncio
@@ -33,10 +33,9 @@ from .heartbeat import Heartbeat
 from .loopthread import DaemonThreads
 from .metrics import WorkerMetrics
 from .pooling import PoolingConfig
-from .runtime import WorkerRuntime, dispatch_once
+from .runtime import WorkerRuntime, dispatch_held
 from .slots import Holding, Slots
 from .wakeups import TURNS
-from .wire import ExecutionPackage
 from .writeretry import signal_wait
 
 logger = logging.getLogger("executions.worker")
@@ -335,7 +334,7 @@ class Scheduler:
     async def _run(self, holding: Holding) -> None:
         cancelled = False
         try:
-            result = await dispatch_once(self.runtime, ExecutionPackage(holding.dispatch), holding)
+            result = await dispatch_held(self.runtime, holding)
             self.metrics.run_ended(result)
             if self.after_run is not None:
                 self.after_run()

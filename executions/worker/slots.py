@@ -4,9 +4,9 @@ Everything here runs on the worker's event loop, so slots in use and executions 
 without a lock held across a wait (a short lock guards the dict for threads that read it). A
 `Holding` is one holder (execution id and token): a late renewal or a slot given back never
 touches a later holder of the same execution. It refers to its claim's `Dispatch`, keeps only
-what changes while held, and is what the runtime allocates for. Under WORKER_FAIRNESS=tenant
-the slots count what each tenant holds, so a run of a tenant far below its share writes first
-(`urgent`: docs/adr/0019-tenant-fairness-in-the-claim.md, "Inside the worker").
+what changes while held, and is what the local runtime runs (`runtime.dispatch_held`). Under
+WORKER_FAIRNESS=tenant the slots count what each tenant holds, so a run of a tenant far below its
+share writes first (`urgent`: docs/adr/0019-tenant-fairness-in-the-claim.md, "Inside the worker").
 """
 
 import asyncio

@@ -484,7 +484,8 @@ def dispatch_once(
 def run_claim(
     runtime: OnLoop[Any], found: Dispatch, *, cancelled: threading.Event | None = None
 ) -> ExecutionResult:
-    """Run one claimed execution through the SPI, as a scheduler slot does (on its loop)."""
+    """Run one claimed execution through the SPI, as the worker endpoint does (on its loop; a
+    scheduler slot hands a local runtime the holding itself: `runtime.dispatch_held`)."""
     return dispatch_once(runtime, package_of(found), holding_of(found, cancelled))
 
 

@@ -18,6 +18,7 @@ from actions.base import ActionResult, Outcome
 from executions.api.resumes import execution_resume
 from executions.queue.claims import Dispatch
 from executions.queue.leases import ExecutionSuperseded, Fence
+from executions.worker import runtime as worker_runtime
 from executions.worker.remote import RemoteTarget, RemoteWorkerRuntime
 from executions.worker.runtime import LocalWorkerRuntime, is_superseded_refusal
 from executions.worker.wire import ExecutionPackage, package_json, package_read
@@ -38,6 +39,7 @@ from tests.support.worker import (
     package_of,
     permanent,
     registry,
+    request_row,
     runtime_for,
     transient,
     unknown,
@@ -150,6 +152,59 @@ def test_runtime__cancel_reaches_only_the_exact_holder(conn, make_flow, make_run
     assert cancelled.is_set() and gate.cancelled_seen.is_set()
     assert outcome["r"].status == "interrupted"  # stopped without writing; recovered by lease
     assert runtime.cancel(str(found.execution_id), "after") is False  # released
+
+
+# The dispatcher's way with a local runtime (runtime.dispatch_held): the slot's holding run as it
+# is, no package and no reservation, refused and cancelled by the same rules as a package.
+def _held(runtime, holding):
+    return runtime.run(worker_runtime.dispatch_held(runtime.target, holding))
+
+
+def test_dispatch_held__a_local_runtime_runs_the_holding_as_it_is(conn, make_flow, runtime_dsn):
+    accepted = enqueue(conn, make_flow([action("a", "NO_OP")]))
+    (found,) = claim(conn, "w")
+    conn.execute(  # the run goes by the claim's snapshot, which it does not read again
+        "UPDATE request SET data = '{\"changed\": true}' WHERE id = %s", [accepted.request_id]
+    )
+    with runtime_for(runtime_dsn, registry()) as runtime:
+        result = _held(runtime, holding_of(found))
+
+    assert result.dispatch is found
+    assert (result.status, result.execution_status) == ("completed", "SUCCEEDED")
+    assert request_row(conn, accepted.request_id)["data"] == {"done": True}
+
+
+def test_dispatch_held__a_stale_fence_is_a_superseded_refusal_settled(conn, make_flow, runtime_dsn):
+    adapter = ScriptedAdapter()
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "w")
+    conn.execute(  # another holder took it over
+        "UPDATE execution SET fencing_token = fencing_token + 1 WHERE id = %s",
+        [accepted.execution_id],
+    )
+    with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
+        assert _held(runtime, holding_of(found)).status == "superseded"
+    assert adapter.calls == []
+
+
+def test_dispatch_held__a_cancel_reaches_only_the_exact_holder(conn, make_flow, runtime_dsn):
+    gate = GateAdapter()
+    enqueue(conn, make_flow([action("a", "G")]))
+    (found,) = claim(conn, "w")
+    holding = holding_of(found)
+    outcome = {}
+    with runtime_for(runtime_dsn, registry(binding("G", gate))) as runtime:
+        thread = threading.Thread(target=lambda: outcome.update(r=_held(runtime, holding)))
+        thread.start()
+        assert gate.entered.wait(10)
+        execution_id = str(found.execution_id)
+        assert runtime.cancel(execution_id, "test", token=found.fence.token + 1) is False
+        assert not holding.cancelled.is_set()
+        assert runtime.cancel(execution_id, "test", token=found.fence.token) is True
+        thread.join(10)
+        assert holding.cancelled.is_set() and gate.cancelled_seen.is_set()
+        assert outcome["r"].status == "interrupted"
+        assert runtime.cancel(execution_id, "after") is False  # no longer held there
 
 
 def test_package__is_json_with_identity_and_resume_coordinates_only():
