@@ -1,7 +1,7 @@
 """What the API's fixed reads (executions/sql/reads.py) hand its views: a request's and an
 execution's view columns by name, in the statements' column order, with no model instance built
-per row. executions/api/render.py builds the JSON from them; an Execution instance has the same
-attribute names, so an acceptance's answer is built by the same code as a read's.
+per row (an acceptance's write answers the same row as a read: executions/sql/acceptance.py).
+executions/api/shapes.py names the column each field of a view is read from.
 
 Their times are text, as the API writes them in UTC ("2026-12-01T23:59:58.123456Z": Python's
 isoformat of the time with a Z, as DRF writes it), written by the statement itself (see
@@ -66,8 +66,3 @@ class ExecutionRow(NamedTuple):
     error_code: str | None
     created_at: str  # the API's text, UTC
     finished_at: str | None  # the API's text, UTC
-
-    @property
-    def result(self) -> dict[str, str | None]:
-        """The part of the execution's result its view shows, as the model's `result` has it."""
-        return {"outcome": self.outcome, "targetState": self.target_state}

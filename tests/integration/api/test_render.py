@@ -77,14 +77,16 @@ def test_execution_view__is_the_serializers_for_every_status(alice, request_row,
             external_key=f"{execution.id}:approval",
             fencing_token=1,
         )
+    # The dict from the row the API reads, the serializer's answer from the model instance.
     stored = Execution.objects.get(id=execution.id)
-    waiting = waiting_for(stored)
+    row = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
+    waiting = waiting_for(row)
     assert (waiting is not None) == (status == "SUSPENDED")
-    same(execution_view(stored, waiting), ExecutionViewSerializer(stored).data)
+    same(execution_view(row, waiting), ExecutionViewSerializer(stored).data)
     # A page's statement for what its executions wait for gives the same.
     page = waiting_for_each([stored])
     same(
-        execution_view(stored, page.get(str(stored.id))),
+        execution_view(row, waiting_for_each([row]).get(row.id)),
         ExecutionViewSerializer(stored, context={"waiting": page}).data,
     )
 
@@ -100,9 +102,10 @@ def test_execution_view__shows_what_a_route_limit_holds_back_as_the_serializer_d
         next_attempt_at=MOMENT,
     )
     stored = Execution.objects.get(id=execution.id)
+    row = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
     for until in (MOMENT, None):  # None: it waits for a call in flight to end
         throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": until}
-        built = execution_view(stored, None, throttled=throttled)
+        built = execution_view(row, None, throttled=throttled)
         context = {"waiting": {str(stored.id): None}, "throttled": {str(stored.id): throttled}}
         same(built, ExecutionViewSerializer(stored, context=context).data)
         assert built["throttled"]["capability"] == "payments.charge@1"
