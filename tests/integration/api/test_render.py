@@ -12,13 +12,19 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from executions.api import selectors
-from executions.api.acceptbody import plainly_valid
+from executions.api.acceptbody import plain_check, plainly_valid
 from executions.api.render import action_view, execution_view, request_view
 from executions.api.serializers import (
     MAX_REVISION,
     ExecutionActionSerializer,
+    ExecutionCancelSerializer,
+    ExecutionEventSerializer,
     ExecutionViewSerializer,
+    RequestCreateSerializer,
     RequestViewSerializer,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
     TransitionAcceptSerializer,
 )
 from executions.flows.problems import MAX_NAME_LENGTH
@@ -280,3 +286,32 @@ def test_accept_body__a_refused_one_still_names_its_field(alice, flow):
         "code": "INVALID_BODY",
         "detail": "expectedRevision: must be an integer",
     }
+
+
+class _Untrimmed(StrictSerializer):
+    name = StrictCharField(min_length=1, max_length=5, trim_whitespace=True)
+
+
+class _Unbounded(StrictSerializer):
+    count = StrictIntegerField(min_value=1)
+
+
+class _Optional(StrictSerializer):
+    count = StrictIntegerField(min_value=1, max_value=5, required=False)
+
+
+@pytest.mark.parametrize(
+    "serializer_class",
+    [
+        # A pattern, a method of their own, an object, an optional field: rules it does not check.
+        ExecutionCancelSerializer,
+        ExecutionEventSerializer,
+        RequestCreateSerializer,
+        _Untrimmed,
+        _Unbounded,
+        _Optional,
+    ],
+)
+def test_plain_check__will_not_vouch_for_rules_it_does_not_check(serializer_class):
+    with pytest.raises(ValueError, match="cannot vouch"):
+        plain_check(serializer_class)
