@@ -1,7 +1,8 @@
-"""What the API's fixed reads (executions/sql/reads.py) hand its views: a request's and an
-execution's view columns by name, in the statements' column order, with no model instance built
-per row (an acceptance's write answers the same row as a read: executions/sql/acceptance.py).
-executions/api/shapes.py names the column each field of a view is read from.
+"""The rows the API's statements answer, by name: what its fixed reads (executions/sql/reads.py)
+hand its views, a request's and an execution's view columns with no model instance built per row
+(an acceptance's write answers the same row as a read; executions/api/shapes.py names the column
+each field of a view is read from), and what its writes decide on. Each statement names its
+columns as its row's fields, in order (tests/integration/api/test_rows.py holds them together).
 
 Their times are text, as the API writes them in UTC ("2026-12-01T23:59:58.123456Z": Python's
 isoformat of the time with a Z, as DRF writes it), written by the statement itself (see
@@ -17,6 +18,7 @@ decoded (`json_value`) only as it is rendered.
 import datetime
 import json
 import json.scanner
+import uuid
 from typing import Any, NamedTuple
 
 # The decoder's own C scanner: json.loads wraps it in three Python calls, which cost more than
@@ -66,3 +68,40 @@ class ExecutionRow(NamedTuple):
     error_code: str | None
     created_at: str  # the API's text, UTC
     finished_at: str | None  # the API's text, UTC
+
+
+class AcceptReadRow(NamedTuple):
+    """What an acceptance decides on (executions/sql/acceptance.py's ACCEPT_READ)."""
+
+    flow_id: int
+    flow_key: str
+    flow_version: int
+    flow_checksum: str
+    state: str
+    revision: int
+    blocked_by_id: uuid.UUID | None
+    earlier_id: uuid.UUID | None  # the execution the Idempotency-Key already names, if any
+    earlier_fingerprint: str | None  # the body that execution was accepted with
+
+
+class CallbackCheckpointRow(NamedTuple):
+    """The checkpoint a callback names, with its execution's request (waits.py's
+    CALLBACK_CHECKPOINT)."""
+
+    execution_id: uuid.UUID
+    action_id: str
+    status: str
+    output: Any  # JSON text as Django's cursors hand jsonb over, or decoded
+    capability: str
+    capability_version: int
+    request_id: uuid.UUID
+
+
+class ResumeLockRow(NamedTuple):
+    """A resumed execution, locked (waits.py's RESUME_LOCK)."""
+
+    status: str
+    fencing_token: int
+    flow_id: int
+    transition_id: str
+    next_attempt_at: datetime.datetime | None
