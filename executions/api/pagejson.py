@@ -20,7 +20,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.utils.encoders import JSONEncoder
 
 from ..sql.rows import ExecutionRow, RequestRow, json_value
-from .render import UTC_ZONES, Source, moment, view
+from .render import UTC_ZONES, From, moment, view
 from .shapes import EXECUTION_VIEW, REQUEST_VIEW, Kind, Shape
 
 
@@ -141,7 +141,7 @@ def _with_nested(text: str, shape: Shape, zone: datetime.tzinfo, found: dict[str
     for extra in shape.nested:
         value = found.get(extra.key)
         if value is not None:
-            parts.append(f',"{extra.key}":{_dumps(view(extra.shape, value, zone, Source.DICT))}')
+            parts.append(f',"{extra.key}":{_dumps(view(extra.shape, value, zone, From.DICT))}')
     return "".join(parts) + "}"
 
 

@@ -59,7 +59,7 @@ _KIND_VALUES: dict[Kind, Callable[[Any, datetime.tzinfo], Any] | None] = {
 }
 
 
-class Source(enum.Enum):
+class From(enum.Enum):
     """What a view is written from, which says how its fields are read."""
 
     ROW = "row"  # a named row (executions/sql/rows.py): by column
@@ -67,20 +67,20 @@ class Source(enum.Enum):
     INSTANCE = "instance"  # a model instance: as its serializer reads it
 
 
-def _getter(field: Field, source: Source) -> Callable[[Any], Any]:
-    if source is Source.DICT:
+def _getter(field: Field, origin: From) -> Callable[[Any], Any]:
+    if origin is From.DICT:
         return operator.itemgetter(field.column)
-    if source is Source.INSTANCE and callable(field.source):
+    if origin is From.INSTANCE and callable(field.source):
         return field.source
-    name = field.source if source is Source.INSTANCE and field.source else field.column
+    name = field.source if origin is From.INSTANCE and field.source else field.column
     return operator.attrgetter(cast(str, name))
 
 
 @functools.cache
-def _plan(shape: Shape, source: Source) -> tuple[tuple[str, Callable, Callable | None], ...]:
-    """Each field's key, getter and writer, found once per shape and source."""
+def _plan(shape: Shape, origin: From) -> tuple[tuple[str, Callable, Callable | None], ...]:
+    """Each field's key, getter and writer, found once per shape and origin."""
     return tuple(
-        (field.key, _getter(field, source), _KIND_VALUES[field.kind]) for field in shape.fields
+        (field.key, _getter(field, origin), _KIND_VALUES[field.kind]) for field in shape.fields
     )
 
 
@@ -88,19 +88,19 @@ def view(
     shape: Shape,
     thing: Any,
     zone: datetime.tzinfo,
-    source: Source = Source.ROW,
+    origin: From = From.ROW,
     nested: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`shape`'s view of `thing`, read as `source` says, with each of its nested objects given in
+    """`shape`'s view of `thing`, read as `origin` says, with each of its nested objects given in
     `nested` (by key) that is not None."""
     written: dict[str, Any] = {}
-    for key, get, write in _plan(shape, source):
+    for key, get, write in _plan(shape, origin):
         value = get(thing)
         written[key] = value if value is None or write is None else write(value, zone)
     for extra in shape.nested:
         found = None if nested is None else nested.get(extra.key)
         if found is not None:
-            written[extra.key] = view(extra.shape, found, zone, Source.DICT)
+            written[extra.key] = view(extra.shape, found, zone, From.DICT)
     return written
 
 
@@ -125,4 +125,4 @@ def request_view(request: RequestRow, zone: datetime.tzinfo | None = None) -> di
 
 def action_view(checkpoint: ActionExecution) -> dict[str, Any]:
     """ExecutionActionSerializer's answer."""
-    return view(ACTION_VIEW, checkpoint, timezone.get_current_timezone(), Source.INSTANCE)
+    return view(ACTION_VIEW, checkpoint, timezone.get_current_timezone(), From.INSTANCE)
