@@ -26,7 +26,7 @@ from orquestador.postgresql import read_rows, write_rows
 
 from .. import access, sql
 from ..flows.cache import flow_definition
-from ..sql.rows import ExecutionRow
+from ..sql.rows import AcceptReadRow, ExecutionRow
 from .selectors import execution_get
 
 IDEMPOTENCY_CONSTRAINT = "execution_idempotency_uniq"
@@ -65,45 +65,43 @@ def transition_accept(
         found = _read(principal, parsed, idempotency_key)
         if found is None:
             raise CodedError(errors.NOT_FOUND, "no such request")
-        flow_id, flow_key, flow_version, checksum, state, revision, blocked_by, earlier = found
-        if earlier is not None:
-            earlier_id, earlier_fingerprint = earlier
-            if earlier_fingerprint != fingerprint:
+        if found.earlier_id is not None:
+            if found.earlier_fingerprint != fingerprint:
                 raise CodedError(
                     errors.IDEMPOTENCY_KEY_REUSED,
                     "this Idempotency-Key was already used on this request with a different "
                     "body; use a new key for a new acceptance",
                 )
-            return execution_get(principal=principal, execution_id=str(earlier_id)), False
-        definition = flow_definition(flow_id=flow_id, checksum=checksum)
+            return execution_get(principal=principal, execution_id=str(found.earlier_id)), False
+        definition = flow_definition(flow_id=found.flow_id, checksum=found.flow_checksum)
         transition = find_transition(definition, transition_id)
         if transition is None:
             raise CodedError(
                 errors.UNKNOWN_TRANSITION,
                 f"transition {transition_id!r} is not defined by flow "
-                f"{flow_key} version {flow_version}",
+                f"{found.flow_key} version {found.flow_version}",
             )
-        if state not in transition["from"]:
+        if found.state not in transition["from"]:
             raise CodedError(
                 errors.TRANSITION_NOT_ALLOWED,
-                f"transition {transition_id!r} is not allowed from state {state!r}",
+                f"transition {transition_id!r} is not allowed from state {found.state!r}",
             )
-        if blocked_by is not None:
+        if found.blocked_by_id is not None:
             raise CodedError(
                 errors.REQUEST_BLOCKED,
-                f"the request is held by execution {blocked_by} until it finishes",
+                f"the request is held by execution {found.blocked_by_id} until it finishes",
             )
-        if expected_revision != revision:
+        if expected_revision != found.revision:
             raise CodedError(
                 errors.REVISION_CONFLICT,
                 f"expectedRevision is {expected_revision} but the request is at revision "
-                f"{revision}",
+                f"{found.revision}",
             )
         try:
             written = _write(
                 principal,
                 request_id=parsed,
-                state=state,
+                state=found.state,
                 transition_id=transition_id,
                 expected_revision=expected_revision,
                 idempotency_key=idempotency_key,
@@ -122,7 +120,8 @@ def transition_accept(
 
 def _read(
     principal: Principal, request_id: UUID, idempotency_key: str | None
-) -> tuple[Any, ...] | None:
+) -> AcceptReadRow | None:
+    """The caller's request as the acceptance decides on it; None when there is none."""
     rows = read_rows(
         sql.ACCEPT_READ,
         {
@@ -133,11 +132,7 @@ def _read(
         },
         prepare=True,
     )
-    if not rows:
-        return None
-    *request, earlier_id, earlier_fingerprint = rows[0]
-    earlier = None if earlier_id is None else (earlier_id, earlier_fingerprint)
-    return (*request, earlier)
+    return AcceptReadRow._make(rows[0]) if rows else None
 
 
 def _write(

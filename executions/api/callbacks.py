@@ -27,6 +27,7 @@ from ..models import AuditType, CheckpointStatus, ExecutionStatus
 from ..queue.audit import audit_append
 from ..queue.outputs import output_errors
 from ..queue.waits import CALLBACK_EVENT
+from ..sql.rows import CallbackCheckpointRow, ResumeLockRow
 from .tracelinks import resume_traced
 
 MAX_CALLBACK_BYTES = 1024 * 1024  # bytes of a callback body
@@ -91,31 +92,37 @@ def callback_receive(
         )
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.CALLBACK_CHECKPOINT, {"external_key": key})
-        found = cursor.fetchone()
-        if found is None or (found[4], found[5]) != (capability, version):
+        row = cursor.fetchone()
+        found = None if row is None else CallbackCheckpointRow._make(row)
+        if found is None or (found.capability, found.capability_version) != (capability, version):
             raise CodedError(errors.NOT_FOUND, "no call of this capability has this externalKey")
-        execution_id, action_id, _, _, _, _, request_id = found
+        execution_id, action_id, request_id = found.execution_id, found.action_id, found.request_id
         cursor.execute(sql.REQUEST_LOCK, {"request_id": request_id})
         cursor.execute(sql.RESUME_LOCK, {"execution_id": execution_id})
-        status, token, *_ = cursor.fetchone()
+        locked = ResumeLockRow._make(cursor.fetchone())
+        # Read again under the locks: the checkpoint as it is now.
         cursor.execute(sql.CALLBACK_CHECKPOINT, {"external_key": key})
-        _, _, checkpoint_status, recorded, *_ = cursor.fetchone()
+        checkpoint = CallbackCheckpointRow._make(cursor.fetchone())
+        recorded = checkpoint.output
         if isinstance(recorded, str):  # Django's cursors hand jsonb over as text
             recorded = json.loads(recorded)
-        if checkpoint_status == CheckpointStatus.SUCCEEDED and recorded == output:
+        if checkpoint.status == CheckpointStatus.SUCCEEDED and recorded == output:
             return CallbackReceived(str(execution_id), action_id, replay=True)
-        if checkpoint_status != CheckpointStatus.ACCEPTED or status != ExecutionStatus.SUSPENDED:
+        if (
+            checkpoint.status != CheckpointStatus.ACCEPTED
+            or locked.status != ExecutionStatus.SUSPENDED
+        ):
             raise CodedError(
                 errors.NOT_WAITING,
-                f"the call is {checkpoint_status} and its execution {status}: it does not wait "
-                "for this callback (a callback that comes before the acceptance is recorded "
-                "may be sent again)",
+                f"the call is {checkpoint.status} and its execution {locked.status}: it does "
+                "not wait for this callback (a callback that comes before the acceptance is "
+                "recorded may be sent again)",
             )
         # The provider is not a principal: the continuation runs for the principal of the
         # dispatch that made the accepted call (RESUME_EXECUTION keeps it).
         cursor.execute(
             sql.RESUME_EXECUTION,
-            {"execution_id": execution_id, "token": token, "principal": None},
+            {"execution_id": execution_id, "token": locked.fencing_token, "principal": None},
         )
         (new_token,) = cursor.fetchone()
         cursor.execute(

@@ -1,23 +1,25 @@
-"""A page's body, and an acceptance's or a read's, written as JSON text row by row, one f-string
-per row: the very bytes DRF's JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028
-and U+2029 escaped), without building the dicts for the encoder to walk (why:
-docs/adr/0021-an-entrance-as-fast-as-the-engine.md).
+"""A page's body, and an acceptance's or a read's, written as JSON text row by row: one f-string
+per row, generated for the fields executions/api/shapes.py declares (`_writer`), giving the very
+bytes DRF's JSONRenderer writes for render.py's dicts (compact, UTF-8, U+2028 and U+2029 escaped)
+without building the dicts (why: docs/adr/0021-an-entrance-as-fast-as-the-engine.md).
 
-Every text that is not an id or a time goes through `encode_basestring`, the encoder's own; a
-request's `data` through the encoder; times as the rows hold them (executions/sql/rows.py) or by
-`render.moment` in another zone; a row with an optional object (waitingFor, throttled) from its
-dict. tests/integration/api/test_pagejson.py holds the two to the same bytes.
+Texts that are not ids or times go through `encode_basestring`, the encoder's own; a request's
+`data` through the encoder; times as the rows hold them or by `render.moment` in another zone; a
+row's optional objects (waitingFor, throttled) after its fields. The two are held to the
+same bytes by tests/integration/api/test_pagejson.py.
 """
 
 import datetime
+from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, cast
 
 from rest_framework.renderers import JSONRenderer
 from rest_framework.utils.encoders import JSONEncoder
 
 from ..sql.rows import ExecutionRow, RequestRow, json_value
-from .render import UTC_ZONES, execution_view, moment
+from .render import UTC_ZONES, From, moment, view
+from .shapes import EXECUTION_VIEW, REQUEST_VIEW, Kind, Shape
 
 
 class Encoded(bytes):
@@ -70,6 +72,77 @@ def _zoned(value: str, zone: datetime.tzinfo) -> str:
     return moment(value, zone) or ""  # text in, text out
 
 
+# How each kind of a row's value is written as JSON text: a Python expression of the row's
+# column `{v}`, and whether it goes between quotes as it is (an id, or a time as the row holds
+# it: texts with nothing to escape).
+_KIND_TEXTS: dict[Kind, tuple[str, bool]] = {
+    Kind.ID: ("{v}", True),
+    Kind.TEXT: ("encode_basestring({v})", False),
+    Kind.INTEGER: ("{v}", False),
+    Kind.BOOLEAN: ('"true" if {v} else "false"', False),
+    Kind.TIME: ("{v}", True),
+    Kind.JSON: ("_dumps(json_value({v}))", False),
+}
+_ZONED_TIME = "_zoned({v}, zone)"  # a time in a zone other than UTC
+
+
+def _writer(shape: Shape, row_type: type[tuple], *, zoned: bool = False) -> Callable[..., str]:
+    """The function writing a row of `row_type` as `shape`'s JSON text (without its nested
+    objects), with its times in UTC as the row holds them, or, `zoned`, in its second argument's
+    zone.
+
+    Written as source and compiled once, as dataclasses and namedtuple make their methods: the row
+    unpacked once into locals (ten attribute reads had cost a fifth of a row) and one f-string (a
+    call per field, or the `%` operator with a template, cost several times as much)."""
+    local = {column: "_" + column for column in row_type._fields}  # type: ignore[attr-defined]
+    items = []
+    for field in shape.fields:
+        if not field.key.isidentifier():  # written as it is, between quotes
+            raise ValueError(f"{field.key!r}: a view's keys are identifiers")
+        column = local[field.column]
+        template, quoted = _KIND_TEXTS[field.kind]
+        if zoned and field.kind is Kind.TIME:
+            template = _ZONED_TIME
+        expression = template.format(v=column)
+        if not field.null:
+            text = f'"{{{expression}}}"' if quoted else f"{{{expression}}}"
+        else:
+            some = f"'\"' + {expression} + '\"'" if quoted else expression
+            text = f'{{"null" if {column} is None else {some}}}'
+        items.append(f'"{field.key}":{text}')
+    source = (
+        f"def write(row{', zone' if zoned else ''}):\n"
+        f"    {', '.join(local.values())} = row\n"
+        f"    return f'''{{{{{','.join(items)}}}}}'''\n"
+    )
+    namespace = {
+        "encode_basestring": encode_basestring,
+        "_dumps": _dumps,
+        "json_value": json_value,
+        "_zoned": _zoned,
+    }
+    name = f"<{row_type.__name__} as JSON text{' in a zone' if zoned else ''}>"
+    exec(compile(source, name, "exec"), namespace)  # noqa: S102 (static text from shapes.py)
+    return cast(Callable[..., str], namespace["write"])
+
+
+_execution_text = _writer(EXECUTION_VIEW, ExecutionRow)
+_execution_text_in = _writer(EXECUTION_VIEW, ExecutionRow, zoned=True)
+_request_text = _writer(REQUEST_VIEW, RequestRow)
+_request_text_in = _writer(REQUEST_VIEW, RequestRow, zoned=True)
+
+
+def _with_nested(text: str, shape: Shape, zone: datetime.tzinfo, found: dict[str, Any]) -> str:
+    """`text` (an object's JSON) with each of `shape`'s nested objects `found` by key that is not
+    None, encoded from its dict (render.view), in the shape's order."""
+    parts = [text[:-1]]
+    for extra in shape.nested:
+        value = found.get(extra.key)
+        if value is not None:
+            parts.append(f',"{extra.key}":{_dumps(view(extra.shape, value, zone, From.DICT))}')
+    return "".join(parts) + "}"
+
+
 def execution_item(
     row: ExecutionRow,
     waiting: dict[str, Any] | None,
@@ -77,12 +150,10 @@ def execution_item(
     throttled: dict[str, Any] | None,
 ) -> str:
     """execution_view(row, ...) as JSON text."""
-    if waiting is not None or throttled is not None:
-        return _dumps(execution_view(row, waiting, zone, throttled))
-    if zone not in UTC_ZONES:
-        finished = None if row.finished_at is None else _zoned(row.finished_at, zone)
-        row = row._replace(created_at=_zoned(row.created_at, zone), finished_at=finished)
-    return _execution_text(row)
+    text = _execution_text(row) if zone in UTC_ZONES else _execution_text_in(row, zone)
+    if waiting is None and throttled is None:
+        return text
+    return _with_nested(text, EXECUTION_VIEW, zone, {"waitingFor": waiting, "throttled": throttled})
 
 
 def execution_items(
@@ -99,45 +170,15 @@ def execution_items(
     return list(map(_execution_text, rows))
 
 
-def _execution_text(row: ExecutionRow) -> str:
-    # The row unpacked once (ten attribute reads cost a fifth of a row), its times already as
-    # the answer writes them.
-    id_, request_id, transition, status, attempts, _, outcome, target, error, created, finished = (
-        row
-    )
-    finished_text = "null" if finished is None else '"' + finished + '"'
-    return (
-        f'{{"id":"{id_}","requestId":"{request_id}",'
-        f'"transitionId":{encode_basestring(transition)},"status":{encode_basestring(status)},'
-        f'"outcome":{"null" if outcome is None else encode_basestring(outcome)},'
-        f'"targetState":{"null" if target is None else encode_basestring(target)},'
-        f'"errorCode":{"null" if error is None else encode_basestring(error)},'
-        f'"attempts":{attempts},"createdAt":"{created}","finishedAt":{finished_text}}}'
-    )
-
-
 def request_item(row: RequestRow, zone: datetime.tzinfo) -> str:
     """request_view(row) as JSON text."""
     if zone not in UTC_ZONES:
-        row = row._replace(
-            created_at=_zoned(row.created_at, zone), updated_at=_zoned(row.updated_at, zone)
-        )
+        return _request_text_in(row, zone)
     return _request_text(row)
 
 
 def request_items(rows: list[RequestRow], zone: datetime.tzinfo) -> list[str]:
     """request_item of each row."""
     if zone not in UTC_ZONES:
-        return [request_item(row, zone) for row in rows]
+        return [_request_text_in(row, zone) for row in rows]
     return list(map(_request_text, rows))
-
-
-def _request_text(row: RequestRow) -> str:
-    id_, key, version, state, revision, data, blocked, created, updated = row
-    return (
-        f'{{"id":"{id_}","flowKey":{encode_basestring(key)},"flowVersion":{version},'
-        f'"state":{encode_basestring(state)},"revision":{revision},'
-        f'"data":{_dumps(json_value(data))},'
-        f'"blocked":{"true" if blocked else "false"},'
-        f'"createdAt":"{created}","updatedAt":"{updated}"}}'
-    )

@@ -25,6 +25,7 @@ from ..flows.publication import find_transition
 from ..models import AuditType, CheckpointStatus, EventStatus, Execution, ExecutionStatus, Flow
 from ..queue.audit import audit_append
 from ..queue.waits import is_wait, payload_problems
+from ..sql.rows import ResumeLockRow
 from .tracelinks import resume_traced
 
 MAX_KEPT_EVENTS = 16  # events kept per execution for waits it has not reached yet
@@ -88,7 +89,7 @@ def execution_resume(
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql.REQUEST_LOCK, {"request_id": found.request_id})
         cursor.execute(sql.RESUME_LOCK, {"execution_id": found.id})
-        status, token, flow_id, transition_id, _ = cursor.fetchone()
+        locked = ResumeLockRow._make(cursor.fetchone())
         cursor.execute(sql.EVENT_FIND, {"execution_id": found.id, "event_id": event_id})
         known = cursor.fetchone()
         if known is not None:
@@ -99,27 +100,27 @@ def execution_resume(
                     "payload",
                 )
         else:
-            definition = Flow.objects.only("definition").get(id=flow_id).definition
-            transition = find_transition(definition, transition_id) or {}
+            definition = Flow.objects.only("definition").get(id=locked.flow_id).definition
+            transition = find_transition(definition, locked.transition_id) or {}
             waits = [a for a in transition.get("actions", []) if is_wait(a)]
             cursor.execute(sql.RESUME_CHECKPOINTS, {"execution_id": found.id})
             checkpoints = dict(cursor.fetchall())
             delivery = _Delivery(found, event_id, event, payload, fingerprint)
-            if status == ExecutionStatus.SUSPENDED:
+            if locked.status == ExecutionStatus.SUSPENDED:
                 _resume_now(
                     cursor,
                     delivery,
-                    token=token,
+                    token=locked.fencing_token,
                     waits=waits,
                     checkpoints=checkpoints,
                     actor=actor,
                     sender=sender,
                     dispatcher=principal.snapshot(),
                 )
-            elif status in LIVE_STATUSES:
+            elif locked.status in LIVE_STATUSES:
                 _keep(cursor, delivery, waits=waits, checkpoints=checkpoints, sender=actor)
             else:
-                raise _not_waiting(f"the execution is {status}: it waits for no event")
+                raise _not_waiting(f"the execution is {locked.status}: it waits for no event")
             taken = True
     found.refresh_from_db()
     if taken:

@@ -14,6 +14,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .shapes import EXECUTION_VIEW
+
 
 class SchemaView(SpectacularAPIView):
     """GET /api/schema/, in YAML or JSON as asked (`?format=`, Accept).
@@ -52,9 +54,9 @@ def strict_request_bodies(result: dict[str, Any], **_: Any) -> dict[str, Any]:
 
 
 # View fields that are present only in some states, so not `required` (the field's description
-# says when): the execution view's `waitingFor`, while SUSPENDED only, and `throttled`, while a
-# route limit holds it back.
-OPTIONAL_VIEW_FIELDS = {"ExecutionView": ("waitingFor", "throttled")}
+# says when): the execution view's nested objects (executions/api/shapes.py), `waitingFor` while
+# SUSPENDED only and `throttled` while a route limit holds it back.
+OPTIONAL_VIEW_FIELDS = {"ExecutionView": tuple(nested.key for nested in EXECUTION_VIEW.nested)}
 
 
 def optional_view_fields(result: dict[str, Any], **_: Any) -> dict[str, Any]:

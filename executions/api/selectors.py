@@ -39,12 +39,13 @@ class Page(Generic[Row]):
 
 def _request_rows(found: list[tuple]) -> list[RequestRow]:
     """A request statement's rows, each flow id replaced by the flow's key and version (made
-    without RequestRow's Python frame, which cost as much again)."""
-    names = flow_names({row[1] for row in found})
+    without RequestRow's Python frame, which cost as much again). Unpacked by position on this
+    hot path, into locals named as the statement names its columns (test_rows.py holds them)."""
+    names = flow_names({row[1] for row in found})  # each row's flow_id
     rows = []
-    for id_, flow_id, state, revision, data, blocked, created, updated in found:
+    for id_, flow_id, state, revision, data, blocked, created_at, updated_at in found:
         key, version = names[flow_id]
-        row = (id_, key, version, state, revision, data, blocked, created, updated)
+        row = (id_, key, version, state, revision, data, blocked, created_at, updated_at)
         rows.append(tuple.__new__(RequestRow, row))
     return rows
 
@@ -204,7 +205,8 @@ def request_list(
         names.append("blocked=true" if filters["blocked"] else "blocked=false")
     if "flowKey" in filters:
         flow_ids = [
-            row[0] for row in read_rows(sql.FLOW_VERSION_IDS, {"flow_key": filters["flowKey"]})
+            flow_id
+            for (flow_id,) in read_rows(sql.FLOW_VERSION_IDS, {"flow_key": filters["flowKey"]})
         ]
         if not flow_ids:
             return Page(rows=[], last=None)

@@ -1,32 +1,37 @@
 """The API's JSON shapes, in camelCase: bodies it accepts (strict) and views it returns.
 
 Input serializers refuse what they do not know: an unknown field, a string where an integer is
-expected (no "5" for 5, no true for 1), a non-object body. Each refusal names the field. Every
-shape the API speaks is here, to be read beside docs/api.md.
+expected (no "5" for 5, no true for 1), a non-object body. Each refusal names the field. The
+views' serializers are derived from the fields executions/api/shapes.py declares (`view_fields`).
 """
 
+import datetime
 import re
-from typing import TYPE_CHECKING, Any
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..flows.canonical import compact_size
-from ..flows.compensations import compensated_action
 from ..flows.problems import IDENTIFIER, IDENTIFIER_RULE, MAX_NAME_LENGTH, MAX_VERSION
-from ..models import (
-    ActionExecution,
-    CheckpointStatus,
-    Effect,
-    Execution,
-    ExecutionStatus,
-    Request,
-)
+from ..models import Execution
 from ..queue.cancel import MAX_REASON_CHARS
 from ..queue.limits import throttled_each
 from ..queue.operatorwrites import REASON_SPACES
 from ..queue.waits import waiting_for
+from .shapes import (
+    ACTION_VIEW,
+    EXECUTION_VIEW,
+    REQUEST_VIEW,
+    THROTTLED,
+    WAITING_FOR,
+    Field,
+    Kind,
+    Shape,
+)
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -237,69 +242,89 @@ class CallbackSerializer(serializers.Serializer):
     output = JsonObjectField(help_text="The call's output, valid against the output schema.")
 
 
-class WaitingForSerializer(serializers.Serializer):
-    actionId = serializers.CharField(help_text="The wait action (or asynchronous action).")
-    event = serializers.CharField(
-        help_text="The event it waits for; `callback` for an asynchronous provider's answer."
-    )
-    deadline = serializers.DateTimeField(help_text="When the wait times out.")
+# -- the views (executions/api/shapes.py declares their fields) ----------------------------------
+
+# The serializer field of each kind of value, and the type a computed one's method returns (what
+# the schema reads for it).
+_KIND_FIELDS: dict[Kind, type[serializers.Field]] = {
+    Kind.ID: serializers.UUIDField,
+    Kind.TEXT: serializers.CharField,
+    Kind.INTEGER: serializers.IntegerField,
+    Kind.BOOLEAN: serializers.BooleanField,
+    Kind.TIME: serializers.DateTimeField,
+    Kind.JSON: JsonObjectField,
+}
+_KIND_TYPES: dict[Kind, Any] = {
+    Kind.ID: uuid.UUID,
+    Kind.TEXT: str,
+    Kind.INTEGER: int,
+    Kind.BOOLEAN: bool,
+    Kind.TIME: datetime.datetime,
+    Kind.JSON: dict,
+}
 
 
-class ThrottledSerializer(serializers.Serializer):
-    actionId = serializers.CharField(help_text="The action a route limit holds back.")
-    capability = serializers.CharField(help_text="Its route, `capability@version`.")
-    until = serializers.DateTimeField(
-        allow_null=True,
-        help_text="The earliest time it may go; null while it waits for a call in flight to end.",
-    )
+def _computed(field: Field) -> Callable[[Any, Any], Any]:
+    """The method of a field a model instance gives computed (`source` a function)."""
+    read = cast(Callable[[Any], Any], field.source)
+
+    def method(self: serializers.Serializer, instance: Any) -> Any:
+        return read(instance)
+
+    kind = _KIND_TYPES[field.kind]
+    method.__annotations__["return"] = kind | None if field.null else kind
+    return method
 
 
-class RequestViewSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    flowKey = serializers.CharField(source="flow.key")
-    flowVersion = serializers.IntegerField(source="flow.version")
-    state = serializers.CharField()
-    revision = serializers.IntegerField()
-    data = JsonObjectField()  # type: ignore[assignment]  # a declared field: see RequestCreateSerializer
-    blocked = serializers.SerializerMethodField(
-        help_text="True while an execution holds the request."
-    )
-    createdAt = serializers.DateTimeField(source="created_at")
-    updatedAt = serializers.DateTimeField(source="updated_at")
+def view_fields(shape: Shape) -> type[serializers.Serializer]:
+    """A serializer declaring `shape`'s fields, read from a model instance (or, for a nested
+    object, from its dict), and a method field for each nested object (the serializer that
+    derives from it gives its `get_<key>`). Without a docstring: the schema would show it."""
+    attrs: dict[str, Any] = {}
+    for field in shape.fields:
+        options: dict[str, Any] = {}
+        if field.null:
+            options["allow_null"] = True
+        if field.help_text is not None:
+            options["help_text"] = field.help_text
+        if callable(field.source):
+            attrs[field.key] = serializers.SerializerMethodField(**options)
+            attrs[f"get_{field.key}"] = _computed(field)
+            continue
+        source = field.source or field.column
+        if source != field.key:
+            options["source"] = source
+        if field.choices is not None:
+            attrs[field.key] = serializers.ChoiceField(choices=field.choices, **options)
+        else:
+            attrs[field.key] = _KIND_FIELDS[field.kind](**options)
+    for nested in shape.nested:
+        attrs[nested.key] = serializers.SerializerMethodField(
+            required=False, help_text=nested.help_text
+        )
+    return type("ViewFields", (serializers.Serializer,), attrs)
 
-    def get_blocked(self, request: Request) -> bool:
-        return request.blocked_by_id is not None
+
+# Each view's serializer derives from the base view_fields makes for its shape (a base the type
+# checker cannot follow, hence its ignore), without a docstring unless the schema shows one.
+class WaitingForSerializer(view_fields(WAITING_FOR)):  # type: ignore[misc]
+    pass
 
 
-class ExecutionViewSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    requestId = serializers.UUIDField(source="request_id")
-    transitionId = serializers.CharField(source="transition_id")
-    status = serializers.ChoiceField(choices=ExecutionStatus.choices)
-    outcome = serializers.SerializerMethodField(help_text="The business outcome, once decided.")
-    targetState = serializers.SerializerMethodField(
-        method_name="get_target_state", help_text="The state the request moves to."
-    )
-    errorCode = serializers.CharField(
-        source="error_code", allow_null=True, help_text="A stable error code, when it failed."
-    )
-    attempts = serializers.IntegerField()
-    createdAt = serializers.DateTimeField(source="created_at")
-    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
-    waitingFor = serializers.SerializerMethodField(
-        required=False,
-        help_text="While SUSPENDED only (absent otherwise): what the execution waits for.",
-    )
-    throttled = serializers.SerializerMethodField(
-        required=False,
-        help_text="While a route limit holds its next call back (absent otherwise).",
-    )
+class ThrottledSerializer(view_fields(THROTTLED)):  # type: ignore[misc]
+    pass
 
+
+class RequestViewSerializer(view_fields(REQUEST_VIEW)):  # type: ignore[misc]
+    pass
+
+
+class ExecutionViewSerializer(view_fields(EXECUTION_VIEW)):  # type: ignore[misc]
     def to_representation(self, instance: Execution) -> dict[str, Any]:
         view = super().to_representation(instance)
-        for optional in ("waitingFor", "throttled"):
-            if view.get(optional) is None:
-                view.pop(optional, None)
+        for nested in EXECUTION_VIEW.nested:
+            if view.get(nested.key) is None:
+                view.pop(nested.key, None)
         return view
 
     @extend_schema_field(ThrottledSerializer)
@@ -315,12 +340,6 @@ class ExecutionViewSerializer(serializers.Serializer):
         known = self.context.get("waiting")
         found = known.get(str(execution.id)) if known is not None else waiting_for(execution)
         return None if found is None else WaitingForSerializer(found).data
-
-    def get_outcome(self, execution: Execution) -> str | None:
-        return (execution.result or {}).get("outcome")
-
-    def get_target_state(self, execution: Execution) -> str | None:
-        return (execution.result or {}).get("targetState")
 
 
 class RequestPageSerializer(serializers.Serializer):
@@ -341,27 +360,9 @@ class ExecutionPageSerializer(serializers.Serializer):
     )
 
 
-class ExecutionActionSerializer(serializers.Serializer):
+class ExecutionActionSerializer(view_fields(ACTION_VIEW)):  # type: ignore[misc]
     """One step of an execution, as a client shows progress: never its input, output, external
     key or the provider's answer."""
-
-    actionId = serializers.CharField(source="action_id")
-    capability = serializers.CharField()
-    version = serializers.IntegerField(source="capability_version")
-    effect = serializers.ChoiceField(choices=Effect.choices)
-    status = serializers.ChoiceField(choices=CheckpointStatus.choices)
-    attempts = serializers.IntegerField(source="attempt", help_text="Attempts started so far.")
-    startedAt = serializers.DateTimeField(source="started_at")
-    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
-    errorCode = serializers.CharField(
-        source="error_code", allow_null=True, help_text="A stable error code, when it failed."
-    )
-    compensates = serializers.SerializerMethodField(
-        help_text="The actionId this step undoes, when it is a compensation; null otherwise."
-    )
-
-    def get_compensates(self, checkpoint: ActionExecution) -> str | None:
-        return compensated_action(checkpoint.action_id)
 
 
 class ExecutionActionListSerializer(serializers.Serializer):

@@ -11,7 +11,8 @@ Idempotency-Key already made).
 from .fragments import composed
 
 # The caller's request (its owner and tenant in the WHERE clause) with its flow's identity, and the
-# execution an Idempotency-Key already names on it (none when no key is sent: NULL equals nothing).
+# execution an Idempotency-Key already names on it (none when no key is sent: NULL equals nothing),
+# as executions/sql/rows.py's AcceptReadRow.
 # The owner and tenant are compared with IS NOT DISTINCT FROM, `=` for these NOT NULL columns but
 # no index condition: the request is found by its key whatever the statistics (with `=`, a
 # generic plan made on stale ones walked a list index, `scope` its first column and `id` its
@@ -19,8 +20,9 @@ from .fragments import composed
 # Locks: nothing (ACCEPT_WRITE re-checks what it decides on).
 # Index: request_pkey, flow_pkey; execution_idempotency_uniq for the key.
 ACCEPT_READ = """
-SELECT r.flow_id, f.key, f.version, f.checksum, r.state, r.revision, r.blocked_by_id,
-       e.id, e.idempotency_fingerprint
+SELECT r.flow_id, f.key AS flow_key, f.version AS flow_version, f.checksum AS flow_checksum,
+       r.state, r.revision, r.blocked_by_id,
+       e.id AS earlier_id, e.idempotency_fingerprint AS earlier_fingerprint
   FROM request AS r
   JOIN flow AS f ON f.id = r.flow_id
   LEFT JOIN execution AS e

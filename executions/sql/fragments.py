@@ -38,24 +38,30 @@ def _api_time(column: str) -> str:
     )
 
 
-# An execution's columns as the API's view shows them (executions/sql/rows.py's ExecutionRow), of
-# `e`.
+# An execution's columns as the API's view shows them (executions/sql/rows.py's ExecutionRow, each
+# named as its field), of `e`.
 _EXECUTION_VIEW_COLUMNS = (
-    "e.id::text, e.request_id::text, e.transition_id, e.status, e.attempts,\n       "
+    "e.id::text AS id, e.request_id::text AS request_id, e.transition_id, e.status, e.attempts,"
+    "\n       "
     # A SUSPENDED execution's deadline; the others' next attempt the view never shows.
     + "CASE WHEN e.status = 'SUSPENDED' THEN "
     + _api_time("e.next_attempt_at")
-    + " END"
-    + ", e.result->>'outcome', e.result->>'targetState', e.error_code,\n       "
+    + " END AS next_attempt_at,\n       "
+    + "e.result->>'outcome' AS outcome, e.result->>'targetState' AS target_state, e.error_code,"
+    + "\n       "
     + _api_time("e.created_at")
-    + ",\n       "
+    + " AS created_at,\n       "
     + _api_time("e.finished_at")
+    + " AS finished_at"
 )
-# A request's columns as the API's view shows them (RequestRow), of `r`, its flow by id (named by
+# A request's columns as the API's view shows them (RequestRow's, each named as its field), of
+# `r`, except its flow's id in place of the flow's key and version (named by
 # executions/flows/cache.py).
 _REQUEST_VIEW_COLUMNS = (
-    "r.id::text, r.flow_id, r.state, r.revision, r.data, r.blocked_by_id IS NOT NULL,\n"
-    "       " + _api_time("r.created_at") + ",\n       " + _api_time("r.updated_at")
+    "r.id::text AS id, r.flow_id, r.state, r.revision, r.data,\n"
+    "       r.blocked_by_id IS NOT NULL AS blocked,\n"
+    "       " + _api_time("r.created_at") + " AS created_at,\n"
+    "       " + _api_time("r.updated_at") + " AS updated_at"
 )
 
 FRAGMENTS = {

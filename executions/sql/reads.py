@@ -4,7 +4,7 @@ PostgreSQL's answer, and its model instances more than rendering the rows.
 Access as executions/access.py states it: the request's tenant, and its owner unless the caller
 reads the whole tenant, in the WHERE clause (`access.request_filter_sql`; a list of executions
 uses the copies of the request's scope and owner that each execution carries). Each statement's
-columns are its view's, in the order of executions/sql/rows.py's named rows (the fragments
+columns are its view's, named and ordered as executions/sql/rows.py's named rows (the fragments
 `{execution_view_columns}` and `{request_view_columns}`): times as the API writes them, ids as
 text and of an execution's result only the two texts its view shows (see there why).
 """

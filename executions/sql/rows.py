@@ -1,7 +1,8 @@
-"""What the API's fixed reads (executions/sql/reads.py) hand its views: a request's and an
-execution's view columns by name, in the statements' column order, with no model instance built
-per row; executions/api/render.py builds the JSON from them. An Execution instance has the same
-attribute names, so an acceptance's answer is built by the same code as a read's.
+"""The rows the API's statements answer, by name: a request's and an execution's view columns
+(what the fixed reads of executions/sql/reads.py and an acceptance's write hand the views, with no
+model instance built per row; executions/api/shapes.py names each field's column), and what its
+writes decide on. Each statement names its columns as its row's fields, in order
+(tests/integration/api/test_rows.py holds them together).
 
 Times come as the API writes them, text in UTC ("2026-12-01T23:59:58.123456Z", DRF's isoformat),
 written by the statement (`render.moment` rewrites them when another zone is current); ids come as
@@ -12,6 +13,7 @@ text; of a result only its outcome and target state; a request's data as JSON te
 import datetime
 import json
 import json.scanner
+import uuid
 from typing import Any, NamedTuple
 
 # The decoder's own C scanner: json.loads wraps it in three Python calls, which cost more than
@@ -62,7 +64,39 @@ class ExecutionRow(NamedTuple):
     created_at: str  # the API's text, UTC
     finished_at: str | None  # the API's text, UTC
 
-    @property
-    def result(self) -> dict[str, str | None]:
-        """The part of the execution's result its view shows, as the model's `result` has it."""
-        return {"outcome": self.outcome, "targetState": self.target_state}
+
+class AcceptReadRow(NamedTuple):
+    """What an acceptance decides on (executions/sql/acceptance.py's ACCEPT_READ)."""
+
+    flow_id: int
+    flow_key: str
+    flow_version: int
+    flow_checksum: str
+    state: str
+    revision: int
+    blocked_by_id: uuid.UUID | None
+    earlier_id: uuid.UUID | None  # the execution the Idempotency-Key already names, if any
+    earlier_fingerprint: str | None  # the body that execution was accepted with
+
+
+class CallbackCheckpointRow(NamedTuple):
+    """The checkpoint a callback names, with its execution's request (waits.py's
+    CALLBACK_CHECKPOINT)."""
+
+    execution_id: uuid.UUID
+    action_id: str
+    status: str
+    output: Any  # JSON text as Django's cursors hand jsonb over, or decoded
+    capability: str
+    capability_version: int
+    request_id: uuid.UUID
+
+
+class ResumeLockRow(NamedTuple):
+    """A resumed execution, locked (waits.py's RESUME_LOCK)."""
+
+    status: str
+    fencing_token: int
+    flow_id: int
+    transition_id: str
+    next_attempt_at: datetime.datetime | None

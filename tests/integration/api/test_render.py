@@ -12,13 +12,19 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from executions.api import selectors
-from executions.api.acceptbody import plainly_valid
+from executions.api.acceptbody import plain_check, plainly_valid
 from executions.api.render import action_view, execution_view, request_view
 from executions.api.serializers import (
     MAX_REVISION,
     ExecutionActionSerializer,
+    ExecutionCancelSerializer,
+    ExecutionEventSerializer,
     ExecutionViewSerializer,
+    RequestCreateSerializer,
     RequestViewSerializer,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
     TransitionAcceptSerializer,
 )
 from executions.flows.problems import MAX_NAME_LENGTH
@@ -77,14 +83,16 @@ def test_execution_view__is_the_serializers_for_every_status(alice, request_row,
             external_key=f"{execution.id}:approval",
             fencing_token=1,
         )
+    # The dict from the row the API reads, the serializer's answer from the model instance.
     stored = Execution.objects.get(id=execution.id)
-    waiting = waiting_for(stored)
+    row = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
+    waiting = waiting_for(row)
     assert (waiting is not None) == (status == "SUSPENDED")
-    same(execution_view(stored, waiting), ExecutionViewSerializer(stored).data)
+    same(execution_view(row, waiting), ExecutionViewSerializer(stored).data)
     # A page's statement for what its executions wait for gives the same.
     page = waiting_for_each([stored])
     same(
-        execution_view(stored, page.get(str(stored.id))),
+        execution_view(row, waiting_for_each([row]).get(row.id)),
         ExecutionViewSerializer(stored, context={"waiting": page}).data,
     )
 
@@ -100,9 +108,10 @@ def test_execution_view__shows_what_a_route_limit_holds_back_as_the_serializer_d
         next_attempt_at=MOMENT,
     )
     stored = Execution.objects.get(id=execution.id)
+    row = selectors.execution_get(principal=ALICE, execution_id=str(execution.id))
     for until in (MOMENT, None):  # None: it waits for a call in flight to end
         throttled = {"actionId": "charge", "capability": "payments.charge@1", "until": until}
-        built = execution_view(stored, None, throttled=throttled)
+        built = execution_view(row, None, throttled=throttled)
         context = {"waiting": {str(stored.id): None}, "throttled": {str(stored.id): throttled}}
         same(built, ExecutionViewSerializer(stored, context=context).data)
         assert built["throttled"]["capability"] == "payments.charge@1"
@@ -277,3 +286,32 @@ def test_accept_body__a_refused_one_still_names_its_field(alice, flow):
         "code": "INVALID_BODY",
         "detail": "expectedRevision: must be an integer",
     }
+
+
+class _Untrimmed(StrictSerializer):
+    name = StrictCharField(min_length=1, max_length=5, trim_whitespace=True)
+
+
+class _Unbounded(StrictSerializer):
+    count = StrictIntegerField(min_value=1)
+
+
+class _Optional(StrictSerializer):
+    count = StrictIntegerField(min_value=1, max_value=5, required=False)
+
+
+@pytest.mark.parametrize(
+    "serializer_class",
+    [
+        # A pattern, a method of their own, an object, an optional field: rules it does not check.
+        ExecutionCancelSerializer,
+        ExecutionEventSerializer,
+        RequestCreateSerializer,
+        _Untrimmed,
+        _Unbounded,
+        _Optional,
+    ],
+)
+def test_plain_check__will_not_vouch_for_rules_it_does_not_check(serializer_class):
+    with pytest.raises(ValueError, match="cannot vouch"):
+        plain_check(serializer_class)
