@@ -1,13 +1,10 @@
 """The rows the API's statements answer, by name: a request's and an execution's view columns
-(what the fixed reads of executions/sql/reads.py and an acceptance's write hand the views, with no
-model instance built per row; executions/api/shapes.py names each field's column), and what its
-writes decide on. Each statement names its columns as its row's fields, in order
-(tests/integration/api/test_rows.py holds them together).
-
-Times come as the API writes them, text in UTC ("2026-12-01T23:59:58.123456Z", DRF's isoformat),
-written by the statement (`render.moment` rewrites them when another zone is current); ids come as
-text; of a result only its outcome and target state; a request's data as JSON text, decoded
-(`json_value`) only as it is rendered. Why: docs/adr/0021-an-entrance-as-fast-as-the-engine.md.
+(what the fixed reads of executions/sql/reads.py and an acceptance's write hand the views; no
+model instance per row; executions/api/shapes.py names each field's column), and what its writes
+decide on, each statement naming its columns as its row's fields (tests/integration/api/
+test_rows.py). Times come as the API writes them, text in UTC (`render.moment` rewrites them in
+another zone); ids as text; of a result only its outcome and target state; a request's data as
+JSON text, decoded (`json_value`) only as it is rendered (docs/adr/0021).
 """
 
 import datetime
