@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from executions import sql
 from executions.flows.publication import flow_publish
-from tests.support.plans import plan_nodes
+from tests.support.plans import autovacuum_off, plan_nodes
 
 from .conftest import caller, flow_definition
 
@@ -272,17 +272,9 @@ def test_time_filter__a_page_past_the_recent_rows_reads_the_index_not_the_tenant
     to keep half of the tenant (a busy tenant's recent rows): the tenant's 30 rows of the last
     ten minutes are one page, which must not walk the tenant's 1,000 rows by creation to find
     there is no 31st (as it did when the filter only followed that walk)."""
-    with connection.cursor() as cursor:
-        # No autovacuum on them until the page is planned: its ANALYZE, sampling, would replace
-        # the statistics read from every row below (CI once planned the walk by creation so).
-        for table in ("request", "execution"):
-            cursor.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
-    try:
+    # No autovacuum until the page is planned: the statistics are read from every row below.
+    with connection.cursor() as cursor, autovacuum_off(cursor, "request", "execution"):
         plan, visible = _busy_page_plan(path, query)
-    finally:
-        with connection.cursor() as cursor:
-            for table in ("request", "execution"):
-                cursor.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
     rows = plan["Actual Rows"]
     assert 25 <= rows <= 30, rows  # the fill's clock is not the test's
     # Its ids from its own index alone, then the rows by id; never a walk by creation.
