@@ -200,6 +200,16 @@ def _explain_prepared(
     return list(plan_nodes(document[0]["Plan"]))
 
 
+def _read_on_execution(nodes: list[dict]) -> int:
+    """Entries read from execution's indexes, kept or filtered out (a bitmap index scan names
+    no relation, only its index)."""
+    return sum(
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+        for n in nodes
+        if n.get("Index Name", "").startswith("execution_")
+    )
+
+
 def _fence(found) -> dict:
     return {
         "execution_id": str(found.execution_id),
@@ -605,24 +615,33 @@ _PEERS_INDEXES = {
 }
 
 
+@pytest.mark.parametrize("analysed", ["of empty tables", "of finished history"])
 def test_park_peers__read_a_bounded_number_of_rows_whatever_the_backlog(
-    conn, make_flow, runtime_dsn, migration_dsn
+    conn, make_flow, runtime_dsn, migration_dsn, analysed
 ):
-    """The peers a full route's take parks beside its own (route_park_peers, migration 0022)
-    against a backlog of 5,000 due executions of its flow after as much finished history (each
-    with a checkpoint and a park left), with statistics of empty tables and again with fresh
-    ones: no table scanned whole, the due rows read from execution_claim_idx in claim order, at
-    most PEERS_AHEAD of them, each peer's checkpoints and park looked up by key."""
+    """The peers a full route's take parks beside its own (route_park_peers, migrations 0022 and
+    0032) against a backlog of 5,000 due executions of its flow after as much finished history
+    (each with a checkpoint and a park left), with statistics of empty tables or of the history
+    alone (an autoanalyze between the two), and again with fresh ones: no table scanned whole,
+    the due rows read from execution_claim_idx in claim order, at most PEERS_AHEAD of them, then
+    each one found by its key, never by walking a partial index over every due row for the ids,
+    as the lookup did when its status test proved their predicate; each peer's checkpoints and
+    park looked up by key."""
     peers = importlib.import_module("executions.migrations.0022_route_park_peers")
+    by_key = importlib.import_module("executions.migrations.0032_route_park_peers_by_key")
     statement = (
-        peers.PEERS_QUERY.replace("p_parked_at", "%(parked_at)s::timestamptz")
+        by_key.PEERS_QUERY.replace("p_parked_at", "%(parked_at)s::timestamptz")
         .replace("p_flow", "%(flow)s::bigint")
         .replace("p_transition", "%(transition)s")
     )
     flow_id = make_flow([action("a", "NO_OP")])
+    tables = "request, execution, action_execution, route_park"
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
-        owner.execute("ANALYZE request, execution, action_execution, route_park")
+        if analysed == "of empty tables":
+            owner.execute(f"ANALYZE {tables}")
         owner.execute(_FINISHED_WITH_PARKS, {"flow_id": flow_id, "n": PEERS_HISTORY})
+        if analysed == "of finished history":
+            owner.execute(f"ANALYZE {tables}")
         owner.execute(
             _TENANT_BACKLOG, {"flow_id": flow_id, "scope": "tenant-a", "n": PEERS_HISTORY}
         )
@@ -631,9 +650,9 @@ def test_park_peers__read_a_bounded_number_of_rows_whatever_the_backlog(
             "flow": flow_id,
             "transition": "go",
         }
-        for statistics in ("of empty tables", "fresh"):
+        for statistics in (analysed, "fresh"):
             if statistics == "fresh":
-                owner.execute("ANALYZE request, execution, action_execution, route_park")
+                owner.execute(f"ANALYZE {tables}")
             with psycopg.connect(runtime_dsn, autocommit=True) as taker:
                 _worker_session(taker)
                 taker.execute("SET enable_sort = off")  # as route_park_peers runs
@@ -643,12 +662,16 @@ def test_park_peers__read_a_bounded_number_of_rows_whatever_the_backlog(
             indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
             assert indexes <= _PEERS_INDEXES, indexes
             assert "execution_claim_idx" in indexes, indexes
-            assert not [n for n in nodes if n["Node Type"] == "Sort"], statistics
-            read = sum(
-                (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
-                for n in nodes
-                if n.get("Relation Name") == "execution" and "Index Name" in n
+            # The walk in claim order once, then the rows by their key.
+            on_execution = sorted(
+                n["Index Name"] for n in nodes if n.get("Index Name", "").startswith("execution_")
             )
+            assert on_execution == ["execution_claim_idx", "execution_pkey"], (
+                statistics,
+                on_execution,
+            )
+            assert not [n for n in nodes if n["Node Type"] == "Sort"], statistics
+            read = _read_on_execution(nodes)
             assert read <= 2 * peers.PEERS_AHEAD + 10, [
                 (n["Node Type"], n.get("Index Name"), n["Actual Rows"], n["Actual Loops"])
                 for n in nodes
