@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from executions import sql
 from executions.worker.pooling import PoolingConfig
 from tests.support.meteredprovider import route_tables_clear
-from tests.support.plans import plan_nodes, planned
+from tests.support.plans import autovacuum_off, plan_nodes, planned
 from tests.support.worker import action, claim, enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,15 +46,13 @@ def _statistics_as_taken(migration_dsn):
     Setting this waits for, and cancels, one already running on them. The route tables are
     emptied before and after (the flush between tests does not know them)."""
     route_tables_clear(migration_dsn)
-    with psycopg.connect(migration_dsn, autocommit=True) as owner:
-        for table in _FILLED:
-            owner.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
     try:
-        yield
+        with (
+            psycopg.connect(migration_dsn, autocommit=True) as owner,
+            autovacuum_off(owner, *_FILLED),
+        ):
+            yield
     finally:
-        with psycopg.connect(migration_dsn, autocommit=True) as owner:
-            for table in _FILLED:
-                owner.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
         route_tables_clear(migration_dsn)
 
 
