@@ -103,6 +103,15 @@ THROTTLED = Shape(
     )
 )
 
+# An execution's and a step's error code, alike in both views.
+ERROR_CODE = Field(
+    "errorCode",
+    Kind.TEXT,
+    "error_code",
+    null=True,
+    help_text="A stable error code, when it failed.",
+)
+
 EXECUTION_VIEW = Shape(
     (
         Field("id", Kind.ID, "id"),
@@ -125,13 +134,7 @@ EXECUTION_VIEW = Shape(
             source=_result("targetState"),
             help_text="The state the request moves to.",
         ),
-        Field(
-            "errorCode",
-            Kind.TEXT,
-            "error_code",
-            null=True,
-            help_text="A stable error code, when it failed.",
-        ),
+        ERROR_CODE,
         Field("attempts", Kind.INTEGER, "attempts"),
         Field("createdAt", Kind.TIME, "created_at"),
         Field("finishedAt", Kind.TIME, "finished_at", null=True),
@@ -182,13 +185,7 @@ ACTION_VIEW = Shape(
         Field("attempts", Kind.INTEGER, "attempt", help_text="Attempts started so far."),
         Field("startedAt", Kind.TIME, "started_at"),
         Field("finishedAt", Kind.TIME, "finished_at", null=True),
-        Field(
-            "errorCode",
-            Kind.TEXT,
-            "error_code",
-            null=True,
-            help_text="A stable error code, when it failed.",
-        ),
+        ERROR_CODE,
         Field(
             "compensates",
             Kind.TEXT,
