@@ -218,11 +218,8 @@ class CaseDetail:
 
     def earlier_lookup_view(self, action_id: str) -> LookupView | None:
         """The newest lookup about an earlier attempt of the action, said apart on the page."""
-        checkpoint = self.checkpoint(action_id)
-        if checkpoint is None:
-            return None
         for view in reversed(self.lookups):
-            if view.payload.get("actionId") == action_id and view.attempt < checkpoint.attempt:
+            if view.earlier and view.payload.get("actionId") == action_id:
                 return view
         return None
 
