@@ -489,11 +489,17 @@ def run_claim(
     return dispatch_once(runtime, package_of(found), holding_of(found, cancelled))
 
 
+RUN_NEXT_LEASE_SECONDS = 30.0
+
+
 def run_next(
     conn: psycopg.Connection, runtime: OnLoop[Any], owner: str = "worker-a", **kwargs: Any
 ) -> ExecutionResult:
-    """Claim exactly one due execution and run it."""
-    found = claim(conn, owner, lease_seconds=kwargs.pop("lease_seconds", 2.0))
+    """Claim exactly one due execution and run it. Nothing renews its lease, so it is long enough
+    for a run on a loaded machine (CI once saw a 2 s lease lapse before a run's first write); a
+    test that needs the lease to run out claims with a short one itself (`claim`, then
+    `expire_lease`)."""
+    found = claim(conn, owner, lease_seconds=kwargs.pop("lease_seconds", RUN_NEXT_LEASE_SECONDS))
     assert len(found) == 1, f"expected one due execution, claimed {len(found)}"
     return run_claim(runtime, found[0], **kwargs)
 
