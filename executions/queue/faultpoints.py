@@ -3,9 +3,10 @@
 
 A test names one point in `ORQUESTADOR_FAULT_POINT` (optionally one action in
 `ORQUESTADOR_FAULT_ACTION`) and the process SIGKILLs itself the first time it reaches it, with
-nothing after it run. Production cannot arm it: the variable is read only when the settings say
+nothing after it run (`ORQUESTADOR_FAULT_SIGNAL=SIGSTOP`: it pauses there once instead, until the
+test continues it). Production cannot arm it: the variables are read only when the settings say
 `FAULT_POINTS_ENABLED = True`, which only `orquestador/settings_test.py` sets. An unknown point
-name stops the process at start, naming it.
+or signal stops the process at start, naming it.
 """
 
 import functools
@@ -20,6 +21,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 POINT_ENV = "ORQUESTADOR_FAULT_POINT"
 ACTION_ENV = "ORQUESTADOR_FAULT_ACTION"
+SIGNAL_ENV = "ORQUESTADOR_FAULT_SIGNAL"
+SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGSTOP": signal.SIGSTOP}
 
 CLAIM_COMMITTED = "claim.committed"  # the claim committed; nothing loaded or started
 CHECKPOINT_STARTED = "checkpoint.started"  # RUNNING committed; a write's adapter not called
@@ -50,20 +53,27 @@ def armed() -> tuple[str, str | None] | None:
         return None
     if point not in POINTS:
         raise ImproperlyConfigured(f"{POINT_ENV}={point!r} is not one of {', '.join(POINTS)}")
+    if os.environ.get(SIGNAL_ENV, "SIGKILL") not in SIGNALS:
+        raise ImproperlyConfigured(f"{SIGNAL_ENV} is not one of {', '.join(SIGNALS)}")
     return point, os.environ.get(ACTION_ENV) or None
 
 
+_reached = False  # a pause happens once: continued, the process goes on past every point
+
+
 def reach(point: str, action_ids: Iterable[str] | None = None) -> None:
-    """Die here if this point is armed (and, when an action is named and this point concerns
-    actions, one of `action_ids` is it)."""
+    """Die (or pause) here if this point is armed (and, when an action is named and this point
+    concerns actions, one of `action_ids` is it)."""
+    global _reached
     target = armed()
-    if target is None or target[0] != point:
+    if target is None or target[0] != point or _reached:
         return
     if target[1] is not None and action_ids is not None and target[1] not in set(action_ids):
         return
+    _reached = True
     sys.stdout.write(json.dumps({"event": "fault point reached", "point": point}) + "\n")
     sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), SIGNALS[os.environ.get(SIGNAL_ENV, "SIGKILL")])
 
 
 def final_uncommitted(action_ids: Iterable[str] | None = None) -> Callable[[], None] | None:

@@ -233,6 +233,8 @@ class _Run:
         """The adapter's call, to await, no transaction open (executions/worker/calls.py); not a
         coroutine of its own, one frame less on each wake-up of the call."""
         action_id, fence = call.start.action_id, self.dispatch.fence
+        if self.holding.lapsed():  # paused past its lease since its RUNNING checkpoint: not sent
+            raise ExecutionInterrupted(fence.execution_id, step=f"call {action_id}")
         ctx = ActionContext(
             input=call.action_input,
             request_id=fence.request_text,

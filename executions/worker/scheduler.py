@@ -321,7 +321,7 @@ class Scheduler:
     def _hand_to_slot(self, dispatch: Dispatch) -> None:
         """Take a slot for a claimed execution (its lease is renewed from now on) and start its
         run as a task."""
-        holding = self.slots.take(dispatch)
+        holding = self.slots.take(dispatch, lease_seconds=self.config.lease_seconds)
         self.claimed += 1
         if logger.isEnabledFor(logging.INFO):  # no log fields built per claim for a level off
             event = "execution taken over" if dispatch.taken_over else "execution claimed"

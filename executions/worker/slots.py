@@ -33,6 +33,8 @@ class Holding:
     dispatch: Dispatch
     cancelled: StopSignal = field(default_factory=StopSignal)  # the stop signal
     renewed_at: float = field(default_factory=time.monotonic)  # last confirmed renewal
+    # The lease this process renews for it; None: renewed elsewhere (a remote run's dispatcher).
+    lease_seconds: float | None = None
     lost: bool = False
     deadline_at: float | None = None  # monotonic; the run reports it (runner.deadline_seconds)
     abandoned: bool = False  # stuck past its deadline: lease left to expire, slot given back
@@ -40,6 +42,16 @@ class Holding:
     # last call); it is still held, so its lease is renewed until its final commit lands.
     slot_released: bool = False
     slots: "Slots | None" = field(default=None, repr=False)  # the slots it was taken from
+
+    def lapsed(self) -> bool:
+        """Whether a whole lease has passed since its last confirmed renewal was sent (or it was
+        taken): the rule the heartbeat gives a lease up by. A process paused past its lease
+        (stopped, swapped out, its VM frozen) finds so on waking, before its heartbeat can tell
+        it. The fence and the idempotency key still guard what a pause at a worse moment sends."""
+        return (
+            self.lease_seconds is not None
+            and time.monotonic() - self.renewed_at >= self.lease_seconds
+        )
 
     def set_deadline(self, seconds: float) -> None:
         self.deadline_at = time.monotonic() + seconds
@@ -136,14 +148,15 @@ class Slots:
         if self._freed is not None and self.in_use <= self.wake_at:
             self._freed.set()
 
-    def take(self, dispatch: Dispatch) -> Holding:
-        """Take a slot for a claimed execution; the heartbeat renews its lease from now on.
+    def take(self, dispatch: Dispatch, *, lease_seconds: float | None = None) -> Holding:
+        """Take a slot for a claimed execution; the heartbeat renews its lease (of
+        `lease_seconds`) from now on.
 
         A claim that hands this process an execution it already holds under the very same
         fence means the database lost the earlier claim (a crash before that asynchronous
         commit was flushed: sql.CLAIM_EXECUTIONS) and gave the same token again: the earlier
         holder is stopped, so one fence never has two runs."""
-        holding = Holding(dispatch, slots=self)
+        holding = Holding(dispatch, slots=self, lease_seconds=lease_seconds)
         with self._lock:
             earlier = self._by_execution.get(dispatch.fence.execution_text)
             self._by_execution[dispatch.fence.execution_text] = holding
