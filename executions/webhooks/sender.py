@@ -5,23 +5,18 @@ The session is the delivery loop's own, apart from the adapters' (actions/pools.
 carries the address guard in its connector: no redirect followed, no cookie, nothing from the
 environment (no proxy: the guard must see the receiver's own address), no DNS cache (each new
 connection resolves and is checked again), receivers' names resolved on threads of its own
-(`ReceiverLookups`). Whatever goes wrong becomes an `Attempt` with a short, safe error; a
+(actions/resolver.py). Whatever goes wrong becomes an `Attempt` with a short, safe error; a
 receiver's answer is kept up to MAX_BODY_KEPT characters.
 """
 
-import asyncio
-import concurrent.futures
-import functools
-import queue
-import socket
 import ssl
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import certifi
+
+from actions.resolver import ResolverThreads, ThreadsResolver
 
 from .config import CONCURRENCY
 from .models import MAX_BODY_KEPT
@@ -51,97 +46,6 @@ def _refusal(exc: BaseException) -> AddressRefused | None:
     return None
 
 
-class LookupThreads:
-    """At most `most` daemon threads, started as calls come, for blocking lookups. A call
-    cancelled before a thread took it is dropped; one stuck in the system's resolver never keeps
-    the process from exiting."""
-
-    def __init__(self, most: int) -> None:
-        self._most = most
-        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
-        self._work = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._idle = 0
-
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._work.put((future, fn))
-        with self._lock:
-            spawn = self._idle == 0 and self._threads < self._most
-            if spawn:
-                self._threads += 1
-            elif self._idle:
-                self._idle -= 1  # that idle thread takes this call
-        if spawn:
-            threading.Thread(target=self._serve, name="webhook-lookup", daemon=True).start()
-        return future
-
-    def _serve(self) -> None:
-        while True:
-            future, call = self._work.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(call())
-                except BaseException as exc:  # handed to whoever awaits it
-                    future.set_exception(exc)
-            del future, call  # hold nothing while idle
-            with self._lock:
-                self._idle += 1
-
-
-class ReceiverLookups(aiohttp.abc.AbstractResolver):
-    """The system's resolver, as aiohttp's ThreadedResolver asks it, on threads of its own.
-
-    Not on the loop's (`loop.getaddrinfo`): under uvloop that is libuv's pool of four threads for
-    the whole process, where every adapter's new connection also waits for one (uvloop's
-    sock_connect looks its numeric address up there again). A receiver whose name resolves
-    slowly, which its own DNS decides, held all four, and the adapters' calls timed out
-    connecting behind a backlog of deliveries (tests/process/test_webhook_isolation.py)."""
-
-    def __init__(self, threads: LookupThreads) -> None:
-        self._threads = threads
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[aiohttp.abc.ResolveResult]:
-        found = self._threads.submit(functools.partial(_lookup, host, port, family))
-        return await asyncio.wrap_future(found)  # cancelled: dropped unless already running
-
-    async def close(self) -> None:
-        pass
-
-
-def _lookup(host: str, port: int, family: socket.AddressFamily) -> list[aiohttp.abc.ResolveResult]:
-    """What ThreadedResolver.resolve answers, as one blocking call."""
-    infos = socket.getaddrinfo(
-        host, port, family=family, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
-    )
-    found = []
-    for found_family, _, proto, _, address in infos:
-        if found_family == socket.AF_INET6:
-            if len(address) < 3:
-                continue  # no IPv6 in this Python
-            if address[3]:  # a scope (link-local): its numeric form names it
-                resolved, service = socket.getnameinfo(
-                    address, socket.NI_NUMERICHOST | socket.NI_NUMERICSERV
-                )
-                address = (resolved, int(service))
-        elif found_family != socket.AF_INET:
-            continue
-        found.append(
-            aiohttp.abc.ResolveResult(
-                hostname=host,
-                host=str(address[0]),
-                port=int(address[1]),
-                family=found_family,
-                proto=proto,
-                flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
-            )
-        )
-    return found
-
-
 class WebhookSender:
     """Sends attempts; opened lazily on the running loop, closed with `close`."""
 
@@ -157,7 +61,8 @@ class WebhookSender:
         self.allow_http = allow_http
         self.allow_private_networks = allow_private_networks
         self._resolver = resolver
-        self._lookups = LookupThreads(CONCURRENCY)  # one per attempt in flight
+        # Receivers' names: at most one resolution per attempt in flight.
+        self._resolver_threads = ResolverThreads(CONCURRENCY, "webhook-resolver")
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -167,7 +72,7 @@ class WebhookSender:
                 limit=0,  # bounded by the loop's CONCURRENCY
                 keepalive_timeout=KEEPALIVE_SECONDS,
                 use_dns_cache=False,
-                resolver=self._resolver or ReceiverLookups(self._lookups),
+                resolver=self._resolver or ThreadsResolver(self._resolver_threads),
                 socket_factory=guarded_socket(self.allow_private_networks),
             )
             self._session = aiohttp.ClientSession(

@@ -5,7 +5,7 @@ tests/support/slowdns.py) still sends a limited route's calls to a 1.0 s provide
 Before, the deliveries resolved on the event loop's resolver, which under uvloop is libuv's pool
 of four threads for the whole process, where each adapter connection's own lookup (uvloop's
 sock_connect looks up even a numeric address) waited behind them: every call "timed out
-connecting", and the provider saw none.
+connecting", and the provider saw none (actions/resolver.py).
 """
 
 import signal

@@ -11,7 +11,7 @@ import socket
 import threading
 from pathlib import Path
 
-LOOKUP_SECONDS = 2  # the resolver's timeout: what each lookup of a name takes here
+LOOKUP_SECONDS = 2  # the resolver's timeout by default: what each lookup of a name takes here
 
 
 class SilentNameserver:
@@ -45,9 +45,10 @@ class SilentNameserver:
                 return
             self.queries += 1
 
-    def resolv_conf(self, folder: Path) -> Path:
+    def resolv_conf(self, folder: Path, seconds: int = LOOKUP_SECONDS) -> Path:
+        """A resolv.conf naming only this nameserver, a lookup given up after `seconds`."""
         path = folder / "resolv.conf"
-        path.write_text(f"nameserver {self.address}\noptions timeout:{LOOKUP_SECONDS} attempts:1\n")
+        path.write_text(f"nameserver {self.address}\noptions timeout:{seconds} attempts:1\n")
         return path
 
     def close(self) -> None:
