@@ -78,8 +78,12 @@ def blockers(conn: psycopg.Connection, pid: int) -> set[int]:
 def test_two_records_for_the_same_subscriptions_never_deadlock(
     runtime_conn, runtime_dsn, migration_dsn
 ):
-    # Three subscriptions, their rows in this order in the heap (an emptied table, one page).
-    first, second, third = (subscribe(f"https://hooks.example.com/{n}").id for n in range(3))
+    # Three subscriptions, named in the order of their rows in the heap.
+    for n in range(3):
+        subscribe(f"https://hooks.example.com/{n}")
+    first, second, third = (
+        row[0] for row in runtime_conn.execute("SELECT id FROM webhook_subscription ORDER BY ctid")
+    )
     with psycopg.connect(migration_dsn, autocommit=True) as owner:
         mine = deliveries_for(owner, [first, second, third])
         theirs = deliveries_for(owner, [first, second, third])
