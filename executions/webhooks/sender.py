@@ -25,6 +25,10 @@ from .targets import AddressRefused, guarded_socket
 USER_AGENT = "orquestador-webhooks"
 KEEPALIVE_SECONDS = 15.0  # seconds an idle connection to a receiver is kept
 
+# Receivers' names, apart from the adapters' providers' (actions/resolver.py says why): at most
+# one resolution per attempt in flight of the process's delivery loop.
+_RESOLVER_THREADS = ResolverThreads(CONCURRENCY, "webhook-resolver")
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -61,8 +65,6 @@ class WebhookSender:
         self.allow_http = allow_http
         self.allow_private_networks = allow_private_networks
         self._resolver = resolver
-        # Receivers' names: at most one resolution per attempt in flight.
-        self._resolver_threads = ResolverThreads(CONCURRENCY, "webhook-resolver")
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -72,7 +74,7 @@ class WebhookSender:
                 limit=0,  # bounded by the loop's CONCURRENCY
                 keepalive_timeout=KEEPALIVE_SECONDS,
                 use_dns_cache=False,
-                resolver=self._resolver or ThreadsResolver(self._resolver_threads),
+                resolver=self._resolver or ThreadsResolver(_RESOLVER_THREADS),
                 socket_factory=guarded_socket(self.allow_private_networks),
             )
             self._session = aiohttp.ClientSession(
