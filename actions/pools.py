@@ -21,12 +21,17 @@ from typing import Any
 import aiohttp
 import certifi
 
+from .resolver import ResolverThreads, ThreadsResolver
 from .watchdog import watch_connected
 
 # Header limits of the status line and headers a provider may send, as http.client had them.
 MAX_LINE_BYTES = 65_536  # bytes of the status line or of one header
 MAX_HEADERS = 100  # headers in one response
 KEEPALIVE_SECONDS = 15.0  # seconds an idle pooled connection is kept
+RESOLVER_THREADS = 100  # providers' names resolved at once, at most, by the whole process
+
+# Not the loop's resolver (resolver.py says why); one set for every loop of the process.
+_RESOLVER_THREADS = ResolverThreads(RESOLVER_THREADS, "adapter-resolver")
 
 _clients: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 _clients_lock = threading.Lock()  # loops on other threads (the prober's) add theirs too
@@ -78,7 +83,7 @@ def _session() -> aiohttp.ClientSession:
         # Bounded by the slots: each makes one call at a time.
         limit=0,
         keepalive_timeout=KEEPALIVE_SECONDS,
-        resolver=aiohttp.ThreadedResolver(),  # the system's resolver, as for any socket
+        resolver=ThreadsResolver(_RESOLVER_THREADS),  # the system's resolver, as for any socket
     )
     session = aiohttp.ClientSession(
         connector=connector,

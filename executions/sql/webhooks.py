@@ -2,7 +2,7 @@
 operator's redelivery, and the purge of settled events. The outbox itself is written by the
 trigger `webhook_outbox_write` (migrations 0017 and 0019), never by these.
 
-Lock order: deliveries (id order), then subscriptions.
+Lock order: deliveries (id order), then subscriptions (id order).
 """
 
 # Channel on which a writer other than a runworker's own runs announces deliveries due now (the
@@ -119,7 +119,13 @@ SELECT c.id, c.claim_token, c.attempts, c.event_id::text, ev.body, s.url, s.secr
 # `id = ANY` (docs/adr/0009): one primary-key lookup per item whatever the statistics; the
 # successor probe is a subquery per settled delivery, never pulled up (OFFSET 0), said as the
 # claim's earlier-delivery probe is, so that only webhook_delivery_exec_idx can serve it.
-# Locks: the delivery rows (id order), then their subscriptions' rows.
+# The subscriptions whose count changes are locked first by `counting`, in id order (its
+# locking sits above its sort), and only then updated: two loops' results for the same
+# subscriptions meet in that one order. Updated straight away, they were locked in the order
+# a scan met their row versions, and a version moved by an update committed between two
+# statements' snapshots is met first by one and last by the other: each held a row the other
+# waited for ("deadlock detected": tests/integration/webhooks/test_record_lock_order.py).
+# Locks: the delivery rows (id order), then their subscriptions' rows (id order).
 # Index: webhook_delivery primary key; webhook_delivery_exec_idx; webhook_subscription primary
 # key.
 WEBHOOK_DELIVERIES_RECORD = """
@@ -173,14 +179,22 @@ runs AS (
       FROM done
      GROUP BY done.subscription_id
 ),
+counting AS (
+    SELECT s.id
+      FROM webhook_subscription AS s
+      JOIN runs ON runs.subscription_id = s.id
+     WHERE s.id = ANY(ARRAY(SELECT runs.subscription_id FROM runs))
+       AND (NOT runs.delivered OR s.consecutive_failures > 0)
+     ORDER BY s.id
+       FOR NO KEY UPDATE OF s
+),
 counted AS (
     UPDATE webhook_subscription AS s
        SET consecutive_failures = CASE WHEN runs.delivered THEN 0
                                        ELSE s.consecutive_failures + runs.failed END
       FROM runs
-     WHERE s.id = ANY(ARRAY(SELECT runs.subscription_id FROM runs))
+     WHERE s.id = ANY(ARRAY(SELECT counting.id FROM counting))
        AND s.id = runs.subscription_id
-       AND (NOT runs.delivered OR s.consecutive_failures > 0)
 )
 SELECT done.id, done.status,
        done.status <> 'PENDING' AND EXISTS (

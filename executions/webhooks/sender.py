@@ -4,8 +4,9 @@ executions/webhooks/targets.py says, answered within WEBHOOK_TIMEOUT_SECONDS.
 The session is the delivery loop's own, apart from the adapters' (actions/pools.py), because it
 carries the address guard in its connector: no redirect followed, no cookie, nothing from the
 environment (no proxy: the guard must see the receiver's own address), no DNS cache (each new
-connection resolves and is checked again). Whatever goes wrong becomes an `Attempt` with a short,
-safe error; a receiver's answer is kept up to MAX_BODY_KEPT characters.
+connection resolves and is checked again), receivers' names resolved on threads of its own
+(actions/resolver.py). Whatever goes wrong becomes an `Attempt` with a short, safe error; a
+receiver's answer is kept up to MAX_BODY_KEPT characters.
 """
 
 import ssl
@@ -15,11 +16,18 @@ from typing import Any
 import aiohttp
 import certifi
 
+from actions.resolver import ResolverThreads, ThreadsResolver
+
+from .config import CONCURRENCY
 from .models import MAX_BODY_KEPT
 from .targets import AddressRefused, guarded_socket
 
 USER_AGENT = "orquestador-webhooks"
 KEEPALIVE_SECONDS = 15.0  # seconds an idle connection to a receiver is kept
+
+# Receivers' names, apart from the adapters' providers' (actions/resolver.py says why): at most
+# one resolution per attempt in flight of the process's delivery loop.
+_RESOLVER_THREADS = ResolverThreads(CONCURRENCY, "webhook-resolver")
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class WebhookSender:
                 limit=0,  # bounded by the loop's CONCURRENCY
                 keepalive_timeout=KEEPALIVE_SECONDS,
                 use_dns_cache=False,
-                resolver=self._resolver or aiohttp.ThreadedResolver(),
+                resolver=self._resolver or ThreadsResolver(_RESOLVER_THREADS),
                 socket_factory=guarded_socket(self.allow_private_networks),
             )
             self._session = aiohttp.ClientSession(

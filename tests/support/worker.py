@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -626,11 +626,20 @@ def socket_ports(pid: int, remote_port: int) -> set[int]:
 class WorkerProcess:
     """A `manage.py runworker` child process, its output in a file; only it is ever signalled."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, **overrides: str) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        command_prefix: Sequence[str] = (),
+        **overrides: str,
+    ) -> None:
+        """`command_prefix` runs before the command and execs it, in the same process (its
+        pid is the worker's)."""
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.process = subprocess.Popen(
-            manage("runworker"),
+            [*command_prefix, *manage("runworker")],
             env={**env, **PROCESS_SETTINGS, **overrides},
             stdout=self._log,
             stderr=subprocess.STDOUT,
