@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from ..webhooks.models import MAX_DESCRIPTION_CHARS, MAX_URL_CHARS, SUBSCRIBABLE
 from ..webhooks.services import webhook_status
+from ..webhooks.targets import url_text_problem
 from .serializers import NO_NUL, StrictCharField, StrictSerializer
 
 
@@ -21,11 +22,19 @@ class EventsField(serializers.ListField):
         return super().to_internal_value(data)
 
 
+def url_as_sent(url: str) -> None:
+    """A URL is taken as sent: with whitespace or a control character in it, it is refused, not
+    trimmed."""
+    problem = url_text_problem(url)
+    if problem is not None:
+        raise serializers.ValidationError(problem)
+
+
 class WebhookCreateSerializer(StrictSerializer):
     url = StrictCharField(
         min_length=1,
         max_length=MAX_URL_CHARS,
-        validators=[NO_NUL],
+        validators=[NO_NUL, url_as_sent],
         error_messages={
             "required": "is required",
             "null": "must not be null",
@@ -33,7 +42,8 @@ class WebhookCreateSerializer(StrictSerializer):
             "max_length": f"must be at most {MAX_URL_CHARS} characters",
         },
         help_text="Where deliveries go: an https:// URL that does not resolve to a loopback, "
-        "private or link-local address.",
+        "private or link-local address (nor to an IPv6 address carrying one), without "
+        "whitespace or control characters; stored with its scheme and host in lower case.",
     )
     events = EventsField(
         child=serializers.ChoiceField(

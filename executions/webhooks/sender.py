@@ -11,6 +11,7 @@ safe error; a receiver's answer is kept up to MAX_BODY_KEPT characters.
 import ssl
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import certifi
@@ -80,7 +81,9 @@ class WebhookSender:
 
     async def send(self, *, url: str, body: bytes, headers: dict[str, str]) -> Attempt:
         """POST `body` to `url`; any 2xx is delivered."""
-        if not url.startswith("https://") and not (self.allow_http and url.startswith("http://")):
+        # The scheme as urlsplit reads it, in lower case: "HTTPS://" is https too.
+        scheme = urlsplit(url).scheme
+        if scheme != "https" and not (self.allow_http and scheme == "http"):
             return Attempt(False, error="refused by the https rule")
         session = self._open()
         try:

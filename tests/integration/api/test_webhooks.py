@@ -76,6 +76,53 @@ def test_webhooks__a_refused_target_names_its_rule(ops, url, rule):
     assert_error(ops.post(HOOKS, {**BODY, "url": url}), 422, "WEBHOOK_URL_REFUSED", rule)
 
 
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("https://[::127.0.0.1]/", "loopback"),  # IPv4-compatible
+        ("https://[::ffff:10.0.0.8]/", "private"),  # IPv4-mapped
+        ("https://[64:ff9b::127.0.0.1]/", "loopback"),  # NAT64
+        ("https://[64:ff9b::a9fe:a9fe]/", "link-local"),  # NAT64 to 169.254.169.254
+        ("https://[64:ff9b:1::a00:8]/", "private"),  # local-use NAT64
+        ("https://[2002:7f00:1::]/", "loopback"),  # 6to4
+        ("https://[2001:0:4136:e378::80ff:fffe]/", "loopback"),  # Teredo, client 127.0.0.1
+        ("https://hooks.example.com:0/in", "url"),
+        ("https://hooks.example.com:70000/in", "url"),
+    ],
+)
+def test_webhooks__an_ipv6_form_carrying_a_refused_address_or_a_bad_port(ops, url, rule):
+    assert_error(ops.post(HOOKS, {**BODY, "url": url}), 422, "WEBHOOK_URL_REFUSED", f"rule: {rule}")
+    assert ops.get(HOOKS).json() == {"results": []}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        " https://hooks.example.com/in",
+        "https://hooks.example.com/in ",
+        "https://hooks.example.com/in\r\nX-Injected: 1",
+        "https://hooks.example.com/\tin",
+    ],
+)
+def test_webhooks__whitespace_or_a_control_character_is_refused_not_trimmed(ops, url):
+    assert_error(
+        ops.post(HOOKS, {**BODY, "url": url}),
+        400,
+        "INVALID_BODY",
+        "url",
+        "must not contain whitespace or control characters",
+    )
+    assert ops.get(HOOKS).json() == {"results": []}
+
+
+def test_webhooks__scheme_and_host_are_stored_in_lower_case(ops):
+    created = ops.post(HOOKS, {**BODY, "url": "HTTPS://Hooks.EXAMPLE.com:8443/In?Key=V"})
+    assert created.status_code == 201, created.content
+    stored = "https://hooks.example.com:8443/In?Key=V"
+    assert created.json()["url"] == stored
+    assert ops.get(f"{HOOKS}/{created.json()['id']}").json()["url"] == stored
+
+
 def test_webhooks__the_test_switches_allow_a_loopback_receiver(ops):
     with override_settings(WEBHOOK_ALLOW_HTTP=True, WEBHOOK_ALLOW_PRIVATE_NETWORKS=True):
         created = ops.post(HOOKS, {**BODY, "url": "http://127.0.0.1:9000/in"})
