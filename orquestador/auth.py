@@ -5,9 +5,8 @@
 Invariants: the configured key decides the algorithm (HS256, RS256 or ES256), never the token,
 and any other (`none` included) is refused before the signature is looked at; `exp`, `iss`,
 `aud`, `sub` and `tenant` are required, `exp` and `nbf` enforced with a small leeway and every
-date a JSON number (RFC 7519's NumericDate, never a string of digits); refusals
-never echo the token nor log it; a token that verified is remembered until its `exp`
-(orquestador/tokencache.py), a refused one never is.
+date a JSON number (RFC 7519's NumericDate); refusals never echo the token nor log it; a token
+that verified is remembered until its `exp` (orquestador/tokencache.py), a refused one never is.
 """
 
 from __future__ import annotations
