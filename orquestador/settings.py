@@ -77,6 +77,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outside every middleware that answers a page itself, so those pages carry it too.
+    "orquestador.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # More parameters than Django reads: a 400 and a WARNING, before anything reads them.
     "orquestador.fieldlimits.RefuseTooManyFieldsMiddleware",
