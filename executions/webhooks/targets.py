@@ -12,12 +12,17 @@ same rules early (`url_refusal`) and stores the URL normalised (`url_normalised`
 import concurrent.futures
 import errno
 import ipaddress
+import re
 import socket
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+# Whitespace, control characters (C0, DEL, C1) and invisible marks (zero-width, bidi, BOM), as
+# escapes Python's re and ECMA-262 read alike: the API schema's pattern is the same rule.
+_UNSENDABLE_CLASS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u2064\u3000\ufeff"
+URL_TEXT_PATTERN = f"^[^{_UNSENDABLE_CLASS}]*\\Z"  # \Z: $ would let a final newline through
+_UNSENDABLE = re.compile(f"[{_UNSENDABLE_CLASS}]")
 RESOLVE_TIMEOUT_SECONDS = 2.0  # seconds the early check waits for a name to resolve
 # getaddrinfo has no timeout of its own: it runs here, and the check stops waiting for it.
 _resolvers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="resolve")
@@ -103,10 +108,13 @@ def resolve_addresses(host: str, port: int) -> list[str]:
 def url_text_problem(url: str) -> str | None:
     """Why `url` cannot be sent as it stands (whitespace or a control character, which URL
     parsers drop or choke on, so what was stored is not what is delivered), or None."""
-    for at, char in enumerate(url):
-        if char.isspace() or unicodedata.category(char) in ("Cc", "Cf"):
-            return f"must not contain whitespace or control characters (U+{ord(char):04X} at {at})"
-    return None
+    found = _UNSENDABLE.search(url)
+    if found is None:
+        return None
+    return (
+        "must not contain whitespace or control characters "
+        f"(U+{ord(found.group()):04X} at {found.start()})"
+    )
 
 
 def url_refusal(

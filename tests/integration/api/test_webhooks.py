@@ -1,6 +1,8 @@
 """The webhook API: a tenant's subscriptions under scope webhooks:admin, secrets shown only on
 creation and rotation, refused targets named by rule, other tenants' subscriptions 404."""
 
+import re
+
 import pytest
 from django.test import override_settings
 
@@ -102,6 +104,8 @@ def test_webhooks__an_ipv6_form_carrying_a_refused_address_or_a_bad_port(ops, ur
         "https://hooks.example.com/in ",
         "https://hooks.example.com/in\r\nX-Injected: 1",
         "https://hooks.example.com/\tin",
+        "https://hooks.example.com/in\n",
+        "https://hooks.example.com/\u200bin",
     ],
 )
 def test_webhooks__whitespace_or_a_control_character_is_refused_not_trimmed(ops, url):
@@ -166,3 +170,15 @@ def test_webhooks__at_most_a_hundred_per_tenant(ops, ops_elsewhere):
         assert ops.post(HOOKS, BODY).status_code == 201
     assert_error(ops.post(HOOKS, BODY), 409, "WEBHOOK_LIMIT_REACHED")
     assert ops_elsewhere.post(HOOKS, BODY).status_code == 201
+
+
+def test_webhooks__the_schema_states_the_rule_as_a_pattern(api):
+    from django.test import Client
+
+    schema = Client().get("/api/schema/", {"format": "json"}).json()
+    pattern = schema["components"]["schemas"]["WebhookCreate"]["properties"]["url"]["pattern"]
+    # What a client generated from the schema checks is what the server refuses with 400.
+    compiled = re.compile(pattern.replace("$", r"\Z"))
+    assert compiled.search("https://hooks.example.com/in")
+    for refused in (" https://x/", "https://x/\n", "https://x/\r\n", "https://x/\u200b", "\x00"):
+        assert not compiled.search(refused), refused
