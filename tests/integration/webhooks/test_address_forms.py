@@ -101,3 +101,8 @@ def test_sender__the_scheme_is_read_whatever_its_case():
         plain = send(f"HtTp://127.0.0.1:{port}/plain", allow_http=False, private=True)
         assert (plain.delivered, plain.error) == (False, "refused by the https rule")
     assert [r.path for r in receiver.received] == ["/in"]
+
+
+def test_sender__a_malformed_url_is_a_failed_attempt_not_an_exception():
+    got = send("http://[::1/in", private=True)
+    assert (got.delivered, got.error) == (False, "invalid URL")
