@@ -4,9 +4,9 @@
 
 Invariants: the configured key decides the algorithm (HS256, RS256 or ES256), never the token,
 and any other (`none` included) is refused before the signature is looked at; `exp`, `iss`,
-`aud`, `sub` and `tenant` are required, `exp` and `nbf` enforced with a small leeway; refusals
-never echo the token nor log it; a token that verified is remembered until its `exp`
-(orquestador/tokencache.py), a refused one never is.
+`aud`, `sub` and `tenant` are required, `exp` and `nbf` enforced with a small leeway and every
+date a JSON number (RFC 7519's NumericDate); refusals never echo the token nor log it; a token
+that verified is remembered until its `exp` (orquestador/tokencache.py), a refused one never is.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ MAX_IDENTITY_LENGTH = 255  # characters of sub and tenant: the owner and scope c
 MIN_SECRET_BYTES = 32  # bytes of JWT_SECRET: HS256 needs a key at least as long as its hash
 MIN_RSA_BITS = 2048  # bits of an RSA JWT_PUBLIC_KEY
 REQUIRED_CLAIMS = ("exp", "iss", "aud", "sub", "tenant")
+DATE_CLAIMS = ("exp", "nbf", "iat")  # RFC 7519 NumericDates: JSON numbers, never strings
 WWW_AUTHENTICATE = 'Bearer realm="orquestador"'
 
 
@@ -178,6 +179,11 @@ def principal_from_token(token: str) -> Principal:
         raise TokenInvalid("the token's signature does not verify") from exc
     except jwt.InvalidTokenError as exc:
         raise TokenInvalid("the token is not a valid JWT") from exc
+    for claim in DATE_CLAIMS:
+        # PyJWT reads a date with int(), so "1760000000" and true would pass for numbers.
+        value = claims.get(claim, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TokenInvalid(f"the token's {claim!r} claim must be a number (a NumericDate)")
     principal = _principal(claims)
     tokencache.remember(token, config, principal, claims["exp"])
     return principal

@@ -77,7 +77,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outside every middleware that answers a page itself, so those pages carry it too.
+    "orquestador.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # More parameters than Django reads: a 400 and a WARNING, before anything reads them.
+    "orquestador.fieldlimits.RefuseTooManyFieldsMiddleware",
     # An admin request holding a NUL is refused here, before anything reads the database.
     "orquestador.adminpages.RefuseNulMiddleware",
     # Outermost of those that can meet the database: its process_exception runs last.

@@ -3,10 +3,12 @@ and the views it is shown by (never its secret, but once)."""
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from ..webhooks.models import MAX_DESCRIPTION_CHARS, MAX_URL_CHARS, SUBSCRIBABLE
 from ..webhooks.services import webhook_status
+from ..webhooks.targets import URL_TEXT_PATTERN
 from .serializers import NO_NUL, StrictCharField, StrictSerializer
 
 
@@ -21,11 +23,18 @@ class EventsField(serializers.ListField):
         return super().to_internal_value(data)
 
 
+# A URL is taken as sent: with whitespace or a control character in it, it is refused, not
+# trimmed (the schema carries the rule as its pattern; the service says where the character is).
+URL_AS_SENT = RegexValidator(
+    URL_TEXT_PATTERN, message="must not contain whitespace or control characters"
+)
+
+
 class WebhookCreateSerializer(StrictSerializer):
     url = StrictCharField(
         min_length=1,
         max_length=MAX_URL_CHARS,
-        validators=[NO_NUL],
+        validators=[URL_AS_SENT],  # NUL included
         error_messages={
             "required": "is required",
             "null": "must not be null",
@@ -33,7 +42,8 @@ class WebhookCreateSerializer(StrictSerializer):
             "max_length": f"must be at most {MAX_URL_CHARS} characters",
         },
         help_text="Where deliveries go: an https:// URL that does not resolve to a loopback, "
-        "private or link-local address.",
+        "private or link-local address (nor to an IPv6 address carrying one), without "
+        "whitespace or control characters; stored with its scheme and host in lower case.",
     )
     events = EventsField(
         child=serializers.ChoiceField(

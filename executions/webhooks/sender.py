@@ -88,7 +88,10 @@ class WebhookSender:
 
     async def send(self, *, url: str, body: bytes, headers: dict[str, str]) -> Attempt:
         """POST `body` to `url`; any 2xx is delivered."""
-        if not url.startswith("https://") and not (self.allow_http and url.startswith("http://")):
+        # The scheme is case-insensitive (RFC 3986 §3.1): "HTTPS://" is https too. Read without
+        # a parser, which could raise on a malformed row; the request below says "invalid URL".
+        scheme = url.partition(":")[0].lower()
+        if scheme != "https" and not (self.allow_http and scheme == "http"):
             return Attempt(False, error="refused by the https rule")
         session = self._open()
         try:

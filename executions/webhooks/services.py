@@ -21,7 +21,7 @@ from ..access import parse_id
 from .config import FAILING_AFTER, MAX_SUBSCRIPTIONS, WebhookConfig, webhook_config
 from .models import WebhookSubscription
 from .signing import secret_new
-from .targets import url_refusal
+from .targets import url_normalised, url_refusal
 
 
 def webhook_status(subscription: WebhookSubscription) -> str:
@@ -30,20 +30,22 @@ def webhook_status(subscription: WebhookSubscription) -> str:
     return "failing" if subscription.consecutive_failures >= FAILING_AFTER else "active"
 
 
-def _target_checked(url: str, config: WebhookConfig) -> None:
+def _target_checked(url: str, config: WebhookConfig) -> str:
+    """`url` normalised, once the rules allow it (executions/webhooks/targets.py)."""
     refused = url_refusal(
         url, allow_http=config.allow_http, allow_private_networks=config.allow_private_networks
     )
     if refused is not None:
         rule, detail = refused
         raise CodedError(errors.WEBHOOK_URL_REFUSED, f"{detail} (rule: {rule})")
+    return url_normalised(url)
 
 
 def webhook_create(
     *, tenant: str, url: str, events: Sequence[str], description: str = ""
 ) -> tuple[WebhookSubscription, str]:
     """A new subscription of `tenant` and its secret (shown to the caller this once)."""
-    _target_checked(url, webhook_config())
+    url = _target_checked(url, webhook_config())
     secret = secret_new()
     with transaction.atomic():
         # One tenant's creations one at a time, so the cap holds under concurrency.

@@ -48,6 +48,15 @@ def screenshots(request):
     return save
 
 
+def csp_violations(driver) -> list[str]:
+    """The Content-Security-Policy violations Chromium's console reported since the last look."""
+    return [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if "Content Security Policy" in entry["message"]
+    ]
+
+
 @pytest.fixture
 def browser(tmp_path):
     missing = _missing()
@@ -79,6 +88,8 @@ def browser(tmp_path):
         "--window-size=1400,1000",
     ):
         options.add_argument(argument)
+    # The console kept for `csp_violations`: Chromium reports each violation there.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = Service(executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "driver.log"))
     driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(WAIT_SECONDS)

@@ -1,6 +1,7 @@
 """The pictures as an operator sees them in headless Chromium at 1400x1000: a 20-state,
 40-transition flow's state machine, a request's state and the transition in flight highlighted
-on it, and a real execution's timeline on its case page and its execution page.
+on it, and a real execution's timeline on its case page and its execution page; none of those
+pages breaks their Content-Security-Policy (orquestador/csp.py).
 
 Screenshots are kept under tests/browser's ARTEFACTS folder (see README)."""
 
@@ -16,7 +17,7 @@ from tests.support.bigflow import big_flow, big_flow_registry
 from tests.support.eventful import Eventful
 from tests.support.worker import create_flow, enqueue, run_next, runtime_for, unknown
 
-from .conftest import POLL_SECONDS, WAIT_SECONDS
+from .conftest import POLL_SECONDS, WAIT_SECONDS, csp_violations
 from .test_reconciliation import navigate
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -109,3 +110,19 @@ def test_operator_sees_flows_requests_and_executions_drawn(
         in browser.find_element(By.CSS_SELECTOR, ".field-next_attempt_at__utc").text
     )
     screenshots(browser, "execution-timeline")
+
+    # Every page above kept the policy; and a script put inline is refused and reported, so the
+    # console is where a violation would have shown.
+    assert csp_violations(browser) == []
+    ran = browser.execute_script(
+        "window.inlineRan = false;"
+        "const s = document.createElement('script');"
+        "s.textContent = 'window.inlineRan = true;';"
+        "document.body.appendChild(s);"
+        "return window.inlineRan;"
+    )
+    assert ran is False
+    reported = WebDriverWait(browser, WAIT_SECONDS, POLL_SECONDS).until(
+        lambda driver: csp_violations(driver)
+    )
+    assert "script-src 'self'" in reported[0], reported

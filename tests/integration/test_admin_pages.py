@@ -1,6 +1,7 @@
 """The admin's plain pages: a NUL anywhere in an admin request is a 400 page, never a 500, on every
 registered changelist and every filter parameter it declares; while the database cannot be
-reached the admin answers an HTML 503 page, and everything else keeps its JSON 503."""
+reached the admin answers an HTML 503 page, and everything else keeps its JSON 503. Every page,
+plain ones included, carries the Content-Security-Policy and no inline script."""
 
 import contextlib
 import json
@@ -15,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from orquestador import database
+from tests.support.csp import assert_policy_held
 
 pytestmark = pytest.mark.django_db
 
@@ -155,3 +157,29 @@ def test_outage__outside_the_admin_the_503_stays_json(rf):
         assert response.status_code == 503
         assert response["Content-Type"] == "application/json"
         assert json.loads(response.content)["code"] == "DATABASE_UNAVAILABLE"
+
+
+@pytest.mark.parametrize(
+    ("model", "model_admin"), REGISTERED, ids=[m._meta.label for m, _ in REGISTERED]
+)
+def test_csp__on_every_changelist_and_add_page(
+    model, model_admin, superuser_client, admin_user, rf
+):
+    listed = superuser_client.get(_changelist(model))
+    assert listed.status_code == 200
+    assert_policy_held(listed)
+    request = rf.get(_changelist(model))
+    request.user = admin_user
+    if model_admin.has_add_permission(request):
+        add = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_add")
+        added = superuser_client.get(add)
+        assert added.status_code == 200
+        assert_policy_held(added)
+
+
+def test_csp__on_the_index_login_and_plain_pages(superuser_client):
+    assert_policy_held(superuser_client.get(reverse("admin:index")))
+    assert_policy_held(Client().get(reverse("admin:login")))
+    refused = superuser_client.get(reverse("admin:index") + "?q=%00")
+    assert refused.status_code == 400
+    assert_policy_held(refused)

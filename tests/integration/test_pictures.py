@@ -1,7 +1,8 @@
 """The pictures on the admin's pages, with the real `dot` and real PostgreSQL: a flow's state
 machine drawn within bounds and cached per version, `dot` stopped at its time limit, the attempt
 history the settlement statements write, the timeline drawn from a real execution's rows, and
-the pages that show them (a finished execution no longer promising a next attempt)."""
+the pages that show them (a finished execution no longer promising a next attempt), each under
+the Content-Security-Policy with no inline script."""
 
 import os
 import shutil
@@ -16,6 +17,7 @@ from executions.pictures import diagram
 from executions.pictures.timeline import execution_timeline
 from tests.integration.reconciliation.conftest import RESOLVE, VIEW, _user
 from tests.support.bigflow import big_flow, big_flow_registry
+from tests.support.csp import assert_policy_held
 from tests.support.eventful import Eventful
 from tests.support.worker import create_flow, enqueue
 
@@ -157,14 +159,16 @@ def test_timeline__draws_attempts_backoffs_takeover_probe_resolution_and_wait(ev
 
 # -- the pages -------------------------------------------------------------------------------
 def test_flow_page__draws_the_state_machine_above_the_fields(viewer, big):
-    page = viewer.get(f"/admin/executions/flow/{big.pk}/change/").content.decode()
+    page = assert_policy_held(viewer.get(f"/admin/executions/flow/{big.pk}/change/"))
     assert page.index('id="flow-picture"') < page.index("<fieldset")
     assert '<svg xmlns="http://www.w3.org/2000/svg"' in page and "<script>alert" not in page
 
 
 def test_request_page__highlights_its_state_and_the_transition_in_flight(viewer, runtime_conn, big):
     accepted = enqueue(runtime_conn, big.pk, transition_id="charge", state="RESERVED")
-    page = viewer.get(f"/admin/executions/request/{accepted.request_id}/change/").content.decode()
+    page = assert_policy_held(
+        viewer.get(f"/admin/executions/request/{accepted.request_id}/change/")
+    )
     reserved = big.definition["states"].index("RESERVED")
     charge = [t["id"] for t in big.definition["transitions"]].index("charge")
     assert f"#flow-s{reserved} path" in page and f"#flow-t{charge} path" in page
@@ -177,7 +181,7 @@ def test_execution_page__draws_the_timeline_and_no_next_attempt_once_finished(
 ):
     eventful.to_reconciliation()
     execution = eventful.resolve_and_finish(operator)
-    page = viewer.get(f"/admin/executions/execution/{execution.pk}/change/").content.decode()
+    page = assert_policy_held(viewer.get(f"/admin/executions/execution/{execution.pk}/change/"))
     assert 'id="execution-timeline"' in page and 'class="tl"' in page
     assert "(SUCCEEDED: no next attempt)" in page
     assert "Next attempt at" in page and "(in " not in page.split("Next attempt at", 1)[1][:200]
@@ -186,7 +190,7 @@ def test_execution_page__draws_the_timeline_and_no_next_attempt_once_finished(
 def test_case_page__draws_the_timeline(client, eventful, operator):
     execution = eventful.to_reconciliation()
     client.force_login(operator)
-    page = client.get(
-        f"/admin/reconciliation/reconciliationcase/{execution.pk}/change/"
-    ).content.decode()
+    page = assert_policy_held(
+        client.get(f"/admin/reconciliation/reconciliationcase/{execution.pk}/change/")
+    )
     assert page.index('id="execution-timeline"') < page.index('id="case-checkpoints"')

@@ -1,6 +1,7 @@
 """JWT validation (orquestador/auth.py): what a token must be, and every way one is refused."""
 
 import io
+import time
 
 import jwt
 import pytest
@@ -127,6 +128,36 @@ def test_refused__missing_claim(hs256, claim):
 )
 def test_refused__identity_claim_of_the_wrong_shape(hs256, claim, value):
     assert f"'{claim}' claim must be" in refused(tokens.token(**{claim: value}))
+
+
+def _dates(**values):
+    now = int(time.time())
+    numeric = {"iat": now, "nbf": now, "exp": now + 300}
+    return {name: values.get(name, numeric[name]) for name in numeric}
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+@pytest.mark.parametrize("shape", [str, lambda n: f" {n} "])
+def test_refused__a_date_claim_that_is_a_string_of_digits(hs256, claim, shape):
+    # RFC 7519 §2: a NumericDate is a JSON number; PyJWT alone reads "1760000000" as one.
+    now = int(time.time())
+    dates = _dates(**{claim: shape({"exp": now + 300}.get(claim, now))})
+    message = refused(tokens.token(exp_in=None, **dates))
+    assert f"'{claim}' claim must be a number" in message
+
+
+@pytest.mark.parametrize("claim", ["nbf", "iat"])
+def test_refused__a_date_claim_that_is_a_boolean(hs256, claim):
+    # PyJWT reads true as 1 (1970); a boolean is no number here.
+    message = refused(tokens.token(exp_in=None, **_dates(**{claim: True})))
+    assert f"'{claim}' claim must be a number" in message
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+def test_accepted__a_date_claim_with_a_fraction(hs256, claim):
+    now = int(time.time())
+    dates = _dates(**{claim: {"exp": now + 300.5}.get(claim, now - 0.5)})
+    assert principal_from_token(tokens.token(exp_in=None, **dates)).subject == "alice"
 
 
 def test_refused__scope_that_is_not_a_string(hs256):

@@ -1,6 +1,7 @@
 """Authentication and permissions over HTTP: 401 UNAUTHENTICATED with WWW-Authenticate: Bearer
 for every kind of bad token, 403 FORBIDDEN for a missing permission, on every endpoint."""
 
+import time
 import uuid
 
 import pytest
@@ -51,6 +52,10 @@ BAD_TOKENS = {
     "no exp": (lambda: tokens.token(exp_in=None), "'exp'"),
     "no tenant": (lambda: tokens.token(tenant=None), "'tenant'"),
     "no sub": (lambda: tokens.token(sub=None), "'sub'"),
+    # RFC 7519's NumericDate is a JSON number: a string of digits is refused, however valid.
+    "exp a string": (lambda: tokens.token(exp_in=None, exp=str(int(time.time()) + 300)), "'exp'"),
+    "nbf a string": (lambda: tokens.token(nbf=str(int(time.time()))), "'nbf'"),
+    "iat a string": (lambda: tokens.token(iat=str(int(time.time()))), "'iat'"),
     "malformed": (lambda: "not.a.jwt", "JWT"),
     "garbage": (lambda: "%%%%", "JWT"),
 }

@@ -1,6 +1,8 @@
 """The webhook API: a tenant's subscriptions under scope webhooks:admin, secrets shown only on
 creation and rotation, refused targets named by rule, other tenants' subscriptions 404."""
 
+import re
+
 import pytest
 from django.test import override_settings
 
@@ -76,6 +78,55 @@ def test_webhooks__a_refused_target_names_its_rule(ops, url, rule):
     assert_error(ops.post(HOOKS, {**BODY, "url": url}), 422, "WEBHOOK_URL_REFUSED", rule)
 
 
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("https://[::127.0.0.1]/", "loopback"),  # IPv4-compatible
+        ("https://[::ffff:10.0.0.8]/", "private"),  # IPv4-mapped
+        ("https://[64:ff9b::127.0.0.1]/", "loopback"),  # NAT64
+        ("https://[64:ff9b::a9fe:a9fe]/", "link-local"),  # NAT64 to 169.254.169.254
+        ("https://[64:ff9b:1::a00:8]/", "private"),  # local-use NAT64
+        ("https://[2002:7f00:1::]/", "loopback"),  # 6to4
+        ("https://[2001:0:4136:e378::80ff:fffe]/", "loopback"),  # Teredo, client 127.0.0.1
+        ("https://hooks.example.com:0/in", "url"),
+        ("https://hooks.example.com:70000/in", "url"),
+    ],
+)
+def test_webhooks__an_ipv6_form_carrying_a_refused_address_or_a_bad_port(ops, url, rule):
+    assert_error(ops.post(HOOKS, {**BODY, "url": url}), 422, "WEBHOOK_URL_REFUSED", f"rule: {rule}")
+    assert ops.get(HOOKS).json() == {"results": []}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        " https://hooks.example.com/in",
+        "https://hooks.example.com/in ",
+        "https://hooks.example.com/in\r\nX-Injected: 1",
+        "https://hooks.example.com/\tin",
+        "https://hooks.example.com/in\n",
+        "https://hooks.example.com/\u200bin",
+    ],
+)
+def test_webhooks__whitespace_or_a_control_character_is_refused_not_trimmed(ops, url):
+    assert_error(
+        ops.post(HOOKS, {**BODY, "url": url}),
+        400,
+        "INVALID_BODY",
+        "url",
+        "must not contain whitespace or control characters",
+    )
+    assert ops.get(HOOKS).json() == {"results": []}
+
+
+def test_webhooks__scheme_and_host_are_stored_in_lower_case(ops):
+    created = ops.post(HOOKS, {**BODY, "url": "HTTPS://Hooks.EXAMPLE.com:8443/In?Key=V"})
+    assert created.status_code == 201, created.content
+    stored = "https://hooks.example.com:8443/In?Key=V"
+    assert created.json()["url"] == stored
+    assert ops.get(f"{HOOKS}/{created.json()['id']}").json()["url"] == stored
+
+
 def test_webhooks__the_test_switches_allow_a_loopback_receiver(ops):
     with override_settings(WEBHOOK_ALLOW_HTTP=True, WEBHOOK_ALLOW_PRIVATE_NETWORKS=True):
         created = ops.post(HOOKS, {**BODY, "url": "http://127.0.0.1:9000/in"})
@@ -119,3 +170,15 @@ def test_webhooks__at_most_a_hundred_per_tenant(ops, ops_elsewhere):
         assert ops.post(HOOKS, BODY).status_code == 201
     assert_error(ops.post(HOOKS, BODY), 409, "WEBHOOK_LIMIT_REACHED")
     assert ops_elsewhere.post(HOOKS, BODY).status_code == 201
+
+
+def test_webhooks__the_schema_states_the_rule_as_a_pattern(api):
+    from django.test import Client
+
+    schema = Client().get("/api/schema/", {"format": "json"}).json()
+    pattern = schema["components"]["schemas"]["WebhookCreate"]["properties"]["url"]["pattern"]
+    # What a client generated from the schema checks is what the server refuses with 400.
+    compiled = re.compile(pattern.replace("$", r"\Z"))
+    assert compiled.search("https://hooks.example.com/in")
+    for refused in (" https://x/", "https://x/\n", "https://x/\r\n", "https://x/\u200b", "\x00"):
+        assert not compiled.search(refused), refused

@@ -98,3 +98,26 @@ def test_subscriptions__added_with_the_secret_shown_once_and_refused_targets_nam
         shown = client.get(page)
         assert shown.status_code == 200 and "hooks.example.com" in shown.content.decode()
         assert subscription.secret not in shown.content.decode()
+
+
+def test_subscriptions__the_admin_holds_the_same_address_rule_and_stores_the_url_normalised(
+    monkeypatch,
+):
+    from executions.webhooks import targets
+
+    monkeypatch.setattr(targets, "resolve_addresses", lambda *_: ["93.184.216.34"])
+    client = staff("add_webhooksubscription")
+    add = reverse("admin:executions_webhooksubscription_add")
+    for url, rule in (
+        ("https://[64:ff9b::a9fe:a9fe]/in", "link-local"),
+        ("https://[2002:7f00:1::]/in", "loopback"),
+        ("https://hooks.example.com/in\r\nX: 1", "url"),
+    ):
+        refused = client.post(add, {"tenant": "acme", "url": url, "events": ["execution.failed"]})
+        assert refused.status_code == 200 and f"rule: {rule}" in refused.content.decode(), url
+    assert not WebhookSubscription.objects.exists()
+    client.post(
+        add,
+        {"tenant": "acme", "url": "HTTPS://HOOKS.Example.COM/In", "events": ["execution.failed"]},
+    )
+    assert WebhookSubscription.objects.get().url == "https://hooks.example.com/In"
