@@ -1,13 +1,11 @@
-"""What validating against a flow's schema can cost, in steps (docs/adr/0026): one step is one
-keyword the validator runs, plus one per entry of the schema's list or map it loops over, plus
-REF_STEPS per `$ref` it follows (and, at run time, ERROR_STEPS per error).
-
+"""What validating against a flow's schema can cost, in steps (ADR 26): a keyword run, one per
+entry of a list or map it loops over, REF_STEPS per `$ref` (at run time, ERROR_STEPS per error).
 - `keyword_steps(keyword, value)`: a keyword's steps, counted alike here and by the validator's
   budget (orquestador/schemas.py, which adds what the document makes it loop over);
-- `cost_problems(schema, path)`: refused at publication, with its path, a part of a schema whose
-  **place cost** (the steps one place of a document can meet, `$ref`s followed, at every depth
-  a document can reach) passes MAX_PLACE_COST, and a `$ref` cycle that never descends into the
-  document. Recursion that does descend (trees) is admitted, its cost counted at every depth.
+- `cost_problems(schema, path, uri)`: refused at publication, with its path, a part of a schema
+  whose **schema cost** (the steps one value of a document can meet, `$ref`s followed, at every
+  depth a document can reach) passes MAX_SCHEMA_COST, and a `$ref` cycle that never descends into
+  the document. Recursion that does descend (trees) is admitted, its cost counted at every depth.
 """
 
 from collections.abc import Iterator
@@ -22,10 +20,10 @@ from .strictjson import MAX_DEPTH
 
 Resolver = Any  # referencing's Resolver, which it does not export
 
-# Steps one place of a document may meet. A place of a hand-written schema meets tens of steps,
+# Steps one value of a document may meet. A value of a hand-written schema meets tens of steps,
 # a few thousand with a long enum or hundreds of properties; 10,000 steps take 10 to 50 ms. The
 # "$defs fan-out" bomb (`anyOf` of ten `$ref`s to the level below) passes it from 3 levels on.
-MAX_PLACE_COST = 10_000  # steps
+MAX_SCHEMA_COST = 10_000  # steps
 # Measured on jsonschema 4.26 against a keyword's time: following a `$ref` (a lookup, a new
 # resolver, a descent) costs about ten, an error (built, then handed up each level) about four.
 REF_STEPS = 10  # steps
@@ -35,7 +33,7 @@ ERROR_STEPS = 4  # steps, charged by the validator's budget at each level an err
 MAX_CHECK_STATES = 500_000  # states
 
 REFERENCES = ("$ref", "$dynamicRef")
-# Applicators whose subschemas apply to the same place of the document.
+# Applicators whose subschemas apply to the same value of the document.
 _IN_PLACE_ONE = ("not", "if", "then", "else")
 _IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
 _IN_PLACE_MAP = ("dependentSchemas",)
@@ -64,7 +62,7 @@ class _Refused(Exception):
 
 
 class _Cost:
-    """Place costs of one schema's parts, memoised per (part, depth) and capped at the bound."""
+    """Schema costs of one schema's parts, memoised per (part, depth) and capped at the bound."""
 
     def __init__(self, schema: dict, path: str, uri: str) -> None:
         resource = DRAFT202012.create_resource(schema)
@@ -109,7 +107,7 @@ class _Cost:
             yield _member(path, keyword), targets
 
     def cost(self, node: Any, depth: int, resolver: Resolver) -> int:
-        """The steps one place `depth` levels below where `node` applies can meet, capped."""
+        """The steps one value `depth` levels below where `node` applies can meet, capped."""
         if not isinstance(node, dict):
             return 1 if depth == 0 else 0
         key = (id(node), depth)
@@ -131,7 +129,7 @@ class _Cost:
             total = self._cost(node, depth, resolver)
         finally:
             self.busy.discard(key)
-        total = min(total, MAX_PLACE_COST + 1)
+        total = min(total, MAX_SCHEMA_COST + 1)
         self.memo[key] = total
         if total == 0:
             self.zero[id(node)] = min(depth, self.zero.get(id(node), depth))
@@ -203,7 +201,7 @@ class _Cost:
             if depth > 0:
                 over += [(c, depth - 1) for c in _one_down(node)]
             for child, at in over:
-                if self.cost(child, at, resolver) > MAX_PLACE_COST and id(child) in self.paths:
+                if self.cost(child, at, resolver) > MAX_SCHEMA_COST and id(child) in self.paths:
                     node, depth = child, at
                     break
             else:
@@ -222,15 +220,15 @@ def cost_problems(schema: dict, path: str, uri: str) -> list[tuple[str, str]]:
         check = _Cost(schema, path, uri)
         for depth in range(MAX_DEPTH + 1):
             cost = check.cost(schema, depth, check.root_resolver)
-            if cost > MAX_PLACE_COST:
+            if cost > MAX_SCHEMA_COST:
                 where = check.culprit(schema, depth, check.root_resolver)
                 return [
                     (
                         where,
-                        f"validating one place of a document against it could take more than "
-                        f"{MAX_PLACE_COST} steps (a step: a keyword run, an entry of a list or "
+                        f"validating one value of a document against it could take more than "
+                        f"{MAX_SCHEMA_COST} steps (a step: a keyword run, an entry of a list or "
                         f"map it loops over, a $ref followed): too many alternatives, references "
-                        f"or entries meet at one place",
+                        f"or entries meet at one value",
                     )
                 ]
             if cost == 0:

@@ -2,13 +2,11 @@
 the API (a request's data against its flow's `dataSchema`), the runner (an action's input and
 output against its contract) and reconciliation evidence.
 
-Invariants: every validator is built by `_build`, with `pattern` searched in linear time (RE2,
-orquestador/patterns.py); a flow's `dataSchema` is checked without formats (annotations in Draft
-2020-12), a contract's schemas with them; a schema that asserts only `"type": "object"` answers
-an instance it plainly accepts without a validator, every other answer and error comes from the
-validator; the cache is keyed by the schema object and bounded (`CACHE_SIZE`). A flow's schemas
-are validated within MAX_VALIDATION_STEPS (`data_error`, `data_errors`), and `uniqueItems` runs
-in linear time everywhere: what one document costs is bounded whatever the schema (ADR 26).
+Invariants: every validator is built by `_build`, `pattern` (RE2) and `uniqueItems` linear;
+a flow's schemas are checked without formats, within MAX_VALIDATION_STEPS (`data_error`,
+`data_errors`: one document's cost bounded whatever the schema, ADR 26), a contract's with
+formats; a schema asserting only `"type": "object"` answers an instance it plainly accepts
+without a validator; the cache is keyed by the schema object and bounded (`CACHE_SIZE`).
 """
 
 import contextlib
