@@ -14,7 +14,7 @@ from executions.flows.publication import DataError, validate_data, validate_defi
 from orquestador import errors, schemacost, schemas
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-LIMIT = f"more than {schemacost.MAX_PLACE_COST} steps"
+LIMIT = f"more than {schemacost.MAX_SCHEMA_COST} steps"
 # Seconds one document may take against any schema, on a loaded two-core CI machine: the budget
 # of 1,000,000 steps runs in about 1 to 2 s; the unbounded bomb ran for minutes.
 VALIDATION_SECONDS = 8.0
@@ -30,7 +30,7 @@ def bomb(depth: int) -> dict:
 
 
 def bomb_of_items(depth: int) -> dict:
-    """The bomb applied to every item of an array: each item of a document one more place."""
+    """The bomb applied to every item of an array: each item of a document one more value."""
     return {"$defs": bomb(depth)["$defs"], "type": "array", "items": {"$ref": f"#/$defs/l_{depth}"}}
 
 
@@ -110,8 +110,8 @@ def test_the_bomb_in_a_wait_payload_schema_is_refused_with_its_path(depth):
 
 
 def test_the_worst_admitted_bomb_validates_a_worst_case_document_within_the_budget():
-    """Two levels are admitted (1,442 steps per place); every item of a 256 KiB array of
-    numbers is a place where all 100 branches fail: 300 million steps unbounded, minutes."""
+    """Two levels are admitted (1,442 steps per value); every item of a 256 KiB array of
+    numbers is a value where all 100 branches fail: 300 million steps unbounded, minutes."""
     schema = bomb_of_items(2)
     assert problems_of(flow(schema)) == []
     document = [0] * (errors.MAX_DATA_BYTES // 2 - 1)
@@ -123,7 +123,7 @@ def test_the_worst_admitted_bomb_validates_a_worst_case_document_within_the_budg
     assert isinstance(refused, DataError) and refused.code == errors.DATA_INVALID
     assert refused.detail.startswith("$: validating it against the dataSchema would take more than")
     assert seconds < VALIDATION_SECONDS
-    # One place is cheap and answered as usual: the budget refuses only the costly document.
+    # One value is cheap and answered as usual: the budget refuses only the costly document.
     seconds, refused = timed(lambda: validate_data({"dataSchema": schema}, [0]))
     assert isinstance(refused, DataError) and "is not valid under any" in str(refused)
     assert seconds < 0.5
