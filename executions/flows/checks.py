@@ -18,7 +18,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from orquestador import patterns
+from orquestador import patterns, schemacost
 from orquestador.schemas import DRAFT as DRAFT  # imported from here by waits.py and tests
 from orquestador.schemas import schema_errors
 
@@ -130,6 +130,12 @@ class _Checker(ExpressionChecks, CompensationChecks):
             for location, message in patterns.pattern_problems(schema, path):
                 valid = False
                 self.problem(location, message)
+        if valid:  # its references resolve: what validating against it can cost is decidable
+            for location, message in schemacost.cost_problems(
+                schema, path, _base_uri(schema, where)
+            ):
+                valid = False
+                self.problem(location, message)
         return valid
 
     def schema_references(self, schema: dict, path: str, where: str = "dataSchema") -> bool:
@@ -139,7 +145,7 @@ class _Checker(ExpressionChecks, CompensationChecks):
         reference that does not resolve would only fail later, on somebody's request.
         """
         resource = DRAFT202012.create_resource(schema)
-        uri = resource.id() or f"urn:orquestador:{where}"
+        uri = _base_uri(schema, where)
         resolver = Registry().with_resource(uri, resource).crawl().resolver(base_uri=uri)
         usable = True
         for location, ref in _references(schema, path):
@@ -319,6 +325,11 @@ class _Checker(ExpressionChecks, CompensationChecks):
                 self.problem(upath, 'needs exactly one of "from" and "value"')
             elif has_from:
                 self.context_pointer(update["from"], f"{upath}.from", actions, TRANSITION_SCOPE)
+
+
+def _base_uri(schema: dict, where: str) -> str:
+    """The URI a schema's references resolve against: its own `$id`, or one naming its place."""
+    return DRAFT202012.create_resource(schema).id() or f"urn:orquestador:{where}"
 
 
 def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:

@@ -8,17 +8,21 @@ published rather than found empty on somebody's request. Pure: no database, no I
 
 from typing import Any
 
-from orquestador.schemas import validator
+from orquestador.schemas import ValidationTooCostly, data_errors
 
 from .problems import FlowProblem, short_detail
 
 
 def payload_problems(schema: dict | bool, payload: Any) -> list[FlowProblem]:
-    """Every way `payload` breaks a (checked) payloadSchema, each with its JSON path."""
-    checker = validator(schema, formats=False)
+    """Every way `payload` breaks a (checked) payloadSchema, each with its JSON path; one at `$`
+    when validating it would cost more than the budget (orquestador.schemas)."""
+    try:
+        found = data_errors(schema, payload)
+    except ValidationTooCostly as exc:
+        return [FlowProblem("$", f"validating it against the payloadSchema {exc}")]
     return [
         FlowProblem(error.json_path, short_detail(error.message))
-        for error in sorted(checker.iter_errors(payload), key=lambda e: e.json_path)
+        for error in sorted(found, key=lambda e: e.json_path)
     ]
 
 

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 
 from orquestador import errors, strictjson
 from orquestador.errors import CodedError
-from orquestador.schemas import best_error
+from orquestador.schemas import ValidationTooCostly, data_error
 from orquestador.workerconfig import WorkerConfigError
 
 from ..models import Flow
@@ -85,7 +85,12 @@ def validate_data(definition: dict, data: Any) -> None:
             errors.DATA_TOO_LARGE,
             f"data is {size} bytes as compact JSON; the limit is {errors.MAX_DATA_BYTES}",
         )
-    error = best_error(definition["dataSchema"], data, formats=False)
+    try:
+        error = data_error(definition["dataSchema"], data)
+    except ValidationTooCostly as exc:
+        raise DataError(
+            errors.DATA_INVALID, f"$: validating it against the dataSchema {exc}"
+        ) from None
     if error is not None:
         raise DataError(errors.DATA_INVALID, f"{error.json_path}: {short_detail(error.message)}")
 

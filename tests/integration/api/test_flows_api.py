@@ -1,5 +1,7 @@
 """POST and GET /api/v1/flows, for scope flows:admin."""
 
+import time
+
 import pytest
 
 from executions.flows.canonical import sha256_hex
@@ -113,3 +115,30 @@ def test_platform_wide__one_token_publishes_and_creates_requests_on_its_flow(api
 def test_platform_wide__flows_admin_alone_reads_no_tenants_requests(alice, admin, flow):
     created = alice.create()
     assert_error(admin.get(f"/api/v1/requests/{created['id']}"), 403, "FORBIDDEN")
+
+
+def _fan_out(depth: int) -> dict:
+    """`l_i = {"anyOf": [{"$ref": "#/$defs/l_{i-1}"}] x 10}`: 17 s per request at depth 5."""
+    defs: dict = {"l_0": {"type": "string"}}
+    for level in range(1, depth + 1):
+        defs[f"l_{level}"] = {"anyOf": [{"$ref": f"#/$defs/l_{level - 1}"} for _ in range(10)]}
+    return {"$defs": defs, "$ref": f"#/$defs/l_{depth}"}
+
+
+@pytest.mark.parametrize("depth", [3, 6, 29])
+def test_publish__a_schema_that_fans_out_is_refused_with_the_part_where_it_does(admin, depth):
+    response = admin.post("/api/v1/flows", flow_definition(dataSchema=_fan_out(depth)))
+    body = assert_error(response, 422, "FLOW_INVALID", "$.dataSchema['$defs'].l_3")
+    assert [p["path"] for p in body["problems"]] == ["$.dataSchema['$defs'].l_3"]
+    assert "more than 10000 steps" in body["problems"][0]["message"]
+    assert not Flow.objects.exists()
+
+
+def test_create__a_costly_schema_stored_before_the_check_is_refused_within_the_budget(alice):
+    definition = flow_definition(dataSchema=_fan_out(6))
+    Flow.objects.create(key="claims", version=1, definition=definition, checksum="0" * 64)
+    started = time.perf_counter()
+    response = alice.post("/api/v1/requests", {"flowKey": "claims", "data": {"applicant": "A"}})
+    assert time.perf_counter() - started < 8.0  # seconds; minutes, and gigabytes, before
+    assert_error(response, 422, "DATA_INVALID", "would take more than 1000000 steps")
+    assert not Request.objects.exists()
