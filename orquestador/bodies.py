@@ -1,4 +1,5 @@
-"""Request bodies at the WSGI edge: the one size limit, and bodies sent without a length.
+"""Request bodies at the WSGI edge: the one size limit, bodies sent without a length, and bodies
+cut short.
 
 Django reads a body only as far as its Content-Length, so a body sent with
 `Transfer-Encoding: chunked` (a client streaming a body of unknown length) would read as empty.
@@ -6,7 +7,9 @@ Django reads a body only as far as its Content-Length, so a body sent with
 (`wsgi.input_terminated`, as gunicorn does), at most MAX_BODY_BYTES + 1 bytes, and hands it on with
 the length it has, so everything after sees a body like any other, under the same limits. A longer
 one is refused here, without reading further; so are malformed chunks and codings not decoded
-here. Refusals are JSON `{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere.
+here. A body with a Content-Length within the limit is read here too: gunicorn hands on what came
+before the client ended its side, which Django would parse as if complete, so a shorter one is
+refused. Refusals are JSON `{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere.
 """
 
 import io
@@ -32,11 +35,9 @@ class ChunkedBodies:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         coding = environ.get("HTTP_TRANSFER_ENCODING")
-        if (
-            coding is None
-            or environ.get("CONTENT_LENGTH")
-            or not environ.get("wsgi.input_terminated")
-        ):
+        if environ.get("CONTENT_LENGTH"):
+            return self._whole(environ, start_response)
+        if coding is None or not environ.get("wsgi.input_terminated"):
             return self.app(environ, start_response)
         # gunicorn passes gzip, deflate and compress codings on still encoded: refused, not
         # handed on as if the encoded bytes were the body.
@@ -59,6 +60,33 @@ class ChunkedBodies:
             )
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
+        return self.app(environ, start_response)
+
+    def _whole(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """A body with a Content-Length within the limit, read whole or refused as cut short.
+        Over the limit (or not a number), it is the application's to refuse, unread."""
+        declared = environ["CONTENT_LENGTH"].strip()
+        # As executions/api/parsers.check_declared_length reads it: ASCII digits, no longer than
+        # the limit's own.
+        if not (declared.isascii() and declared.isdigit()) or len(declared) > len(
+            str(MAX_BODY_BYTES)
+        ):
+            return self.app(environ, start_response)
+        length = int(declared)
+        if not 0 < length <= MAX_BODY_BYTES:
+            return self.app(environ, start_response)
+        try:
+            body = environ["wsgi.input"].read(length)
+        except NoMoreData:
+            body = b""
+        if len(body) < length:
+            return _refuse(
+                environ,
+                start_response,
+                f"the body ended after {len(body)} of the {length} bytes its Content-Length "
+                "declares",
+            )
+        environ["wsgi.input"] = io.BytesIO(body)
         return self.app(environ, start_response)
 
 

@@ -2,7 +2,9 @@
 the application would (docs/adr/0013-refusals-before-the-application.md).
 
 A request line or header fields over gunicorn's limits, malformed ones, framing it cannot trust,
-and a fault of ours the application let through are answered in the project's format: JSON
+a body declared over the limit by a client waiting for `100 Continue` (which gunicorn would
+send before the application could refuse it), and a fault of ours the application let through
+are answered in the project's format: JSON
 `{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere, with the status the code
 stands for. The path is read from the request gunicorn parsed or, when parsing failed first,
 from the first bytes the connection received. Nothing of Django is imported here: gunicorn
@@ -28,6 +30,7 @@ from gunicorn.http.wsgi import Response, default_environ
 from gunicorn.workers import gthread, sync
 
 from . import errors
+from .bodies import MAX_BODY_BYTES
 
 HEAD_KEPT = 1024  # bytes of a connection's start kept to find the request's path
 
@@ -37,6 +40,27 @@ _CHUNKS = (http.InvalidChunkSize, http.ChunkMissingTerminator, http.InvalidChunk
 _REQUEST_LINE = (http.InvalidRequestLine, http.InvalidRequestMethod, http.InvalidHTTPVersion)
 _FIELDS = (http.InvalidHeader, http.InvalidHeaderName, http.ObsoleteFolding)
 _FRAMING = ("CONTENT-LENGTH", "TRANSFER-ENCODING")
+
+
+class DeclaredTooLarge(http.ParseException):
+    """A body declared over MAX_BODY_BYTES, its sender waiting for `100 Continue`."""
+
+    def __str__(self) -> str:
+        return f"Content-Length over {MAX_BODY_BYTES} with Expect: 100-continue"
+
+
+def refuse_before_continue(req: Any) -> None:
+    """Raise DeclaredTooLarge for a request that waits for `100 Continue` (gunicorn sends it
+    before the application runs) with a Content-Length over the limit: refused unread."""
+    if not getattr(req, "_expected_100_continue", False):
+        return
+    for name, value in req.headers:
+        if name == "CONTENT-LENGTH":
+            declared = value.strip()
+            if not (declared.isascii() and declared.isdigit()):
+                return  # gunicorn refuses it itself
+            if len(declared) > len(str(MAX_BODY_BYTES)) or int(declared) > MAX_BODY_BYTES:
+                raise DeclaredTooLarge()
 
 
 class Refusal(NamedTuple):
@@ -62,6 +86,13 @@ def refusal_for(exc: BaseException, cfg: Any) -> Refusal:
         return _too_large(
             f"the header fields are over the limits: at most {fields} fields of at most "
             f"{size} bytes each"
+        )
+    if isinstance(exc, DeclaredTooLarge):  # as the application answers a body over the limit
+        return Refusal(
+            400,
+            "Bad Request",
+            errors.INVALID_BODY,
+            f"the body is larger than {MAX_BODY_BYTES} bytes",
         )
     if isinstance(exc, http.ForbiddenProxyRequest):
         return Refusal(403, "Forbidden", errors.FORBIDDEN, "forbidden")
@@ -217,6 +248,10 @@ class SyncWorker(JsonRefusals, sync.SyncWorker):
             return
         super().handle(listener, _HeadRecorder(client), addr)
 
+    def handle_request(self, listener: Any, req: Any, client: Any, addr: Any) -> Any:
+        refuse_before_continue(req)
+        return super().handle_request(listener, req, client, addr)
+
 
 class ThreadWorker(JsonRefusals, gthread.ThreadWorker):
     """gunicorn's threaded worker (keep-alive connections, a pool of threads per process); only
@@ -229,3 +264,7 @@ class ThreadWorker(JsonRefusals, gthread.ThreadWorker):
             else:
                 conn.sock = _HeadRecorder(conn.sock)
         return super().handle(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        refuse_before_continue(req)
+        return super().handle_request(req, conn)

@@ -2,8 +2,10 @@
 gets exactly its environment (the Dockerfile's ENV, then the service's `environment`), and with it
 `manage.py check --deploy`, the web server's own configuration check (gunicorn loads the WSGI
 application, and with it the URLs and their JWT key check) and runworker's configuration checks
-must pass. A secret the settings would refuse, or a WORKER_* value out of range, fails here."""
+must pass. A secret the settings would refuse, or a WORKER_* value out of range, fails here. The
+proxy is the only service published, and nginx accepts its configuration (deploy/proxy -t)."""
 
+import re
 import shlex
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orquestador.bodies import MAX_BODY_BYTES
 from tests.conftest import ROOT, manage
 
 pytestmark = pytest.mark.process
@@ -111,9 +114,10 @@ def web_check(env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def test_compose__has_the_services_and_roles_the_readme_names():
     found = services()
-    assert set(found) == {"migrate", "web", "worker"}
+    assert set(found) == {"migrate", "proxy", "web", "worker"}
     assert {name: s["command"] for name, s in found.items()} == {
         "migrate": ["migrate"],
+        "proxy": ["proxy"],
         "web": ["web"],
         "worker": ["worker"],
     }
@@ -124,6 +128,28 @@ def test_compose__has_the_services_and_roles_the_readme_names():
     assert "gunicorn -c python:orquestador.gunicorn orquestador.wsgi:application" in entrypoint
     assert "manage.py runworker" in entrypoint
     assert 'ENTRYPOINT ["docker/entrypoint.sh"]' in DOCKERFILE.read_text()
+
+
+def test_compose__only_the_proxy_is_published_and_nginx_takes_its_configuration(tmp_path):
+    """Clients reach gunicorn only through nginx, configured from the one template."""
+    found = services()
+    assert found["proxy"]["ports"] == ["127.0.0.1:8000:8000"]
+    assert [name for name, s in found.items() if s.get("ports")] == ["proxy"]
+    entrypoint = ENTRYPOINT.read_text()
+    assert (
+        'deploy/proxy "${PROXY_LISTEN:-0.0.0.0:8000}" "${PROXY_UPSTREAM:-web:8000}"' in entrypoint
+    )
+    assert re.search(r"apt-get install [^\n]*\bnginx\b", DOCKERFILE.read_text())
+    template = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert f"client_max_body_size {MAX_BODY_BYTES};" in template
+    assert f"the body is larger than {MAX_BODY_BYTES} bytes" in template
+    # The compose service's upstream (web:8000) resolves only inside Docker; the same template.
+    result = run(
+        [str(ROOT / "deploy" / "proxy"), "127.0.0.1:8000", "127.0.0.1:8001", str(tmp_path), "-t"],
+        {"PATH": "/usr/sbin:/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "test is successful" in result.stderr
 
 
 @pytest.mark.parametrize("name", ["migrate", "web", "worker"])

@@ -6,11 +6,15 @@ end is refused once over the limit, never read to its end. Every refusal under /
 `{"code", "detail"}` with the status its code stands for, whoever makes it: gunicorn (a head over
 its limits, malformed request lines, headers and chunks), the body middleware, or Django (404,
 405, a foreign or malformed Host, broken percent-encoding, NUL in the path or the query).
-Outside the API, gunicorn's refusals are plain text, never HTML either.
+Outside the API, gunicorn's refusals are plain text, never HTML either. A body declared over the
+limit is refused before any `100 Continue`, and one shorter than its Content-Length is refused,
+not parsed. nginx in front (deploy/proxy, as scripts/start runs it) holds the same limits and
+answers its own refusals in the same format.
 """
 
 import contextlib
 import copy
+import http.server
 import json
 import os
 import socket
@@ -27,7 +31,7 @@ from orquestador.bodies import MAX_BODY_BYTES
 from tests.conftest import _dsn, runtime_settings
 from tests.integration.api.conftest import FLOW
 from tests.support import tokens
-from tests.support.web import gunicorn_process
+from tests.support.web import gunicorn_process, proxy_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
@@ -77,6 +81,22 @@ def server(django_db_setup, tmp_path_factory) -> Iterator[int]:
     assert not faults, faults
 
 
+@pytest.fixture(scope="module")
+def proxy(server, tmp_path_factory) -> Iterator[int]:
+    """nginx in front of the module's gunicorn, from the one template; yields its port."""
+    run_dir = tmp_path_factory.mktemp("proxy")
+    with proxy_process(
+        f"http://127.0.0.1:{server}", run_dir / "run", run_dir / "proxy.log"
+    ) as base:
+        yield int(base.rsplit(":", 1)[1])
+
+
+@pytest.fixture(params=["gunicorn", "nginx"])
+def front(request) -> int:
+    """The port of gunicorn, or of nginx in front of it: each test run against both."""
+    return request.getfixturevalue("server" if request.param == "gunicorn" else "proxy")
+
+
 @pytest.fixture
 def flow() -> None:
     flow_publish(definition=copy.deepcopy(FLOW))
@@ -100,6 +120,10 @@ def read_answer(sock: socket.socket) -> Answer:
     with contextlib.suppress(ConnectionResetError):
         while piece := sock.recv(65536):
             data += piece
+    return parse_answer(data)
+
+
+def parse_answer(data: bytes) -> Answer:
     while data.startswith(b"HTTP/1.1 100 "):  # an interim 100 Continue
         data = data.split(b"\r\n\r\n", 1)[1]
     assert data, "the server closed the connection without an answer"
@@ -127,13 +151,38 @@ def dechunked(body: bytes) -> bytes:
 
 
 def exchange(port: int, request: bytes, *, half_close: bool = False) -> Answer:
+    return parse_answer(exchange_raw(port, request, half_close=half_close))
+
+
+def exchange_raw(port: int, request: bytes, *, half_close: bool = False) -> bytes:
+    """Every byte the server sends until it closes or its final answer is complete (nginx holds
+    a refused connection open a while to read what the client still sends), interim answers
+    included."""
+    data = b""
     with socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT) as sock:
         # A server that refuses early may close before all is sent; its answer is still read.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(request)
             if half_close:
                 sock.shutdown(socket.SHUT_WR)
-        return read_answer(sock)
+        with contextlib.suppress(ConnectionResetError):
+            while not answered(data) and (piece := sock.recv(65536)):
+                data += piece
+    return data
+
+
+def answered(data: bytes) -> bool:
+    """Whether `data` holds a final answer with all of its Content-Length."""
+    while data.startswith(b"HTTP/1.1 100 ") and b"\r\n\r\n" in data:
+        data = data.split(b"\r\n\r\n", 1)[1]
+    raw_head, found, body = data.partition(b"\r\n\r\n")
+    if not found or data.startswith(b"HTTP/1.1 100 "):
+        return False
+    for line in raw_head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            return len(body) >= int(value)
+    return False
 
 
 def assert_refusal(answer: Answer, status: int, code: str, *fragments: str) -> dict:
@@ -199,17 +248,66 @@ def test_chunked_body__after_100_continue_with_extensions_and_trailers(server, f
 
 
 @pytest.mark.parametrize("framing", ["chunked", "length"])
-def test_body_of_the_limit__is_taken_chunked_or_not(server, flow, framing):
+def test_body_of_the_limit__is_taken_chunked_or_not(front, flow, framing):
     field, body = framed(padded(MAX_BODY_BYTES), framing)
-    answer = exchange(server, create(body, field))
+    answer = exchange(front, create(body, field))
     assert answer.status == 201, answer
 
 
 @pytest.mark.parametrize("framing", ["chunked", "length"])
-def test_body_over_the_limit__is_refused_alike_chunked_or_not(server, flow, framing):
+def test_body_over_the_limit__is_refused_alike_chunked_or_not(front, flow, framing):
     field, body = framed(padded(MAX_BODY_BYTES + 1), framing)
-    answer = exchange(server, create(body, field))
+    answer = exchange(front, create(body, field))
     assert_refusal(answer, 400, "INVALID_BODY", f"the body is larger than {MAX_BODY_BYTES} bytes")
+
+
+@pytest.mark.parametrize("path", ["/api/v1/requests", "/internal/worker/execute"])
+def test_body_declared_over_the_limit__is_refused_before_100_continue(front, path):
+    """A client waiting to be told to go on is refused at once: no `100 Continue` first."""
+    request = head("POST", path, AUTH, JSON_TYPE, "Content-Length: 5000000", "Expect: 100-continue")
+    data = exchange_raw(front, request)  # the head alone: the client waits
+    assert data.startswith(b"HTTP/1.1 400 "), data[:300]
+    assert_refusal(
+        parse_answer(data), 400, "INVALID_BODY", f"the body is larger than {MAX_BODY_BYTES} bytes"
+    )
+
+
+def test_body_declared_within_the_limit__still_gets_100_continue(front, flow):
+    body = json.dumps({"flowKey": "claims", "data": {"applicant": "Ada"}}).encode()
+    request = create(b"", f"Content-Length: {len(body)}", "Expect: 100-continue")
+    with socket.create_connection(("127.0.0.1", front), timeout=IO_TIMEOUT) as sock:
+        sock.sendall(request)
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += sock.recv(1)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        answer = read_answer(sock)
+    assert answer.status == 201, answer
+
+
+def test_body_shorter_than_its_length__is_refused_not_parsed(server, flow):
+    """gunicorn hands on what came before the client ended its side; the application refuses it
+    rather than parse a complete-looking prefix."""
+    body = json.dumps({"flowKey": "claims", "data": {"applicant": "Ada"}}).encode()
+    declared = len(body) + 10
+    answer = exchange(server, create(body, f"Content-Length: {declared}"), half_close=True)
+    assert_refusal(
+        answer,
+        400,
+        "INVALID_BODY",
+        f"the body ended after {len(body)} of the {declared} bytes its Content-Length declares",
+    )
+    assert exchange(server, head("GET", "/api/v1/requests", AUTH)).json()["results"] == []
+
+
+def test_body_shorter_than_its_length__never_reaches_the_application_behind_nginx(proxy, flow):
+    """nginx passes on only a whole body: one cut short is closed without an answer (nginx
+    answers no client that has ended its side)."""
+    body = json.dumps({"flowKey": "claims", "data": {"applicant": "Ada"}}).encode()
+    request = create(body, f"Content-Length: {len(body) + 10}")
+    assert exchange_raw(proxy, request, half_close=True) == b""
+    assert exchange(proxy, head("GET", "/api/v1/requests", AUTH)).json()["results"] == []
 
 
 @pytest.mark.parametrize("framing", ["chunked", "length"])
@@ -393,6 +491,111 @@ def test_a_foreign_or_malformed_host_under_api__is_json_400(server, host):
     )
     answer = exchange(server, request.encode("utf-8"))
     assert_refusal(answer, 400, "INVALID_BODY")
+
+
+# -- what nginx refuses itself --------------------------------------------------------------------
+
+NGINX_OVER_HEAD = "longer than 16384 bytes"
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code", "fragment"),
+    [
+        (
+            head("GET", "/api/v1/requests/" + "a" * 20_000, AUTH),
+            431,
+            "HEADERS_TOO_LARGE",
+            NGINX_OVER_HEAD,
+        ),
+        (
+            head("GET", "/api/v1/requests/x", AUTH, "X-Big: " + "b" * 20_000),
+            431,
+            "HEADERS_TOO_LARGE",
+            NGINX_OVER_HEAD,
+        ),
+        (
+            head("GET", "/api/v1/requests/x", AUTH, "X-Big: " + "b" * 9000),
+            431,
+            "HEADERS_TOO_LARGE",
+            OVER_HEAD,
+        ),
+        (
+            head("POST", "/api/v1/requests", AUTH, JSON_TYPE, "Content-Length: 2000000") + b"{}",
+            400,
+            "INVALID_BODY",
+            "the body is larger than",
+        ),
+        (b"GARBAGE\r\n\r\n", 400, "INVALID_BODY", "malformed"),
+        (
+            head("GET", "/api/v1/requests/x", AUTH, "Host: 127.0.0.1"),
+            400,
+            "INVALID_BODY",
+            "malformed",
+        ),
+    ],
+)
+def test_nginx_refusals_under_api__are_json(proxy, request_bytes, status, code, fragment):
+    # Not half-closed: nginx takes that for a client gone, and answers nothing.
+    answer = exchange(proxy, request_bytes)
+    assert_refusal(answer, status, code, fragment)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        head("GET", "/admin/", "X-Big: " + "b" * 20_000),
+        head("POST", "/admin/login/", "Content-Length: 2000000") + b"{}",
+    ],
+)
+def test_nginx_refusals_elsewhere__are_plain_text(proxy, request_bytes):
+    answer = exchange(proxy, request_bytes)
+    assert answer.status in (400, 431), answer
+    assert answer.headers["content-type"] == "text/plain; charset=utf-8"
+    assert b"<" not in answer.body
+
+
+def test_nginx_sets_the_forwarding_headers_itself(tmp_path):
+    """gunicorn trusts the scheme headers of a peer on loopback or a unix socket, and every
+    client reaches it through nginx: so nginx sets them, whatever the client sent, and drops
+    names with '_' (gunicorn would take a SCRIPT_NAME header from a trusted peer)."""
+    seen: list[dict[str, str]] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({name.lower(): value for name, value in self.headers.items()})
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        target = f"http://127.0.0.1:{upstream.server_address[1]}"
+        with proxy_process(target, tmp_path / "run", tmp_path / "proxy.log") as base:
+            request = head(
+                "GET",
+                "/api/v1/requests",
+                "X-Forwarded-Proto: https",
+                "X-Forwarded-Ssl: on",
+                "X-Forwarded-Protocol: ssl",
+                "X-Forwarded-For: 203.0.113.9",
+                "Forwarded: for=203.0.113.9;proto=https",
+                "SCRIPT_NAME: /elsewhere",
+            )
+            answer = exchange(int(base.rsplit(":", 1)[1]), request)
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    assert answer.status == 200, answer
+    headers = seen[-1]
+    assert headers["x-forwarded-proto"] == "http"
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+    assert headers["host"] == "127.0.0.1"
+    for dropped in ("x-forwarded-ssl", "x-forwarded-protocol", "forwarded", "script_name"):
+        assert dropped not in headers, headers
 
 
 def test_files_still_go_out_through_the_worker(server):

@@ -1,5 +1,6 @@
 """A real web process on a free loopback port: `manage.py runserver` (no reloader), or gunicorn
-with the production configuration, as scripts/start runs it."""
+with the production configuration, as scripts/start runs it, alone or behind nginx as
+scripts/start puts it (deploy/proxy: the one template)."""
 
 import contextlib
 import socket
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import manage
+from tests.conftest import ROOT, manage
 from tests.support import tokens
 from tests.support.worker import wait_until
 
@@ -43,6 +44,32 @@ def gunicorn_process(env: dict[str, str], log_path: Path, **overrides: str) -> I
     overrides = {"WEB_BIND": f"127.0.0.1:{port}", **overrides}
     with _serving(command, port, env, log_path, overrides) as base:
         yield base
+
+
+@contextlib.contextmanager
+def proxy_process(upstream: str, run_dir: Path, log_path: Path) -> Iterator[str]:
+    """nginx from deploy/proxy in front of `upstream` (a base URL); yields its own base URL once
+    it answers /healthz."""
+    port = free_port()
+    command = [
+        str(ROOT / "deploy" / "proxy"),
+        f"127.0.0.1:{port}",
+        upstream.removeprefix("http://"),
+        str(run_dir),
+    ]
+    with _serving(command, port, {"PATH": "/usr/sbin:/usr/bin:/bin"}, log_path, {}) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def proxied_gunicorn(
+    env: dict[str, str], run_dir: Path, **overrides: str
+) -> Iterator[tuple[str, str]]:
+    """gunicorn_process behind proxy_process, their logs in `run_dir`; yields (the proxy's base
+    URL, gunicorn's)."""
+    with gunicorn_process(env, run_dir / "gunicorn.log", **overrides) as direct:
+        with proxy_process(direct, run_dir / "proxy", run_dir / "proxy.log") as base:
+            yield base, direct
 
 
 @contextlib.contextmanager
