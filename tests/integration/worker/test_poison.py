@@ -216,8 +216,12 @@ def test_scheduler__settles_a_poison_execution_once_past_the_cap(
         caplog.at_level("INFO", logger="executions.worker"),
         running_scheduler(runtime_dsn, registry(), config=POISON_CONFIG) as scheduler,
     ):
+        # The settle commits before the worker counts it: wait for both, not the row alone.
         wait_until(
-            lambda: execution_row(conn, accepted.execution_id)["status"] == "FAILED",
+            lambda: (
+                execution_row(conn, accepted.execution_id)["status"] == "FAILED"
+                and scheduler.metrics.value(RECLAIMS_EXHAUSTED) >= 1
+            ),
             timeout=30,
             what="the poison cap to settle the execution",
         )
