@@ -1,15 +1,11 @@
-"""Request bodies at the WSGI edge: the one size limit, bodies sent without a length, and bodies
-cut short.
+"""Request bodies at the WSGI edge: the one size limit, bodies without a length, bodies cut short.
 
-Django reads a body only as far as its Content-Length, so a body sent with
-`Transfer-Encoding: chunked` (a client streaming a body of unknown length) would read as empty.
-`ChunkedBodies` reads such a body here, from a server that decodes the chunks and ends the stream
-(`wsgi.input_terminated`, as gunicorn does), at most MAX_BODY_BYTES + 1 bytes, and hands it on with
-the length it has, so everything after sees a body like any other, under the same limits. A longer
-one is refused here, without reading further; so are malformed chunks and codings not decoded
-here. A body with a Content-Length within the limit is read here too: gunicorn hands on what came
-before the client ended its side, which Django would parse as if complete, so a shorter one is
-refused. Refusals are JSON `{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere.
+Django reads a body only as far as its Content-Length: a chunked body (`wsgi.input_terminated`,
+as gunicorn decodes it) would read as empty, and one cut short (gunicorn hands on what came before
+the client ended its side) as if complete. `ChunkedBodies` reads both here, at most
+MAX_BODY_BYTES + 1 bytes, and hands the body on with the length it has; a longer one, a shorter
+one than declared, malformed chunks and codings not decoded here are refused. Refusals are JSON
+`{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere.
 """
 
 import io

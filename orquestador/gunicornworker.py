@@ -1,14 +1,10 @@
 """gunicorn's workers (sync, and threaded: gthread), answering what gunicorn refuses itself as
-the application would (docs/adr/0013-refusals-before-the-application.md).
-
-A request line or header fields over gunicorn's limits, malformed ones, framing it cannot trust,
-a body declared over the limit by a client waiting for `100 Continue` (which gunicorn would
-send before the application could refuse it), and a fault of ours the application let through
-are answered in the project's format: JSON
-`{"code", "detail"}` under errors.JSON_PREFIXES, plain text elsewhere, with the status the code
-stands for. The path is read from the request gunicorn parsed or, when parsing failed first,
-from the first bytes the connection received. Nothing of Django is imported here: gunicorn
-loads this class before the application.
+the application would (docs/adr/0013-refusals-before-the-application.md): a request line or
+headers over its limits or malformed, framing it cannot trust, a body declared over the limit by
+a client waiting for `100 Continue` (which gunicorn would send before the application could
+refuse), a fault of ours let through. JSON `{"code", "detail"}` under errors.JSON_PREFIXES, plain
+text elsewhere, with the code's status; the path from the parsed request or, when parsing failed
+first, the connection's first bytes. Nothing of Django is imported: gunicorn loads this first.
 """
 
 import json
