@@ -113,3 +113,9 @@ def lease_is_held(*, fence: Fence) -> Steps[bool]:
     caller's plan)."""
     row = yield Query(sql.LEASE_PROBE, fence.params(), fetch="one")
     return row is not None
+
+
+@as_plan()
+def lease_held(*, fence: Fence) -> Steps[bool]:
+    """`lease_is_held` as a plan of its own: may a call still go (runner._call_if_held)?"""
+    return (yield from lease_is_held(fence=fence))

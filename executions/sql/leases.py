@@ -38,7 +38,7 @@ RETURNING e.id, e.fencing_token
 
 
 # Is this holder's lease still valid? Tells "superseded" apart from another reason a fenced
-# write matched nothing.
+# write matched nothing, and whether a call may go after a lease with no confirmed renewal.
 # Locks: nothing.
 # Index: execution_pkey.
 LEASE_PROBE = fenced(

@@ -25,7 +25,7 @@ from ..models import ExecutionStatus
 from ..queue.checkpoints import StartItem, SucceedItem, external_key
 from ..queue.claims import Dispatch, Snapshot, execution_load, flow_definition_load
 from ..queue.finalize import finalize_refusal
-from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence
+from ..queue.leases import ExecutionInterrupted, ExecutionSuperseded, Fence, lease_held
 from ..queue.waits import CALLBACK_EVENT, call_accept, is_wait
 from . import limiter, recovery
 from .calls import Call, adapter_call, calls_seconds, input_checks, output_problem
@@ -232,9 +232,13 @@ class _Run:
     def call(self, call: Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
         """The adapter's call, to await, no transaction open (executions/worker/calls.py); not a
         coroutine of its own, one frame less on each wake-up of the call."""
+        if self.holding.lapsed():  # no renewal confirmed for a lease: is the lease still held?
+            return self._call_if_held(call, snapshot)
+        return self.call_held(call, snapshot)
+
+    def call_held(self, call: Call, snapshot: Snapshot) -> Awaitable[ActionResult]:
+        """The adapter's call, the lease taken as held."""
         action_id, fence = call.start.action_id, self.dispatch.fence
-        if self.holding.lapsed():  # paused past its lease since its RUNNING checkpoint: not sent
-            raise ExecutionInterrupted(fence.execution_id, step=f"call {action_id}")
         ctx = ActionContext(
             input=call.action_input,
             request_id=fence.request_text,
@@ -249,6 +253,15 @@ class _Run:
         )
         called = adapter_call(call.binding, ctx, lambda: call.extra)
         return traced_call(call.binding, call.attempt, called)
+
+    async def _call_if_held(self, call: Call, snapshot: Snapshot) -> ActionResult:
+        """The call, sent only if the database says the lease is still this holder's: one woken
+        from a pause past its lease (docs/adr/0002) sends nothing the next holder must answer for;
+        one whose renewals were only slow to answer sends it, one read later."""
+        fence = self.dispatch.fence
+        if not await on(self.db, lease_held(fence=fence)):
+            raise ExecutionInterrupted(fence.execution_id, step=f"call {call.start.action_id}")
+        return await self.call_held(call, snapshot)
 
     async def settle(
         self, call: Call, result: ActionResult, *, last: bool = False

@@ -45,9 +45,9 @@ class Holding:
 
     def lapsed(self) -> bool:
         """Whether a whole lease has passed since its last confirmed renewal was sent (or it was
-        taken): the rule the heartbeat gives a lease up by. A process paused past its lease
-        (stopped, swapped out, its VM frozen) finds so on waking, before its heartbeat can tell
-        it. The fence and the idempotency key still guard what a pause at a worse moment sends."""
+        taken), the heartbeat's own rule: the lease may have run out. A process paused past its
+        lease (stopped, swapped out, its VM frozen) finds so on waking, before its heartbeat can
+        tell it; so does one whose renewals are slow to answer, which the database then settles."""
         return (
             self.lease_seconds is not None
             and time.monotonic() - self.renewed_at >= self.lease_seconds

@@ -1,6 +1,7 @@
 """Fencing against real PostgreSQL: a stale holder can change nothing, even after its call ran."""
 
 import threading
+import time
 
 import pytest
 
@@ -22,11 +23,14 @@ from tests.support.worker import (
     binding,
     checkpoint_rows,
     claim,
+    dispatch_once,
     enqueue,
     execution_row,
     expire_lease,
     finalize_one,
+    holding_of,
     ok,
+    package_of,
     registry,
     request_row,
     run_claim,
@@ -199,3 +203,21 @@ def test_late_return__after_a_takeover_changes_nothing(conn, make_flow, runtime_
     completed = [t for t, _ in audit_events(conn, accepted.request_id)]
     assert completed.count("TRANSITION_COMPLETED") == 1
     wait_until(lambda: execution_row(conn, accepted.execution_id)["status"] == "SUCCEEDED")
+
+
+def test_lapsed_holding__still_calls_when_the_database_says_the_lease_is_held(
+    conn, make_flow, runtime_dsn
+):
+    """No renewal confirmed for a whole lease (answers slow, not lost): the call asks the
+    database first, finds the lease held, and goes (the paused holder whose lease did run out:
+    tests/process/test_worker_pause.py)."""
+    adapter = ScriptedAdapter(default=ok({"v": 1}))
+    accepted = enqueue(conn, make_flow([action("a", "A")]))
+    (found,) = claim(conn, "worker-a", lease_seconds=30)
+    holding = holding_of(found)
+    holding.lease_seconds = 1.0
+    holding.renewed_at = time.monotonic() - 5  # its last renewal answered 5 s ago
+    assert holding.lapsed()
+    with runtime_for(runtime_dsn, registry(binding("A", adapter))) as runtime:
+        assert dispatch_once(runtime, package_of(found), holding).status == "completed"
+    assert [c.external_key for c in adapter.calls] == [f"{accepted.execution_id}:a"]
