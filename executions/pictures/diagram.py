@@ -1,13 +1,12 @@
 """A flow version drawn as its state machine, for the admin's flow and request pages
-(docs/adr/0012-pictures-drawn-on-the-server.md).
-
-Invariants: the DOT text is written here from the definition, every name escaped and cut to a
-length, every node and edge id made from positions (never from the flow's text); `dot -Tsvg`
-runs with a time limit on bounded input; only the SVG elements and attributes svgsafety.py
-expects are kept; the drawing is cached per flow version (flows are immutable). Transitions are
-boxes listing their actions tinted by effect, each compensation a dashed edge back to where the
-request stays; a request's page highlights its state, transition and action with a style sheet
-over those ids (`highlight`), so one drawing serves every request.
+(docs/adr/0012-pictures-drawn-on-the-server.md). Invariants: the DOT text is written here from
+the definition, every name escaped and cut to a length, every node and edge id made from
+positions (never from the flow's text); `dot -Tsvg` runs with a time limit on bounded input; only
+the SVG elements and attributes svgsafety.py expects are kept; the drawing is cached per flow
+version (flows are immutable). Transitions are boxes listing their actions tinted by effect, each
+compensation a dashed edge back to where the request stays; a request's page highlights its
+state, transition and action with a style sheet over those ids (`highlight`), so one drawing
+serves every request.
 """
 
 import html
