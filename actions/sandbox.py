@@ -84,6 +84,12 @@ class _Server(ThreadingHTTPServer):
         pass  # a client that went away, or a socket timeout: nothing to report
 
 
+def _shown(text: str, limit: int = 120) -> str:
+    """A caller's text as one log line shows it: printable ASCII, cut to `limit` characters."""
+    printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
+    return printable if len(printable) <= limit else printable[: limit - 1] + "…"
+
+
 class SandboxProvider:
     """The sandbox on 127.0.0.1:`port` (0: a free one); `serve_forever()` until `close()`."""
 
@@ -168,6 +174,11 @@ class SandboxProvider:
         except Refused as refused:
             if write:
                 handler.close_connection = True  # a body left unread must not be read as a request
+                key = _shown(handler.headers.get("Idempotency-Key", ""))
+                self._log(
+                    f"POST {_shown(path)} key={key}: refused {refused.status} {refused.code} "
+                    f"({refused.detail})"
+                )
             self._answer(handler, refused.status, {"code": refused.code, "detail": refused.detail})
 
     def _read(self, handler: BaseHTTPRequestHandler, path: str) -> None:
@@ -192,21 +203,26 @@ class SandboxProvider:
         key = handler.headers.get("Idempotency-Key", "")
         if not 1 <= len(key) <= MAX_KEY_LENGTH:
             raise Refused(400, "IDEMPOTENCY_KEY_REQUIRED", "Idempotency-Key: 1 to 300 characters")
+        shown = _shown(key)
         refuse_declined(collection, body)
         with self._shop.lock:
             fault = self._fault()
             if fault == "before":
-                self._log(f"POST /{collection} key={key}: dropped the connection, applied nothing")
+                self._log(
+                    f"POST /{collection} key={shown}: dropped the connection, applied nothing"
+                )
                 self._drop(handler)
                 return
             status, record = self._shop.apply(collection, key, body)
         made = record[kind.id_field]
         if fault == "after":
-            self._log(f"POST /{collection} key={key}: applied {made}, then dropped the connection")
+            self._log(
+                f"POST /{collection} key={shown}: applied {made}, then dropped the connection"
+            )
             self._drop(handler)
             return
         self._log(
-            f"POST /{collection} key={key}: {'sent again' if status == 200 else 'applied'} {made}"
+            f"POST /{collection} key={shown}: {'sent again' if status == 200 else 'applied'} {made}"
         )
         self._answer(handler, status, record)
 

@@ -2,11 +2,11 @@
 
     gunicorn -c python:orquestador.gunicorn orquestador.wsgi:application
 
-WEB_BIND (default 127.0.0.1:8000), WEB_WORKERS (default 2) and WEB_THREADS (default 4) from the
-environment; request lines and headers are bounded so a caller cannot make the server buffer
-without limit, and what gunicorn refuses itself is answered in the API's format by the project's
-worker classes (orquestador/gunicornworker.py: JSON 431 HEADERS_TOO_LARGE under /api/ for a head
-over them).
+WEB_BIND (default 127.0.0.1:8000), WEB_WORKERS (default 2), WEB_THREADS (default 4) and
+WEB_CONTROL_SOCKET (default: none) from the environment; request lines and headers are bounded so
+a caller cannot make the server buffer without limit, and what gunicorn refuses itself is
+answered in the API's format by the project's worker classes (orquestador/gunicornworker.py:
+JSON 431 HEADERS_TOO_LARGE under /api/ for a head over them).
 """
 
 import os
@@ -39,6 +39,12 @@ keepalive = 5  # seconds an idle keep-alive connection is held
 limit_request_line = 8190  # bytes of the request line
 limit_request_fields = 100  # header fields
 limit_request_field_size = 8190  # bytes of one header line (name, colon, value, CRLF)
+# gunicorn 25.1+ opens a control socket for `gunicornc`, by default one path per user
+# (~/.gunicorn/gunicorn.ctl): two copies of the app on one machine would take each other's. Only
+# where WEB_CONTROL_SOCKET names one (scripts/start: its own run/ directory); older gunicorns
+# ignore both settings.
+control_socket = os.environ.get("WEB_CONTROL_SOCKET", "")
+control_socket_disable = not control_socket
 accesslog = None  # Django logs what matters as JSON; set --access-logfile - to see every call
 errorlog = "-"
 capture_output = False

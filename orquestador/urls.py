@@ -7,6 +7,11 @@ from django.urls import include, path
 
 from . import health
 
+# The product's name on every admin page, in the header and the browser's tab.
+admin.site.site_header = "orquestador administration"
+admin.site.site_title = "orquestador admin"
+admin.site.index_title = "orquestador operations"
+
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -151,6 +151,19 @@ class FlowAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     ordering = ("key", "-version")
     published = columns.moment("published_at", description="published")
     change_form_template = "admin/executions/flow/change_form.html"  # the state machine first
+    exclude = ("definition",)  # shown indented and folded instead of on one line
+    readonly_fields = ("definition_json",)
+
+    @admin.display(description="definition")
+    def definition_json(self, obj: Flow) -> str:
+        definition = obj.definition if isinstance(obj.definition, dict) else {}
+        return format_html(
+            '<details id="flow-definition"><summary>{} states, {} transitions: show the JSON'
+            "</summary><pre>{}</pre></details>",
+            len(definition.get("states") or ()),
+            len(definition.get("transitions") or ()),
+            json.dumps(obj.definition, indent=2, ensure_ascii=False),
+        )
 
     def drawing_context(self, obj: Flow) -> dict[str, Any]:
         return {"flow_drawing": pictures.flow_drawing(obj)}

@@ -1,12 +1,12 @@
 """A flow version drawn as its state machine, for the admin's flow and request pages
-(docs/adr/0012-pictures-drawn-on-the-server.md).
-
-Invariants: the DOT text is written here from the definition, every name escaped and cut to a
-length, every node and edge id made from positions (never from the flow's text); `dot -Tsvg`
-runs with a time limit on bounded input; only the SVG elements and attributes svgsafety.py
-expects are kept; the drawing is cached per flow version (flows are immutable). Transitions are
-boxes listing their actions tinted by effect; a request's page highlights its state, transition
-and action with a style sheet over those ids (`highlight`), so one drawing serves every request.
+(docs/adr/0012-pictures-drawn-on-the-server.md). Invariants: the DOT text is written here from
+the definition, every name escaped and cut to a length, every node and edge id made from
+positions (never from the flow's text); `dot -Tsvg` runs with a time limit on bounded input; only
+the SVG elements and attributes svgsafety.py expects are kept; the drawing is cached per flow
+version (flows are immutable). Transitions are boxes listing their actions tinted by effect, each
+compensation a dashed edge back to where the request stays; a request's page highlights its
+state, transition and action with a style sheet over those ids (`highlight`), so one drawing
+serves every request.
 """
 
 import html
@@ -23,6 +23,7 @@ from actions.registry import IntegrationUnavailable, Registry, get_registry
 from orquestador.display import age
 from orquestador.workerconfig import WorkerConfigError
 
+from ..flows.compensations import COMPENSATE, opts_in
 from ..models import Flow
 from .svgsafety import SvgRefused, clean_svg, printable
 
@@ -75,8 +76,9 @@ def shown(value: Any, limit: int = LABEL_CHARS) -> str:
 
 
 def _esc(value: Any, limit: int = LABEL_CHARS) -> str:
-    """Escaped for a Graphviz HTML-like label or its attribute values."""
-    return html.escape(shown(value, limit), quote=True)
+    """Escaped for a Graphviz HTML-like label or its attribute values. A backslash too: in a
+    quoted DOT string it would escape the closing quote."""
+    return html.escape(shown(value, limit), quote=True).replace("\\", "&#92;")
 
 
 # ------------------------------------------------------------------------------
@@ -141,7 +143,7 @@ def _action_row(tid: int, aid: int, action: dict, caps: dict) -> str:
             tip += f"; {shown(cap.note, 200)}"
     return (
         f'<TR><TD ALIGN="LEFT" BALIGN="LEFT" BGCOLOR="{tint}" ID="{cell_id}" HREF="#{cell_id}" '
-        f'TOOLTIP="{html.escape(tip, quote=True)}">{text}</TD></TR>'
+        f'PORT="a{aid}" TOOLTIP="{html.escape(tip, quote=True)}">{text}</TD></TR>'
     )
 
 
@@ -176,6 +178,31 @@ def _edge_label(rules: list[dict]) -> str:
     if len(ids) > RULES_ON_EDGE:
         ids = [*ids[:RULES_ON_EDGE], f"+{len(ids) - RULES_ON_EDGE}"]
     return "<" + ", ".join(ids) + ">"
+
+
+def _compensation_edges(tid: int, transition: dict, sources: list[int]) -> list[str]:
+    """A dashed edge from each compensated action back to the states the transition leaves,
+    named by its compensating action: where a failure after it returns the request to."""
+    if not opts_in(transition):
+        return []  # its compensations never run: a failure goes to an operator
+    edges = []
+    for aid, action in enumerate(list(transition.get("actions") or ())[:MAX_ACTIONS_DRAWN]):
+        undo = action.get(COMPENSATE)
+        if not isinstance(undo, dict):
+            continue
+        capability = f"{shown(undo.get('capability'), 200)}@{shown(undo.get('version'), 12)}"
+        tip = (
+            f"{shown(action.get('id'))}: undone by {capability} when a later action fails; "
+            "the request stays where it was"
+        )
+        label = f"undo {_esc(action.get('id'), 24)}: {_esc(capability, 36)}"
+        for s in sources:
+            edges.append(
+                f'  t{tid}:a{aid} -> s{s} [id="flow-undo-t{tid}-a{aid}-s{s}", style=dashed, '
+                'color="#b45309", fontcolor="#92400e", constraint=false, '
+                f'tooltip="{_esc(tip, 400)}", label=<{label}>];'
+            )
+    return edges
 
 
 def flow_dot(definition: dict, caps: dict[tuple[str, int], Capability]) -> str:
@@ -218,10 +245,9 @@ def flow_dot(definition: dict, caps: dict[tuple[str, int], Capability]) -> str:
             f'tooltip="transition {_esc(transition.get("id"), 200)}", '
             f"label={_transition_label(tid, transition, caps)}];"
         )
-        for state in transition.get("from") or ():
-            if state in index:
-                s = index[state]
-                lines.append(f'  s{s} -> t{tid} [id="flow-in-s{s}-t{tid}"];')
+        sources = [index[state] for state in transition.get("from") or () if state in index]
+        for s in sources:
+            lines.append(f'  s{s} -> t{tid} [id="flow-in-s{s}-t{tid}"];')
         targets: dict[int, list[dict]] = {}
         for rule in (transition.get("decision") or {}).get("rules") or ():
             if rule.get("target") in index:
@@ -231,6 +257,7 @@ def flow_dot(definition: dict, caps: dict[tuple[str, int], Capability]) -> str:
                 f'  t{tid} -> s{s} [id="flow-out-t{tid}-s{s}", color="#374151", '
                 f"label={_edge_label(rules)}];"
             )
+        lines.extend(_compensation_edges(tid, transition, sources))
     lines.append("}")
     return "\n".join(lines) + "\n"
 

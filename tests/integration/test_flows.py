@@ -261,6 +261,15 @@ def test_loadflow__publishes_then_reports_unchanged():
 
 
 @pytest.mark.django_db
+def test_loadflow__publishes_several_files_in_order_in_one_call():
+    out = io.StringIO()
+    call_command(
+        "loadflow", str(EXAMPLES / "onboarding.json"), str(EXAMPLES / "documents.json"), stdout=out
+    )
+    assert out.getvalue() == "published onboarding@1\npublished documents@1\n"
+
+
+@pytest.mark.django_db
 def test_loadflow__invalid_json_is_a_command_error(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"key": "x",\n  "version": }')

@@ -4,9 +4,12 @@ history the settlement statements write, the timeline drawn from a real executio
 the pages that show them (a finished execution no longer promising a next attempt), each under
 the Content-Security-Policy with no inline script."""
 
+import html
+import json
 import os
 import shutil
 import stat
+import xml.etree.ElementTree as ET
 
 import pytest
 from django.utils import timezone
@@ -14,7 +17,9 @@ from django.utils import timezone
 from actions.registry import use_registry
 from executions.models import ActionAttempt, Flow
 from executions.pictures import diagram
+from executions.pictures.svgsafety import SVG_NS
 from executions.pictures.timeline import execution_timeline
+from tests.conftest import ROOT
 from tests.integration.reconciliation.conftest import RESOLVE, VIEW, _user
 from tests.support.bigflow import big_flow, big_flow_registry
 from tests.support.csp import assert_policy_held
@@ -162,6 +167,30 @@ def test_flow_page__draws_the_state_machine_above_the_fields(viewer, big):
     page = assert_policy_held(viewer.get(f"/admin/executions/flow/{big.pk}/change/"))
     assert page.index('id="flow-picture"') < page.index("<fieldset")
     assert '<svg xmlns="http://www.w3.org/2000/svg"' in page and "<script>alert" not in page
+
+
+def test_flow_page__draws_compensations_folds_the_definition_and_names_the_product(
+    viewer, runtime_conn, dot
+):
+    definition = json.loads((ROOT / "examples" / "checkout.json").read_text())
+    flow = Flow.objects.get(pk=create_flow(runtime_conn, definition))
+    picture = diagram.flow_picture(flow)
+    assert picture.problem is None, picture.problem
+    root = ET.fromstring(picture.svg)  # noqa: S314 (cleaned SVG drawn from our own flow)
+    edges = {g.get("id"): g for g in root.iter(f"{{{SVG_NS}}}g") if g.get("id")}
+    for aid, words in ((0, "undo reserve: stock.release@1"), (1, "undo charge: payments.refund@1")):
+        edge = edges[f"flow-undo-t0-a{aid}-s0"]
+        assert [t.text for t in edge.iter(f"{{{SVG_NS}}}text")] == [words]
+        assert next(edge.iter(f"{{{SVG_NS}}}path")).get("stroke-dasharray")  # dashed
+
+    page = assert_policy_held(viewer.get(f"/admin/executions/flow/{flow.pk}/change/"))
+    assert "undo reserve: stock.release@1" in page
+    folded = page.split('<details id="flow-definition">', 1)[1].split("</details>", 1)[0]
+    assert folded.startswith("<summary>2 states, 1 transitions: show the JSON</summary><pre>")
+    shown = html.unescape(folded.split("<pre>", 1)[1].split("</pre>", 1)[0])
+    assert json.loads(shown) == definition and '\n  "states": [\n    "DRAFT",' in shown
+    assert "<title>" in page and "| orquestador admin</title>" in page
+    assert "orquestador administration" in page and "Django administration" not in page
 
 
 def test_request_page__highlights_its_state_and_the_transition_in_flight(viewer, runtime_conn, big):

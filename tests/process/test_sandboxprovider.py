@@ -1,6 +1,6 @@
 """`manage.py sandboxprovider` as scripts/start runs it: it says where it listens, serves until
-SIGTERM, logs what it did to each write, stops cleanly, and refuses bad options or a taken port
-with a message that names them."""
+SIGTERM, logs what it did to each write (applied, refused or dropped: one `[sandbox]` line each),
+stops cleanly, and refuses bad options or a taken port with a message that names them."""
 
 import http.client
 import json
@@ -61,12 +61,21 @@ def test_sandboxprovider__serves_until_sigterm_and_logs_each_write(process_env, 
         lookup.request("GET", "/reservations/by-key/e1%3Areserve")
         found = lookup.getresponse()
         assert (found.status, json.loads(found.read())["quantity"]) == (200, 2)
+        lookup.request(
+            "POST",
+            "/charges",
+            json.dumps({"customer": "cus_declined_bo", "amount": 900, "currency": "EUR"}),
+            {"Idempotency-Key": "e2:charge", "Authorization": "Bearer x"},
+        )  # refused for good, before any fault is drawn
+        assert lookup.getresponse().status == 402
         lookup.close()
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=DEADLINE) == 0, log.read_text()
     text = log.read_text()
     assert "key=e1:reserve: applied res_000001, then dropped the connection" in text
+    assert "[sandbox] POST /charges key=e2:charge: refused 402 CARD_DECLINED" in text
+    assert all(line.startswith("[sandbox] ") for line in text.splitlines()), text
     assert text.rstrip().endswith("sandbox provider stopped")
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()

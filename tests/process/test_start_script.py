@@ -2,7 +2,9 @@
 demo flows, the sandbox provider, a worker and the web server (gunicorn, DEBUG off); a foreign
 Host header gets no debug page and no secret; the admin is styled; a transition goes from PENDING
 to SUCCEEDED; an order goes through the sandbox (paid, or waiting for an operator: the sandbox
-loses writes on purpose); a signal stops everything it started."""
+loses writes on purpose); the declined checkout's refusal is a `[sandbox]` line and its webhook
+reaches the demo's receiver, signature verified; SIGINT to it in the background (SIGINT ignored,
+as bash starts a background job) stops every process it started."""
 
 import http.client
 import json
@@ -119,8 +121,37 @@ def local_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _descendants(root: int) -> dict[int, str]:
+    """The processes under `root` now, by PID, with their command lines."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = {}, list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        try:
+            found[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        todo.extend(children.get(pid, ()))
+    return {pid: line.decode(errors="replace") for pid, line in found.items()}
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting for its parent is not)."""
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
-    port, sandbox_port = _free_port(), _free_port()
+    port, sandbox_port, receiver_port = _free_port(), _free_port(), _free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
         "PATH": os.environ["PATH"],
@@ -128,12 +159,19 @@ def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
         "LOCAL_DIR": str(local_dir),
         "PORT": str(port),
         "SANDBOX_PORT": str(sandbox_port),
+        "WEBHOOK_RECEIVER_PORT": str(receiver_port),
     }
     log = local_dir / "start.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [str(ROOT / "scripts" / "start")], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
+    # Started as bash starts a background job without job control: SIGINT ignored (inherited).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                [str(ROOT / "scripts" / "start")], cwd=ROOT, env=env, stdout=out, stderr=out
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    started: dict[int, str] = {}
     try:
         _until(lambda: _call("GET", f"{base}/readyz")[0] == 200, START_TIMEOUT, "readyz", proc, log)
 
@@ -184,6 +222,18 @@ def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
 
         view = _until(finished, STEP_TIMEOUT, "the execution to finish", proc, log)
         assert (view["status"], view["targetState"]) == ("SUCCEEDED", "SUBMITTED"), view
+        # Its webhook reaches the demo's receiver (tenant acme's events), its signature checked.
+        delivered = f": execution {execution['id']} SUCCEEDED: signature verified"
+        _until(
+            lambda: any(
+                line.startswith("[webhook] execution.succeeded ") and line.endswith(delivered)
+                for line in log.read_text().splitlines()
+            ),
+            STEP_TIMEOUT,
+            "the receiver to print the signed delivery",
+            proc,
+            log,
+        )
         _, request = _call("GET", f"{base}/api/v1/requests/{created['id']}", token)
         assert (request["state"], request["revision"], request["blocked"]) == (
             "SUBMITTED",
@@ -192,9 +242,14 @@ def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
         )
         _assert_an_order_goes_through_the_sandbox(base, token, sandbox_port, secrets, proc, log)
         _assert_a_declined_checkout_is_compensated(base, token, sandbox_port, proc, log)
+        started = _descendants(proc.pid)
+        for what in ("sandboxprovider", "webhookreceiver", "runworker", "gunicorn", "nginx"):
+            assert any(what in line for line in started.values()), (what, started)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=STEP_TIMEOUT)
+        proc.send_signal(signal.SIGINT)
+        returncode = proc.wait(timeout=STEP_TIMEOUT)
+    assert returncode == 130, log.read_text()[-4000:]
+    assert [(pid, line) for pid, line in started.items() if _running(pid)] == []
 
     status = subprocess.run(
         ["python3", str(ROOT / "scripts" / "localpg.py"), "status", "--dir", str(local_dir / "pg")],
@@ -205,7 +260,8 @@ def test_start__runs_the_demo_end_to_end_and_stops_everything(local_dir):
     assert status == "stopped", log.read_text()[-4000:]
     assert "worker stopped" in log.read_text()
     assert "sandbox provider stopped" in log.read_text()
-    for stopped in (port, sandbox_port):
+    assert "receiver stopped" in log.read_text()
+    for stopped in (port, sandbox_port, receiver_port):
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", stopped), timeout=1).close()
 
@@ -288,3 +344,5 @@ def _assert_a_declined_checkout_is_compensated(base, token, sandbox_port, proc, 
     assert (status, release["status"]) == (200, "released"), release
     _, request = _call("GET", f"{base}/api/v1/requests/{created['id']}", token)
     assert (request["state"], request["blocked"], request["revision"]) == ("DRAFT", False, 2)
+    refused = f"[sandbox] POST /charges key={execution['id']}:charge: refused 402 CARD_DECLINED"
+    assert refused in log.read_text()

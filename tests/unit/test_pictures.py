@@ -2,6 +2,7 @@
 SVG cleaner, the timeline's axis with its cut stretches, and a timeline of 20 actions and 50
 attempts drawn without one unescaped text."""
 
+import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from executions.pictures.timelinesvg import (
     build_scale,
     timeline_svg,
 )
+from tests.conftest import ROOT
 from tests.support.bigflow import big_flow
 
 HOSTILE = '<script>alert("x")</script> & \x1b[31m \ud800'
@@ -59,6 +61,31 @@ def test_flow_dot__escapes_every_name_and_ids_come_from_positions():
     assert "\x1b" not in text and "\ud800" not in text
     assert 's0 -> t0 [id="flow-in-s0-t0"]' in text
     assert 't0 -> s1 [id="flow-out-t0-s1"' in text
+
+
+def test_flow_dot__a_trailing_backslash_never_escapes_a_closing_quote():
+    definition = {
+        "initialState": "A\\",
+        "states": ["A\\", "B"],
+        "transitions": [{"id": "go\\", "from": ["A\\"], "actions": []}],
+    }
+    text = diagram.flow_dot(definition, {})
+    assert '\\"' not in text and 'tooltip="state A&#92;"' in text
+
+
+def test_flow_dot__draws_each_compensation_as_a_dashed_edge_back_named_by_its_action():
+    definition = json.loads((ROOT / "examples" / "checkout.json").read_text())
+    text = diagram.flow_dot(definition, {})
+    undo = [line.strip() for line in text.splitlines() if "flow-undo-" in line]
+    assert len(undo) == 2, text  # reserve and charge, each back to DRAFT (s0)
+    assert undo[0].startswith('t0:a0 -> s0 [id="flow-undo-t0-a0-s0", style=dashed')
+    assert "label=<undo reserve: stock.release@1>" in undo[0]
+    assert undo[1].startswith('t0:a1 -> s0 [id="flow-undo-t0-a1-s0", style=dashed')
+    assert "label=<undo charge: payments.refund@1>" in undo[1]
+    assert 'PORT="a0"' in text and 'PORT="a1"' in text
+    # A transition that does not opt in never compensates: nothing drawn.
+    definition["transitions"][0]["onFailure"] = "reconcile"
+    assert "flow-undo-" not in diagram.flow_dot(definition, {})
 
 
 def test_flow_dot__marks_effects_waits_and_asynchronous_calls():

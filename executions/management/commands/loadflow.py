@@ -12,12 +12,21 @@ from executions.flows.publication import (
 
 
 class Command(BaseCommand):
-    help = "Publish the flow version in a JSON file; identical content is a no-op."
+    help = (
+        "Publish the flow version in each JSON file, in order; identical content is a no-op. "
+        "The first file refused stops the command."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", help="a flow definition, as JSON")
+        # Several in one process: scripts/start publishes every example without a Django start
+        # per file.
+        parser.add_argument("files", nargs="+", metavar="file", help="a flow definition, as JSON")
 
-    def handle(self, *args: Any, file: str, **options: Any) -> None:
+    def handle(self, *args: Any, files: list[str], **options: Any) -> None:
+        for file in files:
+            self._publish(file)
+
+    def _publish(self, file: str) -> None:
         try:
             text = Path(file).read_bytes()
         except OSError as exc:

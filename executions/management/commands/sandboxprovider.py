@@ -13,6 +13,8 @@ from actions.sandbox import (
     faults_problem,
 )
 
+PREFIX = "[sandbox] "  # every line this command prints
+
 
 class Command(BaseCommand):
     help = (
@@ -78,5 +80,9 @@ class Command(BaseCommand):
         self._line("sandbox provider stopped")
 
     def _line(self, text: str) -> None:
-        self.stdout.write(text)
+        # One line per write, prefixed so it stands out among the worker's JSON lines in the
+        # scripts/start terminal; on a terminal, what did not simply apply is also coloured.
+        plain = "dropped" not in text and "refused" not in text
+        style = self.style.HTTP_INFO if plain else self.style.WARNING
+        self.stdout.write(f"{PREFIX}{text}", style_func=style)
         self.stdout.flush()
