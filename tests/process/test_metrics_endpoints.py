@@ -90,7 +90,7 @@ def test_runworker__serves_counters_that_move_as_it_runs_executions(
         )
         after = read_metrics(url)
         refused = fetch(url)
-        owner = worker.wait_for_event("worker started")["owner"]  # host:pid:random
+        owner = worker.wait_started()["owner"]  # host:pid:random
         worker.signal(signal.SIGTERM)
         assert worker.wait() == 0
     assert refused is not None and refused.status_code == 401

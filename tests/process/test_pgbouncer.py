@@ -240,7 +240,7 @@ def test_workers_and_api_through_pgbouncer__every_execution_completes_leaking_no
     ]
     try:
         for worker in workers:
-            worker.wait_for_event("worker started")
+            worker.wait_started()
 
         def one_request(index: int) -> str:
             with requests.Session() as http:

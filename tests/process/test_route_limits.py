@@ -326,7 +326,7 @@ def test_sigkill__the_dead_workers_places_come_back_within_one_lease(
             doomed.wait()
         killed_at = time.monotonic()
         with WorkerProcess(env, tmp_path / "heir.log", WORKER_CONCURRENCY="4") as heir:
-            heir.wait_for_event("worker started")
+            heir.wait_started()
             ready_at = time.monotonic()
             wait_until(
                 lambda: all_succeeded(runtime_conn, ids),
@@ -442,7 +442,7 @@ def test_other_limits_on_a_live_worker__second_worker_refuses_naming_both(
         with WorkerProcess(
             {**process_env, "INTEGRATIONS_FILE": first_file}, tmp_path / "a.log"
         ) as live:
-            live.wait_for_event("worker started")
+            live.wait_started()
             wait_until(
                 lambda: runtime_conn.execute(
                     "SELECT count(*) FROM worker_process WHERE pid = %s", [live.pid]

@@ -50,7 +50,7 @@ def test_webhooks__another_writers_event_is_delivered_without_waiting_for_the_po
             tenant="acme", url=receiver.url, events=["execution.cancelled"], secret=secret_new()
         )
         with WorkerProcess(process_env, tmp_path / "worker.log", **SETTINGS) as worker:
-            worker.wait_for_event("worker started")
+            worker.wait_started()
             # Until it listens: one fast delivery says the announcement got through.
             for _ in range(WARM_UP_TRIES):
                 if cancelled_and_delivered(runtime_conn, flow_id, receiver) < FAST_SECONDS:

@@ -54,6 +54,9 @@ from tests.conftest import manage
 from tests.support.loop import OnLoop, on_loop
 
 DEFAULT_TIMEOUT = 15.0  # seconds a wait_until gives a condition before failing the test
+# seconds for a runworker to start (Django, its registry, its pools): CI under load saw four
+# started at once take more than 15 s.
+WORKER_START_SECONDS = 60.0
 
 # Short leases so expiry-driven tests finish quickly; every wait is on a condition.
 FAST = WorkerConfig(
@@ -670,6 +673,10 @@ class WorkerProcess:
             timeout=timeout,
             what=f"the worker to log {event!r}",
         )
+
+    def wait_started(self, timeout: float = WORKER_START_SECONDS) -> dict[str, Any]:
+        """Wait for its "worker started" line: its JSON event."""
+        return self.wait_for_event("worker started", timeout=timeout)
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
