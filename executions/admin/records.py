@@ -313,7 +313,7 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     @admin.display(description="compensation steps' errors")
     def compensation_errors(self, obj: Execution) -> str:
         """The errors of its compensation steps, apart from its own error (the failure that
-        started the compensation): each step's latest error, then its earlier attempts'."""
+        started the compensation): the earlier attempts' errors, then each step's latest."""
         if obj.compensation_cause is None:
             return "—"
         steps = [
