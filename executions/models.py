@@ -213,6 +213,13 @@ class Execution(models.Model):
         blank=True,
         help_text="The errorCode its forward path failed with, once it compensates.",
     )
+    # Its error detail, kept with the cause: a compensation step's retry or wait rewrites the
+    # execution's error, and COMPENSATED shows the cause again (executions/sql/compensation.py).
+    compensation_detail = models.TextField(  # noqa: DJ001
+        null=True,
+        blank=True,
+        help_text="The error detail its forward path failed with, once it compensates.",
+    )
     # Written by the acceptance only, read by the claim (executions/sql/claims.py): every run of
     # this execution continues that trace (executions/worker/spans.py).
     trace_context = models.JSONField(

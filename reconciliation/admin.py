@@ -24,9 +24,10 @@ from executions.pictures.insight import takeover_sentence
 from orquestador import display
 from orquestador.display import clip
 
-from . import casepage, explain, filters, insight, selectors
+from . import approvals, casepage, explain, filters, insight, keptforms, selectors
 from .adminactions import CaseActions, case_url
-from .adminproposals import ProposalViews
+from .adminproposals import ProposalViews, approval_risk
+from .forms import DecisionForm
 from .models import BlockedRequest, ReconciliationCase, WorkerProcess
 from .routeadmin import RouteControls
 
@@ -131,6 +132,25 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     def created(self, obj: ReconciliationCase) -> str:
         return display.utc(obj.created_at).removesuffix(" UTC")
 
+    @admin.display(description="resolved by")
+    def resolved_by(self, obj: ReconciliationCase) -> str:
+        return getattr(obj, "resolved_by", None) or "—"
+
+    @admin.display(description="how")
+    def resolved_how(self, obj: ReconciliationCase) -> str:
+        how = getattr(obj, "resolved_how", None)
+        return casepage.RESOLUTION_WORDS.get(how, how) if how else "—"
+
+    def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
+        """The waiting queue as it is; the resolved cases say who resolved each, and how, in
+        place of the wait and the lookup only an open case has (both kept for "All")."""
+        status = request.GET.get(filters.StatusFilter.parameter_name, OPEN)
+        if status == OPEN:
+            return tuple(self.list_display)
+        dropped = () if status == filters.ALL else ("waiting", "lookup")
+        shown = [name for name in self.list_display if name not in dropped]
+        return (*shown[:-1], "resolved_by", "resolved_how", shown[-1])
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -154,7 +174,26 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
-        return self.render_case(request, obj.pk)
+        kept = keptforms.take(request, obj.pk)
+        return self.render_case(
+            request, obj.pk, bound=self._rebound(obj.pk, *kept) if kept else None
+        )
+
+    def _rebound(self, execution_id: Any, name: str, data: Any) -> dict[str, Any] | None:
+        """A refused form again (keptforms.py), bound to what the operator typed and checked
+        against the case as it is now, so its errors are said as at the post."""
+        case = selectors.case_detail(execution_id=execution_id)
+        if name == "decide":  # adminproposals.py's decision on a proposed replay
+            proposal = approvals.pending_proposal(execution_id=execution_id)
+            approve = data.get("decision") == "approve"
+            risk = approval_risk(case, proposal) if approve and proposal else None
+            form: Any = DecisionForm(data, risks={"": risk}, auto_id="decide_%s")
+        elif name in casepage.BY_NAME:
+            form = casepage.resolution_form(casepage.BY_NAME[name], case, data)
+        else:
+            return None
+        form.is_valid()
+        return {name: form}
 
     def render_case(
         self, request: HttpRequest, execution_id: Any, *, bound: dict | None = None

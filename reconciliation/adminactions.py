@@ -23,7 +23,7 @@ from django.utils import timezone
 from executions.models import ExecutionStatus
 from orquestador import display
 
-from . import confirmation, explain, permissions, selectors, services
+from . import confirmation, explain, keptforms, permissions, selectors, services
 from .forms import ResolutionForm
 from .models import ReconciliationCase
 from .resolutions import RESOLUTIONS, ResolutionAction
@@ -300,7 +300,7 @@ class CaseActions(CaseAdminBase):
             )
             if not form.is_valid():
                 if one:  # back to the case, with what the operator typed and why it failed
-                    return self.render_case(request, cases[0].pk, bound={resolution.name: form})
+                    return keptforms.keep(request, cases[0].pk, resolution.name)
             else:
                 done = []
                 for case in cases:
@@ -311,7 +311,7 @@ class CaseActions(CaseAdminBase):
                         text = settled_by(case.pk, settled) if settled else exc.detail
                         self.message_user(request, f"Case {short(case.pk)}: {text}", messages.ERROR)
                         if one and not settled:
-                            return self.render_case(request, case.pk, bound={resolution.name: form})
+                            return keptforms.keep(request, case.pk, resolution.name)
                     else:
                         done.append(case.pk)
                 if done:

@@ -14,7 +14,7 @@ from django.urls import URLPattern, path
 
 from orquestador import errors
 
-from . import approvals, explain, permissions, selectors, services
+from . import approvals, explain, keptforms, permissions, selectors, services
 from .adminactions import CaseAdminBase, case_url, settled_by, short
 from .forms import DecisionForm
 from .resolutions import BY_NAME
@@ -71,7 +71,7 @@ class ProposalViews(CaseAdminBase):
             auto_id=f"{PROPOSE.field_prefix}_%s",
         )
         if not form.is_valid():
-            return self.render_case(request, case.execution.pk, bound={PROPOSE.name: form})
+            return keptforms.keep(request, case.execution.pk, PROPOSE.name)
         try:
             approvals.replay_propose(
                 execution_id=case.execution.pk,
@@ -80,7 +80,7 @@ class ProposalViews(CaseAdminBase):
                 operator=request.user,
             )
         except services.ResolutionRefused as exc:
-            return self._refused(request, case, exc, bound={PROPOSE.name: form})
+            return self._refused(request, case, exc, form=PROPOSE.name)
         self.message_user(
             request,
             f"Case {short(case.execution.pk)}: replay proposed. Nothing is applied until another "
@@ -96,7 +96,7 @@ class ProposalViews(CaseAdminBase):
         risk = approval_risk(case, proposal) if (approve and proposal) else None
         form = DecisionForm(request.POST, risks={"": risk}, auto_id="decide_%s")
         if not form.is_valid():
-            return self.render_case(request, case.execution.pk, bound={"decide": form})
+            return keptforms.keep(request, case.execution.pk, "decide")
         data: dict[str, Any] = {
             "execution_id": case.execution.pk,
             "proposal_id": form.cleaned_data["proposal"],
@@ -110,7 +110,7 @@ class ProposalViews(CaseAdminBase):
             else:
                 approvals.replay_reject(**data)
         except services.ResolutionRefused as exc:
-            return self._refused(request, case, exc, bound={"decide": form})
+            return self._refused(request, case, exc, form="decide")
         done = "approved: the replay is applied" if approve else "rejected"
         self.message_user(
             request, f"Case {short(case.execution.pk)}: proposal {done}.", messages.SUCCESS
@@ -123,13 +123,14 @@ class ProposalViews(CaseAdminBase):
         case: selectors.CaseDetail,
         exc: services.ResolutionRefused,
         *,
-        bound: dict[str, Any],
+        form: str,
     ) -> HttpResponse:
-        """Say why on the case; a case settled meanwhile says by whom (the form is moot)."""
+        """Say why on the case, the form `form` kept as typed; a case settled meanwhile says by
+        whom (the form is moot)."""
         settled = selectors.last_settlement(execution_id=case.execution.pk)
         if exc.code == errors.NOT_IN_RECONCILIATION and settled:
             text = settled_by(case.execution.pk, settled)
             self.message_user(request, f"Case {short(case.execution.pk)}: {text}", messages.ERROR)
             return HttpResponseRedirect(case_url(case.execution.pk))
         self.message_user(request, f"Case {short(case.execution.pk)}: {exc.detail}", messages.ERROR)
-        return self.render_case(request, case.execution.pk, bound=bound)
+        return keptforms.keep(request, case.execution.pk, form)

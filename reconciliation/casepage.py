@@ -45,6 +45,21 @@ class CaseForm:
     proposes: bool = False  # under the two-person rule: a proposal for a second operator
 
 
+def resolution_form(
+    resolution: ResolutionAction, case: selectors.CaseDetail, data: Any = None
+) -> ResolutionForm:
+    """The form of `resolution` for one case, bound to `data` when given, as the case's page
+    and the action that receives it make it: the uncertain actions to choose from, and the risk
+    of each against the provider's latest answer."""
+    action_ids, risks = None, None
+    if resolution.settles_one_action:
+        action_ids = [view.checkpoint.action_id for view in case.uncertain]
+        risks = {a: explain.risk(resolution.name, case.latest_lookup(a)) for a in action_ids}
+    return resolution.form_class(
+        data, action_ids=action_ids, risks=risks, auto_id=f"{resolution.field_prefix}_%s"
+    )
+
+
 def forms_for(
     request: HttpRequest,
     case: selectors.CaseDetail,
@@ -94,6 +109,15 @@ def forms_for(
     return offered
 
 
+# How each resolution reads in the case's header (services.Resolution's values).
+RESOLUTION_WORDS = {
+    "WRITE_HAPPENED": "The write happened",
+    "WRITE_NOT_HAPPENED": "The write did not happen (one replay)",
+    "ABANDONED": "Abandoned",
+    "COMPENSATE": "Compensate its writes",
+}
+
+
 @dataclass(frozen=True)
 class ResolvedCard:
     """Who resolved the case, how, when and why, with the evidence they had."""
@@ -104,6 +128,7 @@ class ResolvedCard:
     reason: str
     lookup_status: str
     action_id: str | None
+    automatic: bool = False  # by the prober (RECONCILIATION.md#automatic-probes)
 
 
 def _operators(payload: dict[str, Any], actor: str) -> str:
@@ -114,34 +139,32 @@ def _operators(payload: dict[str, Any], actor: str) -> str:
     return str(payload.get("operator") or actor)
 
 
-def resolved_card(case: selectors.CaseDetail) -> ResolvedCard | None:
-    event = next(
-        (
-            entry.event
-            for entry in reversed(case.timeline)
-            if entry.event.type == AuditType.RECONCILIATION_RESOLVED
-            and entry.event.execution_id == case.execution.pk
-        ),
-        None,
-    )
-    if event is None:
-        return None
+def resolved_cards(case: selectors.CaseDetail) -> list[ResolvedCard]:
+    """Every resolution of this case, oldest first: an operator's and the prober's alike (a
+    replay may open the case again, and each settled it once)."""
+    return [
+        _card(entry.event)
+        for entry in case.timeline
+        if entry.event.type == AuditType.RECONCILIATION_RESOLVED
+        and entry.event.execution_id == case.execution.pk
+    ]
+
+
+def _card(event: Any) -> ResolvedCard:
     payload = event.payload
     evidence = payload.get("evidence") or {}
     lookup = evidence.get("lookup")
     if lookup is None and evidence.get("lookups"):
         lookup = evidence["lookups"][-1]
+    resolution = str(payload.get("resolution"))
     return ResolvedCard(
-        resolution={
-            "WRITE_HAPPENED": "The write happened",
-            "WRITE_NOT_HAPPENED": "The write did not happen (one replay)",
-            "ABANDONED": "Abandoned",
-        }.get(payload.get("resolution"), str(payload.get("resolution"))),
+        resolution=RESOLUTION_WORDS.get(resolution, resolution),
         operator=_operators(payload, event.actor),
         at=display.utc(event.created_at),
         reason=str(payload.get("reason") or ""),
         lookup_status=explain.lookup_status(lookup),
         action_id=payload.get("actionId"),
+        automatic=str(event.actor).startswith("system:"),
     )
 
 
@@ -274,7 +297,8 @@ def case_context(
     can_lookup = first is not None and supports_lookup(first.capability, first.capability_version)
     suggestion = explain.suggest(uncertain=uncertain, lookup=lookup, can_lookup=can_lookup)
     events = [entry.event for entry in case.timeline]
-    card = None if case.is_open else resolved_card(case)
+    cards = resolved_cards(case)
+    card = None if case.is_open or not cards else cards[-1]
     decide = (bound or {}).get("decide")  # adminproposals.py keeps a DecisionForm under this
     # With the rule off a leftover proposal is not offered: it could only be refused.
     proposal = (
@@ -330,6 +354,7 @@ def case_context(
         ),
         "may_resolve": any(request.user.has_perm(r.permission) for r in RESOLUTIONS),
         "resolved": card,
+        "resolutions_done": cards,
         "live_status": None if case.is_open else live_status(case, now),
         "refresh_seconds": REFRESH_SECONDS
         if card and execution.status not in FINAL_STATUSES

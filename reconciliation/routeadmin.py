@@ -1,5 +1,7 @@
-"""The route limits on the admin's Workers page: each limited or paused route's calls in flight,
-calls in its current window, parked executions and pause, and an operator's pause and resume.
+"""The routes on the admin's Workers page, one row each (a route: the calls of one
+capability@version, from every worker): its limits, calls in flight and in its current window,
+parked executions, whether it is paused, until when, by whom and why; on each row a pause (for
+how long, and why) and a resume.
 
 One POST-only view at `route/`, CSRF-protected by the admin site, for users with
 `reconciliation.pause_route`; the pause and resume are recorded in route_event with the
@@ -8,6 +10,7 @@ message.
 """
 
 import datetime
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -19,7 +22,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from actions.registry import get_registry
-from executions.queue.limits import route_operator_pause, route_stats
+from executions.queue.limits import RouteStats, route_operator_pause, route_stats
 
 from .permissions import PAUSE_ROUTE
 
@@ -28,18 +31,57 @@ ROUTE_CHOICES_LIMIT = 500  # routes offered at most
 
 
 class RoutePauseForm(forms.Form):
+    """A row's pause (how long and why, both required) or resume (nothing more asked)."""
+
     route = forms.CharField(max_length=220)
     action = forms.ChoiceField(choices=[("pause", "pause"), ("resume", "resume")])
     minutes = forms.IntegerField(min_value=1, max_value=MAX_PAUSE_MINUTES, required=False)
-    reason = forms.CharField(max_length=500, strip=True)
+    reason = forms.CharField(max_length=500, strip=True, required=False)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("action") == "pause" and not data.get("minutes"):
-            self.add_error("minutes", "How long to pause, in minutes.")
+        if data.get("action") == "pause":
+            if not data.get("minutes"):
+                self.add_error("minutes", "How long to pause, in minutes.")
+            if not data.get("reason"):
+                self.add_error("reason", "Why it is paused: it is shown on the page and kept.")
         if data.get("route") and data["route"] not in known_routes():
             self.add_error("route", "Not a route of INTEGRATIONS_FILE.")
         return data
+
+
+@dataclass(frozen=True)
+class RouteRow:
+    """One route as its row on the Workers page shows it; `stats` None when it has neither
+    limits nor a pause (its calls are not counted then)."""
+
+    route: str
+    max_in_flight: int | None
+    rate_limit: str | None
+    stats: RouteStats | None
+
+
+def route_rows(stats: list[RouteStats]) -> list[RouteRow]:
+    """Every route of the catalog and every route with limits or a pause, by name: the limits
+    as the workers declared them, else as the catalog gives them."""
+    declared = {s.route: s for s in stats}
+    configured = {r.key: r.limits for r in get_registry().routes()[:ROUTE_CHOICES_LIMIT]}
+    rows = []
+    for name in sorted(declared.keys() | configured.keys()):
+        found = declared.get(name)
+        limits = configured.get(name)
+        if found is not None:
+            rows.append(RouteRow(name, found.max_in_flight, found.rate_limit, found))
+        else:
+            rows.append(
+                RouteRow(
+                    name,
+                    limits.max_in_flight if limits else None,
+                    limits.rate_limit if limits else None,
+                    None,
+                )
+            )
+    return rows
 
 
 def known_routes() -> set[str]:
@@ -70,13 +112,13 @@ class RouteControls:
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         with connection.cursor() as cursor:
-            routes = route_stats(cursor)
+            routes = route_rows(route_stats(cursor))
         context = {
             **(extra_context or {}),
             "routes": routes,
             "may_pause_routes": request.user.has_perm(PAUSE_ROUTE),
             "route_form_url": reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_route"),
-            "pause_choices": sorted(known_routes()),
+            "max_pause_minutes": MAX_PAUSE_MINUTES,
         }
         return super().changelist_view(request, context)  # type: ignore[misc]
 
@@ -104,7 +146,7 @@ class RouteControls:
             route=data["route"],
             until=until,
             actor=f"admin:{request.user.get_username()}",
-            reason=data["reason"],
+            reason=data["reason"] or "",
         )
         if until is None:
             messages.success(request, f"Route {data['route']} resumed.")

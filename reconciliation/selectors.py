@@ -95,6 +95,12 @@ def cases() -> QuerySet[ReconciliationCase]:
                 lookups.values("payload__happened")[:1], output_field=JSONField()
             ),
             latest_decision=Subquery(decisions.values("type")[:1]),
+            # The latest resolution's who and how, for the resolved cases' columns.
+            resolved_by=Subquery(resolved.order_by("-id").values("actor")[:1]),
+            resolved_how=Subquery(
+                resolved.order_by("-id").values("payload__resolution")[:1],
+                output_field=JSONField(),
+            ),
         )
         .order_by(*QUEUE_ORDER)
     )

@@ -17,7 +17,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -27,7 +27,17 @@ from django.utils.html import format_html, format_html_join
 from orquestador import display
 from orquestador.errors import CodedError
 
-from ..models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
+from ..flows.compensations import compensated_action
+from ..models import (
+    ActionAttempt,
+    ActionExecution,
+    AuditEvent,
+    AuditType,
+    Execution,
+    ExecutionStatus,
+    Flow,
+    Request,
+)
 from ..pictures import insight
 from ..queue.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 from . import columns, pictures
@@ -35,6 +45,43 @@ from . import columns, pictures
 CANCEL_EXECUTION = "executions.cancel_execution"
 PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
 MOMENT_SUFFIX = "__utc"  # a detail page shows field `x` as `x__utc`: UTC to the second, its age
+CASES_SHOWN = 20  # a request's reconciliation cases linked from its page, latest first
+CASE_URL = "admin:reconciliation_reconciliationcase_change"  # the case page, by execution id
+
+
+def with_cases(executions: QuerySet[Execution]) -> QuerySet[Execution]:
+    """The executions that are, or were, a reconciliation case: waiting for an operator, or
+    resolved by one (or by the prober); the case list holds the same (reconciliation's
+    selectors.cases)."""
+    resolved = AuditEvent.objects.filter(
+        execution=OuterRef("pk"), type=AuditType.RECONCILIATION_RESOLVED
+    )
+    return executions.filter(Q(status=ExecutionStatus.RECONCILIATION_REQUIRED) | Exists(resolved))
+
+
+def case_link(execution: Execution) -> str:
+    """A link to the execution's case page, saying whether the case waits for an operator."""
+    short = str(execution.pk)[: columns.SHORT_ID_CHARS]
+    state = (
+        "waiting for an operator"
+        if execution.status == ExecutionStatus.RECONCILIATION_REQUIRED
+        else "resolved"
+    )
+    return format_html(
+        '<a href="{}" title="{}" class="case-link">case {}</a> ({})',
+        reverse(CASE_URL, args=[execution.pk]),
+        execution.pk,
+        short,
+        state,
+    )
+
+
+def _placed_after(fields: Sequence[Any], moved: Sequence[str], anchor: str) -> list[Any]:
+    """`fields` with `moved` taken out and put back right after `anchor` (at the start without
+    it): a link belongs beside what it links from, not at the end of a long page."""
+    rest = [name for name in fields if name not in moved]
+    at = rest.index(anchor) + 1 if anchor in rest else 0
+    return [*rest[:at], *moved, *rest[at:]]
 
 
 class CancelForm(forms.Form):
@@ -188,7 +235,7 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     search_help_text = "A request id, or an exact owner or scope."
     uuid_search_fields = ("id", "blocked_by_id")
     ordering = ("-created_at", "-id")
-    readonly_fields = ("timeline",)
+    readonly_fields = ("cases", "timeline")
     change_form_template = "admin/executions/request/change_form.html"  # where it stands, drawn
     short = columns.short_id()
     blocking = columns.linked_id("blocked_by_id", "execution", description="blocked by")
@@ -198,6 +245,22 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     @admin.display(description="timeline (UTC)")
     def timeline(self, obj: Request) -> str:
         return insight.timeline_html(obj.pk)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return _placed_after(super().get_fields(request, obj), ["cases"], "blocked_by")
+
+    @admin.display(description="reconciliation cases")
+    def cases(self, obj: Request) -> str:
+        """Its executions that are or were a case, each linked to its case page, latest first:
+        what blocks it now, when an operator is needed, comes first."""
+        found = list(
+            with_cases(Execution.objects.filter(request_id=obj.pk))
+            .only("id", "status", "created_at")
+            .order_by("-created_at", "-id")[:CASES_SHOWN]
+        )
+        if not found:
+            return "—"
+        return format_html_join(" · ", "{}", ((case_link(e),) for e in found))
 
     def drawing_context(self, obj: Request) -> dict[str, Any]:
         return {"flow_drawing": pictures.request_drawing(obj)}
@@ -226,7 +289,13 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     ordering = ("-created_at", "-id")
     inlines = (CheckpointInline,)
     exclude = ("idempotency_fingerprint",)
-    readonly_fields = ("lease_now", "takeovers", "timeline")
+    readonly_fields = (
+        "reconciliation_case",
+        "compensation_errors",
+        "lease_now",
+        "takeovers",
+        "timeline",
+    )
     change_form_template = "admin/executions/execution/change_form.html"  # its timeline first
     # The change list's columns (ids cut short and linked, moments in UTC with their age).
     short = columns.short_id()
@@ -249,6 +318,38 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
 
     def drawing_context(self, obj: Execution) -> dict[str, Any]:
         return {"timeline_drawing": pictures.timeline_drawing(obj, now=timezone.now())}
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        fields = _placed_after(super().get_fields(request, obj), ["reconciliation_case"], "request")
+        return _placed_after(fields, ["compensation_errors"], "compensation_detail")
+
+    @admin.display(description="compensation steps' errors")
+    def compensation_errors(self, obj: Execution) -> str:
+        """The errors of its compensation steps, apart from its own error (the failure that
+        started the compensation): the earlier attempts' errors, then each step's latest."""
+        if obj.compensation_cause is None:
+            return "—"
+        steps = [
+            c
+            for c in ActionExecution.objects.filter(execution=obj).order_by("sequence")
+            if compensated_action(c.action_id) is not None
+        ]
+        earlier = ActionAttempt.objects.filter(
+            execution=obj, action_id__in=[c.action_id for c in steps]
+        ).order_by("action_id", "attempt")
+        lines = [
+            (f"{a.action_id} attempt {a.attempt}: {a.status} {a.error_code or ''}".rstrip(),)
+            for a in earlier
+        ]
+        lines += [
+            (
+                f"{c.action_id} attempt {c.attempt}: {c.status} {c.error_code}"
+                + (f": {c.error_detail}" if c.error_detail else ""),
+            )
+            for c in steps
+            if c.error_code
+        ]
+        return format_html_join("", "<p>{}</p>", lines) or "none"
 
     @admin.display(description="lease now")
     def lease_now(self, obj: Execution) -> str:
@@ -339,8 +440,14 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     def case(self, obj: Execution) -> str:
         if obj.status != ExecutionStatus.RECONCILIATION_REQUIRED:
             return "—"
-        url = reverse("admin:reconciliation_reconciliationcase_change", args=[obj.pk])
-        return format_html('<a href="{}">open case</a>', url)
+        return format_html('<a href="{}">open case</a>', reverse(CASE_URL, args=[obj.pk]))
+
+    @admin.display(description="reconciliation case")
+    def reconciliation_case(self, obj: Execution) -> str:
+        """Its case, waiting or resolved (the list's column shows only a waiting one)."""
+        if not with_cases(Execution.objects.filter(pk=obj.pk)).exists():
+            return "—"
+        return case_link(obj)
 
 
 @admin.register(ActionExecution)

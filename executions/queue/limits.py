@@ -388,6 +388,7 @@ class RouteStats:
     rate_limit: str | None
     paused_until: datetime.datetime | None
     paused_by: str | None
+    pause_reason: str | None  # why it is paused, while it is
     in_flight: int
     window_calls: int
     parked: int
@@ -404,6 +405,7 @@ def route_stats(cursor: Any) -> list[RouteStats]:
         window,
         paused_until,
         paused_by,
+        pause_reason,
         live,
         calls,
         parked,
@@ -415,6 +417,7 @@ def route_stats(cursor: Any) -> list[RouteStats]:
                 rate_limit=RouteLimits(None, count, window).rate_limit,
                 paused_until=paused_until,
                 paused_by=paused_by,
+                pause_reason=pause_reason,
                 in_flight=int(live),
                 window_calls=int(calls),
                 parked=int(parked),

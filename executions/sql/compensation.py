@@ -20,7 +20,8 @@ SELECT c.action_id, c.sequence, c.capability, c.capability_version, c.effect, c.
 """
 
 
-# Begin compensating: the forward path's error becomes the compensation's cause and the
+# Begin compensating: the forward path's error becomes the compensation's cause (code and
+# detail, kept apart from the execution's error, which a step's retry rewrites) and the
 # execution's error; it stays RUNNING under the same holder, which runs the compensations next.
 # Locks: the execution row, after its request.
 # Index: execution_pkey.
@@ -28,6 +29,7 @@ EXECUTION_BEGIN_COMPENSATION = fenced(
     """
 UPDATE execution AS e
    SET compensation_cause = %(error_code)s,
+       compensation_detail = %(error_detail)s,
        {error_recorded}
  WHERE {fence}
 RETURNING e.id
@@ -35,8 +37,8 @@ RETURNING e.id
 )
 
 
-# End a compensating execution COMPENSATED, its cause as its error code, only if every
-# compensation step the holder ran (%(step_ids)s) is SUCCEEDED and no write is uncertain;
+# End a compensating execution COMPENSATED, its cause as its error (code and detail), only if
+# every compensation step the holder ran (%(step_ids)s) is SUCCEEDED and no write is uncertain;
 # REQUEST_RELEASE follows in the same transaction. It leaves execution_claim_idx.
 # Locks: the execution row, after its request.
 # Index: execution_pkey; action_execution_action_uniq.
@@ -46,6 +48,7 @@ UPDATE execution AS e
    SET status = 'COMPENSATED',
        {lease_cleared},
        error_code = e.compensation_cause,
+       error_detail = e.compensation_detail,
        finished_at = clock_timestamp()
  WHERE {fence}
    AND e.compensation_cause IS NOT NULL
@@ -74,6 +77,8 @@ UPDATE execution
        {lease_cleared},
        next_attempt_at = clock_timestamp(),
        compensation_cause = COALESCE(compensation_cause, %(error_code)s),
+       compensation_detail = CASE WHEN compensation_cause IS NULL THEN %(error_detail)s
+                                  ELSE compensation_detail END,
        {error_recorded},
        dispatch_principal = NULL
  WHERE id = %(execution_id)s AND status = %(status)s AND fencing_token = %(token)s
@@ -95,6 +100,8 @@ UPDATE execution
        {lease_cleared},
        next_attempt_at = clock_timestamp(),
        compensation_cause = COALESCE(compensation_cause, %(error_code)s),
+       compensation_detail = CASE WHEN compensation_cause IS NULL THEN error_detail
+                                  ELSE compensation_detail END,
        {error_cleared},
        finished_at = NULL,
        dispatch_principal = NULL

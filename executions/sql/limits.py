@@ -253,6 +253,7 @@ ROUTE_STATS = """
 SELECT l.route, l.max_in_flight, l.rate_count, l.rate_window_seconds,
        CASE WHEN l.paused_until > clock_timestamp() THEN l.paused_until END AS paused_until,
        l.paused_by,
+       CASE WHEN l.paused_until > clock_timestamp() THEN l.pause_reason END AS pause_reason,
        (SELECT count(*) FROM route_call AS rc
          WHERE rc.route = l.route AND rc.ended_at IS NULL AND rc.kind <> 'lease'
            AND route_call_live(rc, clock_timestamp()))

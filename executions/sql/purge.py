@@ -73,6 +73,7 @@ purged AS (
     UPDATE execution AS e
        SET purged_at = clock_timestamp(),
            error_detail = NULL,
+           compensation_detail = NULL,
            actor_snapshot = '{}',
            dispatch_principal = NULL
       FROM batch

@@ -9,6 +9,7 @@ real provider is test_reconciliation.py. Screenshots go under tests/browser's AR
 """
 
 import pytest
+from django.urls import reverse
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -96,6 +97,9 @@ def test_case_page__the_refusal_and_the_replay_risk_are_in_the_first_screen(
     navigate(browser, wait, browser.find_element(By.ID, "submit-not-happened"))
     wait.until(ec.presence_of_element_located((By.ID, "case-explained")))
     screenshots(browser, "refused")
+    # At the case's own address (post/redirect/get): a reload or a copied link opens the case.
+    case_url = reverse("admin:reconciliation_reconciliationcase_change", args=[case.pk])
+    assert browser.current_url == live_server.url + case_url
     assert _selector_in_first_screen(browser, ".messagelist .error")
     told = browser.find_element(By.CSS_SELECTOR, ".messagelist .error").text
     assert told.startswith("Not done: “The write did not happen” was refused")
@@ -113,6 +117,10 @@ def test_case_page__the_refusal_and_the_replay_risk_are_in_the_first_screen(
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "resolved 1"))
     screenshots(browser, "resolved")
     assert Execution.objects.get(pk=case.pk).status == ExecutionStatus.PENDING
+    # The header says who resolved it, how and why.
+    assert browser.find_element(By.ID, "resolved-operator").text == "olga"
+    assert browser.find_element(By.ID, "resolved-reason").text == "Replay anyway."
+    assert browser.current_url == live_server.url + case_url
 
 
 def test_queue__fits_1400_px_with_one_flow_choice_per_key(

@@ -256,8 +256,8 @@ def test_resolve__an_invalid_form_is_shown_again_and_writes_nothing(
     before = row(case.pk)
     data = _resolve_post(case, "resolve_write_happened", action_id="charge", **fields)
     data.setdefault("output", '{"chargeId": "c", "status": "paid"}')
-    response = _client(operator).post(reverse(QUEUE), data)
-    assert response.status_code == 200
+    response = _client(operator).post(reverse(QUEUE), data, follow=True)
+    assert response.redirect_chain == [(_case_url(case), 302)]  # the case's own address
     assert problem in response.content.decode()
     assert row(case.pk) == before
 

@@ -102,9 +102,12 @@ def test_replay_after_the_provider_said_happened__needs_a_second_confirmation(
     before = row(case.pk)
     reason = "Support says the customer was not charged."
     refused = client.post(
-        reverse(QUEUE), _post(case, "resolve_write_not_happened", action_id="charge", reason=reason)
+        reverse(QUEUE),
+        _post(case, "resolve_write_not_happened", action_id="charge", reason=reason),
+        follow=True,
     )
-    assert refused.status_code == 200  # the case page again, not a separate one
+    # The case page again, at its own address (post/redirect/get: a reload does not post).
+    assert refused.redirect_chain == [(_case_url(case), 302)]
     again = refused.content.decode()
     assert 'id="case-explained"' in again
     assert "Confirm that you choose this all the same" in again
@@ -147,8 +150,9 @@ def test_happened_after_the_provider_said_not_found__needs_a_second_confirmation
             reason="The provider's dashboard shows it.",
             output='{"chargeId": "ch_2", "status": "paid"}',
         ),
+        follow=True,
     )
-    assert response.status_code == 200
+    assert response.redirect_chain == [(_case_url(case), 302)]
     assert "The provider said this write did not happen" in response.content.decode()
     assert row(case.pk) == before
 
@@ -176,8 +180,9 @@ def test_a_refused_output__stays_on_the_case_with_what_was_typed(
     response = _client(operator).post(
         reverse(QUEUE),
         _post(case, "resolve_write_happened", action_id="charge", reason=reason, output=output),
+        follow=True,
     )
-    assert response.status_code == 200
+    assert response.redirect_chain == [(_case_url(case), 302)]
     page = response.content.decode()
     assert 'id="case-explained"' in page and problem in page
     assert reason.replace("'", "&#x27;") in page
@@ -242,9 +247,9 @@ def test_a_reader_without_resolution_permissions__sees_no_resolution_control(
 def test_a_refused_form__says_which_field_and_why_at_the_top(operator, charge_registry):
     case = reconciliation_case()
     response = _client(operator).post(
-        reverse(QUEUE), _post(case, "abandon_execution", reason="   ")
+        reverse(QUEUE), _post(case, "abandon_execution", reason="   "), follow=True
     )
-    assert response.status_code == 200
+    assert response.redirect_chain == [(_case_url(case), 302)]
     told = [str(m) for m in response.context["messages"]]
     assert told == [
         "Not done: “Abandon” was refused and nothing was written. Reason: This field is "
@@ -258,8 +263,9 @@ def test_a_refusal_by_the_service__is_said_once_at_the_top(operator, charge_regi
     response = _client(operator).post(
         reverse(QUEUE),
         _post(case, "resolve_write_happened", action_id="charge", reason="r", output='{"x": 1}'),
+        follow=True,
     )
-    assert response.status_code == 200
+    assert response.redirect_chain == [(_case_url(case), 302)]
     told = [str(m) for m in response.context["messages"]]
     assert len(told) == 1 and "output schema" in told[0], told
 
@@ -313,8 +319,10 @@ def test_after_a_lost_replay__the_page_speaks_of_the_new_attempt_and_suggests_no
     refused = client.post(
         reverse(QUEUE),
         _post(case, "resolve_write_not_happened", action_id="charge", reason="It said not found."),
+        follow=True,
     )
-    assert refused.status_code == 200 and 'id="case-explained"' in refused.content.decode()
+    assert refused.redirect_chain == [(_case_url(case), 302)]
+    assert 'id="case-explained"' in refused.content.decode()
     told = [str(m) for m in refused.context["messages"]]
     assert len(told) == 1 and told[0].startswith("Not done: “The write did not happen” was refused")
     assert "Without evidence" in told[0] and "Confirm that you choose this all the same" in told[0]

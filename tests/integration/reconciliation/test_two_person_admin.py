@@ -79,9 +79,11 @@ def test_the_proposer_posting_approval__is_refused_and_changes_nothing(operator,
     response = client.post(
         _proposal_url(case),
         {"decision": "approve", "proposal": proposal.event_id, "reason": "I approve myself"},
+        follow=True,
     )
 
-    assert response.status_code == 200  # the case again, with the refusal and the text kept
+    # The case again, at its own address, with the refusal and the text kept.
+    assert response.redirect_chain == [(_case_url(case), 302)]
     page = response.content.decode()
     assert "a second operator must approve it" in page
     assert "I approve myself" in page
@@ -129,8 +131,9 @@ def test_approving_against_the_evidence__needs_the_confirmation(operator, second
     refused = client.post(
         _proposal_url(case),
         {"decision": "approve", "proposal": proposal.event_id, "reason": "ok"},
+        follow=True,
     )
-    assert refused.status_code == 200
+    assert refused.redirect_chain == [(_case_url(case), 302)]
     assert "Confirm that you choose this all the same" in refused.content.decode()
     assert row(case.pk) == before
 
@@ -195,9 +198,10 @@ def test_the_one_person_replay__is_refused_under_the_rule(operator, charge_regis
     response = _client(operator).post(
         reverse(QUEUE),
         _post(case, "resolve_write_not_happened", action_id="charge", reason="alone"),
+        follow=True,
     )
 
-    assert response.status_code == 200
+    assert response.redirect_chain == [(_case_url(case), 302)]
     assert "two-person rule is on" in response.content.decode()
     assert row(case.pk) == before
 

@@ -349,6 +349,60 @@ def test_compensation__a_transient_undo_retries_with_the_same_key_then_compensat
     assert _types(conn, accepted).count("COMPENSATION_STARTED") == 1
 
 
+def test_compensation__a_compensated_execution_keeps_the_failure_that_started_it(
+    conn, make_flow, runtime_dsn
+):
+    """The release's dropped first call (retried with its key) leaves its error on its own
+    checkpoint's history; the execution ends with the charge's refusal, code and detail."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from actions.base import ActionResult, Outcome
+
+    accepted = enqueue(conn, _shop(make_flow), data={"sku": "book"})
+    refused = ActionResult(
+        outcome=Outcome.PERMANENT,
+        error_code="HTTP_402",
+        error_detail="provider refused the call with HTTP 402",
+    )
+    dropped = ActionResult(
+        outcome=Outcome.UNKNOWN,
+        error_code="CONNECTION_LOST",
+        error_detail="connection lost after sending; the write may have been applied",
+    )
+    release = ScriptedAdapter(script=[dropped], default=ok({}))
+    bindings = (
+        binding("RESERVE", ScriptedAdapter(), effect="IDEMPOTENT_WRITE"),
+        binding("CHARGE", ScriptedAdapter(default=refused), effect="NON_IDEMPOTENT_WRITE"),
+        binding("RELEASE", release, effect="IDEMPOTENT_WRITE"),
+    )
+    first = _run(conn, runtime_dsn, *bindings)
+    assert first.execution_status == "RETRY_WAIT"  # the release's call was dropped: retried
+    started = execution_row(conn, accepted.execution_id)
+    assert "HTTP 402" in started["compensation_detail"]
+    make_due(conn, [accepted.execution_id])
+
+    assert _run(conn, runtime_dsn, *bindings).execution_status == "COMPENSATED"
+
+    row = execution_row(conn, accepted.execution_id)
+    assert row["error_code"] == row["compensation_cause"] == started["compensation_cause"]
+    assert row["error_detail"] == started["compensation_detail"]
+    assert "provider refused the call with HTTP 402" in row["error_detail"]
+    assert "connection lost" not in row["error_detail"]
+    assert len(release.calls) == 2
+    # The execution's page says the same, with the undo's dropped attempt listed apart.
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw-root"))
+    page = client.get(reverse("admin:executions_execution_change", args=[accepted.execution_id]))
+    text = page.content.decode()
+    detail = text[text.index("field-error_detail") :]
+    assert "provider refused the call with HTTP 402" in detail[: detail.index("</div>\n")]
+    steps = text[text.index("field-compensation_errors") :]
+    steps = steps[: steps.index("</div>\n")]
+    assert "reserve:compensate attempt 1: UNKNOWN CONNECTION_LOST" in steps
+
+
 @pytest.mark.parametrize(
     ("effect", "status", "calls"),
     [
@@ -417,7 +471,11 @@ def test_compensation__a_cancellation_after_clean_writes_requeues_it_to_compensa
 
     assert result.execution_status == "COMPENSATED"
     assert len(release.calls) == 1
-    assert execution_row(conn, accepted.execution_id)["error_code"] == errors.CANCELLED_AFTER_WRITE
+    ended = execution_row(conn, accepted.execution_id)
+    assert (ended["error_code"], ended["error_detail"]) == (
+        errors.CANCELLED_AFTER_WRITE,
+        "cancelled by alice: changed my mind",
+    )
     assert _released_unchanged(conn, accepted)
     types = _types(conn, accepted)
     assert types.index("EXECUTION_CANCELLED") < types.index("EXECUTION_COMPENSATED")
@@ -452,6 +510,7 @@ def test_compensation__an_operator_compensates_a_case_whose_charge_never_happene
         binding("REFUND", refund, effect="IDEMPOTENT_WRITE"),
     )
     assert _run(conn, runtime_dsn, *bindings).execution_status == "RECONCILIATION_REQUIRED"
+    uncertain = execution_row(conn, accepted.execution_id)["error_detail"]
     operator = _operator(
         "view_reconciliationcase", "view_execution", "view_request", "compensate_execution"
     )
@@ -487,7 +546,10 @@ def test_compensation__an_operator_compensates_a_case_whose_charge_never_happene
     assert result.execution_status == "COMPENSATED"
     assert [c.input for c in release.calls] == [{"reservationId": "r-9", "sku": "book"}]
     assert refund.calls == []  # the charge never happened: nothing to refund
-    assert execution_row(conn, accepted.execution_id)["error_code"] == errors.UNCERTAIN_WRITE
+    ended = execution_row(conn, accepted.execution_id)
+    # The failure that started it, as the case showed it (the requeue cleared the error).
+    assert (ended["error_code"], ended["error_detail"]) == (errors.UNCERTAIN_WRITE, uncertain)
+    assert uncertain
     assert _released_unchanged(conn, accepted)
 
 
