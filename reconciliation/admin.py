@@ -107,7 +107,7 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     @admin.display(description="request data")
     def summary(self, obj: ReconciliationCase) -> str:
         fields = explain.summary_fields(obj.flow.definition, obj.request.data)
-        return " · ".join(f"{label} {value}" for label, value in fields) or "—"
+        return explain.summary_line(fields) or "—"
 
     @admin.display(description="why")
     def why(self, obj: ReconciliationCase) -> str:

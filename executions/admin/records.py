@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from orquestador import display
 from orquestador.errors import CodedError
 
+from ..flows import amounts
 from ..models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
 from ..pictures import insight
 from ..queue.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
@@ -34,6 +35,7 @@ from . import columns, pictures
 
 CANCEL_EXECUTION = "executions.cancel_execution"
 PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
+AMOUNT_CHARS = 80  # characters of an amount's raw value on hover
 MOMENT_SUFFIX = "__utc"  # a detail page shows field `x` as `x__utc`: UTC to the second, its age
 
 
@@ -175,12 +177,18 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     search_help_text = "A request id, or an exact owner or scope."
     uuid_search_fields = ("id", "blocked_by_id")
     ordering = ("-created_at", "-id")
-    readonly_fields = ("timeline",)
+    readonly_fields = ("money", "timeline")
     change_form_template = "admin/executions/request/change_form.html"  # where it stands, drawn
     short = columns.short_id()
     blocking = columns.linked_id("blocked_by_id", "execution", description="blocked by")
     created = columns.moment("created_at", description="created")
     updated = columns.moment("updated_at", description="updated")
+
+    @admin.display(description="amounts")
+    def money(self, obj: Request) -> str:
+        """The data's amounts as the flow declares them (display.amounts), raw values on hover."""
+        found = amounts.amounts(obj.flow.definition, obj.data, AMOUNT_CHARS)
+        return format_html_join(", ", "{} {}", found) or "—"
 
     @admin.display(description="timeline (UTC)")
     def timeline(self, obj: Request) -> str:
