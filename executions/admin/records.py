@@ -31,7 +31,7 @@ from ..flows import amounts
 from ..models import ActionExecution, AuditEvent, Execution, ExecutionStatus, Flow, Request
 from ..pictures import insight
 from ..queue.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
-from . import columns, pictures
+from . import columns, pictures, search
 
 CANCEL_EXECUTION = "executions.cancel_execution"
 PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
@@ -174,7 +174,10 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     list_filter = ("state",)
     list_select_related = ("flow",)
     search_fields = ("=owner", "=scope")
-    search_help_text = "A request id, or an exact owner or scope."
+    search_help_text = (
+        "A request id, an exact owner or scope, or the exact value of a field the case summary "
+        "shows (a customer, a reference)."
+    )
     uuid_search_fields = ("id", "blocked_by_id")
     ordering = ("-created_at", "-id")
     readonly_fields = ("money", "timeline")
@@ -183,6 +186,17 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     blocking = columns.linked_id("blocked_by_id", "execution", description="blocked by")
     created = columns.moment("created_at", description="created")
     updated = columns.moment("updated_at", description="updated")
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term or _as_uuid(term) is not None:
+            return super().get_search_results(request, queryset, search_term)
+        # Each part is served by an index: the owner's and the tenant's, and the data's.
+        match = Q(owner=term) | Q(scope=term)
+        summary = search.summary_match(term)
+        return queryset.filter(match | summary if summary is not None else match), False
 
     @admin.display(description="amounts")
     def money(self, obj: Request) -> str:

@@ -1,5 +1,6 @@
 """Money reads as money: the demo's charge (examples/order.json, 2500 EUR cents) shows as €25.00
-on the case page, in the case list and on the request's page, its raw value on hover."""
+on the case page, in the case list and on the request's page, its raw value on hover; and the
+requests and the cases are found by what the case summary shows (a customer, an amount)."""
 
 import json
 import re
@@ -12,7 +13,7 @@ from django.urls import reverse
 from executions.flows.publication import flow_publish
 from executions.models import Execution, Request
 
-from .factories import reconciliation_case
+from .factories import RequestFactory, reconciliation_case
 
 pytestmark = pytest.mark.django_db
 
@@ -21,6 +22,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 ORDER = {"customer": "cus_ada", "sku": "book-42", "quantity": 1, "amount": 2500, "currency": "EUR"}
 EUR_25 = '<span class="amount" title="2500">€25.00</span>'
 QUEUE = "admin:reconciliation_reconciliationcase_changelist"
+REQUESTS = "admin:executions_request_changelist"
 
 
 def _client(user) -> Client:
@@ -74,3 +76,22 @@ def test_request_page__lists_every_amount_of_its_data(operator, charge_registry)
     shown = re.search(r'<div class="readonly">(amount .*?)</div>', page)
     assert shown is not None, page
     assert shown.group(1) == f"amount {EUR_25}, payment / amount {EUR_25}"
+
+
+def _found(client: Client, name: str, term: str) -> str:
+    return client.get(reverse(name), {"q": term}).content.decode()
+
+
+def test_search__finds_requests_and_cases_by_their_summary_fields(operator, charge_registry):
+    ada = _demo_case(ORDER)
+    bo = _demo_case(ORDER | {"customer": "cus_bo", "amount": 900})
+    plain = RequestFactory(owner="cus_ada")  # found by its owner, as before
+    client = _client(operator)
+    for term, requests in (("cus_ada", {ada.request_id, plain.pk}), ("900", {bo.request_id})):
+        page = _found(client, REQUESTS, term)
+        listed = {r.pk for r in Request.objects.all() if str(r.pk)[:8] in page}
+        assert listed == requests, (term, page)
+    cases = _found(client, QUEUE, "cus_bo")
+    assert str(bo.pk)[:8] in cases and str(ada.pk)[:8] not in cases
+    assert str(ada.pk)[:8] in _found(client, QUEUE, "2500")
+    assert str(ada.pk)[:8] not in _found(client, QUEUE, "cus_nobody")
