@@ -31,7 +31,7 @@ def _client(user) -> Client:
     return client
 
 
-def _demo_case(data: dict) -> Execution:
+def demo_case(data: dict) -> Execution:
     """A case of the demo's order flow: its charge's outcome unknown, the request's data `data`."""
     flow, _ = flow_publish(definition=json.loads((EXAMPLES / "order.json").read_text()))
     case = reconciliation_case()
@@ -46,7 +46,7 @@ def _summary(page: str) -> str:
 
 
 def test_case_page__the_demo_charge_reads_as_money(operator, charge_registry):
-    case = _demo_case(ORDER)
+    case = demo_case(ORDER)
     page = _client(operator).get(reverse(f"{QUEUE[:-10]}change", args=[case.pk])).content.decode()
     summary = _summary(page)
     assert f"<b>amount</b> {EUR_25}" in summary, summary
@@ -55,14 +55,14 @@ def test_case_page__the_demo_charge_reads_as_money(operator, charge_registry):
 
 
 def test_case_list__the_demo_charge_reads_as_money(operator, charge_registry):
-    _demo_case(ORDER)
+    demo_case(ORDER)
     page = _client(operator).get(reverse(QUEUE)).content.decode()
     assert f"customer cus_ada · amount {EUR_25} · sku book-42" in page
 
 
 def test_case_list__an_amount_that_is_not_one_is_shown_as_it_is(operator, charge_registry):
-    _demo_case(ORDER | {"amount": "pending", "currency": "EUR"})
-    _demo_case(ORDER | {"customer": "cus_bo", "currency": "XYZ"})
+    demo_case(ORDER | {"amount": "pending", "currency": "EUR"})
+    demo_case(ORDER | {"customer": "cus_bo", "currency": "XYZ"})
     page = _client(operator).get(reverse(QUEUE)).content.decode()
     assert "customer cus_ada · amount pending · sku" in page
     assert "customer cus_bo · amount 2500 · sku" in page
@@ -70,7 +70,7 @@ def test_case_list__an_amount_that_is_not_one_is_shown_as_it_is(operator, charge
 
 def test_request_page__lists_every_amount_of_its_data(operator, charge_registry):
     paid = ORDER | {"payment": {"chargeId": "ch_1", "amount": 2500, "currency": "EUR"}}
-    case = _demo_case(paid)
+    case = demo_case(paid)
     url = reverse("admin:executions_request_change", args=[case.request_id])
     page = _client(operator).get(url).content.decode()
     shown = re.search(r'<div class="readonly">(amount .*?)</div>', page)
@@ -83,8 +83,8 @@ def _found(client: Client, name: str, term: str) -> str:
 
 
 def test_search__finds_requests_and_cases_by_their_summary_fields(operator, charge_registry):
-    ada = _demo_case(ORDER)
-    bo = _demo_case(ORDER | {"customer": "cus_bo", "amount": 900})
+    ada = demo_case(ORDER)
+    bo = demo_case(ORDER | {"customer": "cus_bo", "amount": 900})
     plain = RequestFactory(owner="cus_ada")  # found by its owner, as before
     client = _client(operator)
     for term, requests in (("cus_ada", {ada.request_id, plain.pk}), ("900", {bo.request_id})):
