@@ -16,7 +16,8 @@ from babel.numbers import format_currency, get_currency_precision, list_currenci
 from django.utils import translation
 
 CURRENCY_CODE = re.compile(r"[A-Z]{3}")
-_DECIMAL_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # an amount written as a JSON string
+# An amount written as a JSON string; longer is no amount of money (and would be slow to format).
+_DECIMAL_TEXT = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
 
 
 def clip(text: str | None, limit: int) -> str:
@@ -98,7 +99,7 @@ def money(amount: object, currency: object, *, minor_units: bool) -> str | None:
         return None
     try:
         value = Decimal(str(amount))
-    except InvalidOperation:
+    except (InvalidOperation, ValueError):  # ValueError: an int past str()'s digit limit
         return None
     if not value.is_finite():
         return None

@@ -63,6 +63,8 @@ def test_money__follows_the_active_language():
         (2500, None, True),
         (2500, 978, True),
         (1e300, "EUR", False),  # past what a decimal context holds
+        ("1" * 31, "EUR", False),  # no amount of money is written so long
+        pytest.param(10**5000, "EUR", True, id="past-the-digits-str-writes"),
     ],
 )
 def test_money__what_is_not_an_amount_is_none(amount, currency, minor_units):
