@@ -11,6 +11,7 @@ lease times come from the database clock.
 
 import uuid
 
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -127,6 +128,17 @@ class Request(models.Model):
                 fields=["scope", "updated_at", "created_at", "id"],
                 name="request_updated_at_list_idx",
                 include=["owner"],
+            ),
+            # The admin's search (executions/admin/search.py, migration 0034): by an exact owner
+            # whatever the tenant, and by what a case summary shows (`data @> {"customer": ...}`:
+            # every path to a value of the data, hashed).
+            models.Index(fields=["owner"], name="request_owner_search_idx"),
+            GinIndex(
+                fields=["data"],
+                opclasses=["jsonb_path_ops"],
+                name="request_data_search_idx",
+                fastupdate=True,
+                gin_pending_list_limit=256,
             ),
         ]
         constraints = [

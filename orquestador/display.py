@@ -1,11 +1,23 @@
 """How the admin pages and the texts they record show a value to a person: a line cut to a
-length, a moment in UTC to the second, an age in words, and a moment with its age.
+length, a moment in UTC to the second, an age in words, a moment with its age, and an amount of
+money in its currency ("€25.00", "¥2,500"), formatted by Babel for the active language.
 
 Pure functions, no clock: callers pass `now`. Imports nothing of the project, so the executions
-admin and the reconciliation screens show moments the same way.
+admin and the reconciliation screens show moments and amounts the same way.
 """
 
+import re
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from functools import cache
+
+from babel import Locale, UnknownLocaleError
+from babel.numbers import format_currency, get_currency_precision, list_currencies
+from django.utils import translation
+
+CURRENCY_CODE = re.compile(r"[A-Z]{3}")
+# An amount written as a JSON string; longer is no amount of money (and would be slow to format).
+_DECIMAL_TEXT = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
 
 
 def clip(text: str | None, limit: int) -> str:
@@ -45,3 +57,63 @@ def at_and_ago(moment: datetime | None, now: datetime) -> str:
     seconds = (now - moment).total_seconds()
     relative = f"{age(seconds)} ago" if seconds >= 0 else f"in {age(-seconds)}"
     return f"{utc(moment)} ({relative})"
+
+
+@cache
+def _currencies() -> frozenset[str]:
+    return frozenset(list_currencies())
+
+
+def is_currency(code: object) -> bool:
+    """True for an ISO 4217 code Babel knows ("EUR", "JPY"), never for anything else."""
+    return (
+        isinstance(code, str)
+        and CURRENCY_CODE.fullmatch(code) is not None
+        and (code in _currencies())
+    )
+
+
+def minor_digits(currency: str) -> int:
+    """How many digits the currency's minor unit has: EUR 2, JPY 0, BHD 3."""
+    return get_currency_precision(currency)
+
+
+@cache
+def _locale(language: str) -> Locale:
+    try:
+        return Locale.parse(translation.to_locale(language))
+    except (UnknownLocaleError, ValueError):
+        return Locale.parse("en_US")
+
+
+def money(amount: object, currency: object, *, minor_units: bool) -> str | None:
+    """`amount` of `currency` as the active language writes money ("€25.00"); None when it is
+    not an amount (not a number or a decimal string, a fraction of a minor unit, an unknown
+    currency), for the caller to show the value as it is. `minor_units`: `amount` counts the
+    currency's minor units (2500 is €25.00, but ¥2,500)."""
+    if not isinstance(currency, str) or not is_currency(currency):
+        return None
+    if isinstance(amount, bool) or not isinstance(amount, int | float | str):
+        return None
+    if isinstance(amount, str) and not _DECIMAL_TEXT.fullmatch(amount):
+        return None
+    try:
+        value = Decimal(str(amount))
+    except (InvalidOperation, ValueError):  # ValueError: an int past str()'s digit limit
+        return None
+    if not value.is_finite():
+        return None
+    if minor_units:
+        if value != value.to_integral_value():
+            return None  # a fraction of a cent is no count of cents
+        value = value.scaleb(-minor_digits(currency))
+    # Never rounded: a value finer than the currency's minor unit shows every digit it has.
+    try:
+        return format_currency(
+            value,
+            currency,
+            locale=_locale(translation.get_language() or "en-us"),
+            decimal_quantization=False,
+        )
+    except ArithmeticError:  # beyond what the decimal context holds (1e300): no amount of money
+        return None

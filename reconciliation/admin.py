@@ -18,8 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from executions.admin import search
 from executions.admin.records import ViewOnly
-from executions.models import AuditType, ExecutionStatus
+from executions.models import AuditType, ExecutionStatus, Request
 from executions.pictures.insight import takeover_sentence
 from orquestador import display
 from orquestador.display import clip
@@ -45,14 +46,20 @@ admin.site.site_url = None
 def _search(
     queryset: QuerySet[Any], term: str, *, execution_field: str, request_field: str
 ) -> QuerySet[Any]:
-    """By request id (or execution id), or by a checkpoint's external key."""
+    """By request id (or execution id), by a checkpoint's external key, or by the exact value of a
+    case-summary field (a customer, a reference: executions/admin/search.py)."""
     term = term.strip()
     if not term:
         return queryset
     as_id = selectors.as_uuid(term)
     if as_id is not None:
         return queryset.filter(Q(**{request_field: as_id}) | Q(**{execution_field: as_id}))
-    return selectors.with_external_key(queryset, term, execution_field=execution_field)
+    keyed = selectors.with_external_key(queryset, term, execution_field=execution_field)
+    summary = search.summary_match(term)
+    if summary is None:
+        return keyed
+    requests = Request.objects.filter(summary).values("pk")
+    return keyed | queryset.filter(**{f"{request_field}__in": requests})
 
 
 @admin.register(ReconciliationCase)
@@ -74,7 +81,10 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
         filters.AgeFilter,
     )
     search_fields = ("id",)  # shows the box; get_search_results decides what a term means
-    search_help_text = "A request id, an execution id, or an external key (executionId:actionId)."
+    search_help_text = (
+        "A request id, an execution id, an external key (executionId:actionId), or the exact "
+        "value of a summary field (a customer, a reference)."
+    )
     ordering = selectors.QUEUE_ORDER
     sortable_by = ()  # one order, the index's, so paging stays cheap and stable
     list_per_page = 50
@@ -108,7 +118,7 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     @admin.display(description="request data")
     def summary(self, obj: ReconciliationCase) -> str:
         fields = explain.summary_fields(obj.flow.definition, obj.request.data)
-        return " · ".join(f"{label} {value}" for label, value in fields) or "—"
+        return explain.summary_line(fields) or "—"
 
     @admin.display(description="why")
     def why(self, obj: ReconciliationCase) -> str:
@@ -241,7 +251,10 @@ class BlockedRequestAdmin(ViewOnly, admin.ModelAdmin):
         filters.BlockedAgeFilter,
     )
     search_fields = ("id",)
-    search_help_text = "A request id, an execution id, or an external key (executionId:actionId)."
+    search_help_text = (
+        "A request id, an execution id, an external key (executionId:actionId), or the exact "
+        "value of a summary field (a customer, a reference)."
+    )
     ordering = ("updated_at", "id")
     sortable_by = ()
     list_per_page = 50

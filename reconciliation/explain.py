@@ -8,12 +8,13 @@ where it is inconclusive (no lookup about this attempt, or one that settled noth
 the provider (again) or check with it directly, and no resolution is pre-selected.
 """
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from executions.flows import pointer
+from django.utils.html import format_html_join
+
+from executions.flows import amounts
 from executions.models import AuditEvent, AuditType, CheckpointStatus, ExecutionStatus
 from executions.pictures.insight import takeovers
 from orquestador.display import at_and_ago, clip, utc
@@ -42,22 +43,19 @@ def lookup_status(lookup: dict[str, Any] | None) -> str:
     return LOOKUP_ERROR
 
 
-def summary_fields(definition: dict[str, Any], data: Any) -> list[tuple[str, str]]:
-    """The flow's `caseSummary` pointers with the request data's values there, for display."""
+def summary_fields(definition: dict[str, Any], data: Any) -> list[tuple[str, amounts.Shown]]:
+    """The flow's `caseSummary` pointers with the request data's values there, for display: an
+    amount the flow declares (`display.amounts`) formatted as money, its raw value kept."""
     fields = []
     for where in definition.get("caseSummary") or []:
-        try:
-            value = pointer.resolve(data, where)
-        except pointer.PointerError:
-            value = pointer.MISSING
-        if value is pointer.MISSING:
-            shown = "—"
-        elif isinstance(value, str):
-            shown = clip(value, SUMMARY_VALUE_CHARS)
-        else:
-            shown = clip(json.dumps(value, ensure_ascii=False), SUMMARY_VALUE_CHARS)
-        fields.append((where.lstrip("/").replace("/", " / ") or where, shown))
+        value = amounts.shown(definition, data, where, SUMMARY_VALUE_CHARS)
+        fields.append((amounts.label(where), value or amounts.Shown("—")))
     return fields
+
+
+def summary_line(fields: list[tuple[str, amounts.Shown]]) -> str:
+    """The summary fields on one line (HTML: each amount with its raw value on hover)."""
+    return format_html_join(" · ", "{} {}", fields)
 
 
 def why(

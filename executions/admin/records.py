@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from orquestador import display
 from orquestador.errors import CodedError
 
+from ..flows import amounts
 from ..flows.compensations import compensated_action
 from ..models import (
     ActionAttempt,
@@ -40,10 +41,11 @@ from ..models import (
 )
 from ..pictures import insight
 from ..queue.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
-from . import columns, pictures
+from . import columns, pictures, search
 
 CANCEL_EXECUTION = "executions.cancel_execution"
 PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
+AMOUNT_CHARS = 80  # characters of an amount's raw value on hover
 MOMENT_SUFFIX = "__utc"  # a detail page shows field `x` as `x__utc`: UTC to the second, its age
 CASES_SHOWN = 20  # a request's reconciliation cases linked from its page, latest first
 CASE_URL = "admin:reconciliation_reconciliationcase_change"  # the case page, by execution id
@@ -232,15 +234,35 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
     list_filter = ("state",)
     list_select_related = ("flow",)
     search_fields = ("=owner", "=scope")
-    search_help_text = "A request id, or an exact owner or scope."
+    search_help_text = (
+        "A request id, an exact owner or scope, or the exact value of a field the case summary "
+        "shows (a customer, a reference)."
+    )
     uuid_search_fields = ("id", "blocked_by_id")
     ordering = ("-created_at", "-id")
-    readonly_fields = ("cases", "timeline")
+    readonly_fields = ("cases", "money", "timeline")
     change_form_template = "admin/executions/request/change_form.html"  # where it stands, drawn
     short = columns.short_id()
     blocking = columns.linked_id("blocked_by_id", "execution", description="blocked by")
     created = columns.moment("created_at", description="created")
     updated = columns.moment("updated_at", description="updated")
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term or _as_uuid(term) is not None:
+            return super().get_search_results(request, queryset, search_term)
+        # Each part is served by an index: the owner's and the tenant's, and the data's.
+        match = Q(owner=term) | Q(scope=term)
+        summary = search.summary_match(term)
+        return queryset.filter(match | summary if summary is not None else match), False
+
+    @admin.display(description="amounts")
+    def money(self, obj: Request) -> str:
+        """The data's amounts as the flow declares them (display.amounts), raw values on hover."""
+        found = amounts.amounts(obj.flow.definition, obj.data, AMOUNT_CHARS)
+        return format_html_join(", ", "{} {}", found) or "—"
 
     @admin.display(description="timeline (UTC)")
     def timeline(self, obj: Request) -> str:

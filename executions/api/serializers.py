@@ -408,6 +408,10 @@ class FlowDefinitionSerializer(serializers.Serializer):
         max_length=8,
         help_text="JSON Pointers into the request data shown on reconciliation cases.",
     )
+    display = JsonObjectField(
+        required=False,
+        help_text='How pages show the data: {"amounts": [{"path", "currency", "minorUnits"}]}.',
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -6,7 +6,7 @@ Problems are reported all at once, each with a JSON-path-like location such as
 `$.transitions[0].actions[1].input.amount.from`. The walk is `_Checker`: it holds what every
 check reads (the states, the actions before each one, what each wait can produce) and builds on
 the checks of values, pointers and conditions (expressions.py), of the shapes every level
-shares (problems.py) and of compensations (compensations.py); payloads.py reads payloadSchemas.
+shares (problems.py), of compensations (compensations.py) and amounts (amounts.py).
 """
 
 import re
@@ -22,6 +22,7 @@ from orquestador import patterns, schemacost
 from orquestador.schemas import DRAFT as DRAFT  # imported from here by waits.py and tests
 from orquestador.schemas import schema_errors
 
+from .amounts import DisplayChecks
 from .canonical import canonical_json
 from .compensations import CompensationChecks
 from .evaluator import HIT_POLICIES
@@ -46,7 +47,7 @@ FLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 DRAFT_URI: str = jsonschema.Draft202012Validator.META_SCHEMA["$id"]
 
 
-class _Checker(ExpressionChecks, CompensationChecks):
+class _Checker(ExpressionChecks, CompensationChecks, DisplayChecks):
     """Walks one definition and collects every problem."""
 
     def __init__(self) -> None:
@@ -56,7 +57,7 @@ class _Checker(ExpressionChecks, CompensationChecks):
     # -- the definition ---------------------------------------------------------------------
 
     def definition(self, definition: Any) -> None:
-        if not self.object(definition, "$", TOP_LEVEL_KEYS, ("caseSummary",)):
+        if not self.object(definition, "$", TOP_LEVEL_KEYS, ("caseSummary", "display")):
             return
         if "key" in definition:
             self.name(
@@ -73,12 +74,16 @@ class _Checker(ExpressionChecks, CompensationChecks):
             initial = definition["initialState"]
             if self.name(initial, "$.initialState") and self.states and initial not in self.states:
                 self.problem("$.initialState", f"{initial!r} is not one of the states")
+        usable_schema = None  # the dataSchema, once checked usable: what data can hold
         if "dataSchema" in definition:
-            self.data_schema(definition["dataSchema"], "$.dataSchema")
+            if self.data_schema(definition["dataSchema"], "$.dataSchema"):
+                usable_schema = definition["dataSchema"]
         if "transitions" in definition:
             self.transitions(definition["transitions"], "$.transitions")
         if "caseSummary" in definition:
             self.case_summary(definition["caseSummary"], "$.caseSummary")
+        if "display" in definition:
+            self.display(definition["display"], "$.display", usable_schema)
 
     def case_summary(self, pointers: Any, path: str) -> None:
         """JSON Pointers into the request data that a reconciliation case shows at its top."""

@@ -35,7 +35,7 @@ def _loadflow(path: Path) -> str:
 
 
 def test_loadflow__publishes_the_compensating_example_against_its_catalog(demo_catalog):
-    assert _loadflow(EXAMPLES / "checkout.json") == "published checkout@1\n"
+    assert _loadflow(EXAMPLES / "checkout.json") == "published checkout@2\n"
 
 
 def test_loadflow__refuses_an_opted_in_write_without_an_undo(demo_catalog, tmp_path):
@@ -68,17 +68,17 @@ def test_loadflow__without_a_catalog_checks_only_the_shape(tmp_path):
     path = tmp_path / "flow.json"
     path.write_text(json.dumps(definition))
     with override_settings(INTEGRATIONS_FILE=""):
-        assert _loadflow(path) == "published checkout@1\n"
+        assert _loadflow(path) == "published checkout@2\n"
 
 
 def test_start_check__reports_published_flows_the_catalog_cannot_compensate(demo_catalog):
     definition = json.loads((EXAMPLES / "checkout.json").read_text())
     broken = copy.deepcopy(definition)
-    broken["version"] = 2
+    broken["version"] = definition["version"] + 1
     broken["transitions"][0]["actions"][0]["compensate"]["capability"] = "stock.unreserve"
     for version in (definition, broken):
         Flow.objects.create(key="checkout", version=version["version"], definition=version)
     assert flows_compensation_problems(resolve=demo_catalog.resolve) == [
-        "checkout@2 $.transitions[0].actions[0].compensate: the compensation stock.unreserve@1 "
+        "checkout@3 $.transitions[0].actions[0].compensate: the compensation stock.unreserve@1 "
         "has no contract or route in the integrations file"
     ]
