@@ -40,6 +40,10 @@ QUEUE_HOVER_CHARS = 1000  # characters of it on hover
 admin.site.index_template = "admin/operations_index.html"
 admin.site.site_url = None
 
+# No navigation sidebar: it took a quarter of a 1400 px window on every page, pushing the lists'
+# columns into a sideways scroll; the breadcrumbs and the home page lead everywhere it did.
+admin.site.enable_nav_sidebar = False
+
 
 def _search(
     queryset: QuerySet[Any], term: str, *, execution_field: str, request_field: str
