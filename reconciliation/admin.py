@@ -135,14 +135,6 @@ class ReconciliationCaseAdmin(ViewOnly, ProposalViews, CaseActions, admin.ModelA
     def created(self, obj: ReconciliationCase) -> str:
         return display.utc(obj.created_at).removesuffix(" UTC")
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        # The queue gives the navigation sidebar's width to its columns, so at 1400 px they fit
-        # without scrolling sideways; the breadcrumbs and the home page lead everywhere else.
-        context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
-        return super().changelist_view(request, context)
-
     def change_view(
         self,
         request: HttpRequest,

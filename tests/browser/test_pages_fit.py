@@ -376,6 +376,20 @@ def test_every_admin_page_fits_at_1400_and_at_390(browser, live_server, demo, sc
     checksum = browser.find_element(By.CSS_SELECTOR, "td.field-short_checksum .long-value")
     assert len(checksum.get_attribute("title")) == 64
 
+    # In a wide window every resolution's consequence is in the first screen (side by side).
+    _open(browser, wait, case_url)
+    bottoms = browser.execute_script(
+        "window.scrollTo(0, 0);"
+        "return Array.from(document.querySelectorAll('#case-resolutions form'),"
+        " form => [form.id, form.querySelector('h3 + p').getBoundingClientRect().bottom]);"
+    )
+    assert [key for key, _ in bottoms] == [
+        "resolve-happened",
+        "resolve-not-happened",
+        "resolve-abandon",
+    ]
+    assert all(bottom <= WIDE[1] for _, bottom in bottoms), bottoms
+
     # On the phone the queue's first column, the case's link, is on screen without scrolling.
     _resize(browser, PHONE)
     _open(browser, wait, shown["cases"])
