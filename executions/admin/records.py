@@ -113,7 +113,7 @@ class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
         return column.__get__(self)
 
 
-# What a checkpoint is, as both its execution's inline and the checkpoint list show it first.
+# What a checkpoint is, as its execution's inline shows it first (the checkpoint list folds a few).
 CHECKPOINT_COLUMNS = (
     "sequence",
     "action_id",

@@ -1,12 +1,12 @@
 """Pages that fit, in headless Chromium at 1400x1000 and at a phone's 390x844: every admin page
-reachable from the index (each list, one object's page from each, the add forms), the desk, a
-case before and after its resolution, a compensated execution, a request, the checkout flow and
-the Workers page, with demo-like data made by the worker's own code, is no wider than the
-window (`scrollWidth` of the page against its width); on the phone the case's suggested
-decision and its button are within the first two screens.
+reachable from the index (each list, one row's page from each, the add forms) and the pages an
+operator reads, on rows made by the worker's own code, is no wider than its window (scrollWidth
+against clientWidth), and at 1400 px no list scrolls inside its box; hashes and keys are cut
+short with the whole value in their title; the case's resolutions show their consequences in
+the first wide screen, and on the phone the suggested one's button is within two screens.
 
-Screenshots of the desk, the case before and after, an execution, a request, the flow with its
-compensations and the Workers page, at both sizes, are kept under tests/browser's ARTEFACTS.
+Whole-page screenshots at both sizes (the desk, the queue, a case before and after, an execution,
+its request, the flow with its compensations, the Workers page, two lists) go to ARTEFACTS.
 """
 
 import datetime
