@@ -50,3 +50,17 @@ def moment(field: str, *, description: str) -> Callable[[Any, Any], str]:
         return display.at_and_ago(getattr(obj, field), timezone.now())
 
     return column
+
+
+def long_value(field: str, *, description: str) -> Callable[[Any, Any], str]:
+    """A hash or a key, cut short by the stylesheet (orquestador/static/orquestador/fit.css,
+    `.long-value`) with the whole value in its title and its text, for hover and copy."""
+
+    @admin.display(description=description, ordering=field)
+    def column(self: Any, obj: Any) -> str:
+        value = getattr(obj, field)
+        if not value:
+            return "—"
+        return format_html('<span class="long-value" title="{}">{}</span>', value, value)
+
+    return column
