@@ -1,13 +1,12 @@
-"""Bearer-token authentication: JWTs validated locally with PyJWT
-(docs/api.md#authentication-and-scopes). The principal is the caller as the token states it:
-`sub` owns what it creates, JWT_TENANT_CLAIM is its tenant, JWT_SCOPE_CLAIM its permissions.
+"""Bearer-token authentication: JWTs validated locally with PyJWT (docs/api.md#authentication-
+and-scopes). The principal is the caller as the token states it: `sub` owns what it creates,
+JWT_TENANT_CLAIM is its tenant, JWT_SCOPE_CLAIM its permissions.
 
-Invariants: the key decides the algorithm (HS256, RS256, ES256; a provider's key by its `kid`,
-orquestador/jwks.py), never the token, and any other (`none` included) is refused before the
-signature is looked at; `exp`, `iss`, `aud`, `sub` and the tenant are required, `exp` and `nbf`
-enforced with a small leeway and every date a JSON number (RFC 7519's NumericDate); refusals
-never echo the token nor log it; a token that verified is remembered until its `exp`
-(orquestador/tokencache.py), a refused one never is.
+Invariants: the key decides the algorithm (a provider's key found by `kid`, orquestador/jwks.py),
+never the token, and any other (`none` included) is refused before the signature is looked at;
+`exp`, `iss`, `aud`, `sub` and the tenant are required, `exp` and `nbf` enforced with a small
+leeway and every date a JSON number (RFC 7519's NumericDate); refusals never echo the token nor
+log it; a verified token is remembered until its `exp` (tokencache.py), a refused one never is.
 """
 
 from __future__ import annotations

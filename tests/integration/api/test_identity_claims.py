@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db
 
 ENTRA_TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 ENTRA_SUB = "AAAAAAAAAAAAAAAAAAAAAIkzqFVrSaSaFHy782bbtaQ"
+ENTRA_API = "0c5e2a3b-6f0d-4e8a-9b1c-7d2e4f6a8b90"  # v2 tokens: aud is the API's client id
 ENTRA_ISSUER = f"https://login.microsoftonline.com/{ENTRA_TENANT}/v2.0"
 KEYCLOAK_ISSUER = "https://sso.example.com/realms/acme"
 AUTH0_ISSUER = "https://acme.eu.auth0.com/"
@@ -55,7 +56,7 @@ def entra_token(signer, **changes: Any) -> str:
     """An Entra ID v2 access token: tenant in `tid`, delegated scopes in `scp` (a string), app
     roles in `roles` (a list)."""
     claims = {
-        "aud": "api://orquestador",
+        "aud": ENTRA_API,
         "iss": ENTRA_ISSUER,
         "aio": "E2ZgYJg8eHw3",
         "azp": "f3b5c1a2-0000-4000-8000-000000000001",
@@ -123,7 +124,7 @@ def creates_and_accepts(token: str) -> Request:
 
 ENTRA = {
     "JWT_ISSUER": ENTRA_ISSUER,
-    "JWT_AUDIENCE": "api://orquestador",
+    "JWT_AUDIENCE": ENTRA_API,
     "JWT_TENANT_CLAIM": "tid",
     "JWT_SCOPE_CLAIM": "scp,roles",
 }
