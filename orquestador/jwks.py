@@ -116,7 +116,6 @@ class KeySet:
         self.url = url
         self.cache_seconds = cache_seconds
         self.generation = 0  # changes whenever the keys held change (the token cache's key)
-        self.fetches = 0  # fetches tried, counted for tests and the benchmark
         self._keys: dict[str, SigningKey] = {}
         # What the keys held are (kid, algorithm, public key), to see a change.
         self._held: frozenset[tuple[str, str, bytes]] = frozenset()
@@ -151,10 +150,9 @@ class KeySet:
     def _fetch_locked(self) -> None:
         began = time.monotonic()
         self._last_attempt = began
-        self.fetches += 1
         try:
             keys = signing_keys(fetch_document(self.url))
-        except FetchFailed as exc:
+        except Exception as exc:  # whatever failed, the minute between tries holds
             self._fresh_until = began + MIN_REFETCH_SECONDS
             if not self._failing:
                 self._failing = True
