@@ -17,6 +17,11 @@ count in the same run, just before it; and the CPU each call cost the web server
 processes), PostgreSQL (the whole server) and the clients, which moves far less with the machine's
 load than the rates do. Everything is warmed up first (each gunicorn process and thread has
 imported and connected before the first timed call).
+
+The `api-keys` section (`keys_run`): the ceiling's web CPU per call under each kind of key, a
+static one (HS256 secret, RS256 and ES256 PEM) or the identity provider's (RS256, ES256 from a
+JWKS endpoint on 127.0.0.1): with one token throughout (remembered after its first verification,
+orquestador/tokencache.py) and with a new token on every call (each verified in full).
 """
 
 import json
@@ -25,10 +30,12 @@ import resource
 import secrets
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +281,162 @@ def run(
                     flush=True,
                 )
     return report
+
+
+# The api-keys section's configurations: (name, algorithm, from the provider's JWKS).
+KEY_CONFIGS = (
+    ("HS256 secret", "HS256", False),
+    ("RS256 PEM", "RS256", False),
+    ("ES256 PEM", "ES256", False),
+    ("RS256 JWKS", "RS256", True),
+    ("ES256 JWKS", "ES256", True),
+)
+
+
+def _private_key(algorithm: str) -> Any:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    if algorithm == "RS256":
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _public(key: Any) -> tuple[str, dict]:
+    """The PEM and the JWK of a private key's public half."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+    public = key.public_key()
+    pem = public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    jwk_of = RSAAlgorithm if isinstance(public, rsa.RSAPublicKey) else ECAlgorithm
+    return pem, jwk_of.to_jwk(public, as_dict=True)
+
+
+class JwksEndpoint:
+    """A JWKS document on 127.0.0.1, answered from a thread of the benchmark; counts its GETs."""
+
+    def __init__(self, keys: list[dict]) -> None:
+        document = json.dumps({"keys": keys}).encode()
+        endpoint = self
+        self.fetches = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # http.server's name
+                endpoint.fetches += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(document)))
+                self.end_headers()
+                self.wfile.write(document)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def keys_run(bench: Any, *, python: str, root: Path, clients: int, calls: int) -> dict:
+    """The `api-keys` section: the report's `api_keys` entry, one row per key configuration."""
+    import jwt  # the API's own dependency
+
+    issuer, audience = "orquestador", "orquestador-api"
+    secret = secrets.token_urlsafe(48)
+    keys = {algorithm: _private_key(algorithm) for algorithm in ("RS256", "ES256")}
+    jwks = [{**_public(key)[1], "kid": f"bench-{alg}", "use": "sig"} for alg, key in keys.items()]
+    report: dict = {"clients": clients, "calls": calls, "configurations": []}
+    with ExitStack() as stack:
+        endpoint = JwksEndpoint(jwks)
+        stack.callback(endpoint.close)
+        for name, algorithm, from_jwks in KEY_CONFIGS:
+            env = {
+                **bench.env,
+                "REQUEST_API_ENABLED": "true",
+                "JWT_ISSUER": issuer,
+                "JWT_AUDIENCE": audience,
+                "JWT_SECRET": secret if algorithm == "HS256" else "",
+                "JWT_PUBLIC_KEY": "",
+                "JWT_JWKS_URL": endpoint.url if from_jwks else "",
+            }
+            if algorithm != "HS256" and not from_jwks:
+                env["JWT_PUBLIC_KEY"] = _public(keys[algorithm])[0]
+            signing_key = secret if algorithm == "HS256" else keys[algorithm]
+            headers = {"kid": f"bench-{algorithm}"} if from_jwks else None
+
+            def mint(
+                sub: str,
+                signing_key: Any = signing_key,
+                algorithm: str = algorithm,
+                headers: Any = headers,
+            ) -> str:
+                now = int(time.time())
+                claims = {
+                    "sub": sub,
+                    "tenant": "bench",
+                    "scope": "requests:read",
+                    "iss": issuer,
+                    "aud": audience,
+                    "iat": now,
+                    "exp": now + 3600,
+                }
+                return jwt.encode(claims, signing_key, algorithm=algorithm, headers=headers)
+
+            one = mint("bench-api")
+            fresh = [mint(f"bench-{n}") for n in range(calls)]
+            with ExitStack() as server_stack:
+                slug = name.lower().replace(" ", "-")
+                base, server = serve(
+                    python, env, root, bench.base / f"gunicorn-keys-{slug}.log", server_stack
+                )
+                lines_file = bench.base / f"api-keys-{slug}.lines"
+                # Warm-up: every process and thread past its first call (and its keys fetched).
+                warm = [mint(f"warm-{n}") for n in range(WARM_UP_CALLS)]
+                clients_run(python, root, base, one, "bearers", warm, lines_file, clients)
+                row: dict = {"keys": name}
+                for label, kind, lines in (
+                    ("one token", "get", [CEILING_PATH] * calls),
+                    ("a new token each call", "bearers", fresh),
+                ):
+                    before = tree_cpu_seconds(server.pid)
+                    result = clients_run(python, root, base, one, kind, lines, lines_file, clients)
+                    web = tree_cpu_seconds(server.pid) - before
+                    row[label] = {
+                        "web_cpu_ms_per_call": round(web / result["calls"] * 1000, 3),
+                        "requests_per_second": result["requests_per_second"],
+                        "p50_ms": result["p50_ms"],
+                        "statuses": result["statuses"],
+                    }
+                row["jwks_fetches"] = endpoint.fetches if from_jwks else None
+                endpoint.fetches = 0
+            report["configurations"].append(row)
+            print(
+                f"  {name}: web CPU/call one token {row['one token']['web_cpu_ms_per_call']} ms,"
+                f" a new token each call {row['a new token each call']['web_cpu_ms_per_call']} ms"
+                f" (statuses {row['one token']['statuses']}, "
+                f"{row['a new token each call']['statuses']})"
+                + (f", {row['jwks_fetches']} JWKS fetches" if from_jwks else ""),
+                flush=True,
+            )
+    return report
+
+
+def keys_summary_lines(report: dict) -> list[str]:
+    if "api_keys" not in report:
+        return []
+    return [
+        f"  API keys {row['keys']}: web CPU/call {row['one token']['web_cpu_ms_per_call']} ms "
+        f"(one token), {row['a new token each call']['web_cpu_ms_per_call']} ms (a new token "
+        "each call)"
+        for row in report["api_keys"]["configurations"]
+    ]
 
 
 def summary_lines(report: dict) -> list[str]:

@@ -1,12 +1,13 @@
 """The API load of bench/api.py: concurrent clients with a real token, one kind of call.
 
-    python bench/apiclients.py BASE_URL TOKEN transitions|get LINES_FILE CONCURRENCY
+    python bench/apiclients.py BASE_URL TOKEN transitions|get|bearers LINES_FILE CONCURRENCY
 
 LINES_FILE has one line per call: a request id for `transitions` (each gets exactly one
 `POST /api/v1/requests/{id}/transitions` of transition `go` at revision 1), a path for `get`
-(`GET BASE_URL + path`). CONCURRENCY threads, each with its own `requests.Session` (keep-alive
-whenever the server allows it), share the lines; each line is called once. Prints one JSON line:
-requests/s, p50 and p99 in ms, and the count of each status.
+(`GET BASE_URL + path`), a token for `bearers` (`GET /api/bench/ceiling` with that token).
+CONCURRENCY threads, each with its own `requests.Session` (keep-alive whenever the server allows
+it), share the lines; each line is called once. Prints one JSON line: requests/s, p50 and p99 in
+ms, and the count of each status.
 """
 
 import json
@@ -50,6 +51,12 @@ def main(argv: list[str]) -> int:
                 response = session.post(
                     f"{base}/api/v1/requests/{item}/transitions",
                     json={"transitionId": "go", "expectedRevision": 1},
+                    timeout=30,
+                )
+            elif kind == "bearers":
+                response = session.get(
+                    f"{base}/api/bench/ceiling",
+                    headers={"Authorization": f"Bearer {item}"},
                     timeout=30,
                 )
             else:

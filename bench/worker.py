@@ -5,9 +5,9 @@
 One throwaway durable PostgreSQL cluster (scripts/localpg.py; fsync and synchronous_commit on),
 removed at the end. Each section is a module of bench/ that says what it measures: throughput,
 raw (rawbaseline.py), pickup, claim (claimtime.py), procrastinate (procrastinatepeer.py), slow
-(slowprovider.py), traces, api, lists, fairness, webhooks, limits, pgqueuer and http-async
-(peers.py). `--quick` is a short run of each; `--only` picks some. The report is printed and
-written as JSON to .local/bench-worker-<time>.json.
+(slowprovider.py), traces, api, api-keys (api.py), lists, fairness, webhooks, limits, pgqueuer
+and http-async (peers.py). `--quick` is a short run of each; `--only` picks some. The report is
+printed and written as JSON to .local/bench-worker-<time>.json.
 """
 
 import argparse
@@ -113,6 +113,7 @@ SECTIONS = (
     "lists",
 )
 SECTIONS += ("traces",)  # bench/traces.py: tracing off and on, one runworker
+SECTIONS += ("api-keys",)  # bench/api.py's keys_run: static keys against the provider's
 PEER_SECTIONS = ("pgqueuer", "http-async")  # bench/peers.py
 LIMIT_SECTIONS = ("limits",)  # bench/limits.py
 MAX_CONNECTIONS = 500  # enough for the one-connection-per-slot worker at concurrency 200
@@ -520,6 +521,15 @@ class Bench:
                 calls=args.api_calls,
                 web_workers=args.web_workers,
             )
+        if "api-keys" in wanted:
+            print("the web ceiling's CPU per call under each kind of key:", flush=True)
+            self.report["api_keys"] = api.keys_run(
+                self,
+                python=PYTHON,
+                root=ROOT,
+                clients=max(args.api_clients),
+                calls=args.api_calls,
+            )
         if "claim" in wanted:
             print("claim statement time (the worker's session settings):", flush=True)
             self.report |= claimtime.run(
@@ -608,6 +618,7 @@ def summary(report: dict) -> list[str]:
         *claimtime.summary_lines(report),
         *slowprovider.summary_lines(report),
         *api.summary_lines(report),
+        *api.keys_summary_lines(report),
         *procrastinatepeer.summary_lines(report),
         *tracing_cost.summary_lines(report.get("traces", {})),
         *(webhooks_bench.summary_lines(report["webhooks"]) if "webhooks" in report else []),

@@ -1,12 +1,12 @@
-"""Bearer-token authentication: JWTs validated locally with PyJWT
-(docs/api.md#authentication-and-scopes). The principal is the caller as the token states it:
-`sub` owns what it creates, `tenant` is its scope, `scope` its space-separated permissions.
+"""Bearer-token authentication: JWTs validated locally with PyJWT (docs/api.md#authentication-
+and-scopes). The principal is the caller as the token states it: `sub` owns what it creates,
+JWT_TENANT_CLAIM is its tenant, JWT_SCOPE_CLAIM its permissions.
 
-Invariants: the configured key decides the algorithm (HS256, RS256 or ES256), never the token,
-and any other (`none` included) is refused before the signature is looked at; `exp`, `iss`,
-`aud`, `sub` and `tenant` are required, `exp` and `nbf` enforced with a small leeway and every
-date a JSON number (RFC 7519's NumericDate); refusals never echo the token nor log it; a token
-that verified is remembered until its `exp` (orquestador/tokencache.py), a refused one never is.
+Invariants: the key decides the algorithm (a provider's key found by `kid`, orquestador/jwks.py),
+never the token, and any other (`none` included) is refused before the signature is looked at;
+`exp`, `iss`, `aud`, `sub` and the tenant are required, `exp` and `nbf` enforced with a small
+leeway and every date a JSON number (RFC 7519's NumericDate); refusals never echo the token nor
+log it; a verified token is remembered until its `exp` (tokencache.py), a refused one never is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request as DrfRequest
 from rest_framework.views import APIView
 
-from . import tokencache
+from . import jwks, tokencache
 
 # Permissions carried in the `scope` claim.
 REQUESTS_WRITE = "requests:write"
@@ -50,7 +50,7 @@ MAX_TOKEN_BYTES = 8192  # bytes; longer bearer values are refused unread
 MAX_IDENTITY_LENGTH = 255  # characters of sub and tenant: the owner and scope columns
 MIN_SECRET_BYTES = 32  # bytes of JWT_SECRET: HS256 needs a key at least as long as its hash
 MIN_RSA_BITS = 2048  # bits of an RSA JWT_PUBLIC_KEY
-REQUIRED_CLAIMS = ("exp", "iss", "aud", "sub", "tenant")
+REQUIRED_CLAIMS = ("exp", "iss", "aud", "sub")  # and the tenant claim JWT_TENANT_CLAIM names
 DATE_CLAIMS = ("exp", "nbf", "iat")  # RFC 7519 NumericDates: JSON numbers, never strings
 WWW_AUTHENTICATE = 'Bearer realm="orquestador"'
 
@@ -94,9 +94,38 @@ class Verifier:
     algorithm: str
 
 
-def configured_verifier() -> Verifier:
-    """The key and the one algorithm the configured JWT settings accept."""
+def configured_verifier() -> Verifier | jwks.KeySet:
+    """The key and the one algorithm the configured JWT settings accept, or the provider's key
+    set (JWT_JWKS_URL: nothing is fetched until a token needs it)."""
+    if settings.JWT_JWKS_URL:
+        return _key_set(
+            settings.JWT_JWKS_URL,
+            settings.JWT_JWKS_CACHE_SECONDS,
+            bool(settings.JWT_SECRET or settings.JWT_PUBLIC_KEY),
+        )
     return _verifier(settings.JWT_SECRET, settings.JWT_PUBLIC_KEY)
+
+
+def _key_set(url: str, cache_seconds: int, static_key_too: bool) -> jwks.KeySet:
+    if static_key_too:
+        raise ImproperlyConfigured(
+            "Set JWT_JWKS_URL or one of JWT_SECRET and JWT_PUBLIC_KEY, not both: the keys come "
+            "from the identity provider or from the settings."
+        )
+    problem = jwks.url_problem(url)
+    if problem is not None:
+        raise ImproperlyConfigured(f"JWT_JWKS_URL {problem}.")
+    if not isinstance(cache_seconds, int) or cache_seconds < 1:
+        raise ImproperlyConfigured("JWT_JWKS_CACHE_SECONDS must be a whole number of seconds >= 1.")
+    return jwks.key_set(url, float(cache_seconds))
+
+
+@functools.lru_cache(maxsize=4)
+def _claim_names(tenant_claim: str, scope_claim: str) -> tuple[str, tuple[str, ...]]:
+    scope_claims = tuple(name.strip() for name in scope_claim.split(",") if name.strip())
+    if not tenant_claim.strip() or not scope_claims:
+        raise ImproperlyConfigured("JWT_TENANT_CLAIM and JWT_SCOPE_CLAIM must name claims.")
+    return tenant_claim.strip(), scope_claims
 
 
 @functools.lru_cache(maxsize=4)
@@ -133,11 +162,14 @@ def _verifier(secret: str, public_key: str) -> Verifier:
 
 def principal_from_token(token: str) -> Principal:
     """Validate `token` against the configured key, issuer and audience; return its caller."""
-    verifier = configured_verifier()
+    source = configured_verifier()
+    tenant_claim, scope_claims = _claim_names(settings.JWT_TENANT_CLAIM, settings.JWT_SCOPE_CLAIM)
     if len(token) > MAX_TOKEN_BYTES:
         raise TokenInvalid(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
-    # Verified under these settings, not expired: the same principal (orquestador/tokencache.py).
-    config = (verifier, settings.JWT_ISSUER, settings.JWT_AUDIENCE)
+    # Verified under these settings (and, from a provider, this set of its keys), not expired:
+    # the same principal (orquestador/tokencache.py).
+    keys = source if isinstance(source, Verifier) else (source.url, source.current())
+    config = (keys, settings.JWT_ISSUER, settings.JWT_AUDIENCE, tenant_claim, scope_claims)
     known = tokencache.remembered(token, config)
     if known is not None:
         return known
@@ -148,10 +180,12 @@ def principal_from_token(token: str) -> Principal:
     algorithm = header.get("alg")
     if algorithm is None:
         raise TokenInvalid("the token's header names no algorithm (alg)")
+    verifier = source if isinstance(source, Verifier) else _provider_key(source, header)
     if algorithm != verifier.algorithm:
         raise TokenInvalid(
             f"the token's algorithm {str(algorithm)[:20]!r} is not accepted; "
             f"this server accepts {verifier.algorithm}"
+            + ("" if source is verifier else " for this key (kid)")
         )
     try:
         claims = jwt.decode(
@@ -161,7 +195,10 @@ def principal_from_token(token: str) -> Principal:
             audience=settings.JWT_AUDIENCE,
             issuer=settings.JWT_ISSUER,
             leeway=LEEWAY_SECONDS,
-            options={"require": list(REQUIRED_CLAIMS), "enforce_minimum_key_length": True},
+            options={
+                "require": [*REQUIRED_CLAIMS, tenant_claim],
+                "enforce_minimum_key_length": True,
+            },
         )
     except jwt.ExpiredSignatureError as exc:
         raise TokenInvalid("the token has expired") from exc
@@ -184,14 +221,31 @@ def principal_from_token(token: str) -> Principal:
         value = claims.get(claim, 0)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TokenInvalid(f"the token's {claim!r} claim must be a number (a NumericDate)")
-    principal = _principal(claims)
+    principal = _principal(claims, tenant_claim, scope_claims)
     tokencache.remember(token, config, principal, claims["exp"])
     return principal
 
 
-def _principal(claims: dict) -> Principal:
+def _provider_key(keys: jwks.KeySet, header: dict) -> Verifier:
+    """The provider's key the header's `kid` names, with the one algorithm that key verifies."""
+    algorithm = header["alg"]
+    if algorithm not in jwks.ALGORITHMS:  # none, HS256, ...: refused before any key is sought
+        raise TokenInvalid(
+            f"the token's algorithm {str(algorithm)[:20]!r} is not accepted; "
+            f"this server accepts {', '.join(jwks.ALGORITHMS)} by the provider's keys"
+        )
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid or len(kid) > jwks.MAX_KID_LENGTH:
+        raise TokenInvalid("the token's header names no key of the identity provider (kid)")
+    found = keys.key(kid)
+    if found is None:
+        raise TokenInvalid("the token's key (kid) is not one the identity provider publishes")
+    return Verifier(key=found.key, algorithm=found.algorithm)
+
+
+def _principal(claims: dict, tenant_claim: str, scope_claims: tuple[str, ...]) -> Principal:
     identity = {}
-    for claim in ("sub", "tenant"):
+    for claim in ("sub", tenant_claim):
         value = claims.get(claim)
         if not isinstance(value, str) or not value.strip():
             raise TokenInvalid(f"the token's {claim!r} claim must be a non-empty string")
@@ -201,13 +255,22 @@ def _principal(claims: dict) -> Principal:
                 "printable characters"
             )
         identity[claim] = value
-    scope = claims.get("scope", "")
-    if not isinstance(scope, str):
-        raise TokenInvalid("the token's 'scope' claim must be a space-separated string")
+    permissions: set[str] = set()
+    for claim in scope_claims:
+        # A space-separated string (scope, Entra ID's scp) or a list of strings (roles).
+        scope = claims.get(claim, "")
+        if isinstance(scope, str):
+            permissions.update(scope.split())
+        elif isinstance(scope, list) and all(isinstance(item, str) for item in scope):
+            permissions.update(part for item in scope for part in item.split())
+        else:
+            raise TokenInvalid(
+                f"the token's {claim!r} claim must be a space-separated string or a list of strings"
+            )
     return Principal(
         subject=identity["sub"],
-        tenant=identity["tenant"],
-        permissions=frozenset(scope.split()),
+        tenant=identity[tenant_claim],
+        permissions=frozenset(permissions),
     )
 
 
@@ -216,15 +279,16 @@ def token_encode(*, subject: str, tenant: str, scope: str, ttl_seconds: int) -> 
     if not settings.JWT_SECRET:
         raise ImproperlyConfigured("JWT_SECRET is not set; tokens are signed with it (HS256).")
     verifier = configured_verifier()
-    if not isinstance(verifier.key, bytes):  # JWT_SECRET set: the verifier is HS256's
+    if not isinstance(verifier, Verifier) or not isinstance(verifier.key, bytes):
         raise ImproperlyConfigured("JWT_SECRET is not set; tokens are signed with it (HS256).")
+    tenant_claim, scope_claims = _claim_names(settings.JWT_TENANT_CLAIM, settings.JWT_SCOPE_CLAIM)
     now = int(time.time())
     claims = {
         "iss": settings.JWT_ISSUER,
         "aud": settings.JWT_AUDIENCE,
         "sub": subject,
-        "tenant": tenant,
-        "scope": scope,
+        tenant_claim: tenant,
+        scope_claims[0]: scope,
         "iat": now,
         "nbf": now,
         "exp": now + ttl_seconds,

@@ -5,6 +5,7 @@ Secrets have no defaults: a missing one stops the process at start with its name
 """
 
 import sys
+import urllib.parse
 from pathlib import Path
 
 import environ
@@ -229,18 +230,41 @@ FLOW_ADMIN_ENABLED = _flag("FLOW_ADMIN_ENABLED", default=False)
 SIMULATION_MODE = _flag("SIMULATION_MODE", default=False)
 INTEGRATIONS_FILE = env.str("INTEGRATIONS_FILE", default="")
 
-# JWT (docs/api.md#authentication-and-scopes): validated locally; HS256 with JWT_SECRET or
-# RS256/ES256 with JWT_PUBLIC_KEY.
+# JWT (docs/api.md#authentication-and-scopes): validated locally; HS256 with JWT_SECRET,
+# RS256/ES256 with JWT_PUBLIC_KEY, or the identity provider's keys from JWT_JWKS_URL.
 JWT_SECRET = env.str("JWT_SECRET", default="")
 JWT_PUBLIC_KEY = env.str("JWT_PUBLIC_KEY", default="").replace("\\n", "\n")
+JWT_JWKS_URL = env.str("JWT_JWKS_URL", default="")
+JWT_JWKS_CACHE_SECONDS = env.int("JWT_JWKS_CACHE_SECONDS", default=300)  # seconds
 JWT_ISSUER = env.str("JWT_ISSUER", default="orquestador")
 JWT_AUDIENCE = env.str("JWT_AUDIENCE", default="orquestador-api")
+JWT_TENANT_CLAIM = env.str("JWT_TENANT_CLAIM", default="tenant")
+JWT_SCOPE_CLAIM = env.str("JWT_SCOPE_CLAIM", default="scope")  # several: comma-separated
 # The API must not start unable to authenticate anyone (orquestador/auth.py checks the key itself).
-if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (JWT_SECRET or JWT_PUBLIC_KEY):
+if (REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED) and not (
+    JWT_SECRET or JWT_PUBLIC_KEY or JWT_JWKS_URL
+):
     raise environ.ImproperlyConfigured(
-        "REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED is true, but neither JWT_SECRET (HS256) nor "
-        "JWT_PUBLIC_KEY (RS256/ES256) is set; set one of them (see .env.example)."
+        "REQUEST_API_ENABLED or FLOW_ADMIN_ENABLED is true, but none of JWT_SECRET (HS256), "
+        "JWT_PUBLIC_KEY (RS256/ES256) and JWT_JWKS_URL (the identity provider's keys) is set; "
+        "set one of them (see .env.example)."
     )
+if JWT_JWKS_URL:
+    if JWT_SECRET or JWT_PUBLIC_KEY:
+        raise environ.ImproperlyConfigured(
+            "JWT_JWKS_URL is set, and so is JWT_SECRET or JWT_PUBLIC_KEY: the keys come from the "
+            "identity provider or from the settings, not both; unset one."
+        )
+    _jwks = urllib.parse.urlsplit(JWT_JWKS_URL)
+    if not (
+        (_jwks.scheme == "https" and _jwks.hostname)
+        or (_jwks.scheme == "http" and _jwks.hostname in ("127.0.0.1", "localhost", "::1"))
+    ):
+        raise environ.ImproperlyConfigured(
+            "JWT_JWKS_URL must be an https:// URL (plain http only on 127.0.0.1 or localhost)."
+        )
+    if JWT_JWKS_CACHE_SECONDS < 1:
+        raise environ.ImproperlyConfigured("JWT_JWKS_CACHE_SECONDS must be at least 1 (seconds).")
 
 # Worker (docs/worker-protocol.md#configuration). Raw strings here; their defaults and their
 # validation (once, at start, with messages that name the variable) live in

@@ -1,4 +1,5 @@
-"""JWT validation (orquestador/auth.py): what a token must be, and every way one is refused."""
+"""JWT validation (orquestador/auth.py): what a token must be, and every way one is refused,
+with a static key and with an identity provider's keys (JWT_JWKS_URL, served on 127.0.0.1)."""
 
 import io
 import time
@@ -9,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 
+from orquestador import jwks, tokencache
 from orquestador.auth import (
     LEEWAY_SECONDS,
     MAX_TOKEN_BYTES,
@@ -17,6 +19,7 @@ from orquestador.auth import (
     principal_from_token,
     token_encode,
 )
+from tests.support import jwks as jwks_support
 from tests.support import tokens
 
 
@@ -27,6 +30,37 @@ def hs256(settings):
     settings.JWT_ISSUER = tokens.ISSUER
     settings.JWT_AUDIENCE = tokens.AUDIENCE
     return settings
+
+
+@pytest.fixture(scope="module")
+def jwks_server():
+    with jwks_support.JwksServer() as server:
+        yield server
+
+
+KEYS = ["HS256 secret", "JWKS RS256", "JWKS ES256", "JWKS EdDSA"]
+
+
+@pytest.fixture(params=KEYS)
+def keys(request, settings, jwks_server):
+    """Every check below, with the HS256 secret and with a provider's key of each kind."""
+    settings.JWT_ISSUER = tokens.ISSUER
+    settings.JWT_AUDIENCE = tokens.AUDIENCE
+    tokencache.forget_all()
+    jwks.forget_all()
+    if request.param == "HS256 secret":
+        settings.JWT_SECRET, settings.JWT_PUBLIC_KEY, settings.JWT_JWKS_URL = tokens.SECRET, "", ""
+        yield tokens.HS256
+        return
+    signer = jwks_support.signer(request.param.split()[1])
+    jwks_server.keys.clear()
+    jwks_server.publish(signer)
+    settings.JWT_SECRET, settings.JWT_PUBLIC_KEY = "", ""
+    settings.JWT_JWKS_URL = jwks_server.url
+    with tokens.signing_with(signer):
+        yield signer
+    jwks.forget_all()
+    tokencache.forget_all()
 
 
 @pytest.fixture
@@ -55,7 +89,7 @@ def refused(token: str) -> str:
     return str(caught.value)
 
 
-def test_principal__from_a_valid_hs256_token(hs256):
+def test_principal__from_a_valid_token(keys):
     principal = principal_from_token(
         tokens.token(sub="alice", tenant="acme", scope="requests:write  flows:admin")
     )
@@ -69,55 +103,55 @@ def test_principal__from_a_valid_hs256_token(hs256):
     }
 
 
-def test_principal__without_scope_has_no_permissions(hs256):
+def test_principal__without_scope_has_no_permissions(keys):
     assert principal_from_token(tokens.token(scope=None)).permissions == frozenset()
 
 
-def test_principal__audience_list_containing_ours_is_accepted(hs256):
+def test_principal__audience_list_containing_ours_is_accepted(keys):
     principal = principal_from_token(tokens.token(aud=["elsewhere", tokens.AUDIENCE]))
     assert principal.subject == "alice"
 
 
-def test_refused__expired(hs256):
+def test_refused__expired(keys):
     assert "expired" in refused(tokens.token(exp_in=-(LEEWAY_SECONDS + 30)))
 
 
-def test_accepted__expired_within_the_leeway(hs256):
+def test_accepted__expired_within_the_leeway(keys):
     assert principal_from_token(tokens.token(exp_in=-5)).subject == "alice"
 
 
-def test_refused__not_valid_yet(hs256):
+def test_refused__not_valid_yet(keys):
     assert "not valid yet" in refused(tokens.token(nbf_in=LEEWAY_SECONDS + 60))
 
 
-def test_accepted__nbf_within_the_leeway(hs256):
+def test_accepted__nbf_within_the_leeway(keys):
     assert principal_from_token(tokens.token(nbf_in=5)).subject == "alice"
 
 
-def test_refused__wrong_issuer(hs256):
+def test_refused__wrong_issuer(keys):
     assert "issuer" in refused(tokens.token(iss="someone-else"))
 
 
-def test_refused__wrong_audience(hs256):
+def test_refused__wrong_audience(keys):
     assert "audience" in refused(tokens.token(aud="another-api"))
 
 
-def test_refused__forged_with_another_secret(hs256):
-    assert "signature" in refused(tokens.token(key=tokens.OTHER_SECRET))
+def test_refused__forged_with_another_key(keys):
+    assert "signature" in refused(tokens.forged())
 
 
-def test_refused__tampered_payload(hs256):
+def test_refused__tampered_payload(keys):
     header, _payload, signature = tokens.token(tenant="acme").split(".")
     other_payload = tokens.token(tenant="globex").split(".")[1]
     assert "signature" in refused(f"{header}.{other_payload}.{signature}")
 
 
-def test_refused__alg_none(hs256):
+def test_refused__alg_none(keys):
     assert "'none' is not accepted" in refused(tokens.unsigned())
 
 
 @pytest.mark.parametrize("claim", ["exp", "iss", "aud", "sub", "tenant"])
-def test_refused__missing_claim(hs256, claim):
+def test_refused__missing_claim(keys, claim):
     overrides = {"exp_in": None} if claim == "exp" else {claim: None}
     assert f"no '{claim}' claim" in refused(tokens.token(**overrides))
 
@@ -126,7 +160,7 @@ def test_refused__missing_claim(hs256, claim):
     ("claim", "value"),
     [("sub", 42), ("sub", ""), ("tenant", "   "), ("tenant", ["acme"]), ("sub", "x" * 256)],
 )
-def test_refused__identity_claim_of_the_wrong_shape(hs256, claim, value):
+def test_refused__identity_claim_of_the_wrong_shape(keys, claim, value):
     assert f"'{claim}' claim must be" in refused(tokens.token(**{claim: value}))
 
 
@@ -138,7 +172,7 @@ def _dates(**values):
 
 @pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
 @pytest.mark.parametrize("shape", [str, lambda n: f" {n} "])
-def test_refused__a_date_claim_that_is_a_string_of_digits(hs256, claim, shape):
+def test_refused__a_date_claim_that_is_a_string_of_digits(keys, claim, shape):
     # RFC 7519 §2: a NumericDate is a JSON number; PyJWT alone reads "1760000000" as one.
     now = int(time.time())
     dates = _dates(**{claim: shape({"exp": now + 300}.get(claim, now))})
@@ -147,33 +181,42 @@ def test_refused__a_date_claim_that_is_a_string_of_digits(hs256, claim, shape):
 
 
 @pytest.mark.parametrize("claim", ["nbf", "iat"])
-def test_refused__a_date_claim_that_is_a_boolean(hs256, claim):
+def test_refused__a_date_claim_that_is_a_boolean(keys, claim):
     # PyJWT reads true as 1 (1970); a boolean is no number here.
     message = refused(tokens.token(exp_in=None, **_dates(**{claim: True})))
     assert f"'{claim}' claim must be a number" in message
 
 
 @pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
-def test_accepted__a_date_claim_with_a_fraction(hs256, claim):
+def test_accepted__a_date_claim_with_a_fraction(keys, claim):
     now = int(time.time())
     dates = _dates(**{claim: {"exp": now + 300.5}.get(claim, now - 0.5)})
     assert principal_from_token(tokens.token(exp_in=None, **dates)).subject == "alice"
 
 
-def test_refused__scope_that_is_not_a_string(hs256):
-    assert "'scope' claim" in refused(tokens.token(scope=["requests:write"]))
+@pytest.mark.parametrize("scope", [42, {"requests:write": True}, ["requests:write", 3], True])
+def test_refused__scope_that_is_neither_a_string_nor_a_list_of_strings(keys, scope):
+    assert "'scope' claim must be a space-separated string or a list" in refused(
+        tokens.token(scope=scope)
+    )
+
+
+def test_accepted__scope_as_a_list(keys):
+    # As Entra ID's `roles` and Auth0's `permissions` come.
+    principal = principal_from_token(tokens.token(scope=["requests:write", "flows:admin"]))
+    assert principal.permissions == frozenset({"requests:write", "flows:admin"})
 
 
 @pytest.mark.parametrize("value", ["", "abc", "a.b.c", "not a token at all", "e30"])
-def test_refused__malformed(hs256, value):
+def test_refused__malformed(keys, value):
     assert "JWT" in refused(value)
 
 
-def test_refused__header_without_alg(hs256):
+def test_refused__header_without_alg(keys):
     assert "no algorithm" in refused("e30.e30.")
 
 
-def test_refused__oversized_token_is_not_parsed(hs256):
+def test_refused__oversized_token_is_not_parsed(keys):
     assert str(MAX_TOKEN_BYTES) in refused("a" * (MAX_TOKEN_BYTES + 1))
 
 

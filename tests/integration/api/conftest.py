@@ -76,15 +76,26 @@ def _reload_urls() -> None:
 
 @contextmanager
 def api_enabled(
-    *, requests: bool = True, flows: bool = True, secret: str = tokens.SECRET, public_key: str = ""
+    *,
+    requests: bool = True,
+    flows: bool = True,
+    secret: str = tokens.SECRET,
+    public_key: str = "",
+    jwks_url: str = "",
+    **jwt_settings: Any,
 ) -> Iterator[None]:
-    with override_settings(
-        REQUEST_API_ENABLED=requests,
-        FLOW_ADMIN_ENABLED=flows,
-        JWT_SECRET=secret,
-        JWT_PUBLIC_KEY=public_key,
-        JWT_ISSUER=tokens.ISSUER,
-        JWT_AUDIENCE=tokens.AUDIENCE,
+    """`jwt_settings`: more JWT_* settings (JWT_TENANT_CLAIM, JWT_ISSUER, ...)."""
+    with (
+        override_settings(
+            REQUEST_API_ENABLED=requests,
+            FLOW_ADMIN_ENABLED=flows,
+            JWT_SECRET=secret,
+            JWT_PUBLIC_KEY=public_key,
+            JWT_JWKS_URL=jwks_url,
+            JWT_ISSUER=tokens.ISSUER,
+            JWT_AUDIENCE=tokens.AUDIENCE,
+        ),
+        override_settings(**jwt_settings),
     ):
         _reload_urls()
         try:

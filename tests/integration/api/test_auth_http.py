@@ -1,5 +1,6 @@
 """Authentication and permissions over HTTP: 401 UNAUTHENTICATED with WWW-Authenticate: Bearer
-for every kind of bad token, 403 FORBIDDEN for a missing permission, on every endpoint."""
+for every kind of bad token, 403 FORBIDDEN for a missing permission, on every endpoint; with the
+HS256 secret and with an identity provider's keys (JWT_JWKS_URL, served on 127.0.0.1)."""
 
 import time
 import uuid
@@ -7,11 +8,38 @@ import uuid
 import pytest
 
 from executions.models import Execution, Request
+from orquestador import jwks, tokencache
+from tests.support import jwks as jwks_support
 from tests.support import tokens
 
 from .conftest import Caller, api_enabled, assert_error, caller
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def jwks_server():
+    with jwks_support.JwksServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["HS256 secret", "JWKS RS256", "JWKS ES256", "JWKS EdDSA"])
+def api(request, jwks_server):
+    """This module's API: every test below with the secret and with a provider's key."""
+    tokencache.forget_all()
+    jwks.forget_all()
+    if request.param == "HS256 secret":
+        with api_enabled():
+            yield
+        return
+    signer = jwks_support.signer(request.param.split()[1])
+    jwks_server.keys.clear()
+    jwks_server.publish(signer)
+    with api_enabled(secret="", jwks_url=jwks_server.url), tokens.signing_with(signer):
+        yield
+    jwks.forget_all()
+    tokencache.forget_all()
+
 
 SOME_ID = str(uuid.uuid4())
 ENDPOINTS = [
@@ -47,7 +75,7 @@ BAD_TOKENS = {
     "not yet valid": (lambda: tokens.token(nbf_in=3600), "not valid yet"),
     "wrong issuer": (lambda: tokens.token(iss="https://evil.example"), "issuer"),
     "wrong audience": (lambda: tokens.token(aud="another-api"), "audience"),
-    "forged": (lambda: tokens.token(key=tokens.OTHER_SECRET), "signature"),
+    "forged": (lambda: tokens.forged(), "signature"),
     "alg none": (lambda: tokens.unsigned(), "'none' is not accepted"),
     "no exp": (lambda: tokens.token(exp_in=None), "'exp'"),
     "no tenant": (lambda: tokens.token(tenant=None), "'tenant'"),
@@ -86,7 +114,7 @@ def test_a_bad_token_is_refused_before_the_body_is_read(api, flow):
 
 
 def test_the_detail_never_echoes_the_token(api, flow):
-    bad = tokens.token(key=tokens.OTHER_SECRET)
+    bad = tokens.forged()
     response = Caller(bad).get("/api/v1/flows")
     assert bad not in response.content.decode()
     assert bad.split(".")[1] not in response.content.decode()

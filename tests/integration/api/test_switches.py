@@ -94,16 +94,39 @@ def test_accept_header_does_not_change_the_representation(alice, flow):
             {"REQUEST_API_ENABLED": "true", "JWT_SECRET": tokens.SECRET, "JWT_PUBLIC_KEY": "x"},
             ["only one of JWT_SECRET"],
         ),
+        (
+            {"JWT_JWKS_URL": "https://idp.example/keys", "JWT_SECRET": tokens.SECRET},
+            ["JWT_JWKS_URL", "JWT_SECRET or JWT_PUBLIC_KEY", "not both"],
+        ),
+        (
+            {"REQUEST_API_ENABLED": "true", "JWT_JWKS_URL": "http://idp.example/keys"},
+            ["JWT_JWKS_URL must be an https:// URL"],
+        ),
+        (
+            {"JWT_JWKS_URL": "https://idp.example/keys", "JWT_JWKS_CACHE_SECONDS": "0"},
+            ["JWT_JWKS_CACHE_SECONDS"],
+        ),
     ],
 )
 def test_startup__refused_without_a_usable_jwt_key(process_env, overrides, fragments):
-    env = {**process_env, "JWT_SECRET": "", "JWT_PUBLIC_KEY": "", **overrides}
+    env = {**process_env, "JWT_SECRET": "", "JWT_PUBLIC_KEY": "", "JWT_JWKS_URL": "", **overrides}
     result = subprocess.run(
         manage("check"), env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode != 0
     for fragment in fragments:
         assert fragment in result.stderr
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("url", ["https://idp.example/keys", "http://127.0.0.1:9/keys"])
+def test_startup__accepted_with_a_jwks_url_and_nothing_fetched(process_env, url):
+    # The keys are fetched when a token first needs them: nothing listens at either URL.
+    env = {**process_env, "REQUEST_API_ENABLED": "true", "JWT_SECRET": "", "JWT_JWKS_URL": url}
+    result = subprocess.run(
+        manage("check"), env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.process
