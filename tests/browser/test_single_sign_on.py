@@ -7,6 +7,7 @@ the permission away."""
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
+from django.contrib.sessions.backends.db import SessionStore
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -161,3 +162,25 @@ def test_sign_in__provider_down__said_on_the_login_page(browser, live_server, ss
     told = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".messagelist .error")))
     assert "cannot be reached" in told.text
     assert browser.current_url.startswith(f"{live_server.url}/admin/login/")
+
+
+def test_session__disabled_at_the_provider__ends_at_its_renewal(browser, live_server, sso):
+    idp = sso
+    wait = _wait(browser)
+    idp.control("user", "ines", PASSWORD, "--group", "orq-operators")
+    _sign_in(browser, wait, live_server, idp, at_provider=True)
+    browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
+    wait.until(ec.presence_of_element_located((By.ID, "changelist")))
+
+    # Disabled at the provider (a departed employee); the renewal time comes (fifteen minutes
+    # after the sign-in, made now): the next page asks the provider, which refuses.
+    idp.control("user", "ines", PASSWORD, "--group", "orq-operators", "--inactive")
+    session = SessionStore(session_key=browser.get_cookie("sessionid")["value"])
+    session["oidc_id_token_expiration"] = 0
+    session.save()
+    browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
+    told = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".messagelist .error")))
+    assert "did not complete (login_required)" in told.text
+    assert browser.current_url.startswith(f"{live_server.url}/admin/login/")
+    browser.get(f"{live_server.url}/admin/reconciliation/reconciliationcase/")
+    assert browser.current_url.startswith(f"{live_server.url}/admin/login/")  # signed out here

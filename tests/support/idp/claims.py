@@ -16,6 +16,16 @@ API_AUDIENCE = os.environ.get("IDP_API_AUDIENCE", "orquestador-api")
 class Validator(OAuth2Validator):
     oidc_claim_scope = None  # every claim below, whatever the scopes asked
 
+    # prompt=none (a relying party checking the session again): oauthlib leaves these to the
+    # deployment. The authorization view answers login_required itself to a visitor with no
+    # session here, so a request that reaches these has a signed-in user; first-party clients
+    # need no consent.
+    def validate_silent_login(self, request):
+        return True
+
+    def validate_silent_authorization(self, request):
+        return bool(request.client.skip_authorization)
+
     def get_additional_claims(self, request):
         user = request.user
         return {

@@ -23,6 +23,7 @@ def main(argv: list[str]) -> None:
     user.add_argument("password")
     user.add_argument("--email", default="")
     user.add_argument("--group", action="append", default=[])
+    user.add_argument("--inactive", action="store_true")  # disabled: a departed employee
     web = commands.add_parser("web-client")  # confidential, authorization code (PKCE required)
     web.add_argument("client_id")
     web.add_argument("secret")
@@ -40,6 +41,9 @@ def main(argv: list[str]) -> None:
             account.email = args.email
             account.save()
         account.groups.set([Group.objects.get_or_create(name=name)[0] for name in args.group])
+        if account.is_active == args.inactive:
+            account.is_active = not args.inactive
+            account.save(update_fields=["is_active"])
         print(account.pk)  # the `sub` of its tokens
     elif args.command == "web-client":
         Application.objects.create(
