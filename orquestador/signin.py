@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import requests  # noqa: TID251  the sign-in library's own client (docs/adr/0027)
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
@@ -241,9 +243,12 @@ class ProviderBackend(_ProviderSettings, oidc_auth.OIDCAuthenticationBackend):
     groups set from the token each time. Permissions are Django's (ModelBackend)."""
 
     def __init__(self) -> None:  # the library's reads the endpoints: here they come when used
-        from django.contrib.auth import get_user_model
-
         self.UserModel = get_user_model()
+
+    def get_user(self, user_id: Any) -> AbstractBaseUser | None:
+        # Django's, which the library's replaces: a user made inactive loses a session already
+        # open, not only the next sign-in.
+        return ModelBackend.get_user(self, user_id)
 
     def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> AbstractBaseUser | None:
         # Only the provider's callback passes the verifier: a code posted anywhere else (a
