@@ -10,7 +10,7 @@ from pathlib import Path
 
 import environ
 
-from orquestador import bearer
+from orquestador import bearer, oidcconfig
 from orquestador.workerconfig import ENV_DEFAULTS as worker_defaults
 from orquestador.workerconfig import WorkerConfigError, database_pooler
 
@@ -91,6 +91,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A provider's session is checked again when its ID token's renewal time has passed.
+    "orquestador.signin.SessionRefresh",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -108,6 +110,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "orquestador.signin.login_options",
             ],
         },
     },
@@ -163,6 +166,26 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# Operators sign in with OpenID Connect when ADMIN_OIDC_ISSUER_URL is set (orquestador/signin.py,
+# docs/operations.md#single-sign-on); ADMIN_PASSWORD_LOGIN=false leaves the provider the only way.
+try:
+    ADMIN_SIGN_IN = oidcconfig.admin_sign_in(
+        issuer=env.str("ADMIN_OIDC_ISSUER_URL", default=""),
+        client_id=env.str("ADMIN_OIDC_CLIENT_ID", default=""),
+        client_secret=env.str("ADMIN_OIDC_CLIENT_SECRET", default=""),
+        groups_claim=env.str("ADMIN_OIDC_GROUPS_CLAIM", default="groups"),
+        group_map=env.str("ADMIN_OIDC_GROUP_MAP", default=""),
+        password_login=_flag("ADMIN_PASSWORD_LOGIN", default=True),
+    )
+except oidcconfig.OidcConfigError as exc:
+    raise environ.ImproperlyConfigured(f"{exc}; see .env.example.") from None
+# The provider's backend is always listed (it authenticates nothing unless the provider's callback
+# calls it); Django's password check only while password sign-in is on.
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if ADMIN_SIGN_IN.password_login else []),
+    "orquestador.signin.ProviderBackend",
 ]
 
 LANGUAGE_CODE = "en-us"

@@ -15,6 +15,8 @@ admin.site.index_title = "orquestador operations"
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    # Before the admin's own URLs, which answer everything under /admin/.
+    path("admin/oidc/", include("orquestador.signinurls")),
     path("admin/", admin.site.urls),
     path("", include("executions.urls")),
 ]

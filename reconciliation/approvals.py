@@ -6,8 +6,8 @@ Invariants: under the rule the one-person service refuses such a replay (APPROVA
 and reject are each one operator_write, so of two approvals the second finds the case resolved;
 the proposal (the latest RECONCILIATION_PROPOSED not followed by REJECTED or RESOLVED) holds only
 while token, checkpoint, attempt and the provider's latest answer are as proposed (else
-PROPOSAL_STALE); the approver holds the permission and is not the proposer, checked here.
-"""
+PROPOSAL_STALE); the approver holds the permission and is not the proposer (nor an account with
+the proposer's issuer and subject at the identity provider), checked here."""
 
 import uuid
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ from typing import Any
 from executions.models import ActionExecution, AuditEvent, AuditType, Execution, ExecutionStatus
 from executions.queue.operatorwrites import LockedExecution, clean_reason
 from orquestador import errors
+from orquestador.models import identity_of
 
 from . import permissions
 from .evidence import checkpoint_evidence, is_uncertain
@@ -27,6 +28,7 @@ from .services import (
     Resolution,
     ResolutionRefused,
     Resolved,
+    identity_payload,
     needs_two_people,
     open_case,
     replay,
@@ -51,6 +53,9 @@ class Proposal:
     execution_id: uuid.UUID
     action_id: str
     proposer: str
+    proposer_identity: (
+        dict[str, str] | None
+    )  # the provider's {issuer, subject}, if it signed them in
     reason: str
     at: datetime
     fencing_token: int  # the execution's token when proposed
@@ -68,6 +73,7 @@ class Proposal:
             execution_id=event.execution_id,
             action_id=payload["actionId"],
             proposer=payload["proposer"],
+            proposer_identity=payload.get("proposerIdentity"),
             reason=payload["reason"],
             at=event.created_at,
             fencing_token=payload["fencingToken"],
@@ -75,6 +81,19 @@ class Proposal:
             lookup=payload["lookupStatus"],
             stale=stale,
         )
+
+
+def is_proposer(proposal: Proposal, operator: Operator) -> bool:
+    """Whether `operator` is the person who proposed: the same Django user, or another account
+    the identity provider signed in as the same (issuer, subject)."""
+    if proposal.proposer == operator.get_username():
+        return True
+    identity = identity_of(operator)
+    return identity is not None and identity == proposal.proposer_identity
+
+
+def _named(key: str, value: dict[str, str] | None) -> dict[str, Any]:
+    return {key: value} if value else {}
 
 
 def _latest_decision(execution_id: uuid.UUID | str) -> AuditEvent | None:
@@ -174,6 +193,7 @@ def replay_propose(
                 "actionId": action_id,
                 "reason": reason,
                 "proposer": username,
+                **identity_payload(operator, "proposerIdentity"),
                 "fencingToken": case.token,
                 "attempt": checkpoint.attempt,
                 "lookupStatus": lookup_status(lookup),
@@ -209,7 +229,7 @@ def replay_approve(
     reason, username = _checked(operator, reason)
     with open_case(execution_id) as case:
         proposal = _the_proposal(case, proposal_id)
-        if proposal.proposer == username:
+        if is_proposer(proposal, operator):
             raise ResolutionRefused(
                 errors.SELF_APPROVAL,
                 "You proposed this replay: a second operator must approve it.",
@@ -233,6 +253,8 @@ def replay_approve(
                 "proposedAt": proposal.at.isoformat(),
                 "proposalReason": proposal.reason,
                 "approvedBy": username,
+                **_named("proposedByIdentity", proposal.proposer_identity),
+                **identity_payload(operator, "approvedByIdentity"),
             },
         )
 
@@ -253,7 +275,8 @@ def replay_reject(
                 "proposedBy": proposal.proposer,
                 "reason": reason,
                 "operator": username,
-                "withdrawn": proposal.proposer == username,
+                **identity_payload(operator),
+                "withdrawn": is_proposer(proposal, operator),
             },
         )
     return AuditEvent.objects.get(pk=event_id)

@@ -216,7 +216,7 @@ def proposal_card(
     if proposal is None or not case.is_open:
         return None
     permitted = request.user.has_perm(RESOLVE_WRITE_NOT_HAPPENED)
-    is_proposer = request.user.get_username() == proposal.proposer
+    is_proposer = approvals.is_proposer(proposal, request.user)
     risk = approval_risk(case, proposal)
     form = None
     if permitted and proposal.stale is None:

@@ -42,6 +42,7 @@ from executions.queue.operatorwrites import (
 from executions.queue.outputs import output_errors
 from orquestador import errors
 from orquestador.errors import CodedError
+from orquestador.models import identity_of
 
 from . import explain, permissions
 from .evidence import checkpoint_evidence, is_uncertain, lookup_evidence
@@ -89,6 +90,13 @@ class Operator(Protocol):
     def has_perm(self, perm: str, /) -> bool: ...
 
     def get_username(self) -> str: ...
+
+
+def identity_payload(operator: Operator, key: str = "operatorIdentity") -> dict[str, Any]:
+    """{key: {issuer, subject}} for an operator the identity provider signed in, else nothing: the
+    audit names the person as the provider knows them (orquestador/models.py)."""
+    identity = identity_of(operator)
+    return {key: identity} if identity else {}
 
 
 def require(operator: Operator, permission: str) -> None:
@@ -171,6 +179,7 @@ def _record(
             "reason": reason,
             "evidence": evidence,
             "operator": username,
+            **identity_payload(operator),
         },
     )
     return Resolved(case.execution_id, resolution, action_id, fencing_token, event_id)
@@ -428,6 +437,10 @@ def checkpoint_record_lookup(
             execution_id=execution.pk,
             type=AuditType.RECONCILIATION_EVIDENCE,
             actor=username,
-            payload={**lookup_evidence(result, checkpoint, schema), "operator": username},
+            payload={
+                **lookup_evidence(result, checkpoint, schema),
+                "operator": username,
+                **identity_payload(operator),
+            },
         )
     return AuditEvent.objects.get(pk=event_id)
