@@ -15,8 +15,10 @@ class OidcConfigError(ValueError):
     """A sign-in setting that cannot work; the message names the variable."""
 
 
-def url_problem(name: str, url: str) -> str | None:
-    """Why `url` cannot be a provider's address, or None: https, or http on loopback only."""
+def url_problem(name: str, url: str, *, query: bool = False) -> str | None:
+    """Why `url` cannot be a provider's address, or None: https, or http on loopback only (the
+    rule of both ADMIN_OIDC_ISSUER_URL and JWT_JWKS_URL; a key set's URL may carry a `query`, as
+    Entra ID's `?appid=` does)."""
     parts = urlsplit(url)
     if not parts.hostname or parts.scheme not in ("https", "http"):
         return f"{name} must be an absolute https:// URL (got {url[:80]!r})"
@@ -25,7 +27,7 @@ def url_problem(name: str, url: str) -> str | None:
             f"{name} must be https:// (http:// is accepted on 127.0.0.1 and localhost only, for "
             f"development and tests; got {url[:80]!r})"
         )
-    if parts.query or parts.fragment:
+    if (parts.query and not query) or parts.fragment:
         return f"{name} takes no query or fragment (got {url[:80]!r})"
     return None
 

@@ -5,7 +5,6 @@ Secrets have no defaults: a missing one stops the process at start with its name
 """
 
 import sys
-import urllib.parse
 from pathlib import Path
 
 import environ
@@ -255,14 +254,8 @@ if JWT_JWKS_URL:
             "JWT_JWKS_URL is set, and so is JWT_SECRET or JWT_PUBLIC_KEY: the keys come from the "
             "identity provider or from the settings, not both; unset one."
         )
-    _jwks = urllib.parse.urlsplit(JWT_JWKS_URL)
-    if not (
-        (_jwks.scheme == "https" and _jwks.hostname)
-        or (_jwks.scheme == "http" and _jwks.hostname in ("127.0.0.1", "localhost", "::1"))
-    ):
-        raise environ.ImproperlyConfigured(
-            "JWT_JWKS_URL must be an https:// URL (plain http only on 127.0.0.1 or localhost)."
-        )
+    if _problem := oidcconfig.url_problem("JWT_JWKS_URL", JWT_JWKS_URL, query=True):
+        raise environ.ImproperlyConfigured(_problem)
     if JWT_JWKS_CACHE_SECONDS < 1:
         raise environ.ImproperlyConfigured("JWT_JWKS_CACHE_SECONDS must be at least 1 (seconds).")
 

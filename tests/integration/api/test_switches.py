@@ -100,7 +100,7 @@ def test_accept_header_does_not_change_the_representation(alice, flow):
         ),
         (
             {"REQUEST_API_ENABLED": "true", "JWT_JWKS_URL": "http://idp.example/keys"},
-            ["JWT_JWKS_URL must be an https:// URL"],
+            ["JWT_JWKS_URL must be https://", "127.0.0.1 and localhost only"],
         ),
         (
             {"JWT_JWKS_URL": "https://idp.example/keys", "JWT_JWKS_CACHE_SECONDS": "0"},
