@@ -17,10 +17,9 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -33,7 +32,6 @@ from ..models import (
     ActionAttempt,
     ActionExecution,
     AuditEvent,
-    AuditType,
     Execution,
     ExecutionStatus,
     Flow,
@@ -42,48 +40,12 @@ from ..models import (
 from ..pictures import insight
 from ..queue.cancel import CANCELLABLE_STATUSES, MAX_REASON_CHARS, execution_cancel
 from . import columns, pictures, search
+from .caselinks import CASES_SHOWN, case_link, open_case_link, placed_after, with_cases
 
 CANCEL_EXECUTION = "executions.cancel_execution"
 PAYLOAD_SUMMARY_CHARS = 120  # characters of an audit payload in the audit events list
 AMOUNT_CHARS = 80  # characters of an amount's raw value on hover
 MOMENT_SUFFIX = "__utc"  # a detail page shows field `x` as `x__utc`: UTC to the second, its age
-CASES_SHOWN = 20  # a request's reconciliation cases linked from its page, latest first
-CASE_URL = "admin:reconciliation_reconciliationcase_change"  # the case page, by execution id
-
-
-def with_cases(executions: QuerySet[Execution]) -> QuerySet[Execution]:
-    """The executions that are, or were, a reconciliation case: waiting for an operator, or
-    resolved by one (or by the prober); the case list holds the same (reconciliation's
-    selectors.cases)."""
-    resolved = AuditEvent.objects.filter(
-        execution=OuterRef("pk"), type=AuditType.RECONCILIATION_RESOLVED
-    )
-    return executions.filter(Q(status=ExecutionStatus.RECONCILIATION_REQUIRED) | Exists(resolved))
-
-
-def case_link(execution: Execution) -> str:
-    """A link to the execution's case page, saying whether the case waits for an operator."""
-    short = str(execution.pk)[: columns.SHORT_ID_CHARS]
-    state = (
-        "waiting for an operator"
-        if execution.status == ExecutionStatus.RECONCILIATION_REQUIRED
-        else "resolved"
-    )
-    return format_html(
-        '<a href="{}" title="{}" class="case-link">case {}</a> ({})',
-        reverse(CASE_URL, args=[execution.pk]),
-        execution.pk,
-        short,
-        state,
-    )
-
-
-def _placed_after(fields: Sequence[Any], moved: Sequence[str], anchor: str) -> list[Any]:
-    """`fields` with `moved` taken out and put back right after `anchor` (at the start without
-    it): a link belongs beside what it links from, not at the end of a long page."""
-    rest = [name for name in fields if name not in moved]
-    at = rest.index(anchor) + 1 if anchor in rest else 0
-    return [*rest[:at], *moved, *rest[at:]]
 
 
 class CancelForm(forms.Form):
@@ -273,7 +235,7 @@ class RequestAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
         return insight.timeline_html(obj.pk)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        return _placed_after(super().get_fields(request, obj), ["cases"], "blocked_by")
+        return placed_after(super().get_fields(request, obj), ["cases"], "blocked_by")
 
     @admin.display(description="reconciliation cases")
     def cases(self, obj: Request) -> str:
@@ -346,8 +308,8 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
         return {"timeline_drawing": pictures.timeline_drawing(obj, now=timezone.now())}
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        fields = _placed_after(super().get_fields(request, obj), ["reconciliation_case"], "request")
-        return _placed_after(fields, ["compensation_errors"], "compensation_detail")
+        fields = placed_after(super().get_fields(request, obj), ["reconciliation_case"], "request")
+        return placed_after(fields, ["compensation_errors"], "compensation_detail")
 
     @admin.display(description="compensation steps' errors")
     def compensation_errors(self, obj: Execution) -> str:
@@ -464,9 +426,7 @@ class ExecutionAdmin(pictures.DrawingAdmin, ReadOnlyAdmin):
 
     @admin.display(description="reconciliation")
     def case(self, obj: Execution) -> str:
-        if obj.status != ExecutionStatus.RECONCILIATION_REQUIRED:
-            return "—"
-        return format_html('<a href="{}">open case</a>', reverse(CASE_URL, args=[obj.pk]))
+        return open_case_link(obj)
 
     @admin.display(description="reconciliation case")
     def reconciliation_case(self, obj: Execution) -> str:
