@@ -23,6 +23,7 @@ from tests.support.worker import (
     create_flow,
     enqueue,
     flow_definition,
+    metered_integrations,
     statuses,
     wait_until,
 )
@@ -41,23 +42,6 @@ def _route_tables_empty(migration_dsn):
     route_tables_clear(migration_dsn)
     yield
     route_tables_clear(migration_dsn)
-
-
-def integrations(tmp_path, provider: MeteredProvider) -> str:
-    path = tmp_path / "integrations.toml"
-    path.write_text(
-        '[contracts."metered.call@1"]\n'
-        'effect = "READ_ONLY"\n'
-        "max_attempts = 3\n"
-        "timeout_seconds = 5\n"
-        "\n"
-        '[routes."metered.call@1"]\n'
-        'adapter = "http.json"\n'
-        f'url = "{provider.url()}"\n'
-        'method = "POST"\n'
-        f"max_in_flight = {IN_FLIGHT}\n"
-    )
-    return str(path)
 
 
 def backlog(conn, subscription_id, count: int) -> None:
@@ -100,7 +84,12 @@ def test_failing_deliveries__a_limited_route_keeps_its_pace(
         )
         with psycopg.connect(migration_dsn, autocommit=True) as owner:
             backlog(owner, subscription.id, BACKLOG)
-        env = {**process_env, "INTEGRATIONS_FILE": integrations(tmp_path, provider)}
+        env = {
+            **process_env,
+            "INTEGRATIONS_FILE": metered_integrations(
+                tmp_path, provider.url(), f"max_in_flight = {IN_FLIGHT}\n"
+            ),
+        }
         with WorkerProcess(
             env,
             tmp_path / "worker.log",

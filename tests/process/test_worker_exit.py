@@ -30,6 +30,7 @@ from tests.support.worker import (
     create_flow,
     enqueue,
     flow_definition,
+    metered_integrations,
     wait_until,
 )
 
@@ -84,22 +85,6 @@ def silent_receiver() -> Iterator[str]:
         server.close()
 
 
-def integrations(tmp_path, url: str, limits: str = "") -> str:
-    path = tmp_path / "integrations.toml"
-    path.write_text(
-        '[contracts."metered.call@1"]\n'
-        'effect = "READ_ONLY"\n'
-        "max_attempts = 3\n"
-        "timeout_seconds = 5\n"
-        "\n"
-        '[routes."metered.call@1"]\n'
-        'adapter = "http.json"\n'
-        f'url = "{url}"\n'
-        'method = "POST"\n' + limits
-    )
-    return str(path)
-
-
 def backlog(migration_dsn: str, url: str, count: int) -> None:
     """`count` pings due now to one subscription at `url`."""
     subscription = WebhookSubscription.objects.create(
@@ -147,7 +132,7 @@ def stops_in_time(worker: WorkerProcess) -> None:
 
 def start(process_env, tmp_path, url: str, limits: str = "", prefix=()) -> WorkerProcess:
     return WorkerProcess(
-        {**process_env, "INTEGRATIONS_FILE": integrations(tmp_path, url, limits)},
+        {**process_env, "INTEGRATIONS_FILE": metered_integrations(tmp_path, url, limits)},
         tmp_path / "worker.log",
         command_prefix=prefix,
         WORKER_CONCURRENCY="10",

@@ -719,3 +719,21 @@ class WorkerProcess:
             [f"%:{self.pid}:%"],
         ).fetchall()
         return [row[0] for row in rows]
+
+
+def metered_integrations(folder: Path, url: str, limits: str = "") -> str:
+    """An INTEGRATIONS_FILE in `folder` declaring `metered.call@1`: a read POSTed by http.json to
+    `url`, 3 attempts of at most 5 s; `limits` are more lines of its route. Returns its path."""
+    path = folder / "integrations.toml"
+    path.write_text(
+        '[contracts."metered.call@1"]\n'
+        'effect = "READ_ONLY"\n'
+        "max_attempts = 3\n"
+        "timeout_seconds = 5\n"
+        "\n"
+        '[routes."metered.call@1"]\n'
+        'adapter = "http.json"\n'
+        f'url = "{url}"\n'
+        'method = "POST"\n' + limits
+    )
+    return str(path)
